@@ -1,0 +1,20 @@
+#pragma once
+// Environment knobs (DEBUG, SPEC, BEAM, ...). Values are read once per process and cached.
+// Thread-safety: safe; the cache is filled under a lock.
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace tg {
+
+/** Integer value of an environment variable, `dflt` when unset or empty.
+ *  A value that is not an integer throws tg::EnvError naming the variable and the text. */
+int64_t getenv_int(std::string_view name, int64_t dflt = 0);
+/** String value of an environment variable, `dflt` when unset. */
+std::string getenv_str(std::string_view name, std::string_view dflt = "");
+/** The DEBUG level (0 when unset). */
+inline int debug_level() { return int(getenv_int("DEBUG", 0)); }
+/** Forget cached values (tests change the environment). */
+void env_reset_cache();
+
+}  // namespace tg

@@ -1,0 +1,251 @@
+#pragma once
+// The IR: Ops, UOp (immutable, interned), arguments, toposort, printing, integer bounds.
+// Thread-safety: UOps are immutable and may be shared and built from any thread; interning is
+// lock-sharded. A UOpRef is like a shared_ptr: copying one from several threads is safe.
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "tg/dtype.hpp"
+
+namespace tg {
+
+/** The op set (DESIGN §3). Grouped: defines, structure, memory, tensor graph, control, vector, const, ALU. */
+#define TG_OPS(X)                                                                                   \
+  /* defines */                                                                                     \
+  X(PARAM) X(BUFFER) X(DEFINE_VAR) X(DEFINE_LOCAL) X(DEFINE_REG) X(SPECIAL) X(UNIQUE) X(DEVICE)     \
+  /* structure */                                                                                   \
+  X(SINK) X(AFTER) X(GROUP) X(CALL) X(FUNCTION) X(TUPLE) X(GETTUPLE) X(LINEAR) X(NOOP)              \
+  /* memory */                                                                                      \
+  X(INDEX) X(LOAD) X(STORE)                                                                         \
+  /* tensor graph */                                                                                \
+  X(RESHAPE) X(PERMUTE) X(EXPAND) X(PAD) X(SHRINK) X(FLIP) X(REDUCE_AXIS) X(REDUCE) X(CONTIGUOUS)   \
+  X(DETACH) X(COPY) X(ALLREDUCE) X(ASSIGN) X(BUFFERIZE)                                             \
+  /* control */                                                                                     \
+  X(RANGE) X(END) X(IF) X(ENDIF) X(BARRIER)                                                         \
+  /* vector */                                                                                      \
+  X(VECTORIZE) X(GEP) X(WMMA)                                                                       \
+  /* const */                                                                                       \
+  X(CONST)                                                                                          \
+  /* unary */                                                                                       \
+  X(EXP2) X(LOG2) X(SIN) X(SQRT) X(RECIPROCAL) X(NEG) X(TRUNC) X(CAST) X(BITCAST)                   \
+  /* binary */                                                                                      \
+  X(ADD) X(MUL) X(SUB) X(FDIV) X(IDIV) X(MOD) X(MAX) X(CMPLT) X(CMPNE) X(CMPEQ) X(XOR) X(OR) X(AND) \
+  X(SHL) X(SHR) X(POW) X(THREEFRY)                                                                  \
+  /* ternary */                                                                                     \
+  X(WHERE) X(MULACC)
+
+enum class Ops : uint8_t {
+#define TG_X(name) name,
+  TG_OPS(TG_X)
+#undef TG_X
+};
+#define TG_X(name) +1
+inline constexpr int kNumOps = 0 TG_OPS(TG_X);
+#undef TG_X
+
+/** Name of an op, e.g. "ADD". */
+const char* op_name(Ops op);
+
+/** Op classes. */
+constexpr bool is_unary(Ops o) { return o >= Ops::EXP2 && o <= Ops::TRUNC; }
+constexpr bool is_binary(Ops o) { return o >= Ops::ADD && o <= Ops::THREEFRY; }
+constexpr bool is_ternary(Ops o) { return o == Ops::WHERE || o == Ops::MULACC; }
+constexpr bool is_alu(Ops o) { return is_unary(o) || is_binary(o) || is_ternary(o); }
+constexpr bool is_commutative(Ops o) {
+  return o == Ops::ADD || o == Ops::MUL || o == Ops::MAX || o == Ops::CMPNE || o == Ops::CMPEQ || o == Ops::XOR ||
+         o == Ops::AND || o == Ops::OR;
+}
+constexpr bool is_comparison(Ops o) { return o == Ops::CMPLT || o == Ops::CMPNE || o == Ops::CMPEQ; }
+constexpr bool is_movement(Ops o) { return o >= Ops::RESHAPE && o <= Ops::FLIP; }
+/** Number of sources an op takes; -1 when it varies. Checked by the spec and by rule tables at compile time. */
+constexpr int op_arity(Ops o) {
+  if (is_unary(o) || o == Ops::CAST || o == Ops::BITCAST) return 1;
+  if (is_binary(o)) return 2;
+  if (is_ternary(o)) return 3;
+  switch (o) {
+    case Ops::CONST: case Ops::DEFINE_VAR: case Ops::UNIQUE: case Ops::DEVICE: case Ops::PARAM: return 0;
+    case Ops::RANGE: case Ops::SPECIAL: case Ops::GETTUPLE: case Ops::DETACH: case Ops::CONTIGUOUS:
+    case Ops::REDUCE_AXIS: case Ops::RESHAPE: case Ops::PERMUTE: case Ops::EXPAND: case Ops::PAD: case Ops::SHRINK:
+    case Ops::FLIP: case Ops::GEP: case Ops::IF: return 1;
+    case Ops::ASSIGN: case Ops::COPY: return 2;
+    default: return -1;
+  }
+}
+/** Ops whose dtype is always void (a dtype predicate on them is meaningless). */
+constexpr bool has_no_dtype(Ops o) {
+  return o == Ops::SINK || o == Ops::STORE || o == Ops::END || o == Ops::ENDIF || o == Ops::BARRIER ||
+         o == Ops::GROUP || o == Ops::NOOP;
+}
+
+/** Axis kinds of a RANGE (codegen optimisations change these). */
+enum class AxisType : uint8_t { Loop, Global, Local, Reduce, Upcast, Unroll, Group, Outer };
+
+/** Argument of a REDUCE_AXIS: the reduce op and the axes. */
+struct ReduceArg {
+  Ops op;
+  std::vector<int64_t> axes;
+  bool operator==(const ReduceArg&) const = default;
+};
+/** Argument of a DEFINE_VAR: a named integer with inclusive bounds. */
+struct VarArg {
+  std::string name;
+  int64_t min, max;
+  bool operator==(const VarArg&) const = default;
+};
+
+/** A UOp argument: nothing, an integer, a float, a string, an int tuple (shape, axes, range id + type), or structured args. */
+using Arg = std::variant<std::monostate, int64_t, double, std::string, std::vector<int64_t>, ReduceArg, VarArg>;
+bool arg_equal(const Arg& a, const Arg& b);  // floats compare by bits (-0.0 != 0.0, NaN == NaN)
+std::string arg_str(const Arg& a);
+
+class UOp;
+
+/** Intrusive reference to an interned UOp. Equality is identity (interning makes it structural equality). */
+class UOpRef {
+ public:
+  UOpRef() = default;
+  UOpRef(const UOp* p);  // adds a reference (implicit: rule code passes captured nodes around)
+  UOpRef(const UOpRef& o);
+  UOpRef(UOpRef&& o) noexcept : p_(o.p_) { o.p_ = nullptr; }
+  UOpRef& operator=(UOpRef o) noexcept { std::swap(p_, o.p_); return *this; }
+  ~UOpRef();
+  const UOp* get() const { return p_; }
+  const UOp* operator->() const { return p_; }
+  const UOp& operator*() const { return *p_; }
+  explicit operator bool() const { return p_ != nullptr; }
+  bool operator==(const UOpRef& o) const { return p_ == o.p_; }
+  bool operator==(const UOp* o) const { return p_ == o; }
+  /** Take over a pointer whose reference was already counted. */
+  static UOpRef adopt(const UOp* p) { UOpRef r; r.p_ = p; return r; }
+
+ private:
+  friend class UOp;
+  const UOp* take() { const UOp* p = p_; p_ = nullptr; return p; }
+  const UOp* p_ = nullptr;
+};
+
+/** Bounds of an integer-valued node; `known` is false where no useful bound exists (floats, uint64). */
+struct Bounds {
+  int64_t min, max;
+  bool known;
+};
+
+/** A node of the graph. Build with UOp::make (or the helpers below); never mutated after construction. */
+class UOp {
+ public:
+  const Ops op;
+  const DType dtype;
+  const Arg arg;
+  const uint64_t hash;  // structural, stable across processes
+
+  std::span<const UOpRef> src() const { return {srcs_, nsrc_}; }
+  const UOp* src(size_t i) const { return srcs_[i].get(); }
+  size_t nsrc() const { return nsrc_; }
+  UOpRef ref() const { return UOpRef(this); }
+
+  /** The interned node with these fields (the same object as any live equal node). */
+  static UOpRef make(Ops op, DType dtype, std::span<const UOpRef> src = {}, Arg arg = {});
+  static UOpRef make(Ops op, DType dtype, std::initializer_list<UOpRef> src, Arg arg = {}) {
+    return make(op, dtype, std::span<const UOpRef>(src.begin(), src.size()), std::move(arg));
+  }
+  /** A constant of `dtype` (ints/bool stored as int64, floats as double, rounded to the dtype). */
+  static UOpRef cnst(DType dtype, double v);
+  static UOpRef cnst_int(DType dtype, int64_t v);
+  /** A bounded integer variable (DEFINE_VAR). */
+  static UOpRef variable(std::string name, int64_t min, int64_t max, DType dtype = dtypes::index);
+  /** A RANGE over [0, end) with an id and axis type. */
+  static UOpRef range(const UOpRef& end, int64_t id, AxisType type = AxisType::Loop);
+
+  /** Same node with other sources / dtype / arg. */
+  UOpRef replace_src(std::span<const UOpRef> src) const;
+  UOpRef with_dtype(DType d) const;
+
+  // Builders for ALU nodes (no simplification; dtype of comparisons is bool).
+  UOpRef alu(Ops op, const UOpRef& b) const;
+  UOpRef alu(Ops op) const;
+  UOpRef alu(Ops op, const UOpRef& b, const UOpRef& c) const;
+  UOpRef cast(DType d) const;
+  /** A constant of this node's dtype. */
+  UOpRef const_like(double v) const;
+  UOpRef const_like_int(int64_t v) const;
+
+  bool is_const() const { return op == Ops::CONST; }
+  /** The value of a CONST as int64 (floats truncated) / as double. */
+  int64_t const_int() const;
+  double const_float() const;
+
+  /** Exact integer bounds (vmin/vmax), computed at construction from the sources. */
+  const Bounds& bounds() const { return bounds_; }
+  int64_t vmin() const { return bounds_.min; }
+  int64_t vmax() const { return bounds_.max; }
+
+  /** Content key: 128-bit structural hash as 32 hex digits, stable across processes (for disk caches). */
+  std::string key() const;
+  /** Number of live interned nodes (for tests and benchmarks). */
+  static size_t live_count();
+  uint32_t refcount() const { return rc_.load(std::memory_order_relaxed); }
+
+  UOp(const UOp&) = delete;
+  UOp& operator=(const UOp&) = delete;
+
+ private:
+  friend class UOpRef;
+  friend struct Interner;
+  UOp(Ops op, DType dtype, Arg arg, uint64_t hash, uint32_t nsrc);
+  ~UOp() = default;
+  static void release(const UOp* p);
+
+  mutable std::atomic<uint32_t> rc_{1};
+  uint32_t nsrc_;
+  Bounds bounds_{0, 0, false};
+  UOpRef* srcs_;                       // trailing storage
+  mutable const UOp* next_ = nullptr;  // intern table chain
+};
+
+inline UOpRef::UOpRef(const UOp* p) : p_(p) {
+  if (p_) p_->rc_.fetch_add(1, std::memory_order_relaxed);
+}
+inline UOpRef::UOpRef(const UOpRef& o) : p_(o.p_) {
+  if (p_) p_->rc_.fetch_add(1, std::memory_order_relaxed);
+}
+inline UOpRef::~UOpRef() {
+  if (p_ && p_->rc_.fetch_sub(1, std::memory_order_acq_rel) == 1) UOp::release(p_);
+}
+
+/** All nodes reachable from `root`, sources before users (iterative; safe on any depth). */
+std::vector<const UOp*> toposort(const UOp* root);
+std::vector<const UOp*> toposort(std::span<const UOpRef> roots);
+
+/** One line per node, tinygrad style: index, op, dtype, source indices, arg. */
+std::string print_graph(const UOp* root);
+/** Index arithmetic as an infix expression, e.g. "((x*4)+3)//4" (falls back to op names for non-ALU nodes). */
+std::string render_expr(const UOp* root);
+
+/** Evaluate one ALU op on constant values with C semantics for `dtype` (wrap-around ints, truncating IDIV/MOD,
+ * IEEE floats rounded to the dtype). Values are carried as double for floats and as int64 bit patterns for ints. */
+struct Value {
+  int64_t i = 0;
+  double f = 0;
+};
+Value exec_alu(Ops op, DType dtype, std::span<const Value> src, DType src_dtype);
+/** Wrap an integer to the width and signedness of `dtype` (bool -> 0/1). */
+int64_t wrap_int(int64_t v, DType dtype);
+
+/** Check the whole graph against the spec (source counts, dtypes); throws tg::SpecError naming the node. */
+void spec_check(const UOp* root);
+/** Check one node (its sources are assumed checked). */
+void spec_check_node(const UOp* u);
+/** True when SPEC=1 (or higher) is set: UOp::make then checks every node it builds. */
+bool spec_enabled();
+
+}  // namespace tg
+
+template <>
+struct std::hash<tg::UOpRef> {
+  size_t operator()(const tg::UOpRef& r) const noexcept { return std::hash<const void*>()(r.get()); }
+};

@@ -1,0 +1,1 @@
+// Symbolic rule groups live here (see symbolic.cpp).
