@@ -447,6 +447,7 @@ constexpr auto make_rule(SourceLoc loc) {
   }
   if constexpr (!std::is_same_v<Pr, NoPred>)
     static_assert(std::is_invocable_r_v<bool, Pr, Match<P::binds>&>, "[rule] a predicate takes (auto& m) and returns bool");
+  (void)&Rule<P, R, Pr>::apply;  // instantiate the match code now, so every check fires at the declaration
   return Rule<P, R, Pr>{loc.file_name(), loc.line()};
 }
 

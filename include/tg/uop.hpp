@@ -236,6 +236,9 @@ Value exec_alu(Ops op, DType dtype, std::span<const Value> src, DType src_dtype)
 /** Wrap an integer to the width and signedness of `dtype` (bool -> 0/1). */
 int64_t wrap_int(int64_t v, DType dtype);
 
+/** Called with each BUFFER node as it is freed (the engine drops the device memory behind it). */
+void set_buffer_free_hook(void (*hook)(const UOp*));
+
 /** Check the whole graph against the spec (source counts, dtypes); throws tg::SpecError naming the node. */
 void spec_check(const UOp* root);
 /** Check one node (its sources are assumed checked). */

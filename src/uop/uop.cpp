@@ -278,6 +278,11 @@ UOp::UOp(Ops op_, DType dtype_, Arg arg_, uint64_t hash_, uint32_t nsrc)
 
 static_assert(sizeof(UOp) % alignof(UOpRef) == 0);
 
+namespace {
+std::atomic<void (*)(const UOp*)> g_buffer_hook{nullptr};
+}
+void set_buffer_free_hook(void (*hook)(const UOp*)) { g_buffer_hook.store(hook); }
+
 void UOp::release(const UOp* first) {
   // Iterative: freeing a long chain must not recurse once per node.
   thread_local std::vector<const UOp*> pending;
@@ -291,6 +296,8 @@ void UOp::release(const UOp* first) {
     pending.pop_back();
     in.erase(u);
     UOp* m = const_cast<UOp*>(u);
+    if (m->op == Ops::BUFFER)
+      if (auto h = g_buffer_hook.load(std::memory_order_relaxed)) h(m);
     for (uint32_t i = 0; i < m->nsrc_; i++) {
       const UOp* c = m->srcs_[i].take();
       if (c->rc_.fetch_sub(1, std::memory_order_acq_rel) == 1) pending.push_back(c);
