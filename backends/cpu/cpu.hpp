@@ -1,0 +1,36 @@
+#pragma once
+// The CPU backend: kernels rendered as LLVM IR and compiled in process (ORC JIT), or rendered as C and
+// compiled by clang into a shared object (CPU_COMPILER=clang). Registered as "CPU".
+// Thread-safety: compilers and loaders may be used from several threads; a Program runs on the calling thread.
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tg/device.hpp"
+
+namespace tg::cpu {
+
+/** Which compiler a CPU device uses. */
+enum class CompilerKind { LLVM, Clang };
+
+/** Kernel entry point (the CPU ABI of include/tg/codegen.hpp). */
+using KernelFn = void (*)(void* const* bufs, const int64_t* vars);
+
+/** A CPU device with the given compiler; the registered "CPU" picks it from CPU_COMPILER=llvm|clang. */
+std::unique_ptr<Device> make_device(const std::string& name, CompilerKind kind);
+
+/** LLVM IR text -> ELF object for the host CPU (O2, host features). */
+std::unique_ptr<Compiler> make_llvm_compiler();
+/** Link an object into the process-wide ORC JIT (one JITDylib per program, released with it). */
+std::unique_ptr<Program> load_llvm_object(const std::vector<uint8_t>& object, const std::string& name);
+
+/** C text -> shared object with `clang -O2 -march=native` (clang found on PATH once). */
+std::unique_ptr<Compiler> make_clang_compiler();
+/** dlopen a shared object (written to a temporary file that is deleted once loaded). */
+std::unique_ptr<Program> load_shared_object(const std::vector<uint8_t>& so, const std::string& name);
+
+/** "<cpu name>-<hash of its features>": part of every CPU compiler id (binaries are host-specific). */
+const std::string& host_id();
+
+}  // namespace tg::cpu

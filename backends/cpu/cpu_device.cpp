@@ -1,0 +1,73 @@
+// The CPU device: 64-byte aligned host memory, the LLVM (default) or clang compiler, registered as "CPU".
+#include <cstdlib>
+#include <cstring>
+
+#include "cpu.hpp"
+#include "tg/env.hpp"
+#include "tg/render.hpp"
+
+namespace tg::cpu {
+
+namespace {
+
+class CpuAllocator : public Allocator {
+ public:
+  ~CpuAllocator() override { clear_cache(); }
+  void copyin(void* dst, const void* host_src, size_t bytes) override { std::memcpy(dst, host_src, bytes); }
+  void copyout(void* host_dst, const void* src, size_t bytes) override { std::memcpy(host_dst, src, bytes); }
+
+ protected:
+  void* alloc_raw(size_t bytes) override {
+    size_t n = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;  // aligned_alloc wants a multiple of the alignment
+    return std::aligned_alloc(64, n);
+  }
+  void free_raw(void* p, size_t) override { std::free(p); }
+};
+
+class CpuDevice : public Device {
+ public:
+  CpuDevice(std::string name, CompilerKind kind) : name_(std::move(name)), kind_(kind) {
+    if (kind == CompilerKind::LLVM) {
+      renderer_ = std::make_unique<LLVMRenderer>();
+      compiler_ = make_llvm_compiler();
+    } else {
+      renderer_ = std::make_unique<CRenderer>();
+      compiler_ = make_clang_compiler();
+    }
+  }
+  const std::string& name() const override { return name_; }
+  Allocator& allocator() override { return allocator_; }
+  Renderer& renderer() override { return *renderer_; }
+  Compiler& compiler() override { return *compiler_; }
+  std::unique_ptr<Program> load(const std::vector<uint8_t>& binary, const std::string& name) override {
+    return kind_ == CompilerKind::LLVM ? load_llvm_object(binary, name) : load_shared_object(binary, name);
+  }
+
+ private:
+  std::string name_;
+  CompilerKind kind_;
+  CpuAllocator allocator_;
+  std::unique_ptr<Renderer> renderer_;
+  std::unique_ptr<Compiler> compiler_;
+};
+
+CompilerKind kind_from_env() {
+  std::string c = getenv_str("CPU_COMPILER", "llvm");
+  for (char& ch : c) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+  if (c == "llvm" || c.empty()) return CompilerKind::LLVM;
+  if (c == "clang") return CompilerKind::Clang;
+  throw Error("[CPU] CPU_COMPILER='" + c + "' is not a CPU compiler; expected llvm or clang");
+}
+
+// Static registration: the CPU is the preferred default device.
+const bool g_registered =
+    register_device("CPU", [](const std::string& full) { return make_device(full, kind_from_env()); }, 100);
+
+}  // namespace
+
+std::unique_ptr<Device> make_device(const std::string& name, CompilerKind kind) {
+  (void)g_registered;
+  return std::make_unique<CpuDevice>(name, kind);
+}
+
+}  // namespace tg::cpu

@@ -1,0 +1,51 @@
+#pragma once
+// Codegen: lowering one kernel AST to a linear program that a Renderer turns into source.
+//
+// The linear program (what codegen produces and every renderer consumes) is a list of UOps in
+// execution order. Its ops and their meaning:
+//   PARAM       dtype T* (pointer to the element type), arg = int64 index i. Buffer argument i.
+//               All PARAMs come first, in index order.
+//   DEFINE_VAR  dtype int32 or int64, arg VarArg. Kernel integer argument, in order of appearance.
+//   CONST       a scalar constant (int args for ints/bool, double for floats).
+//   RANGE       src (end), dtype int32/int64, arg (id, AxisType). Opens `for (r = 0; r < end; r++)`.
+//   END         src (..., RANGE), void: the RANGE is the LAST source (earlier sources are the effects inside
+//               the loop, for ordering only). Closes the loop of that RANGE.
+//   AFTER       src (ptr, deps...), dtype = ptr's dtype. An alias of src 0 (ordering only): renders nothing,
+//               uses of it render as uses of src 0.
+//   DEFINE_REG  dtype T* with addr Reg and size n. A private array of n elements (accumulators).
+//   INDEX       src (ptr, idx), dtype = ptr's dtype. The address ptr + idx (elements).
+//   LOAD        src (INDEX) -> *addr;  or src (INDEX, alt, gate) -> gate ? *addr : alt (no access when !gate).
+//   STORE       src (INDEX, value), void. *addr = value.
+//   ALU ops     unary/binary/ternary, CAST, BITCAST with the C semantics of exec_alu (IDIV/MOD truncate,
+//               comparisons give bool, shifts as in C for in-range amounts).
+//   IF/ENDIF    IF src (cond bool); ENDIF src (IF).
+//   SINK        last; ignored by renderers.
+// No `index` dtype reaches a renderer: index arithmetic is int32 or int64 by then.
+// Kernel ABI on the CPU: `extern "C" void NAME(void* const* bufs, const int64_t* vars)`.
+#include <string>
+#include <vector>
+
+#include "tg/pattern.hpp"
+
+namespace tg {
+
+class Renderer;
+
+/** A kernel ready to compile: its name, linear program (kept alive by `sink`) and source. */
+struct CompiledKernel {
+  std::string name;
+  UOpRef sink;                       // the lowered AST (keeps the program's nodes alive)
+  std::vector<const UOp*> program;   // linear order
+  std::string src;
+  int n_params = 0;
+  std::vector<std::string> var_names;
+  double flops = 0, mem_bytes = 0;   // estimates for DEBUG=2 lines
+};
+
+/** Lower a kernel AST (SINK of STOREs over RANGEs, see src/schedule) into a linear program and render it. */
+CompiledKernel lower_kernel(const UOpRef& ast, const std::string& name, Renderer& renderer);
+
+/** Only linearise an already lowered SINK (exposed for renderer tests). */
+std::vector<const UOp*> linearize(const UOpRef& sink);
+
+}  // namespace tg

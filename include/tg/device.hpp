@@ -1,0 +1,144 @@
+#pragma once
+// Devices: the four small interfaces a backend implements (Renderer, Compiler, Allocator, Program),
+// the registry that finds backends by name, and Buffer.
+// Thread-safety: the registry and the compile caches are internally locked; a Device may be used from
+// several threads; a Buffer is not synchronised (the engine orders all work on it).
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <list>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "tg/dtype.hpp"
+#include "tg/error.hpp"
+
+namespace tg {
+
+class UOp;
+
+/** Launch dimensions of a kernel (global = number of work groups per axis, local = threads per group). */
+struct LaunchDims {
+  int64_t global[3] = {1, 1, 1};
+  int64_t local[3] = {1, 1, 1};
+};
+
+/** Raw memory of one device. Backends implement alloc_raw (nullptr when out of memory), free_raw and the copies;
+ *  a backend's destructor must call clear_cache() (the base cannot call free_raw once the backend is gone). */
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  /** Memory for `bytes` bytes (reuses a cached freed block of the same size when there is one). */
+  void* alloc(size_t bytes);
+  /** Return memory; it is kept in an LRU cache of freed blocks (bounded by TG_ALLOC_CACHE_MB, default 1024). */
+  void free(void* p, size_t bytes);
+  /** Drop every cached freed block. */
+  void clear_cache();
+  size_t cached_bytes() const;
+  virtual void copyin(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void copyout(void* host_dst, const void* src, size_t bytes) = 0;
+
+ protected:
+  virtual void* alloc_raw(size_t bytes) = 0;
+  virtual void free_raw(void* p, size_t bytes) = 0;
+
+ private:
+  mutable std::mutex mu_;
+  std::list<std::pair<size_t, void*>> lru_;  // most recently freed first
+  std::unordered_map<size_t, std::vector<std::list<std::pair<size_t, void*>>::iterator>> by_size_;
+  size_t cached_ = 0;
+};
+
+/** A loaded kernel. `bufs` are device pointers in PARAM order, `vars` the DEFINE_VAR values in order. */
+class Program {
+ public:
+  virtual ~Program() = default;
+  virtual void run(void* const* bufs, const int64_t* vars, const LaunchDims& dims) = 0;
+};
+
+/** Turns kernel source into a binary (object file, shared object, PTX, ...). */
+class Compiler {
+ public:
+  virtual ~Compiler() = default;
+  /** Identifies the compiler and its flags; part of every cache key. */
+  virtual std::string id() const = 0;
+  /** Compile; on failure throw tg::Error containing the source and the compiler's message. */
+  virtual std::vector<uint8_t> compile(const std::string& src, const std::string& name) = 0;
+};
+
+/** Renders a linearised kernel (see include/tg/codegen.hpp for the program format) to source text. */
+class Renderer {
+ public:
+  virtual ~Renderer() = default;
+  virtual std::string render(const std::string& name, const std::vector<const UOp*>& program) = 0;
+  /** Capabilities the optimiser and decompositions consult. */
+  virtual bool has_local() const { return false; }
+  virtual bool supports(DType) const { return true; }
+};
+
+/** A device: a name ("CPU", "CL:1", ...) and its four parts. */
+class Device {
+ public:
+  virtual ~Device() = default;
+  virtual const std::string& name() const = 0;
+  virtual Allocator& allocator() = 0;
+  virtual Renderer& renderer() = 0;
+  virtual Compiler& compiler() = 0;
+  /** Load a compiled binary as a runnable program. */
+  virtual std::unique_ptr<Program> load(const std::vector<uint8_t>& binary, const std::string& name) = 0;
+  /** Wait for all launched work to finish. */
+  virtual void synchronize() {}
+
+  /** Compile `src` (or fetch it from the in-memory cache, then the disk cache) and load it. Bounded caches. */
+  std::shared_ptr<Program> get_program(const std::string& src, const std::string& name);
+
+ private:
+  struct ProgramCache;  // LRU of loaded programs keyed by compiler id + name + source hash (src/engine/device.cpp)
+  static std::shared_ptr<ProgramCache> new_program_cache();
+  std::shared_ptr<ProgramCache> programs_ = new_program_cache();
+};
+
+using DeviceFactory = std::function<std::unique_ptr<Device>(const std::string& full_name)>;
+/** Register a backend under a base name ("CPU"); done by each backend folder at static-init time. */
+bool register_device(const std::string& base, DeviceFactory f, int priority = 0);
+/** The device for "CPU", "CL", "CL:1", ...; an unknown name throws tg::Error listing the known ones. */
+Device& get_device(const std::string& name);
+/** The default device: DEVICE env var, or CPU=1 / CL=1 / CUDA=1, else the highest-priority registered one. */
+const std::string& default_device();
+/** Names of registered backends. */
+std::vector<std::string> device_names();
+
+/** The on-disk cache folder: $TG_CACHE_DIR, else $XDG_CACHE_HOME/tg, else ~/.cache/tg. */
+std::string cache_dir();
+/** Disk cache of compiled binaries (atomic writes: safe with concurrent processes). CACHELEVEL=0 disables. */
+bool disk_cache_get(const std::string& key, std::vector<uint8_t>& out);
+void disk_cache_put(const std::string& key, const std::vector<uint8_t>& data);
+
+/** Memory on a device: `size` elements of `dtype`. Allocated on first use; freed when the last holder drops it. */
+class Buffer {
+ public:
+  Buffer(std::string device, DType dtype, size_t size);
+  ~Buffer();
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+  const std::string& device() const { return device_; }
+  DType dtype() const { return dtype_; }
+  size_t size() const { return size_; }
+  size_t nbytes() const { return size_ * size_t(dtype_.itemsize()); }
+  bool allocated() const { return ptr_ != nullptr; }
+  void* ptr();  // allocates on first use
+  void copyin(const void* host, size_t bytes);
+  void copyout(void* host, size_t bytes);
+
+ private:
+  std::string device_;
+  DType dtype_;
+  size_t size_;
+  void* ptr_ = nullptr;
+  Device* dev_ = nullptr;
+};
+
+}  // namespace tg

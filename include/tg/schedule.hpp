@@ -1,0 +1,46 @@
+#pragma once
+// The scheduler: from tensor-graph UOps to a list of kernels (rangeify + fusion), and the engine that runs them.
+// Thread-safety: scheduling and running are not reentrant; call from one thread at a time.
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "tg/device.hpp"
+#include "tg/uop.hpp"
+
+namespace tg {
+
+/** One unit of work: a kernel (ast = SINK of STOREs into PARAM 0.., see codegen.hpp) or a COPY between buffers. */
+struct ScheduleItem {
+  enum class Kind { Kernel, Copy } kind = Kind::Kernel;
+  UOpRef ast;                                  // kernel AST (PARAM i is bufs[i])
+  std::vector<std::shared_ptr<Buffer>> bufs;   // outputs first
+  std::string device;
+};
+
+/** Kernels in dependency order, and what each realised tensor-graph node became (a view of its buffer). */
+struct Schedule {
+  std::vector<ScheduleItem> items;
+  std::vector<std::pair<UOpRef, UOpRef>> becomes;
+};
+
+/** Split the graphs under `roots` into kernels. Movement ops become index arithmetic; elementwise ops and
+ *  reductions fuse; reductions that are expanded or used twice, CONTIGUOUS, COPY and the roots materialise. */
+Schedule create_schedule(std::span<const UOpRef> roots);
+/** Compile every kernel (in parallel when several are new), then run them in order. */
+void run_schedule(Schedule& s);
+
+// ---- buffers in the tensor graph
+
+/** A new BUFFER node (arg = (id, size), src = DEVICE) with its Buffer. */
+UOpRef new_buffer_uop(const std::string& device, DType dtype, size_t size);
+/** The Buffer behind a BUFFER node (null when the node is not a BUFFER). */
+std::shared_ptr<Buffer> buffer_of(const UOp* buffer_uop);
+/** The BUFFER under a contiguous view (BUFFER or RESHAPE(BUFFER)), else null. */
+const UOp* contiguous_buffer(const UOp* u);
+
+/** Number of kernels run since start (tests count kernels with it). */
+size_t kernels_run();
+
+}  // namespace tg

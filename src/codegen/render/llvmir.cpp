@@ -1,0 +1,448 @@
+// The LLVM IR renderer (tinygrad: renderer/llvmir.py): one pass over the linear program emitting textual
+// LLVM 19 IR with opaque pointers. Loops are header-tested blocks with a phi counter (runtime trip counts may be
+// 0), gated loads are a branch diamond, accumulators are allocas in the entry block. bool is i1 in registers
+// and i8 in memory; float16/bfloat16 are `half`/`bfloat` and compute in float.
+#include <cctype>
+#include <cinttypes>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "linear.hpp"
+#include "tg/error.hpp"
+#include "tg/render.hpp"
+
+namespace tg {
+
+using render_detail::check_linear;
+using render_detail::describe;
+using render_detail::end_range;
+
+namespace {
+
+bool is16(DType d) { return d.scalar == Scalar::Float16 || d.scalar == Scalar::BFloat16; }
+bool is_signed_int(DType d) { return dtypes::is_int(d) && !dtypes::is_unsigned(d); }
+
+// Register type of a scalar dtype.
+std::string ltype(DType d) {
+  if (d.ptr) return "ptr";
+  switch (d.scalar) {
+    case Scalar::Void: return "void";
+    case Scalar::Bool: return "i1";
+    case Scalar::Float16: return "half";
+    case Scalar::BFloat16: return "bfloat";
+    case Scalar::Float32: return "float";
+    case Scalar::Float64: return "double";
+    default: return "i" + std::to_string(d.bitsize());
+  }
+}
+// Memory type: bool is a byte.
+std::string mtype(DType d) { return d.scalar == Scalar::Bool ? "i8" : ltype(d); }
+std::string fsuffix(DType d) { return d.scalar == Scalar::Float64 ? "f64" : "f32"; }
+
+std::string hex64(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%016" PRIX64, v);
+  return buf;
+}
+
+// Helpers defined in the module when used: exact conversions the x86 backend would otherwise do with libcalls.
+const std::map<std::string, std::string>& helper_defs() {
+  static const std::map<std::string, std::string> defs = {
+      {"tg.bf2f", R"(define internal float @tg.bf2f(bfloat %x) alwaysinline nounwind {
+  %b = bitcast bfloat %x to i16
+  %z = zext i16 %b to i32
+  %s = shl i32 %z, 16
+  %f = bitcast i32 %s to float
+  ret float %f
+}
+)"},
+      {"tg.f2bf", R"(define internal bfloat @tg.f2bf(float %x) alwaysinline nounwind {
+  %u = bitcast float %x to i32
+  %a = and i32 %u, 2147483647
+  %nan = icmp ugt i32 %a, 2139095040
+  %hi = lshr i32 %u, 16
+  %q = or i32 %hi, 64
+  %lsb = and i32 %hi, 1
+  %r1 = add i32 %u, 32767
+  %r2 = add i32 %r1, %lsb
+  %r3 = lshr i32 %r2, 16
+  %res = select i1 %nan, i32 %q, i32 %r3
+  %t = trunc i32 %res to i16
+  %b = bitcast i16 %t to bfloat
+  ret bfloat %b
+}
+)"},
+      // double -> half rounded once: round to odd into float (24 bits >= 11 + 2), then to nearest even.
+      {"tg.d2h", R"(define internal half @tg.d2h(double %d) alwaysinline nounwind {
+  %f = fptrunc double %d to float
+  %back = fpext float %f to double
+  %inexact = fcmp one double %back, %d
+  %u = bitcast float %f to i32
+  %af = call double @llvm.fabs.f64(double %back)
+  %ad = call double @llvm.fabs.f64(double %d)
+  %away = fcmp ogt double %af, %ad
+  %dec = zext i1 %away to i32
+  %u1 = sub i32 %u, %dec
+  %u2 = or i32 %u1, 1
+  %u3 = select i1 %inexact, i32 %u2, i32 %u
+  %f2 = bitcast i32 %u3 to float
+  %h = fptrunc float %f2 to half
+  ret half %h
+}
+declare double @llvm.fabs.f64(double)
+)"},
+  };
+  return defs;
+}
+
+// State of one render.
+class LLVMEmitter {
+ public:
+  LLVMEmitter(const std::string& name, const render_detail::LinearInfo& info) : name_(name), info_(info) {}
+
+  std::string run(const std::vector<const UOp*>& program) {
+    for (size_t i = 0; i < info_.params.size(); i++) {
+      std::string p = "%data" + std::to_string(i);
+      entry_ += "  %bufp" + std::to_string(i) + " = getelementptr inbounds ptr, ptr %bufs, i64 " + std::to_string(i) + "\n";
+      entry_ += "  " + p + " = load ptr, ptr %bufp" + std::to_string(i) + ", align 8\n";
+      r_[info_.params[i]] = p;
+    }
+    for (size_t j = 0; j < info_.vars.size(); j++) {
+      const UOp* v = info_.vars[j];
+      std::string n = "%var" + std::to_string(j), js = std::to_string(j);
+      entry_ += "  %varp" + js + " = getelementptr inbounds i64, ptr %vars, i64 " + js + "  ; " +
+                render_detail::comment_safe(std::get<VarArg>(v->arg).name) + "\n";
+      if (v->dtype.bitsize() == 64) {
+        entry_ += "  " + n + " = load i64, ptr %varp" + js + ", align 8\n";
+      } else {
+        entry_ += "  %var64." + js + " = load i64, ptr %varp" + js + ", align 8\n";
+        entry_ += "  " + n + " = trunc i64 %var64." + js + " to " + ltype(v->dtype) + "\n";
+      }
+      r_[v] = n;
+    }
+    for (size_t i = 0; i < program.size(); i++) emit(program[i], i);
+
+    std::string out = "; kernel " + name_ + " (tg LLVM renderer)\n\n";
+    out += "define void @" + name_ + "(ptr nocapture readonly %bufs, ptr nocapture readonly %vars) #0 {\nentry:\n";
+    out += entry_ + body_ + "  ret void\n}\n\n";
+    for (const std::string& h : helpers_) out += helper_defs().at(h) + "\n";
+    for (const std::string& d : decls_) out += d + "\n";
+    out += "\nattributes #0 = { nounwind \"no-trapping-math\"=\"true\" }\n";
+    return out;
+  }
+
+ private:
+  std::string tmp() { return "%t" + std::to_string(ntmp_++); }
+  void ins(const std::string& s) { body_ += "  " + s + "\n"; }
+  void label(const std::string& l) {
+    body_ += l + ":\n";
+    block_ = l;
+  }
+  // A new temporary holding the result of `rhs` (an instruction without its "%x = ").
+  std::string val(const std::string& rhs) {
+    std::string t = tmp();
+    ins(t + " = " + rhs);
+    return t;
+  }
+  std::string intrinsic(const std::string& fn, DType d, const std::vector<std::string>& args) {
+    std::string T = ltype(d), sig, call;
+    for (size_t i = 0; i < args.size(); i++) {
+      sig += (i ? ", " : "") + T;
+      call += (i ? ", " : "") + T + " " + args[i];
+    }
+    std::string full = "llvm." + fn + "." + (dtypes::is_float(d) ? fsuffix(d) : T);
+    decls_.insert("declare " + T + " @" + full + "(" + sig + ")");
+    return val("call " + T + " @" + full + "(" + call + ")");
+  }
+  std::string helper(const std::string& fn, const std::string& ret, const std::string& arg) {
+    helpers_.insert(fn);
+    return val("call " + ret + " @" + fn + "(" + arg + ")");
+  }
+
+  std::string lconst(const UOp* c) {
+    DType d = c->dtype;
+    if (dtypes::is_float(d)) {
+      double v = std::get<double>(c->arg);
+      char buf[16];
+      if (d.scalar == Scalar::Float16) {
+        std::snprintf(buf, sizeof buf, "0xH%04X", unsigned(float_to_half_bits(float(v))));
+        return buf;
+      }
+      if (d.scalar == Scalar::BFloat16) {
+        std::snprintf(buf, sizeof buf, "0xR%04X", unsigned(float_to_bf16_bits(float(v))));
+        return buf;
+      }
+      // float and double literals are the double's bits (a float's value is exact in double).
+      if (std::isnan(v)) return hex64(std::signbit(v) ? 0xFFF8000000000000ull : 0x7FF8000000000000ull);
+      if (d.scalar == Scalar::Float32) v = double(float(v));  // LLVM rejects float literals that are not floats
+      uint64_t bits;
+      std::memcpy(&bits, &v, 8);
+      return hex64(bits);
+    }
+    int64_t v = std::get<int64_t>(c->arg);
+    if (dtypes::is_bool(d)) return v ? "true" : "false";
+    int bits = d.bitsize();
+    if (bits < 64) v = int64_t(uint64_t(v) << (64 - bits)) >> (64 - bits);  // sign-extend: LLVM reads iN literals so
+    return std::to_string(v);
+  }
+
+  // float32 value of a 16-bit float, and back.
+  std::string ext_f32(const std::string& x, DType d) {
+    if (d.scalar == Scalar::Float16) return val("fpext half " + x + " to float");
+    if (d.scalar == Scalar::BFloat16) return helper("tg.bf2f", "float", "bfloat " + x);
+    return x;
+  }
+  std::string trunc_f32(const std::string& x, DType d) {
+    if (d.scalar == Scalar::Float16) return val("fptrunc float " + x + " to half");
+    if (d.scalar == Scalar::BFloat16) return helper("tg.f2bf", "bfloat", "float " + x);
+    return x;
+  }
+  // An int (or bool) converted to another int width.
+  std::string int_resize(const std::string& x, DType from, DType to) {
+    int fb = dtypes::is_bool(from) ? 1 : from.bitsize(), tb = dtypes::is_bool(to) ? 1 : to.bitsize();
+    if (fb == tb) return x;
+    if (fb > tb) return val("trunc " + ltype(from) + " " + x + " to " + ltype(to));
+    return val(std::string(is_signed_int(from) ? "sext " : "zext ") + ltype(from) + " " + x + " to " + ltype(to));
+  }
+
+  std::string cast(std::string x, DType from, DType to) {
+    if (from == to) return x;
+    if (is16(from)) {
+      x = ext_f32(x, from);
+      from = dtypes::float32;
+      if (to == from) return x;
+    }
+    bool ff = dtypes::is_float(from), tf = dtypes::is_float(to);
+    if (dtypes::is_bool(to))
+      return ff ? val("fcmp une " + ltype(from) + " " + x + ", 0.0") : val("icmp ne " + ltype(from) + " " + x + ", 0");
+    if (!ff && !tf) return int_resize(x, from, to);
+    if (!ff) {  // int/bool -> float
+      std::string cv = dtypes::is_bool(from) || dtypes::is_unsigned(from) ? "uitofp " : "sitofp ";
+      if (to == dtypes::float32 || to == dtypes::float64) return val(cv + ltype(from) + " " + x + " to " + ltype(to));
+      std::string d = val(cv + ltype(from) + " " + x + " to double");  // as exec_alu: through double
+      if (to.scalar == Scalar::Float16) return helper("tg.d2h", "half", "double " + d);
+      return trunc_f32(val("fptrunc double " + d + " to float"), to);
+    }
+    if (tf) {  // float32/float64 -> float
+      if (to == dtypes::float64) return val("fpext float " + x + " to double");
+      if (from == dtypes::float64 && to.scalar == Scalar::Float16) return helper("tg.d2h", "half", "double " + x);
+      if (from == dtypes::float64) x = val("fptrunc double " + x + " to float");
+      return to == dtypes::float32 ? x : trunc_f32(x, to);
+    }
+    // float -> int: through int64 so that values outside the target width wrap instead of being poison
+    std::string T = ltype(from);
+    if (to == dtypes::uint64) {
+      std::string big = val("fcmp oge " + T + " " + x + ", 0x43E0000000000000");  // 2^63
+      std::string u = val("fptoui " + T + " " + x + " to i64"), s = val("fptosi " + T + " " + x + " to i64");
+      return val("select i1 " + big + ", i64 " + u + ", i64 " + s);
+    }
+    std::string s = val("fptosi " + T + " " + x + " to i64");
+    return to.bitsize() == 64 ? s : val("trunc i64 " + s + " to " + ltype(to));
+  }
+
+  std::string bitcast(const std::string& x, DType from, DType to) {
+    if (ltype(from) == ltype(to)) return x;
+    if (dtypes::is_bool(to)) return val("icmp ne " + ltype(from) + " " + x + ", 0");
+    if (dtypes::is_bool(from)) return val("zext i1 " + x + " to " + ltype(to));
+    return val("bitcast " + ltype(from) + " " + x + " to " + ltype(to));
+  }
+
+  std::string float_alu(const UOp* u, DType d, const std::vector<std::string>& a) {
+    std::string T = ltype(d);
+    auto bin = [&](const char* ins) { return val(std::string(ins) + " " + T + " " + a[0] + ", " + a[1]); };
+    switch (u->op) {
+      case Ops::NEG: return val("fneg " + T + " " + a[0]);
+      case Ops::EXP2: return intrinsic("exp2", d, a);
+      case Ops::LOG2: return intrinsic("log2", d, a);
+      case Ops::SIN: return intrinsic("sin", d, a);
+      case Ops::SQRT: return intrinsic("sqrt", d, a);
+      case Ops::TRUNC: return intrinsic("trunc", d, a);
+      case Ops::POW: return intrinsic("pow", d, a);
+      case Ops::MAX: return intrinsic("maximum", d, a);  // NaN-propagating, -0 < +0
+      case Ops::MULACC: return intrinsic("fma", d, a);
+      case Ops::RECIPROCAL: return val("fdiv " + T + " 1.0, " + a[0]);
+      case Ops::ADD: return bin("fadd");
+      case Ops::SUB: return bin("fsub");
+      case Ops::MUL: return bin("fmul");
+      case Ops::FDIV: return bin("fdiv");
+      case Ops::CMPLT: return bin("fcmp olt");
+      case Ops::CMPNE: return bin("fcmp une");
+      case Ops::CMPEQ: return bin("fcmp oeq");
+      default: throw Error("[render] kernel " + name_ + ": LLVM has no rendering for " + describe(u));
+    }
+  }
+
+  std::string int_alu(const UOp* u, DType d, std::vector<std::string> a) {
+    std::string T = ltype(d);
+    bool sgn = is_signed_int(d), b = dtypes::is_bool(d);
+    auto bin = [&](const std::string& ins) { return val(ins + " " + T + " " + a[0] + ", " + a[1]); };
+    switch (u->op) {
+      case Ops::NEG: return b ? a[0] : val("sub " + T + " 0, " + a[0]);  // -b != 0 is b
+      case Ops::TRUNC: return a[0];
+      case Ops::ADD: return bin(b ? "or" : "add");
+      case Ops::SUB: return bin("sub");
+      case Ops::MUL: return bin("mul");
+      case Ops::IDIV: return bin(sgn ? "sdiv" : "udiv");
+      case Ops::MOD: return bin(sgn ? "srem" : "urem");
+      case Ops::MAX: return b ? bin("or") : intrinsic(sgn ? "smax" : "umax", d, a);
+      case Ops::CMPLT: return bin(sgn ? "icmp slt" : "icmp ult");
+      case Ops::CMPNE: return bin("icmp ne");
+      case Ops::CMPEQ: return bin("icmp eq");
+      case Ops::XOR: return bin("xor");
+      case Ops::OR: return bin("or");
+      case Ops::AND: return bin("and");
+      case Ops::SHL: case Ops::SHR:
+        a[1] = int_resize(a[1], u->src(1)->dtype, d);
+        return bin(u->op == Ops::SHL ? "shl" : sgn ? "ashr" : "lshr");
+      case Ops::MULACC: {
+        std::string m = bin("mul");
+        return val(std::string(b ? "or " : "add ") + T + " " + m + ", " + a[2]);
+      }
+      case Ops::POW: {  // as exec_alu: pow of the doubles, truncated
+        std::string cv = sgn ? "sitofp " : "uitofp ";
+        std::string x = val(cv + T + " " + a[0] + " to double"), y = val(cv + T + " " + a[1] + " to double");
+        std::string p = intrinsic("pow", dtypes::float64, {x, y});
+        return int_resize(val("fptosi double " + p + " to i64"), dtypes::int64, d);
+      }
+      default: throw Error("[render] kernel " + name_ + ": LLVM has no rendering for " + describe(u));
+    }
+  }
+
+  std::string alu(const UOp* u) {
+    std::vector<std::string> a;
+    for (const UOpRef& s : u->src()) a.push_back(r_.at(s.get()));
+    if (u->op == Ops::WHERE)
+      return val("select i1 " + a[0] + ", " + ltype(u->dtype) + " " + a[1] + ", " + ltype(u->dtype) + " " + a[2]);
+    DType cdt = is_comparison(u->op) ? u->src(0)->dtype : u->dtype;
+    if (is16(cdt)) {  // compute in float32, round after the op
+      for (std::string& x : a) x = ext_f32(x, cdt);
+      std::string res = float_alu(u, dtypes::float32, a);
+      return is_comparison(u->op) ? res : trunc_f32(res, u->dtype);
+    }
+    return dtypes::is_float(cdt) ? float_alu(u, cdt, a) : int_alu(u, cdt, a);
+  }
+
+  void emit(const UOp* u, size_t i) {
+    auto s = [&](size_t k) -> const std::string& { return r_.at(u->src(k)); };
+    std::string id = std::to_string(i), v = "%v" + id;
+    switch (u->op) {
+      case Ops::PARAM: case Ops::DEFINE_VAR: case Ops::SINK: return;
+      case Ops::CONST: r_[u] = lconst(u); return;
+      case Ops::AFTER: r_[u] = s(0); return;  // ordering only
+      case Ops::DEFINE_REG:
+        entry_ += "  " + v + " = alloca [" + std::to_string(u->dtype.size) + " x " + mtype(u->dtype.base()) + "], align 16\n";
+        r_[u] = v;
+        return;
+      case Ops::INDEX:
+        ins(v + " = getelementptr inbounds " + mtype(u->dtype.base()) + ", ptr " + s(0) + ", " + ltype(u->src(1)->dtype) +
+            " " + s(1));
+        r_[u] = v;
+        return;
+      case Ops::LOAD: {
+        DType d = u->dtype;
+        auto load = [&]() {
+          std::string x = val("load " + mtype(d) + ", ptr " + s(0));
+          return dtypes::is_bool(d) ? val("icmp ne i8 " + x + ", 0") : x;
+        };
+        if (u->nsrc() == 1) {
+          r_[u] = load();
+          return;
+        }
+        std::string pre = block_, lb = "G" + id + ".load", jb = "G" + id + ".join";
+        ins("br i1 " + s(2) + ", label %" + lb + ", label %" + jb);
+        label(lb);
+        std::string x = load();
+        ins("br label %" + jb);
+        label(jb);
+        ins(v + " = phi " + ltype(d) + " [ " + x + ", %" + lb + " ], [ " + s(1) + ", %" + pre + " ]");
+        r_[u] = v;
+        return;
+      }
+      case Ops::STORE: {
+        DType d = u->src(1)->dtype;
+        std::string x = dtypes::is_bool(d) ? val("zext i1 " + s(1) + " to i8") : s(1);
+        ins("store " + mtype(d) + " " + x + ", ptr " + s(0));
+        return;
+      }
+      case Ops::RANGE: {
+        std::string T = ltype(u->dtype), L = "L" + id, pre = block_;
+        ins("br label %" + L + ".hdr");
+        label(L + ".hdr");
+        ins(v + " = phi " + T + " [ 0, %" + pre + " ], [ " + v + ".next, %" + L + ".latch ]");
+        std::string c = val(std::string(is_signed_int(u->dtype) ? "icmp slt " : "icmp ult ") + T + " " + v + ", " + s(0));
+        ins("br i1 " + c + ", label %" + L + ".body, label %" + L + ".exit");
+        label(L + ".body");
+        r_[u] = v;
+        return;
+      }
+      case Ops::END: {
+        const UOp* rng = end_range(u);
+        std::string L = "L" + std::to_string(range_pos(rng)), rv = r_.at(rng), T = ltype(rng->dtype);
+        ins("br label %" + L + ".latch");
+        label(L + ".latch");
+        // r < end <= max of the dtype, so r + 1 wraps neither way
+        ins(rv + ".next = add nuw " + std::string(is_signed_int(rng->dtype) ? "nsw " : "") + T + " " + rv + ", 1");
+        ins("br label %" + L + ".hdr");
+        label(L + ".exit");
+        return;
+      }
+      case Ops::IF:
+        ins("br i1 " + s(0) + ", label %I" + id + ".then, label %I" + id + ".end");
+        label("I" + id + ".then");
+        if_ids_[u] = id;
+        return;
+      case Ops::ENDIF: {
+        std::string I = "I" + if_ids_.at(u->src(0));
+        ins("br label %" + I + ".end");
+        label(I + ".end");
+        return;
+      }
+      case Ops::CAST: r_[u] = cast(s(0), u->src(0)->dtype, u->dtype); return;
+      case Ops::BITCAST: r_[u] = bitcast(s(0), u->src(0)->dtype, u->dtype); return;
+      default: r_[u] = alu(u); return;
+    }
+  }
+
+  size_t range_pos(const UOp* rng) const {
+    std::string v = r_.at(rng);  // "%v<pos>"
+    return size_t(std::stoull(v.substr(2)));
+  }
+
+  const std::string& name_;
+  const render_detail::LinearInfo& info_;
+  std::unordered_map<const UOp*, std::string> r_;
+  std::unordered_map<const UOp*, std::string> if_ids_;
+  std::string entry_, body_, block_ = "entry";
+  std::set<std::string> decls_, helpers_;
+  int ntmp_ = 0;
+};
+
+bool valid_symbol(const std::string& s) {
+  if (s.empty() || std::isdigit(static_cast<unsigned char>(s[0]))) return false;
+  for (char c : s)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_')) return false;
+  return true;
+}
+
+}  // namespace
+
+bool LLVMRenderer::supports(DType dt) const {
+  if (dt.ptr) dt = dt.base();
+  if (dt.count != 1) return false;
+  switch (dt.scalar) {
+    case Scalar::Index: case Scalar::WeakInt: case Scalar::WeakFloat: case Scalar::Fp8E4M3: case Scalar::Fp8E5M2:
+      return false;
+    default: return true;
+  }
+}
+
+std::string LLVMRenderer::render(const std::string& name, const std::vector<const UOp*>& program) {
+  auto info = check_linear("render", name, program, [this](DType d) { return supports(d); });
+  if (!valid_symbol(name)) throw Error("[render] kernel name '" + name + "' is not a valid symbol");
+  return LLVMEmitter(name, info).run(program);
+}
+
+}  // namespace tg

@@ -1,0 +1,371 @@
+// The backend-independent half of include/tg/device.hpp: the allocator's cache of freed blocks, the device
+// registry, the program caches (memory and disk) and Buffer.
+#include "tg/device.hpp"
+
+#define XXH_STATIC_LINKING_ONLY
+#include <unistd.h>
+#include <xxhash.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <new>
+#include <set>
+#include <thread>
+
+#include "tg/env.hpp"
+
+namespace tg {
+
+namespace fs = std::filesystem;
+
+// ---------------------------------------------------------------- Allocator
+
+namespace {
+// Bytes of freed blocks kept for reuse (TG_ALLOC_CACHE_MB, default 1 GiB).
+size_t alloc_cache_limit() {
+  int64_t mb = getenv_int("TG_ALLOC_CACHE_MB", 1024);
+  return mb <= 0 ? 0 : size_t(mb) << 20;
+}
+}  // namespace
+
+void* Allocator::alloc(size_t bytes) {
+  alloc_cache_limit();  // a malformed TG_ALLOC_CACHE_MB surfaces here rather than in a destructor
+  {
+    std::lock_guard lk(mu_);
+    if (auto it = by_size_.find(bytes); it != by_size_.end()) {
+      auto lit = it->second.back();  // the most recently freed block of this size
+      it->second.pop_back();
+      if (it->second.empty()) by_size_.erase(it);
+      void* p = lit->second;
+      lru_.erase(lit);
+      cached_ -= bytes;
+      return p;
+    }
+  }
+  void* p = nullptr;
+  try {
+    p = alloc_raw(bytes);
+  } catch (const std::bad_alloc&) {
+  }
+  if (!p && cached_bytes() > 0) {  // out of memory: give the cached blocks back and try once more
+    clear_cache();
+    p = alloc_raw(bytes);
+  }
+  if (!p) throw Error("[alloc] out of memory allocating " + std::to_string(bytes) + " bytes");
+  return p;
+}
+
+void Allocator::free(void* p, size_t bytes) {
+  if (!p) return;
+  size_t limit = 0;
+  try {
+    limit = alloc_cache_limit();
+  } catch (const Error&) {  // reported by alloc(); here the block is simply not cached
+  }
+  std::vector<std::pair<size_t, void*>> victims;
+  {
+    std::lock_guard lk(mu_);
+    if (bytes > limit) {
+      victims.emplace_back(bytes, p);
+    } else {
+      lru_.emplace_front(bytes, p);
+      by_size_[bytes].push_back(lru_.begin());
+      cached_ += bytes;
+      while (cached_ > limit) {  // evict the least recently freed; it is the oldest entry of its size
+        auto last = std::prev(lru_.end());
+        auto it = by_size_.find(last->first);
+        it->second.erase(it->second.begin());
+        if (it->second.empty()) by_size_.erase(it);
+        cached_ -= last->first;
+        victims.push_back(*last);
+        lru_.erase(last);
+      }
+    }
+  }
+  for (auto& [n, q] : victims) free_raw(q, n);
+}
+
+void Allocator::clear_cache() {
+  std::list<std::pair<size_t, void*>> all;
+  {
+    std::lock_guard lk(mu_);
+    all.swap(lru_);
+    by_size_.clear();
+    cached_ = 0;
+  }
+  for (auto& [n, q] : all) free_raw(q, n);
+}
+
+size_t Allocator::cached_bytes() const {
+  std::lock_guard lk(mu_);
+  return cached_;
+}
+
+// ---------------------------------------------------------------- registry
+
+namespace {
+
+struct Registry {
+  std::recursive_mutex mu;  // recursive: a factory may look up another device
+  struct Backend {
+    DeviceFactory factory;
+    int priority;
+  };
+  std::map<std::string, Backend> backends;
+  std::map<std::string, std::unique_ptr<Device>> devices;
+  std::set<std::string> names;  // stable storage for the strings default_device() returns
+};
+
+// Never destroyed: Buffers and Programs held by static objects may outlive any destruction order.
+Registry& registry() {
+  static Registry* r = new Registry;
+  return *r;
+}
+
+std::string upper(std::string s) {
+  for (char& c : s) c = char(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+
+std::string known_names(const Registry& r) {
+  std::string s;
+  for (auto& [n, b] : r.backends) s += (s.empty() ? "" : ", ") + n;
+  return s.empty() ? "(none registered)" : s;
+}
+
+// "cpu" -> "CPU", "CL:0" -> "CL", "CL:1" -> "CL:1"; the base must be registered.
+std::string canonical(Registry& r, const std::string& name) {
+  size_t colon = name.find(':');
+  std::string base = upper(name.substr(0, colon)), num = colon == std::string::npos ? "" : name.substr(colon + 1);
+  if (colon != std::string::npos &&
+      (num.empty() || num.size() > 9 || !std::all_of(num.begin(), num.end(), [](char c) { return c >= '0' && c <= '9'; })))
+    throw Error("[get_device] bad device name '" + name + "'; expected NAME or NAME:N, e.g. CL:1");
+  if (!r.backends.count(base))
+    throw Error("[get_device] unknown device '" + name + "'; known devices: " + known_names(r));
+  if (num.empty() || std::stoi(num) == 0) return base;
+  return base + ":" + std::to_string(std::stoi(num));
+}
+
+std::vector<std::string> by_priority(const Registry& r) {
+  std::vector<std::string> v;
+  for (auto& [n, b] : r.backends) v.push_back(n);
+  std::stable_sort(v.begin(), v.end(),
+                   [&](const std::string& a, const std::string& b) { return r.backends.at(a).priority > r.backends.at(b).priority; });
+  return v;
+}
+
+}  // namespace
+
+bool register_device(const std::string& base, DeviceFactory f, int priority) {
+  Registry& r = registry();
+  std::lock_guard lk(r.mu);
+  return r.backends.insert_or_assign(upper(base), Registry::Backend{std::move(f), priority}).second;
+}
+
+Device& get_device(const std::string& name) {
+  Registry& r = registry();
+  std::lock_guard lk(r.mu);
+  std::string full = canonical(r, name);
+  auto it = r.devices.find(full);
+  if (it != r.devices.end()) return *it->second;
+  std::string base = full.substr(0, full.find(':'));
+  std::unique_ptr<Device> d = r.backends.at(base).factory(full);
+  if (!d) throw Error("[get_device] the " + base + " backend could not open '" + full + "'");
+  return *r.devices.emplace(full, std::move(d)).first->second;
+}
+
+const std::string& default_device() {
+  Registry& r = registry();
+  std::lock_guard lk(r.mu);
+  std::string chosen;
+  if (std::string env = getenv_str("DEVICE"); !env.empty()) {
+    chosen = canonical(r, env);
+  } else {
+    for (const std::string& n : by_priority(r))
+      if (getenv_int(n, 0) == 1) {
+        chosen = n;
+        break;
+      }
+    if (chosen.empty()) {
+      if (r.backends.empty()) throw Error("[default_device] no device backends are registered");
+      chosen = by_priority(r).front();
+    }
+  }
+  return *r.names.insert(chosen).first;
+}
+
+std::vector<std::string> device_names() {
+  Registry& r = registry();
+  std::lock_guard lk(r.mu);
+  return by_priority(r);
+}
+
+// ---------------------------------------------------------------- disk cache
+
+std::string cache_dir() {
+  if (std::string d = getenv_str("TG_CACHE_DIR"); !d.empty()) return d;
+  if (std::string x = getenv_str("XDG_CACHE_HOME"); !x.empty()) return x + "/tg";
+  if (std::string h = getenv_str("HOME"); !h.empty()) return h + "/.cache/tg";
+  return (fs::temp_directory_path() / "tg-cache").string();
+}
+
+namespace {
+
+// A cache file: magic, payload size, XXH64 of the payload, payload. A torn or foreign file reads as a miss.
+constexpr char kMagic[8] = {'T', 'G', 'K', 'C', 'A', 'C', 'H', '1'};
+
+bool disk_cache_on() { return getenv_int("CACHELEVEL", 1) > 0; }
+
+fs::path cache_path(const std::string& key) {
+  if (key.empty() || !std::all_of(key.begin(), key.end(), [](char c) { return std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-'; }))
+    throw Error("[disk_cache] key '" + key + "' must be letters, digits, '_' or '-'");
+  return fs::path(cache_dir()) / "kernels" / key;
+}
+
+}  // namespace
+
+bool disk_cache_get(const std::string& key, std::vector<uint8_t>& out) {
+  if (!disk_cache_on()) return false;
+  std::ifstream f(cache_path(key), std::ios::binary);
+  if (!f) return false;
+  char magic[8];
+  uint64_t size = 0, hash = 0;
+  if (!f.read(magic, 8) || std::memcmp(magic, kMagic, 8) != 0) return false;
+  if (!f.read(reinterpret_cast<char*>(&size), 8) || !f.read(reinterpret_cast<char*>(&hash), 8)) return false;
+  if (size > (uint64_t(1) << 34)) return false;
+  std::vector<uint8_t> data(size);
+  if (size && !f.read(reinterpret_cast<char*>(data.data()), std::streamsize(size))) return false;
+  if (f.peek() != std::char_traits<char>::eof() || XXH3_64bits(data.data(), data.size()) != hash) return false;
+  out = std::move(data);
+  return true;
+}
+
+void disk_cache_put(const std::string& key, const std::vector<uint8_t>& data) {
+  if (!disk_cache_on()) return;
+  fs::path dst = cache_path(key);
+  static std::atomic<uint64_t> counter{0};
+  fs::path tmp = dst;
+  tmp += ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++) + "." +
+         std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id()) & 0xFFFF);
+  std::error_code ec;
+  fs::create_directories(dst.parent_path(), ec);
+  bool ok = false;
+  {
+    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
+    uint64_t size = data.size(), hash = XXH3_64bits(data.data(), data.size());
+    ok = f && f.write(kMagic, 8) && f.write(reinterpret_cast<const char*>(&size), 8) &&
+         f.write(reinterpret_cast<const char*>(&hash), 8) &&
+         f.write(reinterpret_cast<const char*>(data.data()), std::streamsize(data.size())) && f.flush();
+  }
+  if (ok) fs::rename(tmp, dst, ec);  // atomic: readers see the old file or the whole new one
+  if (!ok || ec) {
+    fs::remove(tmp, ec);
+    if (debug_level() >= 1) std::fprintf(stderr, "tg: could not write the kernel cache file %s\n", dst.c_str());
+  }
+}
+
+// ---------------------------------------------------------------- Device::get_program
+
+struct Device::ProgramCache {
+  static constexpr size_t kCapacity = 4096;
+  std::mutex mu;
+  std::list<std::pair<std::string, std::shared_ptr<Program>>> lru;  // most recently used first
+  std::unordered_map<std::string, decltype(lru)::iterator> map;
+};
+
+std::shared_ptr<Device::ProgramCache> Device::new_program_cache() { return std::make_shared<ProgramCache>(); }
+
+std::shared_ptr<Program> Device::get_program(const std::string& src, const std::string& name) {
+  std::string cid = compiler().id();
+  XXH3_state_t st;
+  XXH3_128bits_reset(&st);
+  for (const std::string* s : std::initializer_list<const std::string*>{&cid, &name, &src}) {
+    uint64_t n = s->size();
+    XXH3_128bits_update(&st, &n, sizeof n);
+    XXH3_128bits_update(&st, s->data(), s->size());
+  }
+  XXH128_hash_t h = XXH3_128bits_digest(&st);
+  char key[33];
+  std::snprintf(key, sizeof key, "%016llx%016llx", (unsigned long long)h.high64, (unsigned long long)h.low64);
+
+  ProgramCache& c = *programs_;
+  {
+    std::lock_guard lk(c.mu);
+    if (auto it = c.map.find(key); it != c.map.end()) {
+      c.lru.splice(c.lru.begin(), c.lru, it->second);
+      return it->second->second;
+    }
+  }
+  // Compile outside the lock so that kernels compile in parallel.
+  std::vector<uint8_t> bin;
+  std::shared_ptr<Program> prog;
+  if (disk_cache_get(key, bin)) {
+    try {
+      prog = load(bin, name);
+    } catch (const Error&) {  // an entry this build cannot load: compile afresh and replace it
+      prog = nullptr;
+    }
+  }
+  if (!prog) {
+    bin = compiler().compile(src, name);
+    disk_cache_put(key, bin);
+    prog = load(bin, name);
+  }
+  std::lock_guard lk(c.mu);
+  if (auto it = c.map.find(key); it != c.map.end()) return it->second->second;  // another thread won
+  c.lru.emplace_front(key, prog);
+  c.map[key] = c.lru.begin();
+  if (c.lru.size() > ProgramCache::kCapacity) {
+    c.map.erase(c.lru.back().first);
+    c.lru.pop_back();
+  }
+  return prog;
+}
+
+// ---------------------------------------------------------------- Buffer
+
+Buffer::Buffer(std::string device, DType dtype, size_t size) : device_(std::move(device)), dtype_(dtype), size_(size) {
+  if (dtype.ptr || dtype == dtypes::void_ || dtypes::is_weak(dtype) || dtype.scalar == Scalar::Index)
+    throw Error("[Buffer] cannot hold elements of dtype " + dtype.name() + " on " + device_);
+}
+
+Buffer::~Buffer() {
+  if (ptr_) dev_->allocator().free(ptr_, nbytes());
+}
+
+void* Buffer::ptr() {
+  if (!ptr_) {
+    dev_ = &get_device(device_);
+    ptr_ = dev_->allocator().alloc(nbytes());
+  }
+  return ptr_;
+}
+
+namespace {
+void check_size(const char* op, const Buffer& b, size_t bytes) {
+  if (bytes != b.nbytes())
+    throw Error(std::string("[Buffer::") + op + "] got " + std::to_string(bytes) + " bytes, the buffer holds " +
+                std::to_string(b.nbytes()) + " bytes (" + std::to_string(b.size()) + " x " + b.dtype().name() + " on " +
+                b.device() + ")");
+}
+}  // namespace
+
+void Buffer::copyin(const void* host, size_t bytes) {
+  check_size("copyin", *this, bytes);
+  void* p = ptr();
+  dev_->allocator().copyin(p, host, bytes);
+}
+
+void Buffer::copyout(void* host, size_t bytes) {
+  check_size("copyout", *this, bytes);
+  void* p = ptr();
+  dev_->allocator().copyout(host, p, bytes);
+}
+
+}  // namespace tg

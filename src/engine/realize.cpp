@@ -1,0 +1,133 @@
+// The engine: lower and compile each kernel of a schedule (cached, in parallel when several are new), then
+// run them in order. DEBUG=2 prints one line per kernel launched.
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <future>
+#include <list>
+#include <mutex>
+#include <unordered_map>
+
+#include "tg/codegen.hpp"
+#include "tg/env.hpp"
+#include "tg/schedule.hpp"
+
+namespace tg {
+
+namespace {
+
+std::atomic<size_t> g_kernels_run{0};
+
+struct Runner {
+  CompiledKernel kernel;
+  std::shared_ptr<Program> program;
+  std::string device;
+};
+
+// Lowered + compiled kernels by (AST node, device). The AST is interned, so the node identifies the kernel;
+// the cache keeps it alive. Bounded: least recently used entries go first.
+struct KernelCache {
+  std::mutex mu;
+  std::list<std::pair<std::pair<UOpRef, std::string>, std::shared_ptr<Runner>>> lru;
+  std::unordered_map<std::string, std::unordered_map<const UOp*, decltype(lru)::iterator>> index;
+  static constexpr size_t kMax = 2048;
+
+  std::shared_ptr<Runner> get(const UOp* ast, const std::string& dev) {
+    std::lock_guard lk(mu);
+    auto& m = index[dev];
+    auto it = m.find(ast);
+    if (it == m.end()) return nullptr;
+    lru.splice(lru.begin(), lru, it->second);
+    return it->second->second;
+  }
+  void put(const UOpRef& ast, const std::string& dev, std::shared_ptr<Runner> r) {
+    std::lock_guard lk(mu);
+    lru.emplace_front(std::make_pair(ast, dev), std::move(r));
+    index[dev][ast.get()] = lru.begin();
+    while (lru.size() > kMax) {
+      auto& back = lru.back();
+      index[back.first.second].erase(back.first.first.get());
+      lru.pop_back();
+    }
+  }
+};
+KernelCache& kernel_cache() {
+  static KernelCache* c = new KernelCache();
+  return *c;
+}
+
+std::string kernel_name(const UOp* ast) {
+  bool red = false;
+  std::vector<int64_t> dims;
+  for (const UOp* u : toposort(ast)) {
+    if (u->op == Ops::REDUCE) red = true;
+    if (u->op == Ops::RANGE && std::get<std::vector<int64_t>>(u->arg)[1] != int64_t(AxisType::Reduce) &&
+        u->src(0)->op == Ops::CONST)
+      dims.push_back(u->src(0)->const_int());
+  }
+  std::string n = red ? "r" : "E";
+  for (int64_t d : dims) n += "_" + std::to_string(d);
+  if (dims.empty()) n += "_1";
+  return n;
+}
+
+std::shared_ptr<Runner> compile_item(const ScheduleItem& it) {
+  Device& dev = get_device(it.device);
+  auto r = std::make_shared<Runner>();
+  r->device = it.device;
+  r->kernel = lower_kernel(it.ast, kernel_name(it.ast.get()), dev.renderer());
+  r->program = dev.get_program(r->kernel.src, r->kernel.name);
+  return r;
+}
+
+}  // namespace
+
+size_t kernels_run() { return g_kernels_run.load(); }
+
+void run_schedule(Schedule& s) {
+  int dbg = debug_level();
+  // 1. Compile everything first: a kernel that fails to compile leaves every live tensor untouched.
+  std::vector<std::shared_ptr<Runner>> runners(s.items.size());
+  std::vector<size_t> missing;
+  for (size_t i = 0; i < s.items.size(); i++) {
+    if (s.items[i].kind != ScheduleItem::Kind::Kernel) continue;
+    runners[i] = kernel_cache().get(s.items[i].ast.get(), s.items[i].device);
+    if (!runners[i]) missing.push_back(i);
+  }
+  if (missing.size() > 1) {
+    std::vector<std::future<std::shared_ptr<Runner>>> fut;
+    for (size_t i : missing) fut.push_back(std::async(std::launch::async, compile_item, std::cref(s.items[i])));
+    for (size_t k = 0; k < missing.size(); k++) runners[missing[k]] = fut[k].get();
+  } else if (missing.size() == 1) {
+    runners[missing[0]] = compile_item(s.items[missing[0]]);
+  }
+  for (size_t i : missing) kernel_cache().put(s.items[i].ast, s.items[i].device, runners[i]);
+  // 2. Run in order.
+  for (size_t i = 0; i < s.items.size(); i++) {
+    ScheduleItem& it = s.items[i];
+    if (it.kind == ScheduleItem::Kind::Copy) {
+      std::vector<uint8_t> host(it.bufs[1]->nbytes());
+      it.bufs[1]->copyout(host.data(), host.size());
+      it.bufs[0]->copyin(host.data(), host.size());
+      if (dbg >= 2)
+        std::fprintf(stderr, "*** %-6s copy %8zu bytes %s -> %s\n", it.device.c_str(), host.size(),
+                     it.bufs[1]->device().c_str(), it.bufs[0]->device().c_str());
+      continue;
+    }
+    Runner& r = *runners[i];
+    std::vector<void*> ptrs;
+    for (auto& b : it.bufs) ptrs.push_back(b->ptr());
+    auto t0 = std::chrono::steady_clock::now();
+    LaunchDims dims;
+    r.program->run(ptrs.data(), nullptr, dims);
+    if (dbg >= 2) get_device(it.device).synchronize();
+    double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    size_t n = ++g_kernels_run;
+    if (dbg >= 2)
+      std::fprintf(stderr, "*** %-6s %4zu %-24s arg %2zu mem %8.4f GB tm %10.2fus %9.2f GFLOPS %8.2f GB/s\n",
+                   it.device.c_str(), n, r.kernel.name.c_str(), it.bufs.size(), r.kernel.mem_bytes / 1e9, us,
+                   r.kernel.flops / us / 1e3, r.kernel.mem_bytes / us / 1e3);
+  }
+}
+
+}  // namespace tg

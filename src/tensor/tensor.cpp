@@ -1,0 +1,766 @@
+// Tensor: creation, elementwise ops with broadcasting and promotion, movement, reductions, realize.
+#include "tg/tensor.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <mutex>
+#include <numeric>
+
+#include "tg/device.hpp"
+#include "tg/pattern.hpp"
+#include "tg/schedule.hpp"
+
+namespace tg {
+
+std::string shape_str(const Shape& s) {
+  std::string r = "(";
+  for (size_t i = 0; i < s.size(); i++) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + (s.size() == 1 ? ",)" : ")");
+}
+
+static int64_t numel_of(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+Shape infer_shape(Ops op, const std::vector<const Shape*>& in, const Arg& arg, DType) {
+  auto vec = [&]() -> const std::vector<int64_t>& { return std::get<std::vector<int64_t>>(arg); };
+  switch (op) {
+    case Ops::RESHAPE: case Ops::EXPAND: return vec();
+    case Ops::PERMUTE: {
+      Shape s;
+      for (int64_t a : vec()) s.push_back((*in[0])[size_t(a)]);
+      return s;
+    }
+    case Ops::PAD: {
+      Shape s = *in[0];
+      for (size_t i = 0; i < s.size(); i++) s[i] += vec()[2 * i] + vec()[2 * i + 1];
+      return s;
+    }
+    case Ops::SHRINK: {
+      Shape s = *in[0];
+      for (size_t i = 0; i < s.size(); i++) s[i] = vec()[2 * i + 1] - vec()[2 * i];
+      return s;
+    }
+    case Ops::REDUCE_AXIS: {
+      Shape s = *in[0];
+      for (int64_t a : std::get<ReduceArg>(arg).axes) s[size_t(a)] = 1;
+      return s;
+    }
+    case Ops::BUFFER: return {std::get<std::vector<int64_t>>(arg)[1]};
+    case Ops::CONST: case Ops::DEFINE_VAR: case Ops::DEVICE: return {};
+    default: return in.empty() ? Shape{} : *in[0];
+  }
+}
+
+// ---------------------------------------------------------------- live tensors
+
+namespace {
+std::mutex g_live_mu;
+std::vector<std::weak_ptr<TensorImpl>> g_live;
+
+std::shared_ptr<TensorImpl> make_impl(UOpRef u, Shape s, std::string dev, bool weak = false) {
+  auto p = std::make_shared<TensorImpl>(TensorImpl{std::move(u), std::move(s), std::move(dev), weak});
+  std::lock_guard lk(g_live_mu);
+  if (g_live.size() > 64 && (g_live.size() & (g_live.size() - 1)) == 0)
+    std::erase_if(g_live, [](auto& w) { return w.expired(); });
+  g_live.push_back(p);
+  return p;
+}
+
+std::string dev_or_default(const std::string& d) { return d.empty() ? default_device() : d; }
+
+UOpRef const_uop(DType d, double v) { return UOp::cnst(d, v); }
+
+uint64_t g_seed = 0;
+uint64_t g_rng_counter = 0;
+}  // namespace
+
+/** Substitute realised nodes in every live tensor's graph. */
+void replace_realized(const std::vector<std::pair<const UOp*, UOpRef>>& becomes) {
+  if (becomes.empty()) return;
+  std::unordered_map<const UOp*, UOpRef> map(becomes.begin(), becomes.end());
+  struct Ctx {
+    std::unordered_map<const UOp*, UOpRef>* map;
+  } ctx{&map};
+  using namespace pat;
+  static const PatternMatcher pm_becomes(table(rule(op_any<all_ops>, [](auto& m) -> UOpRef {
+    auto& mp = *m.template ctx<Ctx>().map;
+    auto it = mp.find(m.root);
+    return it == mp.end() ? UOpRef{} : it->second;
+  })));
+  std::vector<std::shared_ptr<TensorImpl>> live;
+  {
+    std::lock_guard lk(g_live_mu);
+    for (auto& w : g_live)
+      if (auto p = w.lock()) live.push_back(std::move(p));
+  }
+  for (auto& p : live) {
+    if (!p->uop || contiguous_buffer(p->uop.get()) || p->uop->op == Ops::CONST) continue;
+    if (auto it = map.find(p->uop.get()); it != map.end()) {
+      p->uop = it->second;
+      continue;
+    }
+    p->uop = graph_rewrite(p->uop, pm_becomes, &ctx, true, "becomes");
+  }
+}
+
+// ---------------------------------------------------------------- construction
+
+Tensor::Tensor() : impl_(make_impl(UOp::cnst(dtypes::float32, 0), {}, "", false)) {}
+Tensor::Tensor(UOpRef uop, Shape shape, std::string device)
+    : impl_(make_impl(std::move(uop), std::move(shape), std::move(device))) {}
+Tensor::Tensor(double v) : impl_(make_impl(UOp::cnst(dtypes::weakfloat, v), {}, "", true)) {}
+Tensor::Tensor(int v) : impl_(make_impl(UOp::cnst_int(dtypes::weakint, v), {}, "", true)) {}
+Tensor::Tensor(bool v) : impl_(make_impl(UOp::cnst_int(dtypes::bool_, v), {}, "", true)) {}
+
+const Shape& Tensor::shape() const { return impl_->shape; }
+DType Tensor::dtype() const { return impl_->uop->dtype; }
+const std::string& Tensor::device() const {
+  if (impl_->device.empty()) impl_->device = default_device();
+  return impl_->device;
+}
+int64_t Tensor::numel() const { return numel_of(shape()); }
+const UOpRef& Tensor::uop() const { return impl_->uop; }
+int64_t Tensor::size(int dim) const { return shape()[size_t(norm_axis(dim, "size"))]; }
+
+Tensor Tensor::check_numel(size_t n, const char* op) const {
+  if (size_t(numel()) != n)
+    throw Error(std::string("[") + op + "] " + std::to_string(n) + " values do not fill shape " + shape_str(shape()));
+  return *this;
+}
+
+Tensor Tensor::empty(const Shape& shape, DType dtype, const std::string& device) {
+  for (int64_t d : shape)
+    if (d < 0) throw Error("[empty] negative dimension in shape " + shape_str(shape));
+  std::string dev = dev_or_default(device);
+  auto buf = new_buffer_uop(dev, dtypes::strong(dtype), size_t(numel_of(shape)));
+  return Tensor(UOp::make(Ops::RESHAPE, buf->dtype, {buf}, std::vector<int64_t>(shape)), shape, dev);
+}
+
+Tensor Tensor::full(const Shape& shape, double value, DType dtype, const std::string& device) {
+  for (int64_t d : shape)
+    if (d < 0) throw Error("[full] negative dimension in shape " + shape_str(shape));
+  Tensor c(const_uop(dtypes::strong(dtype), value), {}, dev_or_default(device));
+  return c.reshape(Shape(shape.size(), 1)).expand(shape);
+}
+Tensor Tensor::zeros(const Shape& s, DType d, const std::string& dev) { return full(s, 0, d, dev); }
+Tensor Tensor::ones(const Shape& s, DType d, const std::string& dev) { return full(s, 1, d, dev); }
+
+Tensor Tensor::from_blob(const void* data, const Shape& shape, DType dtype, const std::string& device) {
+  Tensor t = empty(shape, dtype, device);
+  auto buf = buffer_of(contiguous_buffer(t.uop().get()));
+  buf->copyin(data, buf->nbytes());
+  return t;
+}
+
+Tensor Tensor::arange(double start, double stop, double step, DType dtype, const std::string& device) {
+  if (step == 0) throw Error("[arange] step must not be 0");
+  int64_t n = std::max<int64_t>(0, int64_t(std::ceil((stop - start) / step)));
+  DType d = dtypes::strong(dtype);
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; i++) v[size_t(i)] = start + double(i) * step;
+  Tensor t = from_blob(v.data(), {n}, dtypes::float64, device);
+  return d == dtypes::float64 ? t : t.cast(d).contiguous().realize();
+}
+
+Tensor Tensor::eye(int64_t n, int64_t m, DType dtype, const std::string& device) {
+  if (m < 0) m = n;
+  Tensor a = arange(0, double(n), 1, dtypes::int32, device).reshape({n, 1});
+  Tensor b = arange(0, double(m), 1, dtypes::int32, device).reshape({1, m});
+  return Tensor(a == b).cast(dtype);
+}
+
+// ---------------------------------------------------------------- random (threefry2x32, counter based)
+
+void Tensor::manual_seed(uint64_t seed) {
+  g_seed = seed;
+  g_rng_counter = 0;
+}
+
+namespace {
+Tensor u32(const Tensor& t, uint32_t v) { return Tensor(const_uop(dtypes::uint32, v), {}, t.device()); }
+Tensor rotl(const Tensor& x, int r) { return Tensor(x << u32(x, uint32_t(r))) | Tensor(x >> u32(x, uint32_t(32 - r))); }
+// threefry2x32-20 on (x0, x1) with key (k0, k1), all uint32.
+Tensor threefry(Tensor x0, Tensor x1, uint32_t k0, uint32_t k1) {
+  static const int rot[2][4] = {{13, 15, 26, 6}, {17, 29, 16, 24}};
+  uint32_t ks[3] = {k0, k1, k0 ^ k1 ^ 0x1BD11BDAu};
+  x0 = x0 + u32(x0, ks[0]);
+  x1 = x1 + u32(x1, ks[1]);
+  for (int i = 0; i < 5; i++) {
+    for (int r : rot[i % 2]) {
+      x0 = x0 + x1;
+      x1 = rotl(x1, r);
+      x1 = x1 ^ x0;
+    }
+    x0 = x0 + u32(x0, ks[(i + 1) % 3]);
+    x1 = x1 + u32(x1, ks[(i + 2) % 3] + uint32_t(i) + 1u);
+  }
+  return x0;
+}
+}  // namespace
+
+Tensor Tensor::rand(const Shape& shape, DType dtype, const std::string& device) {
+  if (!dtypes::is_float(dtype)) throw Error("[rand] needs a float dtype, got " + dtype.name());
+  int64_t n = numel_of(shape);
+  uint64_t call = g_rng_counter++;
+  Tensor ctr = arange(0, double(n), 1, dtypes::uint32, device);
+  Tensor bits = threefry(ctr, Tensor::zeros({n}, dtypes::uint32, device), uint32_t(g_seed ^ (g_seed >> 32)),
+                         uint32_t(call));
+  // 23 random mantissa bits under exponent 0 give a float in [1, 2); minus 1 gives [0, 1).
+  Tensor f = Tensor(Tensor(bits >> u32(bits, 9)) | u32(bits, 0x3f800000u)).bitcast(dtypes::float32) - 1.0;
+  return f.cast(dtype).reshape(shape);
+}
+
+Tensor Tensor::randn(const Shape& shape, DType dtype, const std::string& device) {
+  // Box-Muller: sqrt(-2 ln(1-u1)) * cos(2 pi u2).
+  int64_t n = numel_of(shape);
+  Tensor u = rand({2, n}, dtypes::float32, device);
+  Tensor u1 = u.shrink({{0, 1}, {0, n}}), u2 = u.shrink({{1, 2}, {0, n}});
+  Tensor r = Tensor(Tensor(1.0 - u1).log() * -2.0).sqrt() * Tensor(u2 * (2 * M_PI)).cos();
+  return r.cast(dtype).reshape(shape);
+}
+
+Tensor Tensor::randint(int64_t low, int64_t high, const Shape& shape, DType dtype, const std::string& device) {
+  if (high <= low) throw Error("[randint] needs low < high, got " + std::to_string(low) + ", " + std::to_string(high));
+  if (!dtypes::is_int(dtype)) throw Error("[randint] needs an int dtype, got " + dtype.name());
+  Tensor u = rand(shape, dtypes::float32, device);
+  return Tensor(u * double(high - low)).cast(dtypes::int64).alu(Ops::ADD, Tensor(int(low))).cast(dtype);
+}
+
+// ---------------------------------------------------------------- elementwise
+
+Shape Tensor::broadcast_shape(const Shape& a, const Shape& b, const char* op) {
+  size_t n = std::max(a.size(), b.size());
+  Shape out(n);
+  for (size_t i = 0; i < n; i++) {
+    int64_t da = i < n - a.size() ? 1 : a[i - (n - a.size())];
+    int64_t db = i < n - b.size() ? 1 : b[i - (n - b.size())];
+    if (da != db && da != 1 && db != 1)
+      throw Error(std::string("[") + op + "] shapes " + shape_str(a) + " and " + shape_str(b) + " do not broadcast");
+    out[i] = da == 1 ? db : da;
+  }
+  return out;
+}
+
+static Tensor broadcast_to(const Tensor& t, const Shape& s) {
+  if (t.shape() == s) return t;
+  Shape padded(s.size() - t.shape().size(), 1);
+  padded.insert(padded.end(), t.shape().begin(), t.shape().end());
+  return t.reshape(padded).expand(s);
+}
+
+Tensor Tensor::alu(Ops op, const Tensor& b) const {
+  const Tensor& a = *this;
+  bool weak = a.impl_->weak && b.impl_->weak;
+  DType out = least_upper_dtype({a.dtype(), b.dtype()});
+  if (!weak) out = dtypes::strong(out);
+  if (op == Ops::AND || op == Ops::OR || op == Ops::XOR || op == Ops::SHL || op == Ops::SHR) {
+    if (dtypes::is_float(out))
+      throw Error(std::string("[") + op_name(op) + "] bitwise ops need int or bool tensors, got " + a.dtype().name() +
+                  " and " + b.dtype().name());
+  }
+  if ((op == Ops::IDIV || op == Ops::MOD) && !dtypes::is_int(out))
+    throw Error(std::string("[") + op_name(op) + "] needs int tensors, got " + out.name());
+  Shape s = broadcast_shape(a.shape(), b.shape(), op_name(op));
+  std::string dev = a.impl_->weak ? b.device() : a.device();
+  Tensor ca = broadcast_to(a.cast(out), s), cb = broadcast_to(b.cast(out), s);
+  DType rd = is_comparison(op) ? dtypes::bool_ : out;
+  Tensor r(UOp::make(op, rd, {ca.uop(), cb.uop()}), s, dev);
+  r.impl_->weak = weak;
+  return r;
+}
+
+Tensor Tensor::cast(DType d) const {
+  if (dtype() == d) return *this;
+  if (impl_->uop->op == Ops::CONST) {  // fold: a constant of the new dtype
+    const UOp* c = impl_->uop.get();
+    double v = dtypes::is_float(c->dtype) ? c->const_float() : double(c->const_int());
+    UOpRef u = dtypes::is_float(d) || dtypes::is_bool(d) ? UOp::cnst(d, v) : UOp::cnst_int(d, c->const_int());
+    Tensor out(u, shape(), impl_->device);
+    out.impl_->weak = impl_->weak && dtypes::is_weak(d);
+    return out;
+  }
+  return Tensor(UOp::make(Ops::CAST, d, {uop()}), shape(), impl_->device);
+}
+
+Tensor Tensor::bitcast(DType d) const {
+  if (d.itemsize() != dtype().itemsize())
+    throw Error("[bitcast] " + dtype().name() + " and " + d.name() + " have different sizes");
+  return Tensor(UOp::make(Ops::BITCAST, d, {uop()}), shape(), impl_->device);
+}
+
+namespace {
+Tensor unary(const Tensor& t, Ops op, bool needs_float = true) {
+  Tensor x = t;
+  if (needs_float && !dtypes::is_float(t.dtype()))
+    x = t.cast(t.impl()->weak ? dtypes::weakfloat : least_upper_float(dtypes::strong(t.dtype())));
+  const UOp* u = x.uop().get();
+  if (u->op == Ops::CONST) {  // fold now: constants stay constants (and weak ones stay weak)
+    Value v;
+    if (dtypes::is_float(u->dtype)) v.f = u->const_float();
+    else v.i = u->const_int();
+    Value r = exec_alu(op, u->dtype, std::span<const Value>(&v, 1), u->dtype);
+    UOpRef c = dtypes::is_float(u->dtype) ? UOp::cnst(u->dtype, r.f) : UOp::cnst_int(u->dtype, r.i);
+    Tensor out(c, x.shape(), x.impl()->device);
+    out.impl()->weak = x.impl()->weak;
+    return out;
+  }
+  return Tensor(UOp::make(op, x.dtype(), {x.uop()}), x.shape(), x.device());
+}
+}  // namespace
+
+Tensor Tensor::neg() const {
+  if (dtypes::is_bool(dtype())) return logical_not();
+  return unary(*this, Ops::NEG, false);
+}
+Tensor Tensor::exp2() const { return unary(*this, Ops::EXP2); }
+Tensor Tensor::log2() const { return unary(*this, Ops::LOG2); }
+Tensor Tensor::exp() const { return Tensor(*this * (1.0 / M_LN2)).exp2(); }
+Tensor Tensor::log() const { return Tensor(log2() * M_LN2); }
+Tensor Tensor::sin() const { return unary(*this, Ops::SIN); }
+Tensor Tensor::cos() const { return Tensor(*this + M_PI / 2).sin(); }
+Tensor Tensor::sqrt() const { return unary(*this, Ops::SQRT); }
+Tensor Tensor::reciprocal() const { return unary(*this, Ops::RECIPROCAL); }
+Tensor Tensor::trunc() const { return dtypes::is_float(dtype()) ? unary(*this, Ops::TRUNC) : *this; }
+Tensor Tensor::maximum(const Tensor& b) const { return alu(Ops::MAX, b); }
+Tensor Tensor::minimum(const Tensor& b) const {
+  if (dtypes::is_bool(dtype()) && dtypes::is_bool(b.dtype())) return alu(Ops::AND, b);
+  return Tensor(-Tensor(-*this).maximum(-b));
+}
+Tensor Tensor::relu() const { return maximum(Tensor(0)); }
+Tensor Tensor::sigmoid() const { return Tensor(Tensor(1.0) / Tensor(1.0 + Tensor(-*this).exp())); }
+Tensor Tensor::abs() const { return dtypes::is_unsigned(dtype()) || dtypes::is_bool(dtype()) ? *this : maximum(-*this); }
+Tensor Tensor::logical_not() const {
+  Tensor b = cast(dtypes::bool_);
+  return b.alu(Ops::CMPNE, Tensor(true));
+}
+
+Tensor Tensor::where(const Tensor& a, const Tensor& b) const {
+  bool weak = a.impl_->weak && b.impl_->weak;
+  DType out = least_upper_dtype({a.dtype(), b.dtype()});
+  if (!weak) out = dtypes::strong(out);
+  if (weak) out = dtypes::strong(out);
+  Shape s = broadcast_shape(broadcast_shape(shape(), a.shape(), "where"), b.shape(), "where");
+  Tensor c = broadcast_to(cast(dtypes::bool_), s), ca = broadcast_to(a.cast(out), s), cb = broadcast_to(b.cast(out), s);
+  return Tensor(UOp::make(Ops::WHERE, out, {c.uop(), ca.uop(), cb.uop()}), s, impl_->weak ? a.device() : device());
+}
+
+Tensor Tensor::div(const Tensor& b) const {
+  DType out = least_upper_float(dtypes::strong(least_upper_dtype({dtype(), b.dtype()})));
+  Tensor x = cast(out), y = b.cast(out);
+  return x.alu(Ops::FDIV, y);
+}
+
+Tensor Tensor::idiv(const Tensor& b) const {
+  // floor division from C's truncating IDIV: q - ((a % b != 0) & ((a < 0) != (b < 0)))
+  Tensor q = alu(Ops::IDIV, b), r = alu(Ops::MOD, b);
+  Tensor fix = Tensor(r != 0) & Tensor(Tensor(*this < 0) != Tensor(b < 0));
+  return Tensor(q - fix.cast(q.dtype()));
+}
+
+Tensor Tensor::mod(const Tensor& b) const {
+  if (dtypes::is_float(least_upper_dtype({dtype(), b.dtype()}))) {
+    Tensor q = div(b);
+    Tensor fl = Tensor(q.trunc() - Tensor(Tensor(q < q.trunc()).cast(q.dtype())));
+    return Tensor(*this - fl * b);
+  }
+  // floor remainder: r + b where r != 0 and signs of r and b differ
+  Tensor r = alu(Ops::MOD, b);
+  Tensor fix = Tensor(r != 0) & Tensor(Tensor(r < 0) != Tensor(b < 0));
+  return fix.where(Tensor(r + b), r);
+}
+
+Tensor Tensor::pow(const Tensor& b) const {
+  // x^y = exp2(y * log2|x|), with the sign for negative bases and integer exponents.
+  DType out = least_upper_float(dtypes::strong(least_upper_dtype({dtype(), b.dtype()})));
+  Tensor x = cast(out), y = b.cast(out);
+  Tensor mag = Tensor(y * x.abs().log2()).exp2();
+  Tensor odd = Tensor(y.mod(Tensor(2.0)) == 1.0);
+  Tensor neg = Tensor(x < 0.0);
+  Tensor r = Tensor(neg & odd).where(-mag, mag);
+  Tensor nan_case = Tensor(neg & Tensor(y != y.trunc()));
+  r = nan_case.where(Tensor(NAN), r);
+  return Tensor(Tensor(y == 0.0).where(Tensor(1.0), r)).cast(out);
+}
+
+Tensor Tensor::contiguous() const {
+  if (impl_->uop->op == Ops::CONTIGUOUS || contiguous_buffer(impl_->uop.get())) return *this;
+  return Tensor(UOp::make(Ops::CONTIGUOUS, dtype(), {uop()}), shape(), device());
+}
+Tensor Tensor::detach() const { return Tensor(UOp::make(Ops::DETACH, dtype(), {uop()}), shape(), device()); }
+
+// ---------------------------------------------------------------- movement
+
+int64_t Tensor::norm_axis(int64_t a, const char* op) const {
+  int64_t n = ndim();
+  if (a < -std::max<int64_t>(n, 1) || a >= std::max<int64_t>(n, 1))
+    throw Error(std::string("[") + op + "] axis " + std::to_string(a) + " is out of range for shape " + shape_str(shape()));
+  return a < 0 ? a + n : a;
+}
+
+Tensor Tensor::mov(Ops op, Arg arg, Shape out) const {
+  return Tensor(UOp::make(op, dtype(), {uop()}, std::move(arg)), std::move(out), impl_->device);
+}
+
+Tensor Tensor::reshape(Shape s) const {
+  int64_t known = 1, infer = -1;
+  for (size_t i = 0; i < s.size(); i++) {
+    if (s[i] == -1) {
+      if (infer >= 0) throw Error("[reshape] only one -1 allowed in " + shape_str(s));
+      infer = int64_t(i);
+    } else if (s[i] < 0) {
+      throw Error("[reshape] negative dimension in " + shape_str(s));
+    } else {
+      known *= s[i];
+    }
+  }
+  if (infer >= 0) {
+    if (known == 0 || numel() % known != 0)
+      throw Error("[reshape] cannot reshape " + shape_str(shape()) + " into " + shape_str(s));
+    s[size_t(infer)] = numel() / known;
+  }
+  if (numel_of(s) != numel())
+    throw Error("[reshape] cannot reshape " + shape_str(shape()) + " into " + shape_str(s) + ": " +
+                std::to_string(numel()) + " elements vs " + std::to_string(numel_of(s)));
+  if (s == shape()) return *this;
+  return mov(Ops::RESHAPE, std::vector<int64_t>(s), s);
+}
+
+Tensor Tensor::permute(std::vector<int64_t> order) const {
+  if (int64_t(order.size()) != ndim())
+    throw Error("[permute] order has " + std::to_string(order.size()) + " axes, tensor has shape " + shape_str(shape()));
+  std::vector<bool> seen(order.size());
+  for (auto& a : order) {
+    a = norm_axis(a, "permute");
+    if (seen[size_t(a)]) throw Error("[permute] axis " + std::to_string(a) + " repeated");
+    seen[size_t(a)] = true;
+  }
+  bool ident = true;
+  for (size_t i = 0; i < order.size(); i++) ident &= order[i] == int64_t(i);
+  if (ident) return *this;
+  Shape s;
+  for (int64_t a : order) s.push_back(shape()[size_t(a)]);
+  return mov(Ops::PERMUTE, std::move(order), s);
+}
+
+Tensor Tensor::expand(Shape s) const {
+  if (s.size() < shape().size())
+    throw Error("[expand] cannot expand " + shape_str(shape()) + " to fewer dims " + shape_str(s));
+  Tensor t = *this;
+  if (s.size() > shape().size()) {
+    Shape p(s.size() - shape().size(), 1);
+    p.insert(p.end(), shape().begin(), shape().end());
+    t = reshape(p);
+  }
+  for (size_t i = 0; i < s.size(); i++) {
+    if (s[i] == -1) s[i] = t.shape()[i];
+    if (t.shape()[i] != s[i] && t.shape()[i] != 1)
+      throw Error("[expand] cannot expand " + shape_str(shape()) + " to " + shape_str(s));
+  }
+  if (s == t.shape()) return t;
+  return t.mov(Ops::EXPAND, std::vector<int64_t>(s), s);
+}
+
+Tensor Tensor::pad(const std::vector<std::pair<int64_t, int64_t>>& p, double value) const {
+  if (int64_t(p.size()) != ndim())
+    throw Error("[pad] " + std::to_string(p.size()) + " pairs for shape " + shape_str(shape()));
+  std::vector<int64_t> arg;
+  Shape out = shape();
+  bool any = false, neg = false;
+  for (size_t i = 0; i < p.size(); i++) {
+    arg.push_back(p[i].first);
+    arg.push_back(p[i].second);
+    any |= p[i].first != 0 || p[i].second != 0;
+    neg |= p[i].first < 0 || p[i].second < 0;
+    out[i] += p[i].first + p[i].second;
+  }
+  if (neg) {  // negative padding shrinks
+    std::vector<std::pair<int64_t, int64_t>> sh, pp;
+    for (size_t i = 0; i < p.size(); i++) {
+      sh.push_back({std::max<int64_t>(0, -p[i].first), shape()[i] - std::max<int64_t>(0, -p[i].second)});
+      pp.push_back({std::max<int64_t>(0, p[i].first), std::max<int64_t>(0, p[i].second)});
+    }
+    return shrink(sh).pad(pp, value);
+  }
+  if (!any) return *this;
+  Tensor t = mov(Ops::PAD, std::move(arg), out);
+  if (value == 0) return t;
+  // padded area = value: where(mask, x, value) with the mask made by padding ones.
+  Tensor mask(UOp::make(Ops::PAD, dtypes::bool_, {Tensor::ones(shape(), dtypes::bool_, device()).uop()}, t.uop()->arg),
+                out, device());
+  return mask.where(t, Tensor(value).cast(dtype()));
+}
+
+Tensor Tensor::shrink(const std::vector<std::pair<int64_t, int64_t>>& s) const {
+  if (int64_t(s.size()) != ndim())
+    throw Error("[shrink] " + std::to_string(s.size()) + " ranges for shape " + shape_str(shape()));
+  std::vector<int64_t> arg;
+  Shape out;
+  bool ident = true;
+  for (size_t i = 0; i < s.size(); i++) {
+    if (s[i].first < 0 || s[i].second > shape()[i] || s[i].first > s[i].second)
+      throw Error("[shrink] range [" + std::to_string(s[i].first) + ", " + std::to_string(s[i].second) +
+                  ") is out of bounds for dim " + std::to_string(i) + " of shape " + shape_str(shape()));
+    arg.push_back(s[i].first);
+    arg.push_back(s[i].second);
+    out.push_back(s[i].second - s[i].first);
+    ident &= s[i].first == 0 && s[i].second == shape()[i];
+  }
+  if (ident) return *this;
+  return mov(Ops::SHRINK, std::move(arg), out);
+}
+
+Tensor Tensor::flip(std::vector<int64_t> axes) const {
+  std::vector<int64_t> flags(static_cast<size_t>(ndim()), 0);
+  for (int64_t a : axes) flags[size_t(norm_axis(a, "flip"))] ^= 1;
+  if (std::all_of(flags.begin(), flags.end(), [](int64_t f) { return f == 0; })) return *this;
+  return mov(Ops::FLIP, std::move(flags), shape());
+}
+
+Tensor Tensor::transpose(int64_t a, int64_t b) const {
+  if (ndim() < 2 && a == 1 && b == 0) return *this;
+  a = norm_axis(a, "transpose");
+  b = norm_axis(b, "transpose");
+  std::vector<int64_t> order(static_cast<size_t>(ndim()));
+  std::iota(order.begin(), order.end(), 0);
+  std::swap(order[size_t(a)], order[size_t(b)]);
+  return permute(order);
+}
+
+Tensor Tensor::flatten(int64_t start, int64_t end) const {
+  if (ndim() == 0) return reshape({1});
+  start = norm_axis(start, "flatten");
+  end = norm_axis(end, "flatten");
+  Shape s(shape().begin(), shape().begin() + start);
+  int64_t m = 1;
+  for (int64_t i = start; i <= end; i++) m *= shape()[size_t(i)];
+  s.push_back(m);
+  s.insert(s.end(), shape().begin() + end + 1, shape().end());
+  return reshape(s);
+}
+
+Tensor Tensor::squeeze(std::optional<int64_t> dim) const {
+  Shape s;
+  if (!dim) {
+    for (int64_t d : shape())
+      if (d != 1) s.push_back(d);
+    return reshape(s);
+  }
+  if (ndim() == 0) return *this;
+  int64_t a = norm_axis(*dim, "squeeze");
+  if (shape()[size_t(a)] != 1) return *this;
+  s = shape();
+  s.erase(s.begin() + a);
+  return reshape(s);
+}
+
+Tensor Tensor::unsqueeze(int64_t dim) const {
+  int64_t n = ndim() + 1;
+  if (dim < -n || dim >= n) throw Error("[unsqueeze] dim " + std::to_string(dim) + " out of range for " + shape_str(shape()));
+  if (dim < 0) dim += n;
+  Shape s = shape();
+  s.insert(s.begin() + dim, 1);
+  return reshape(s);
+}
+
+Tensor Tensor::slice(const std::vector<Slice>& sl) const {
+  if (int64_t(sl.size()) > ndim())
+    throw Error("[slice] " + std::to_string(sl.size()) + " slices for shape " + shape_str(shape()));
+  Tensor t = *this;
+  for (size_t i = 0; i < sl.size(); i++) {
+    const Slice& s = sl[i];
+    int64_t n = shape()[i];
+    if (s.step == 0) throw Error("[slice] step must not be 0");
+    auto clampi = [&](int64_t v, int64_t lo, int64_t hi) { return std::min(std::max(v < 0 ? v + n : v, lo), hi); };
+    int64_t start, stop;
+    if (s.step > 0) {
+      start = s.start ? clampi(*s.start, 0, n) : 0;
+      stop = s.stop ? clampi(*s.stop, 0, n) : n;
+    } else {
+      start = s.start ? clampi(*s.start, -1, n - 1) : n - 1;
+      stop = s.stop ? clampi(*s.stop, -1, n - 1) : -1;
+    }
+    int64_t step = std::abs(s.step);
+    int64_t lo, hi;
+    if (s.step > 0) {
+      lo = start;
+      hi = std::max(start, stop);
+    } else {
+      lo = std::min(start, stop) + 1;
+      hi = start + 1;
+      if (stop >= start) lo = hi;
+    }
+    int64_t len = hi > lo ? (hi - lo + step - 1) / step : 0;
+    std::vector<std::pair<int64_t, int64_t>> r;
+    for (int64_t d = 0; d < t.ndim(); d++) r.push_back({0, t.shape()[size_t(d)]});
+    if (s.step > 0) r[i] = {lo, lo + std::min(hi - lo, len * step)};
+    else r[i] = {std::max(lo, hi - len * step), hi};
+    t = t.shrink(r);
+    if (s.step < 0) t = t.flip({int64_t(i)});
+    if (step > 1 && len > 0) {
+      // take every step-th element: pad to len*step, reshape (len, step), keep column 0
+      int64_t cur = t.shape()[i];
+      std::vector<std::pair<int64_t, int64_t>> p(size_t(t.ndim()), {0, 0});
+      p[i] = {0, len * step - cur};
+      t = t.pad(p);
+      Shape s2 = t.shape();
+      s2[i] = len;
+      s2.insert(s2.begin() + int64_t(i) + 1, step);
+      t = t.reshape(s2);
+      std::vector<std::pair<int64_t, int64_t>> r2;
+      for (int64_t d = 0; d < t.ndim(); d++) r2.push_back({0, t.shape()[size_t(d)]});
+      r2[i + 1] = {0, 1};
+      t = t.shrink(r2);
+      Shape s3 = t.shape();
+      s3.erase(s3.begin() + int64_t(i) + 1);
+      t = t.reshape(s3);
+    }
+  }
+  return t;
+}
+
+// ---------------------------------------------------------------- reductions
+
+Tensor Tensor::reduce(Ops op, std::vector<int64_t> axes, bool keepdim, const char* name) const {
+  if (axes.empty())
+    for (int64_t i = 0; i < ndim(); i++) axes.push_back(i);
+  std::vector<bool> red(size_t(ndim()), false);
+  for (auto& a : axes) red[size_t(a = norm_axis(a, name))] = true;
+  axes.clear();
+  for (int64_t i = 0; i < ndim(); i++)
+    if (red[size_t(i)]) axes.push_back(i);
+  Shape kept = shape(), squeezed;
+  for (int64_t i = 0; i < ndim(); i++) {
+    if (red[size_t(i)]) kept[size_t(i)] = 1;
+    else squeezed.push_back(shape()[size_t(i)]);
+  }
+  for (int64_t a : axes)
+    if (shape()[size_t(a)] == 0 && (op == Ops::MAX))
+      throw Error(std::string("[") + name + "] cannot reduce an empty axis of shape " + shape_str(shape()));
+  Tensor r = axes.empty() ? *this
+                          : Tensor(UOp::make(Ops::REDUCE_AXIS, dtype(), {uop()}, ReduceArg{op, axes}), kept, device());
+  return keepdim ? r : r.reshape(squeezed);
+}
+
+namespace {
+DType acc_dtype(DType d) {
+  if (dtypes::is_bool(d) || dtypes::is_int(d)) return dtypes::is_unsigned(d) && d.scalar == Scalar::UInt64 ? d : dtypes::int64;
+  if (d == dtypes::float16 || d == dtypes::bfloat16 || d.scalar == Scalar::Fp8E4M3 || d.scalar == Scalar::Fp8E5M2)
+    return dtypes::float32;
+  return dtypes::strong(d);
+}
+}  // namespace
+
+Tensor Tensor::sum(std::vector<int64_t> axes, bool keepdim) const {
+  DType acc = acc_dtype(dtype());
+  Tensor r = cast(acc).reduce(Ops::ADD, std::move(axes), keepdim, "sum");
+  return dtypes::is_float(dtype()) ? r.cast(dtypes::strong(dtype())) : r;
+}
+Tensor Tensor::prod(std::vector<int64_t> axes, bool keepdim) const {
+  DType acc = acc_dtype(dtype());
+  Tensor r = cast(acc).reduce(Ops::MUL, std::move(axes), keepdim, "prod");
+  return dtypes::is_float(dtype()) ? r.cast(dtypes::strong(dtype())) : r;
+}
+Tensor Tensor::max(std::vector<int64_t> axes, bool keepdim) const { return reduce(Ops::MAX, std::move(axes), keepdim, "max"); }
+Tensor Tensor::min(std::vector<int64_t> axes, bool keepdim) const {
+  if (dtypes::is_bool(dtype())) return logical_not().max(std::move(axes), keepdim).logical_not();
+  if (dtypes::is_unsigned(dtype())) {  // ~x reverses the order of unsigned values
+    return Tensor(~Tensor(~*this).max(std::move(axes), keepdim));
+  }
+  return Tensor(-Tensor(-*this).max(std::move(axes), keepdim));
+}
+Tensor Tensor::mean(std::vector<int64_t> axes, bool keepdim) const {
+  DType out = least_upper_float(dtypes::strong(dtype()));
+  Tensor s = cast(out).sum(axes, keepdim);
+  int64_t n = numel() == 0 ? 0 : numel() / std::max<int64_t>(1, s.numel());
+  return Tensor(s / double(n)).cast(out);
+}
+Tensor Tensor::softmax(int64_t axis) const {
+  Tensor m = Tensor(*this - max(axis, true)).exp();
+  return Tensor(m / m.sum(axis, true));
+}
+
+// ---------------------------------------------------------------- realize, read back, devices
+
+Tensor& Tensor::realize() {
+  realize_all({this});
+  return *this;
+}
+
+void Tensor::realize_all(std::vector<Tensor*> ts) {
+  std::vector<UOpRef> roots;
+  for (Tensor* t : ts) {
+    const UOp* u = t->uop().get();
+    if (contiguous_buffer(u) || (u->op == Ops::CONST && t->impl_->weak)) continue;
+    roots.push_back(t->uop());
+  }
+  if (roots.empty()) return;
+  Schedule s = create_schedule(roots);
+  run_schedule(s);
+  std::vector<std::pair<const UOp*, UOpRef>> becomes;
+  for (auto& [a, b] : s.becomes) becomes.emplace_back(a.get(), b);
+  replace_realized(becomes);
+}
+
+void Tensor::copy_to_host(void* dst, size_t bytes) const {
+  Tensor t = *this;
+  if (!contiguous_buffer(t.uop().get())) {
+    t = Tensor(UOp::make(Ops::CONTIGUOUS, dtype(), {uop()}), shape(), device());
+    t.realize();
+  }
+  auto buf = buffer_of(contiguous_buffer(t.uop().get()));
+  if (!buf) throw Error("[to_vector] internal: no buffer after realize");
+  if (bytes != buf->nbytes())
+    throw Error("[to_vector] " + std::to_string(bytes) + " bytes asked, buffer has " + std::to_string(buf->nbytes()));
+  buf->copyout(dst, bytes);
+}
+
+std::vector<double> Tensor::to_doubles() const {
+  DType d = dtype();
+  std::vector<double> out;
+  auto conv = [&](auto tag) {
+    using T = decltype(tag);
+    for (auto v : to_vector<T>()) out.push_back(double(v));
+  };
+  switch (dtypes::strong(d).scalar) {
+    case Scalar::Bool: conv(bool{}); break;
+    case Scalar::Int8: conv(int8_t{}); break;
+    case Scalar::UInt8: conv(uint8_t{}); break;
+    case Scalar::Int16: conv(int16_t{}); break;
+    case Scalar::UInt16: conv(uint16_t{}); break;
+    case Scalar::Int32: conv(int32_t{}); break;
+    case Scalar::UInt32: conv(uint32_t{}); break;
+    case Scalar::Int64: conv(int64_t{}); break;
+    case Scalar::UInt64: conv(uint64_t{}); break;
+    case Scalar::Float32: conv(float{}); break;
+    case Scalar::Float64: conv(double{}); break;
+    default: return cast(dtypes::float64).to_doubles();
+  }
+  return out;
+}
+
+Tensor Tensor::to(const std::string& dev) const {
+  Device& d = get_device(dev);  // throws for unknown names
+  if (d.name() == get_device(device()).name()) return *this;
+  UOpRef devu = UOp::make(Ops::DEVICE, dtypes::void_, {}, d.name());
+  return Tensor(UOp::make(Ops::COPY, dtype(), {contiguous().uop(), devu}), shape(), d.name());
+}
+
+Tensor& Tensor::assign(const Tensor& x) {
+  if (x.shape() != shape())
+    throw Error("[assign] shape " + shape_str(x.shape()) + " does not match target shape " + shape_str(shape()));
+  if (!contiguous_buffer(uop().get())) realize();
+  if (!contiguous_buffer(uop().get())) {  // a view: materialise first
+    Tensor c = contiguous();
+    c.realize();
+    impl_->uop = c.uop();
+  }
+  Tensor v = x.cast(dtype());
+  impl_->uop = UOp::make(Ops::ASSIGN, dtype(), {uop(), v.uop()});
+  return *this;
+}
+
+}  // namespace tg

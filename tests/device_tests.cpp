@@ -1,0 +1,408 @@
+// Devices: the allocator's LRU cache, the registry, Buffer, the disk and program caches, compile errors.
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <thread>
+
+#include "../backends/cpu/cpu.hpp"
+#include "tg/env.hpp"
+#include "tg/render.hpp"
+#include "tg/uop.hpp"
+
+using namespace tg;
+using cpu::CompilerKind;
+namespace fs = std::filesystem;
+
+namespace {
+
+// Counts raw allocations and frees; memory from malloc.
+class CountingAllocator : public Allocator {
+ public:
+  ~CountingAllocator() override { clear_cache(); }
+  void copyin(void*, const void*, size_t) override {}
+  void copyout(void*, const void*, size_t) override {}
+  int raw_allocs = 0;
+  std::vector<void*> raw_frees;
+
+ protected:
+  void* alloc_raw(size_t bytes) override {
+    raw_allocs++;
+    return std::malloc(bytes);
+  }
+  void free_raw(void* p, size_t) override {
+    raw_frees.push_back(p);
+    std::free(p);
+  }
+};
+
+// Sets an environment variable for one scope (and forgets tg's cached values on both ends).
+struct ScopedEnv {
+  std::string name;
+  std::string old;
+  bool had;
+  ScopedEnv(const char* n, const std::string& v) : name(n) {
+    const char* o = std::getenv(n);
+    had = o != nullptr;
+    if (had) old = o;
+    setenv(n, v.c_str(), 1);
+    env_reset_cache();
+  }
+  ~ScopedEnv() {
+    if (had) setenv(name.c_str(), old.c_str(), 1);
+    else unsetenv(name.c_str());
+    env_reset_cache();
+  }
+};
+
+// A fresh folder under the system temp dir, removed afterwards.
+struct TempDir {
+  fs::path path;
+  TempDir() {
+    std::string t = (fs::temp_directory_path() / "tg-test-XXXXXX").string();
+    REQUIRE(mkdtemp(t.data()) != nullptr);
+    path = t;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    fs::remove_all(path, ec);
+  }
+};
+
+// A CPU device whose compiler counts compilations.
+class CountingDevice : public Device {
+ public:
+  struct CountingCompiler : Compiler {
+    Compiler* inner;
+    int compiles = 0;
+    std::string id() const override { return inner->id(); }
+    std::vector<uint8_t> compile(const std::string& src, const std::string& name) override {
+      compiles++;
+      return inner->compile(src, name);
+    }
+  };
+  explicit CountingDevice(CompilerKind k) : cpu_(cpu::make_device("CPU", k)) { counting_.inner = &cpu_->compiler(); }
+  const std::string& name() const override { return cpu_->name(); }
+  Allocator& allocator() override { return cpu_->allocator(); }
+  Renderer& renderer() override { return cpu_->renderer(); }
+  Compiler& compiler() override { return counting_; }
+  std::unique_ptr<Program> load(const std::vector<uint8_t>& b, const std::string& n) override { return cpu_->load(b, n); }
+  int compiles() const { return counting_.compiles; }
+
+ private:
+  std::unique_ptr<Device> cpu_;
+  CountingCompiler counting_;
+};
+
+// out[0] = value: the smallest kernel.
+std::string store_kernel(Renderer& r, int32_t value) {
+  auto p = UOp::make(Ops::PARAM, dtypes::int32.ptr_to(), {}, int64_t(0));
+  auto z = UOp::cnst_int(dtypes::int32, 0), v = UOp::cnst_int(dtypes::int32, value);
+  auto idx = UOp::make(Ops::INDEX, p->dtype, {p, z});
+  auto st = UOp::make(Ops::STORE, dtypes::void_, {idx, v});
+  auto sink = UOp::make(Ops::SINK, dtypes::void_, {});
+  return r.render("store_k", {p.get(), z.get(), v.get(), idx.get(), st.get(), sink.get()});
+}
+
+int32_t run_store(Program& prog) {
+  int32_t out = 0;
+  void* bufs[] = {&out};
+  prog.run(bufs, nullptr, LaunchDims{});
+  return out;
+}
+
+constexpr CompilerKind kKinds[] = {CompilerKind::LLVM, CompilerKind::Clang};
+const char* kind_name(CompilerKind k) { return k == CompilerKind::LLVM ? "llvm" : "clang"; }
+
+}  // namespace
+
+TEST_CASE("the allocator reuses a freed block of the same size") {
+  CountingAllocator a;
+  void* p = a.alloc(1000);
+  a.free(p, 1000);
+  CHECK(a.cached_bytes() == 1000);
+  CHECK(a.alloc(1000) == p);
+  CHECK(a.raw_allocs == 1);
+  CHECK(a.cached_bytes() == 0);
+  void* q = a.alloc(2000);  // another size: fresh memory
+  CHECK(q != p);
+  CHECK(a.raw_allocs == 2);
+  a.free(p, 1000);
+  a.free(q, 2000);
+  a.clear_cache();
+  CHECK(a.cached_bytes() == 0);
+  CHECK(a.raw_frees.size() == 2);
+}
+
+TEST_CASE("the allocator cache is bounded by TG_ALLOC_CACHE_MB and evicts the least recently freed") {
+  ScopedEnv env("TG_ALLOC_CACHE_MB", "1");
+  CountingAllocator a;
+  constexpr size_t kB = 400 << 10;
+  void* b1 = a.alloc(kB);
+  void* b2 = a.alloc(kB);
+  void* b3 = a.alloc(kB);
+  a.free(b1, kB);
+  a.free(b2, kB);
+  CHECK(a.raw_frees.empty());
+  a.free(b3, kB);  // 1200 KiB > 1 MiB: b1, freed first, goes
+  REQUIRE(a.raw_frees.size() == 1);
+  CHECK(a.raw_frees[0] == b1);
+  CHECK(a.cached_bytes() == 2 * kB);
+  CHECK(a.alloc(kB) == b3);  // the most recently freed block comes back first
+  void* big = a.alloc(2 << 20);
+  a.free(big, 2 << 20);  // larger than the whole cache: freed at once
+  CHECK(a.raw_frees.back() == big);
+  CHECK(a.cached_bytes() == kB);
+  a.free(b3, kB);
+}
+
+TEST_CASE("an unknown device is a tg::Error naming the known ones") {
+  CHECK_THROWS_AS(get_device("NOPE"), Error);
+  try {
+    get_device("NOPE:1");
+  } catch (const Error& e) {
+    std::string m = e.what();
+    CHECK(m.find("NOPE") != std::string::npos);
+    CHECK(m.find("CPU") != std::string::npos);
+  }
+  CHECK_THROWS_AS(get_device("CPU:x"), Error);
+  CHECK_THROWS_AS(get_device("CPU:"), Error);
+}
+
+TEST_CASE("devices are created once per canonical name") {
+  static int made = 0;
+  static std::vector<std::string> names;
+  register_device("TESTDEV", [](const std::string& full) -> std::unique_ptr<Device> {
+    made++;
+    names.push_back(full);
+    return cpu::make_device(full, CompilerKind::LLVM);
+  }, -10);
+  Device& a = get_device("TESTDEV");
+  CHECK(&get_device("testdev:0") == &a);
+  Device& b = get_device("TESTDEV:2");
+  CHECK(&b != &a);
+  CHECK(&get_device("TESTDEV:2") == &b);
+  CHECK(made == 2);
+  CHECK(names == std::vector<std::string>{"TESTDEV", "TESTDEV:2"});
+  auto all = device_names();
+  CHECK(std::find(all.begin(), all.end(), "CPU") != all.end());
+  CHECK(all.back() == "TESTDEV");  // lowest priority last
+  CHECK(get_device("CPU").name() == "CPU");
+}
+
+TEST_CASE("the default device comes from DEVICE, then NAME=1, then priority") {
+  {
+    ScopedEnv d("DEVICE", "testdev");
+    CHECK(default_device() == "TESTDEV");
+  }
+  {
+    ScopedEnv d("DEVICE", "");
+    ScopedEnv t("TESTDEV", "1");
+    CHECK(default_device() == "TESTDEV");
+  }
+  ScopedEnv d("DEVICE", "");
+  CHECK(default_device() == device_names().front());
+  {
+    ScopedEnv bad("DEVICE", "NOPE");
+    CHECK_THROWS_AS(default_device(), Error);
+  }
+}
+
+TEST_CASE("CPU_COMPILER picks the CPU compiler; a bad value is a tg::Error") {
+  {
+    ScopedEnv c("CPU_COMPILER", "clang");
+    CHECK(get_device("CPU:5").compiler().id().rfind("clang", 0) == 0);
+  }
+  {
+    ScopedEnv c("CPU_COMPILER", "gcc");
+    CHECK_THROWS_AS(get_device("CPU:6"), Error);
+  }
+  CHECK(get_device("CPU:7").compiler().id().rfind("llvm", 0) == 0);
+}
+
+TEST_CASE("a Buffer allocates lazily, copies exactly its size and frees into the cache") {
+  Allocator& al = get_device("CPU").allocator();
+  al.clear_cache();
+  {
+    Buffer b("CPU", dtypes::float32, 16);
+    CHECK(!b.allocated());
+    CHECK(b.nbytes() == 64);
+    std::vector<float> in(16), out(16, 0);
+    for (int i = 0; i < 16; i++) in[size_t(i)] = float(i) * 1.25f;
+    b.copyin(in.data(), 64);
+    CHECK(b.allocated());
+    CHECK(reinterpret_cast<uintptr_t>(b.ptr()) % 64 == 0);
+    b.copyout(out.data(), 64);
+    CHECK(out == in);
+    CHECK_THROWS_AS(b.copyin(in.data(), 60), Error);
+    try {
+      b.copyout(out.data(), 68);
+    } catch (const Error& e) {
+      std::string m = e.what();
+      CHECK(m.find("68") != std::string::npos);
+      CHECK(m.find("64") != std::string::npos);
+    }
+  }
+  CHECK(al.cached_bytes() == 64);
+  Buffer c("CPU", dtypes::int32, 16);
+  c.ptr();
+  CHECK(al.cached_bytes() == 0);  // same size: reused
+  CHECK_THROWS_AS(Buffer("CPU", dtypes::index, 4), Error);
+}
+
+TEST_CASE("the disk cache round-trips, rejects damaged files and honours CACHELEVEL=0") {
+  TempDir dir;
+  ScopedEnv env("TG_CACHE_DIR", dir.path.string());
+  CHECK(cache_dir() == dir.path.string());
+  std::vector<uint8_t> data = {1, 2, 3, 250}, got;
+  disk_cache_put("abc123", data);
+  fs::path f = dir.path / "kernels" / "abc123";
+  CHECK(fs::exists(f));
+  REQUIRE(disk_cache_get("abc123", got));
+  CHECK(got == data);
+  CHECK(!disk_cache_get("missing", got));
+  {
+    std::fstream s(f, std::ios::in | std::ios::out | std::ios::binary);
+    s.seekp(-1, std::ios::end);
+    s.put(char(7));  // flip the payload: the checksum no longer matches
+  }
+  CHECK(!disk_cache_get("abc123", got));
+  std::filesystem::resize_file(f, 10);  // a torn file
+  CHECK(!disk_cache_get("abc123", got));
+  CHECK_THROWS_AS(disk_cache_put("../escape", data), Error);
+  for (auto& e : fs::directory_iterator(dir.path / "kernels"))
+    CHECK(e.path().filename().string().find(".tmp") == std::string::npos);  // no temp files left behind
+  ScopedEnv off("CACHELEVEL", "0");
+  disk_cache_put("other", data);
+  CHECK(!fs::exists(dir.path / "kernels" / "other"));
+  disk_cache_put("abc123", data);  // would repair the file if caching were on
+  CHECK(!disk_cache_get("abc123", got));
+}
+
+TEST_CASE("get_program caches in memory and on disk") {
+  TempDir dir;
+  ScopedEnv env("TG_CACHE_DIR", dir.path.string());
+  for (CompilerKind k : kKinds) {
+    CAPTURE(kind_name(k));
+    CountingDevice d1(k);
+    std::string src = store_kernel(d1.renderer(), 42);
+    auto p1 = d1.get_program(src, "store_k");
+    CHECK(run_store(*p1) == 42);
+    CHECK(d1.compiles() == 1);
+    CHECK(d1.get_program(src, "store_k") == p1);  // memory cache
+    CHECK(d1.compiles() == 1);
+    CountingDevice d2(k);  // a new device: empty memory cache, warm disk cache
+    auto p2 = d2.get_program(src, "store_k");
+    CHECK(d2.compiles() == 0);
+    CHECK(run_store(*p2) == 42);
+    std::string src2 = store_kernel(d2.renderer(), 43);
+    CHECK(run_store(*d2.get_program(src2, "store_k")) == 43);
+    CHECK(d2.compiles() == 1);
+  }
+  size_t files = 0;
+  for (auto& e : fs::directory_iterator(dir.path / "kernels")) files += e.is_regular_file();
+  CHECK(files == 4);
+}
+
+TEST_CASE("a compile error is a tg::Error with the compiler's message and the source") {
+  {
+    auto c = cpu::make_llvm_compiler();
+    std::string src = "define void @k(ptr %bufs, ptr %vars) {\n  %x = frobnicate i32 1\n  ret void\n}\n";
+    try {
+      c->compile(src, "k");
+      FAIL("no error");
+    } catch (const Error& e) {
+      std::string m = e.what();
+      CHECK(m.find(src) != std::string::npos);
+      CHECK(m.find("frobnicate") != std::string::npos);
+      CHECK(m.find("error") != std::string::npos);
+    }
+  }
+  {
+    auto c = cpu::make_clang_compiler();
+    std::string src = "void k(void* const* bufs, const long* vars) { int x = ; }\n";
+    try {
+      c->compile(src, "k");
+      FAIL("no error");
+    } catch (const Error& e) {
+      std::string m = e.what();
+      CHECK(m.find(src) != std::string::npos);
+      CHECK(m.find("expected expression") != std::string::npos);
+    }
+  }
+  ScopedEnv off("CACHELEVEL", "0");
+  CountingDevice d(CompilerKind::LLVM);
+  CHECK_THROWS_AS(d.get_program("not llvm ir", "k"), Error);
+}
+
+TEST_CASE("loading a binary without the kernel symbol is a tg::Error") {
+  for (CompilerKind k : kKinds) {
+    CAPTURE(kind_name(k));
+    auto dev = cpu::make_device("CPU", k);
+    auto bin = dev->compiler().compile(store_kernel(dev->renderer(), 1), "store_k");
+    CHECK_THROWS_AS(dev->load(bin, "other_name"), Error);
+    CHECK_THROWS_AS(dev->load({1, 2, 3}, "store_k"), Error);
+    CHECK(run_store(*dev->load(bin, "store_k")) == 1);  // the failed loads left nothing behind
+  }
+}
+
+TEST_CASE("programs can be loaded and released many times") {
+  for (CompilerKind k : kKinds) {
+    CAPTURE(kind_name(k));
+    auto dev = cpu::make_device("CPU", k);
+    auto bin = dev->compiler().compile(store_kernel(dev->renderer(), 5), "store_k");
+    auto keep = dev->load(bin, "store_k");
+    for (int i = 0; i < 200; i++) CHECK(run_store(*dev->load(bin, "store_k")) == 5);
+    CHECK(run_store(*keep) == 5);
+  }
+}
+
+TEST_CASE("kernels calling libm link against the registered runtime symbols") {
+  auto p = UOp::make(Ops::PARAM, dtypes::float32.ptr_to(), {}, int64_t(0));
+  auto z = UOp::cnst_int(dtypes::int32, 0);
+  auto idx = UOp::make(Ops::INDEX, p->dtype, {p, z});
+  auto x = UOp::make(Ops::LOAD, dtypes::float32, {idx});
+  auto y = x->alu(Ops::SIN)->alu(Ops::ADD, x->alu(Ops::EXP2))->alu(Ops::ADD, x->alu(Ops::LOG2));
+  auto st = UOp::make(Ops::STORE, dtypes::void_, {idx, y});
+  auto sink = UOp::make(Ops::SINK, dtypes::void_, {});
+  std::vector<const UOp*> prog = {p.get(), z.get(), idx.get(), x.get()};
+  for (const UOp* u : toposort(y.get()))
+    if (std::find(prog.begin(), prog.end(), u) == prog.end()) prog.push_back(u);
+  prog.push_back(st.get());
+  prog.push_back(sink.get());
+  for (CompilerKind k : kKinds) {
+    CAPTURE(kind_name(k));
+    auto dev = cpu::make_device("CPU", k);
+    auto prg = dev->load(dev->compiler().compile(dev->renderer().render("m", prog), "m"), "m");
+    float v = 1.5f;
+    void* bufs[] = {&v};
+    prg->run(bufs, nullptr, LaunchDims{});
+    CHECK(v == doctest::Approx(std::sin(1.5) + std::exp2(1.5) + std::log2(1.5)).epsilon(1e-6));
+  }
+}
+
+TEST_CASE("kernels compile, cache and load from several threads at once") {
+  TempDir dir;
+  ScopedEnv env("TG_CACHE_DIR", dir.path.string());
+  for (CompilerKind k : kKinds) {
+    CAPTURE(kind_name(k));
+    auto dev = cpu::make_device("CPU", k);
+    constexpr int T = 4, J = 3;
+    std::vector<int32_t> got(T * J, -1);
+    std::vector<std::thread> ts;
+    for (int t = 0; t < T; t++)
+      ts.emplace_back([&, t] {
+        for (int j = 0; j < J; j++) {
+          int32_t v = (j == 0 ? 1000 : t * 10 + j);  // j == 0: the same kernel in every thread
+          got[size_t(t * J + j)] = run_store(*dev->get_program(store_kernel(dev->renderer(), v), "store_k"));
+        }
+      });
+    for (auto& t : ts) t.join();
+    for (int t = 0; t < T; t++)
+      for (int j = 0; j < J; j++) CHECK(got[size_t(t * J + j)] == (j == 0 ? 1000 : t * 10 + j));
+  }
+}

@@ -1,0 +1,194 @@
+// Tensor primitives against plain C++ reference loops, and kernel counts of known programs.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <numeric>
+
+#include "tg/schedule.hpp"
+#include "tg/tensor.hpp"
+
+using namespace tg;
+
+namespace {
+std::vector<float> iota_f(size_t n, float start = 0, float step = 1) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; i++) v[i] = start + float(i) * step;
+  return v;
+}
+// Number of kernels one realize of t launches.
+size_t count_kernels(Tensor t) {
+  size_t before = kernels_run();
+  t.realize();
+  return kernels_run() - before;
+}
+}  // namespace
+
+TEST_CASE("elementwise add of two tensors") {
+  auto a = Tensor::from_vector(iota_f(6), {2, 3});
+  auto b = Tensor::from_vector(iota_f(6, 10), {2, 3});
+  Tensor c = a + b;
+  auto v = c.to_vector<float>();
+  REQUIRE(v.size() == 6);
+  for (size_t i = 0; i < 6; i++) CHECK(v[i] == float(i) + float(i) + 10);
+}
+
+TEST_CASE("broadcasting with scalars and size-1 dims") {
+  auto a = Tensor::from_vector(iota_f(3), {3, 1});
+  auto b = Tensor::from_vector(iota_f(4), {1, 4});
+  Tensor c = a * b + 1;
+  CHECK(c.shape() == Shape{3, 4});
+  auto v = c.to_vector<float>();
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 4; j++) CHECK(v[size_t(i * 4 + j)] == float(i * j + 1));
+  CHECK_THROWS_AS(Tensor(Tensor::from_vector(iota_f(3)) + Tensor::from_vector(iota_f(4))), Error);
+}
+
+TEST_CASE("dtype promotion follows torch") {
+  auto i8 = Tensor::from_vector(std::vector<int8_t>{1, 2});
+  auto u8 = Tensor::from_vector(std::vector<uint8_t>{1, 2});
+  auto f16 = Tensor::ones({2}, dtypes::float16);
+  CHECK(Tensor(i8 + u8).dtype() == dtypes::int16);
+  CHECK(Tensor(i8 + 1).dtype() == dtypes::int8);
+  CHECK(Tensor(i8 + 1.5).dtype() == dtypes::float32);
+  CHECK(Tensor(f16 + 1.5).dtype() == dtypes::float16);
+  CHECK(Tensor(f16 + i8).dtype() == dtypes::float16);
+  CHECK(Tensor(i8 < 1).dtype() == dtypes::bool_);
+  CHECK(Tensor(i8 / 2).dtype() == dtypes::float32);
+}
+
+TEST_CASE("int ops have C and torch semantics") {
+  auto a = Tensor::from_vector(std::vector<int32_t>{-7, 7, -7, 7, 0});
+  auto b = Tensor::from_vector(std::vector<int32_t>{2, 2, -2, -2, 3});
+  CHECK(Tensor(a % b).to_vector<int32_t>() == std::vector<int32_t>{1, 1, -1, -1, 0});  // floor remainder
+  CHECK(a.idiv(b).to_vector<int32_t>() == std::vector<int32_t>{-4, 3, 3, -4, 0});      // floor division
+  CHECK(Tensor(a & 3).to_vector<int32_t>() == std::vector<int32_t>{-7 & 3, 7 & 3, -7 & 3, 7 & 3, 0});
+  CHECK(Tensor(a << 2).to_vector<int32_t>() == std::vector<int32_t>{-28, 28, -28, 28, 0});
+  CHECK(Tensor(~a).to_vector<int32_t>() == std::vector<int32_t>{6, -8, 6, -8, -1});
+  auto u = Tensor::from_vector(std::vector<uint8_t>{250, 3});
+  CHECK(Tensor(u + 10).to_vector<uint8_t>() == std::vector<uint8_t>{4, 13});  // wraps
+}
+
+TEST_CASE("movement ops: reshape, permute, expand, pad, shrink, flip") {
+  auto a = Tensor::from_vector(iota_f(6), {2, 3});
+  CHECK(a.T().contiguous().to_vector<float>() == std::vector<float>{0, 3, 1, 4, 2, 5});
+  CHECK(a.reshape({3, 2}).to_vector<float>() == std::vector<float>{0, 1, 2, 3, 4, 5});
+  CHECK(a.flip({1}).to_vector<float>() == std::vector<float>{2, 1, 0, 5, 4, 3});
+  CHECK(a.shrink({{1, 2}, {0, 2}}).to_vector<float>() == std::vector<float>{3, 4});
+  CHECK(a.pad({{0, 1}, {1, 0}}).to_vector<float>() == std::vector<float>{0, 0, 1, 2, 0, 3, 4, 5, 0, 0, 0, 0});
+  CHECK(a.pad({{0, 0}, {1, 1}}, -1).to_vector<float>() == std::vector<float>{-1, 0, 1, 2, -1, -1, 3, 4, 5, -1});
+  CHECK(a.reshape({2, 1, 3}).expand({2, 2, 3}).to_vector<float>() ==
+        std::vector<float>{0, 1, 2, 0, 1, 2, 3, 4, 5, 3, 4, 5});
+  CHECK(Tensor(a.pad({{1, 1}, {1, 1}}) + 1).sum().item<float>() == 15 + 20);
+  CHECK_THROWS_AS(a.reshape({4, 2}), Error);
+  CHECK_THROWS_AS(a.permute({0, 0}), Error);
+  CHECK_THROWS_AS(a.shrink({{0, 3}, {0, 1}}), Error);
+  CHECK_THROWS_AS(a.sum(2), Error);
+}
+
+TEST_CASE("slicing with steps and negative indices") {
+  auto a = Tensor::from_vector(iota_f(10));
+  CHECK(a.slice({Slice{2, 8, 3}}).to_vector<float>() == std::vector<float>{2, 5});
+  CHECK(a.slice({Slice{std::nullopt, std::nullopt, -1}}).to_vector<float>() ==
+        std::vector<float>{9, 8, 7, 6, 5, 4, 3, 2, 1, 0});
+  CHECK(a.slice({Slice{-3, std::nullopt, 1}}).to_vector<float>() == std::vector<float>{7, 8, 9});
+  CHECK(a.slice({Slice{8, 1, -3}}).to_vector<float>() == std::vector<float>{8, 5, 2});
+  CHECK(a.slice({Slice{5, 2, 1}}).numel() == 0);
+}
+
+TEST_CASE("reductions over any axes with keepdim") {
+  auto a = Tensor::from_vector(iota_f(24), {2, 3, 4});
+  CHECK(a.sum().item<float>() == 276);
+  auto s1 = a.sum(1);
+  CHECK(s1.shape() == Shape{2, 4});
+  CHECK(s1.to_vector<float>() == std::vector<float>{12, 15, 18, 21, 48, 51, 54, 57});
+  auto s02 = a.sum({0, 2}, true);
+  CHECK(s02.shape() == Shape{1, 3, 1});
+  CHECK(s02.to_vector<float>() == std::vector<float>{60, 92, 124});
+  CHECK(a.max(2).to_vector<float>() == std::vector<float>{3, 7, 11, 15, 19, 23});
+  CHECK(a.min(0).to_vector<float>() == iota_f(12));
+  CHECK(a.mean().item<float>() == doctest::Approx(11.5));
+  auto p = Tensor::from_vector(std::vector<int32_t>{1, 2, 3, 4});
+  CHECK(p.prod().item<int64_t>() == 24);
+  CHECK(p.sum().dtype() == dtypes::int64);
+}
+
+TEST_CASE("creation: full, arange, eye, rand") {
+  CHECK(Tensor::full({2, 2}, 3.5).to_vector<float>() == std::vector<float>{3.5, 3.5, 3.5, 3.5});
+  CHECK(Tensor::arange(5).to_vector<int32_t>() == std::vector<int32_t>{0, 1, 2, 3, 4});
+  CHECK(Tensor::eye(3).to_vector<float>() == std::vector<float>{1, 0, 0, 0, 1, 0, 0, 0, 1});
+  Tensor::manual_seed(42);
+  auto r1 = Tensor::rand({1000}).to_vector<float>();
+  Tensor::manual_seed(42);
+  auto r2 = Tensor::rand({1000}).to_vector<float>();
+  CHECK(r1 == r2);
+  double mean = std::accumulate(r1.begin(), r1.end(), 0.0) / 1000;
+  CHECK(mean == doctest::Approx(0.5).epsilon(0.1));
+  for (float v : r1) CHECK((v >= 0 && v < 1));
+  auto n = Tensor::randn({4000}).to_vector<float>();
+  double m = 0, var = 0;
+  for (float v : n) m += v;
+  m /= 4000;
+  for (float v : n) var += (v - m) * (v - m);
+  var /= 4000;
+  CHECK(std::abs(m) < 0.1);
+  CHECK(var == doctest::Approx(1.0).epsilon(0.1));
+}
+
+TEST_CASE("kernel counts of known programs") {
+  auto a = Tensor::from_vector(iota_f(64), {8, 8});
+  auto b = Tensor::from_vector(iota_f(64, 1), {8, 8});
+  CHECK(count_kernels(Tensor(a + b).sum()) == 1);
+  CHECK(count_kernels((a.reshape({8, 1, 8}) * b.T().reshape({1, 8, 8})).sum(2)) == 1);
+  CHECK(count_kernels(Tensor(a.sum() + a.sum(1))) == 2);
+  Tensor x = a;
+  for (int i = 0; i < 50; i++) x = x * 1.01 + 0.5;
+  CHECK(count_kernels(x) == 1);
+  Tensor e = Tensor(a - a.max(1, true)).exp();
+  CHECK(count_kernels(Tensor(e / e.sum(1, true))) == 3);
+}
+
+TEST_CASE("the matmul of the README is right") {
+  int N = 16;
+  auto a = Tensor::rand({N, N}), b = Tensor::rand({N, N});
+  Tensor c = (a.reshape({N, 1, N}) * b.T().reshape({1, N, N})).sum(2);
+  auto av = a.to_vector<float>(), bv = b.to_vector<float>(), cv = c.to_vector<float>();
+  for (int i = 0; i < N; i++)
+    for (int j = 0; j < N; j++) {
+      float s = 0;
+      for (int k = 0; k < N; k++) s += av[size_t(i * N + k)] * bv[size_t(k * N + j)];
+      CHECK(cv[size_t(i * N + j)] == doctest::Approx(s).epsilon(1e-5));
+    }
+}
+
+TEST_CASE("assign writes in place and reads see the old value first") {
+  auto a = Tensor::from_vector(iota_f(4));
+  Tensor old = Tensor(a * 1).contiguous();
+  a.assign(Tensor(a + 10));
+  a.realize();
+  CHECK(a.to_vector<float>() == std::vector<float>{10, 11, 12, 13});
+  CHECK_THROWS_AS(a.assign(Tensor::zeros({3})), Error);
+}
+
+TEST_CASE("reading back with the wrong type or an unknown device is an error") {
+  auto a = Tensor::from_vector(iota_f(4));
+  CHECK_THROWS_AS(a.to_vector<int32_t>(), Error);
+  CHECK_THROWS_AS(a.to("NOPE"), Error);
+  CHECK_THROWS_AS(a.item<float>(), Error);
+}
+
+TEST_CASE("casts and bitcasts") {
+  auto a = Tensor::from_vector(std::vector<float>{-1.5f, 2.7f, 300.f});
+  CHECK(a.cast(dtypes::int32).to_vector<int32_t>() == std::vector<int32_t>{-1, 2, 300});
+  CHECK(a.cast(dtypes::uint8).to_vector<uint8_t>()[1] == 2);
+  CHECK(a.bitcast(dtypes::uint32).to_vector<uint32_t>()[0] == 0xbfc00000u);
+  CHECK(a.cast(dtypes::bool_).to_vector<bool>() == std::vector<bool>{true, true, true});
+  auto h = a.cast(dtypes::float16).cast(dtypes::float32).to_vector<float>();
+  CHECK(h[0] == -1.5f);
+  CHECK(h[1] == 2.69921875f);
+}
+
+TEST_CASE("zero-size dims") {
+  auto z = Tensor::zeros({0, 3});
+  CHECK(z.sum(0).to_vector<float>() == std::vector<float>{0, 0, 0});
+  CHECK(Tensor(z + 1).numel() == 0);
+}
