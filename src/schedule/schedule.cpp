@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <list>
+#include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -295,7 +297,38 @@ std::shared_ptr<Buffer> buffer_of(const UOp* u) {
 
 // ---------------------------------------------------------------- the schedule
 
-Schedule create_schedule(std::span<const UOpRef> roots) {
+namespace {
+
+/** Where a kernel's buffer comes from: an input BUFFER of the graph (by order of appearance) or a new one. */
+struct Slot {
+  int input = -1;  // >= 0: the input-th BUFFER of the graph
+  std::string device;
+  DType dtype;
+  int64_t size = 0;
+};
+
+/** A schedule with buffers as slots: built once per graph structure, instantiated for each realize. */
+struct Template {
+  struct Item {
+    ScheduleItem::Kind kind;
+    UOpRef ast;
+    std::vector<int> slots;  // outputs first
+    std::string device;
+  };
+  std::vector<Slot> slots;
+  std::vector<Item> items;
+  std::vector<std::pair<size_t, int>> becomes;  // root index -> slot
+  std::vector<Shape> root_shapes;
+};
+
+std::string device_of(const UOp* u) {
+  while (u->nsrc() && u->op != Ops::BUFFER && u->op != Ops::COPY) u = u->src(0);
+  if (u->op == Ops::BUFFER) return std::get<std::string>(u->src(0)->arg);
+  if (u->op == Ops::COPY) return std::get<std::string>(u->src(1)->arg);
+  return default_device();
+}
+
+Template build_template(std::span<const UOpRef> roots) {
   std::vector<const UOp*> topo = toposort(roots);
   ShapeMap shapes;
   std::unordered_map<const UOp*, int> consumers;
@@ -336,98 +369,185 @@ Schedule create_schedule(std::span<const UOpRef> roots) {
     }
     has_reduce[u] = hr;
   }
-  // Already materialised: buffers and views of them need no kernel.
-  for (auto it = realized.begin(); it != realized.end();) {
-    const UOp* u = *it;
-    if (u->op == Ops::CONTIGUOUS && contiguous_buffer(u->src(0))) it = realized.erase(it);
-    else ++it;
-  }
-
-  Schedule sched;
-  std::unordered_map<const UOp*, std::shared_ptr<Buffer>> out_buf;
-  std::unordered_map<const UOp*, UOpRef> buf_uop;  // realised node -> its BUFFER node
-  std::unordered_map<const UOp*, size_t> item_of;
+  Template t;
+  std::unordered_map<const UOp*, int> slot_of;  // BUFFERs and realised nodes
+  for (const UOp* u : topo)
+    if (u->op == Ops::BUFFER) {
+      slot_of[u] = int(t.slots.size());
+      t.slots.push_back({int(t.slots.size()), std::get<std::string>(u->src(0)->arg), u->dtype,
+                         std::get<std::vector<int64_t>>(u->arg)[1]});
+    }
+  int n_inputs = int(t.slots.size());
+  auto value_slot = [&](const UOp* u) -> int {  // the slot holding u's value (contiguous)
+    if (auto it = slot_of.find(u); it != slot_of.end()) return it->second;
+    if (const UOp* b = contiguous_buffer(u)) return slot_of.at(b);
+    throw Error(std::string("[schedule] internal: no buffer for ") + op_name(u->op));
+  };
+  std::vector<int> assign_items;
   for (const UOp* u : topo) {
-    if (u->op == Ops::CONTIGUOUS && contiguous_buffer(u->src(0)) && !realized.count(u)) {
-      sched.becomes.emplace_back(UOpRef(u), UOpRef(u->src(0)->op == Ops::BUFFER ? u->src(0) : u->src(0)));
+    if (!realized.count(u) || contiguous_buffer(u)) continue;
+    if (u->op == Ops::CONTIGUOUS && contiguous_buffer(u->src(0))) {  // already contiguous: same buffer
+      slot_of[u] = value_slot(u->src(0));
       continue;
     }
-    if (!realized.count(u) || contiguous_buffer(u)) continue;
-    const Shape& s = shapes.at(u);
+    const Shape& sh = shapes.at(u);
     int64_t n = 1;
-    for (int64_t d : s) n *= d;
-    std::string device;
-    UOpRef bu;
+    for (int64_t d : sh) n *= d;
+    int out;
     if (u->op == Ops::ASSIGN) {
       const UOp* tb = contiguous_buffer(u->src(0));
       if (!tb) throw Error("[assign] the target must be a realised buffer");
-      bu = UOpRef(tb);
-    } else if (u->op == Ops::COPY) {
-      bu = new_buffer_uop(std::get<std::string>(u->src(1)->arg), u->dtype, size_t(n));
+      out = slot_of.at(tb);
     } else {
-      const UOp* b = u;
-      while (b->nsrc() && b->op != Ops::BUFFER) b = b->src(0);
-      std::string dev = b->op == Ops::BUFFER ? std::get<std::string>(b->src(0)->arg) : default_device();
-      bu = new_buffer_uop(dev, u->dtype, size_t(n));
+      out = int(t.slots.size());
+      t.slots.push_back({-1, device_of(u), u->dtype, n});
     }
-    device = std::get<std::string>(bu->src(0)->arg);
-    buf_uop[u] = bu;
-    if (n == 0) {  // nothing to compute
-      sched.becomes.emplace_back(UOpRef(u), UOp::make(Ops::RESHAPE, u->dtype, {bu}, std::vector<int64_t>(s)));
-      continue;
-    }
-    ScheduleItem item;
-    item.device = device;
-    item.bufs.push_back(buffer_of(bu.get()));
+    slot_of[u] = out;
+    if (n == 0) continue;  // nothing to compute
+    Template::Item item{ScheduleItem::Kind::Kernel, {}, {out}, t.slots[size_t(out)].device};
     if (u->op == Ops::COPY) {
       item.kind = ScheduleItem::Kind::Copy;
-      const UOp* src = u->src(0);
-      const UOp* sb = contiguous_buffer(src);
-      if (!sb) sb = buf_uop.count(src) ? buf_uop.at(src).get() : nullptr;
-      if (!sb) throw Error("[schedule] COPY of an unrealised value");
-      item.bufs.push_back(buffer_of(sb));
+      item.slots.push_back(value_slot(u->src(0)));
       item.ast = UOpRef(u);
     } else {
       KernelBuilder kb{shapes, realized, u, {}, 0, {}, {}};
       item.ast = kb.kernel_ast();
-      for (const UOp* p : kb.params) {
-        const UOp* b = p->op == Ops::BUFFER ? p : buf_uop.count(p) ? buf_uop.at(p).get() : contiguous_buffer(p);
-        if (!b) throw Error(std::string("[schedule] internal: no buffer for ") + op_name(p->op));
-        item.bufs.push_back(buffer_of(b));
+      for (const UOp* p : kb.params) item.slots.push_back(value_slot(p));
+    }
+    if (u->op == Ops::ASSIGN) assign_items.push_back(int(t.items.size()));
+    t.items.push_back(std::move(item));
+  }
+  for (size_t i = 0; i < roots.size(); i++) {
+    t.root_shapes.push_back(shapes.at(roots[i].get()));
+    if (!contiguous_buffer(roots[i].get())) t.becomes.emplace_back(i, slot_of.at(roots[i].get()));
+  }
+  // An in-place write (ASSIGN) waits for every kernel that reads the old contents of its buffer (WAR);
+  // read-after-write order comes from the topological order.
+  for (int ai : assign_items) {
+    int target = t.items[size_t(ai)].slots[0];
+    size_t last = size_t(ai);
+    for (size_t j = size_t(ai) + 1; j < t.items.size(); j++)
+      for (size_t b = 1; b < t.items[j].slots.size(); b++)
+        if (t.items[j].slots[b] == target) last = j;
+    if (last != size_t(ai)) {
+      Template::Item it = std::move(t.items[size_t(ai)]);
+      t.items.erase(t.items.begin() + ai);
+      t.items.insert(t.items.begin() + int64_t(last), std::move(it));
+    }
+  }
+  // Memory planner: an intermediate buffer (not a root's, not an input) whose last reader has run can be
+  // reused by a later intermediate of the same device, dtype and size.
+  std::vector<bool> exposed(t.slots.size(), false);
+  for (auto& [r, sl] : t.becomes) exposed[size_t(sl)] = true;
+  std::vector<size_t> last_use(t.slots.size(), 0);
+  for (size_t i = 0; i < t.items.size(); i++)
+    for (int sl : t.items[i].slots) last_use[size_t(sl)] = i;
+  std::vector<int> remap(t.slots.size());
+  for (size_t i = 0; i < remap.size(); i++) remap[i] = int(i);
+  std::vector<int> free_slots;
+  for (size_t i = 0; i < t.items.size(); i++) {
+    int out = t.items[i].slots[0];
+    if (out >= n_inputs && !exposed[size_t(out)] && remap[size_t(out)] == out) {
+      const Slot& so = t.slots[size_t(out)];
+      for (auto it = free_slots.begin(); it != free_slots.end(); ++it) {
+        const Slot& sf = t.slots[size_t(*it)];
+        if (sf.device == so.device && sf.dtype == so.dtype && sf.size == so.size) {
+          remap[size_t(out)] = *it;
+          free_slots.erase(it);
+          break;
+        }
       }
     }
-    buf_uop[u] = bu;
-    item_of[u] = sched.items.size();
-    sched.items.push_back(std::move(item));
-    sched.becomes.emplace_back(UOpRef(u), s.size() == 1 && s[0] == n ? bu : UOp::make(Ops::RESHAPE, u->dtype, {bu}, std::vector<int64_t>(s)));
+    for (int sl : t.items[i].slots)
+      if (sl >= n_inputs && !exposed[size_t(sl)] && last_use[size_t(sl)] == i && remap[size_t(sl)] == sl &&
+          std::find(free_slots.begin(), free_slots.end(), sl) == free_slots.end())
+        free_slots.push_back(sl);
   }
-  // Order: RAW edges (a kernel reads another's output) come from the topological order; an in-place write
-  // (ASSIGN) must also wait for every kernel that reads the old contents of its buffer (WAR).
-  std::vector<size_t> order(sched.items.size());
-  for (size_t i = 0; i < order.size(); i++) order[i] = i;
-  for (size_t i = 0; i < sched.items.size(); i++) {
-    const Buffer* target = sched.items[i].bufs[0].get();
-    bool is_assign = false;
-    for (auto& [u, idx] : item_of)
-      if (idx == i && u->op == Ops::ASSIGN) is_assign = true;
-    if (!is_assign) continue;
-    // move i after the last later-or-earlier reader that does not depend on it
-    size_t last = i;
-    for (size_t j = i + 1; j < sched.items.size(); j++)
-      for (size_t b = 1; b < sched.items[j].bufs.size(); b++)
-        if (sched.items[j].bufs[b].get() == target) last = j;
-    if (last != i) {
-      auto pos = std::find(order.begin(), order.end(), i);
-      order.erase(pos);
-      order.insert(std::find(order.begin(), order.end(), last) + 1, i);
+  for (auto& it : t.items)
+    for (int& sl : it.slots) sl = remap[size_t(sl)];
+  if (debug_level() >= 3)
+    for (auto& it : t.items)
+      if (it.kind == ScheduleItem::Kind::Kernel) std::fprintf(stderr, "kernel AST:\n%s", print_graph(it.ast.get()).c_str());
+  return t;
+}
+
+/** Templates by normalised graph (every BUFFER replaced by its order of appearance). Bounded LRU. */
+struct TemplateCache {
+  std::mutex mu;
+  std::list<std::pair<UOpRef, std::shared_ptr<Template>>> lru;
+  std::unordered_map<const UOp*, decltype(lru)::iterator> index;
+  static constexpr size_t kMax = 512;
+};
+TemplateCache& template_cache() {
+  static TemplateCache* c = new TemplateCache();
+  return *c;
+}
+
+}  // namespace
+
+Schedule create_schedule(std::span<const UOpRef> roots) {
+  // Normalise: the schedule depends on the graph's structure, not on which buffers it reads.
+  std::vector<const UOp*> topo = toposort(roots);
+  std::unordered_map<const UOp*, UOpRef> norm;
+  std::vector<const UOp*> inputs;
+  for (const UOp* u : topo) {
+    if (u->op == Ops::BUFFER) {
+      auto& a = std::get<std::vector<int64_t>>(u->arg);
+      norm[u] = UOp::make(Ops::BUFFER, u->dtype, u->src(), std::vector<int64_t>{-1 - int64_t(inputs.size()), a[1]});
+      inputs.push_back(u);
+      continue;
+    }
+    bool changed = false;
+    std::vector<UOpRef> src;
+    for (auto& s : u->src()) {
+      src.push_back(norm.at(s.get()));
+      changed |= src.back().get() != s.get();
+    }
+    norm[u] = changed ? u->replace_src(src) : UOpRef(u);
+  }
+  std::vector<UOpRef> nroots;
+  for (auto& r : roots) nroots.push_back(norm.at(r.get()));
+  UOpRef key = UOp::make(Ops::SINK, dtypes::void_, nroots);
+  std::shared_ptr<Template> t;
+  TemplateCache& tc = template_cache();
+  {
+    std::lock_guard lk(tc.mu);
+    if (auto it = tc.index.find(key.get()); it != tc.index.end()) {
+      tc.lru.splice(tc.lru.begin(), tc.lru, it->second);
+      t = it->second->second;
     }
   }
-  std::vector<ScheduleItem> items;
-  for (size_t i : order) items.push_back(std::move(sched.items[i]));
-  sched.items = std::move(items);
-  if (debug_level() >= 3)
-    for (auto& it : sched.items)
-      if (it.kind == ScheduleItem::Kind::Kernel) std::fprintf(stderr, "kernel AST:\n%s", print_graph(it.ast.get()).c_str());
+  if (!t) {
+    t = std::make_shared<Template>(build_template(nroots));
+    std::lock_guard lk(tc.mu);
+    tc.lru.emplace_front(key, t);
+    tc.index[key.get()] = tc.lru.begin();
+    while (tc.lru.size() > TemplateCache::kMax) {
+      tc.index.erase(tc.lru.back().first.get());
+      tc.lru.pop_back();
+    }
+  }
+  // Instantiate: inputs are this graph's buffers, every other slot a new buffer.
+  std::vector<UOpRef> slot_uop(t->slots.size());
+  for (size_t i = 0; i < t->slots.size(); i++) {
+    const Slot& sl = t->slots[i];
+    slot_uop[i] = sl.input >= 0 ? UOpRef(inputs[size_t(sl.input)]) : new_buffer_uop(sl.device, sl.dtype, size_t(sl.size));
+  }
+  Schedule sched;
+  for (auto& it : t->items) {
+    ScheduleItem si;
+    si.kind = it.kind;
+    si.ast = it.ast;
+    si.device = it.device;
+    for (int sl : it.slots) si.bufs.push_back(buffer_of(slot_uop[size_t(sl)].get()));
+    sched.items.push_back(std::move(si));
+  }
+  for (auto& [r, sl] : t->becomes) {
+    const Shape& s = t->root_shapes[r];
+    const UOpRef& bu = slot_uop[size_t(sl)];
+    bool flat = s.size() == 1 && s[0] == std::get<std::vector<int64_t>>(bu->arg)[1];
+    sched.becomes.emplace_back(roots[r], flat ? bu : UOp::make(Ops::RESHAPE, bu->dtype, {bu}, std::vector<int64_t>(s)));
+  }
   return sched;
 }
 
