@@ -192,3 +192,50 @@ TEST_CASE("zero-size dims") {
   CHECK(z.sum(0).to_vector<float>() == std::vector<float>{0, 0, 0});
   CHECK(Tensor(z + 1).numel() == 0);
 }
+
+TEST_CASE("a repeated realize of the same shape of graph skips scheduling") {
+  auto a = Tensor::rand({32}), b = Tensor::rand({32});
+  realize(a, b);
+  Tensor(a * b + 7.5).realize();
+  size_t built = schedules_built();
+  auto c = Tensor::rand({32}), d = Tensor::rand({32});
+  realize(c, d);
+  built = schedules_built();
+  Tensor e = c * d + 7.5;  // same structure, other buffers
+  e.realize();
+  CHECK(schedules_built() == built);
+  auto cv = c.to_vector<float>(), dv = d.to_vector<float>(), ev = e.to_vector<float>();
+  for (size_t i = 0; i < 32; i++) CHECK(ev[i] == cv[i] * dv[i] + 7.5f);
+}
+
+TEST_CASE("the memory planner reuses a dead intermediate buffer") {
+  auto x = Tensor::rand({256});
+  x.realize();
+  Tensor t1 = Tensor(x + 1).contiguous();
+  Tensor t2 = Tensor(t1 * 2).contiguous();
+  Tensor t3 = Tensor(t2 * 3).contiguous();
+  Tensor out = t3 + 1;
+  UOpRef root = out.uop();
+  Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+  REQUIRE(s.items.size() == 4);
+  std::vector<const Buffer*> outs;
+  for (auto& it : s.items) outs.push_back(it.bufs[0].get());
+  CHECK(outs[0] == outs[2]);  // t3 is written where t1 was: t1 is dead after t2's kernel
+  CHECK(outs[1] != outs[0]);
+  run_schedule(s);
+  Tensor ref = x;
+  auto xv = x.to_vector<float>();
+  auto buf = s.becomes[0].second;
+  Tensor res(buf, {256}, "CPU");
+  auto rv = res.to_vector<float>();
+  for (size_t i = 0; i < 256; i++) CHECK(rv[i] == doctest::Approx(((xv[i] + 1) * 2) * 3 + 1));
+}
+
+TEST_CASE("to(device) copies between devices") {
+  auto a = Tensor::from_vector(iota_f(5));
+  Tensor b = Tensor(a * 2).to("CPU:1");
+  CHECK(b.device() == "CPU:1");
+  Tensor c = b + 1;
+  CHECK(c.to_vector<float>() == std::vector<float>{1, 3, 5, 7, 9});
+  CHECK(a.to("CPU").uop() == a.uop());
+}

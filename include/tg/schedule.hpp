@@ -40,6 +40,8 @@ std::shared_ptr<Buffer> buffer_of(const UOp* buffer_uop);
 /** The BUFFER under a contiguous view (BUFFER or RESHAPE(BUFFER)), else null. */
 const UOp* contiguous_buffer(const UOp* u);
 
+/** Number of schedules built (a realize whose graph structure was seen before builds none). */
+size_t schedules_built();
 /** Number of kernels run since start (tests count kernels with it). */
 size_t kernels_run();
 

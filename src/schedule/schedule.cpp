@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <atomic>
 #include <functional>
 #include <list>
 #include <mutex>
@@ -328,7 +329,10 @@ std::string device_of(const UOp* u) {
   return default_device();
 }
 
+std::atomic<size_t> g_schedules_built{0};
+
 Template build_template(std::span<const UOpRef> roots) {
+  g_schedules_built++;
   std::vector<const UOp*> topo = toposort(roots);
   ShapeMap shapes;
   std::unordered_map<const UOp*, int> consumers;
@@ -484,6 +488,8 @@ TemplateCache& template_cache() {
 }
 
 }  // namespace
+
+size_t schedules_built() { return g_schedules_built.load(); }
 
 Schedule create_schedule(std::span<const UOpRef> roots) {
   // Normalise: the schedule depends on the graph's structure, not on which buffers it reads.

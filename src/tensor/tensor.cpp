@@ -2,6 +2,7 @@
 #include "tg/tensor.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <mutex>
@@ -160,10 +161,24 @@ Tensor Tensor::arange(double start, double stop, double step, DType dtype, const
   if (step == 0) throw Error("[arange] step must not be 0");
   int64_t n = std::max<int64_t>(0, int64_t(std::ceil((stop - start) / step)));
   DType d = dtypes::strong(dtype);
-  std::vector<double> v(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; i++) v[size_t(i)] = start + double(i) * step;
-  Tensor t = from_blob(v.data(), {n}, dtypes::float64, device);
-  return d == dtypes::float64 ? t : t.cast(d).contiguous().realize();
+  if (d.ptr || d.count != 1 || d.itemsize() > 8) throw Error("[arange] unsupported dtype " + d.name());
+  // Filled on the host in the target dtype (no kernel): each value converted with the C semantics of a CAST.
+  std::vector<uint8_t> bytes(static_cast<size_t>(n) * size_t(d.itemsize()));
+  for (int64_t i = 0; i < n; i++) {
+    Value v{0, start + double(i) * step};
+    Value r = exec_alu(Ops::CAST, d, std::span<const Value>(&v, 1), dtypes::float64);
+    uint64_t bits;
+    switch (d.scalar) {
+      case Scalar::Float16: bits = float_to_half_bits(float(r.f)); break;
+      case Scalar::BFloat16: bits = float_to_bf16_bits(float(r.f)); break;
+      case Scalar::Float32: bits = std::bit_cast<uint32_t>(float(r.f)); break;
+      case Scalar::Float64: bits = std::bit_cast<uint64_t>(r.f); break;
+      case Scalar::Fp8E4M3: case Scalar::Fp8E5M2: bits = double_to_fp8_bits(r.f, d.scalar); break;
+      default: bits = uint64_t(r.i);
+    }
+    std::memcpy(&bytes[size_t(i) * size_t(d.itemsize())], &bits, size_t(d.itemsize()));  // little endian
+  }
+  return from_blob(bytes.data(), {n}, d, device);
 }
 
 Tensor Tensor::eye(int64_t n, int64_t m, DType dtype, const std::string& device) {
