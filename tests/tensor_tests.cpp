@@ -239,3 +239,10 @@ TEST_CASE("to(device) copies between devices") {
   CHECK(c.to_vector<float>() == std::vector<float>{1, 3, 5, 7, 9});
   CHECK(a.to("CPU").uop() == a.uop());
 }
+
+TEST_CASE("shapes whose size overflows are refused") {
+  int64_t big = int64_t(1) << 40;
+  CHECK_THROWS_AS(Tensor::zeros({big, big}), Error);
+  CHECK_THROWS_AS(Tensor::empty({-1, 2}), Error);
+  CHECK_THROWS_AS(Tensor::ones({2}).reshape({big, big}), Error);
+}

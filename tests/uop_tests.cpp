@@ -4,6 +4,7 @@
 #include <cmath>
 #include <thread>
 
+#include "tg/env.hpp"
 #include "tg/uop.hpp"
 
 using namespace tg;
@@ -83,4 +84,35 @@ TEST_CASE("exec_alu follows C semantics") {
   CHECK(exec_alu(Ops::SUB, dtypes::uint8, u, dtypes::uint8).i == 255);
   Value z[] = {Value{1, 0}, Value{0, 0}};
   CHECK_THROWS_AS(exec_alu(Ops::IDIV, dtypes::int32, z, dtypes::int32), Error);
+}
+
+TEST_CASE("the spec rejects malformed nodes with the node printed") {
+  auto a = UOp::variable("a", 0, 10);
+  auto f = UOp::cnst(dtypes::float32, 1.5);
+  // an ADD of an index and a float, a WHERE with a non-bool condition, a unary op with two sources
+  auto bad_add = UOp::make(Ops::ADD, dtypes::index, {a, f});
+  CHECK_THROWS_AS(spec_check(bad_add.get()), SpecError);
+  try {
+    spec_check(bad_add.get());
+  } catch (const SpecError& e) {
+    std::string m = e.what();
+    CHECK(m.find("[spec] ADD") != std::string::npos);
+    CHECK(m.find("float32") != std::string::npos);
+  }
+  CHECK_THROWS_AS(spec_check(UOp::make(Ops::WHERE, dtypes::index, {a, a, a}).get()), SpecError);
+  CHECK_THROWS_AS(spec_check(UOp::make(Ops::EXP2, dtypes::float32, {f, f}).get()), SpecError);
+  CHECK_THROWS_AS(spec_check(UOp::make(Ops::CMPLT, dtypes::index, {a, a}).get()), SpecError);
+  CHECK_NOTHROW(spec_check(a->alu(Ops::ADD, UOp::cnst_int(dtypes::index, 1)).get()));
+}
+
+TEST_CASE("bad environment values and bad constants are errors") {
+  setenv("TG_TEST_KNOB", "yes", 1);
+  env_reset_cache();
+  CHECK_THROWS_AS(getenv_int("TG_TEST_KNOB"), EnvError);
+  setenv("TG_TEST_KNOB", "3", 1);
+  env_reset_cache();
+  CHECK(getenv_int("TG_TEST_KNOB") == 3);
+  CHECK_THROWS_AS(UOp::cnst(dtypes::int32, NAN), Error);
+  CHECK_THROWS_AS(UOp::variable("v", 5, 1), Error);
+  CHECK_THROWS_AS(dtypes::from_name("float33"), Error);
 }

@@ -22,7 +22,8 @@ std::string shape_str(const Shape& s) {
 
 static int64_t numel_of(const Shape& s) {
   int64_t n = 1;
-  for (int64_t d : s) n *= d;
+  for (int64_t d : s)
+    if (__builtin_mul_overflow(n, d, &n)) throw Error("[shape] " + shape_str(s) + " has more than 2^63 elements");
   return n;
 }
 
@@ -417,6 +418,7 @@ int64_t Tensor::norm_axis(int64_t a, const char* op) const {
 }
 
 Tensor Tensor::mov(Ops op, Arg arg, Shape out) const {
+  (void)numel_of(out);  // refuses shapes whose size overflows
   return Tensor(UOp::make(op, dtype(), {uop()}, std::move(arg)), std::move(out), impl_->device);
 }
 
