@@ -183,6 +183,21 @@ class Tensor {
   /** Same data, broadcast to a common shape with b (PyTorch rules). */
   static Shape broadcast_shape(const Shape& a, const Shape& b, const char* op);
 
+  // ---- autograd (symbolic: gradients are UOp graphs built by the rule table in gradient.hpp)
+  /** Mark this tensor as a leaf whose gradient backward() computes. */
+  Tensor& requires_grad_(bool on = true);
+  bool requires_grad() const;
+  /** The accumulated gradient (a tensor of this shape); throws if none was computed. */
+  Tensor grad() const;
+  bool has_grad() const;
+  void zero_grad();
+  /** Gradients of this scalar (or with `seed` for a non-scalar) into every requires_grad tensor it depends on,
+   *  added to what they hold. The gradient graph is lazy: realise it (or an optimiser step) to compute it. */
+  void backward();
+  void backward(const Tensor& seed);
+  /** d(this)/d(wrt) for each target (zeros where this does not depend on it); works on gradients too. */
+  std::vector<Tensor> gradient(const std::vector<Tensor>& wrt, const Tensor* seed = nullptr) const;
+
   /** Realise several tensors together (one schedule). */
   static void realize_all(std::vector<Tensor*> ts);
   std::shared_ptr<TensorImpl> impl() const { return impl_; }
@@ -202,7 +217,22 @@ struct TensorImpl {
   UOpRef uop;
   Shape shape;
   std::string device;
-  bool weak = false;  // a Python-like scalar (weakly typed)
+  bool weak = false;           // a Python-like scalar (weakly typed)
+  bool requires_grad = false;  // a leaf whose gradient is wanted, or computed from one
+  std::shared_ptr<TensorImpl> grad;
+};
+
+/** While one of these lives (per thread), new tensors do not require gradients. */
+class NoGrad {
+ public:
+  NoGrad();
+  ~NoGrad();
+  NoGrad(const NoGrad&) = delete;
+  NoGrad& operator=(const NoGrad&) = delete;
+  static bool active();
+
+ private:
+  bool prev_;
 };
 
 // ================================================================ expression templates

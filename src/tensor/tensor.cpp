@@ -7,6 +7,7 @@
 #include <cstring>
 #include <mutex>
 #include <numeric>
+#include <unordered_set>
 
 #include "tg/device.hpp"
 #include "tg/pattern.hpp"
@@ -113,7 +114,10 @@ void replace_realized(const std::vector<std::pair<const UOp*, UOpRef>>& becomes)
 
 Tensor::Tensor() : impl_(make_impl(UOp::cnst(dtypes::float32, 0), {}, "", false)) {}
 Tensor::Tensor(UOpRef uop, Shape shape, std::string device)
-    : impl_(make_impl(std::move(uop), std::move(shape), std::move(device))) {}
+    : impl_(make_impl(NoGrad::active() && uop->op != Ops::DETACH && !contiguous_buffer(uop.get()) && uop->op != Ops::CONST
+                          ? UOp::make(Ops::DETACH, uop->dtype, {uop})
+                          : std::move(uop),
+                      std::move(shape), std::move(device))) {}
 Tensor::Tensor(double v) : impl_(make_impl(UOp::cnst(dtypes::weakfloat, v), {}, "", true)) {}
 Tensor::Tensor(int v) : impl_(make_impl(UOp::cnst_int(dtypes::weakint, v), {}, "", true)) {}
 Tensor::Tensor(bool v) : impl_(make_impl(UOp::cnst_int(dtypes::bool_, v), {}, "", true)) {}
@@ -778,6 +782,65 @@ Tensor& Tensor::assign(const Tensor& x) {
   Tensor v = x.cast(dtype());
   impl_->uop = UOp::make(Ops::ASSIGN, dtype(), {uop(), v.uop()});
   return *this;
+}
+
+}  // namespace tg
+
+namespace tg {
+
+// ---------------------------------------------------------------- autograd entry points
+
+namespace {
+// Live leaves that require gradients and appear in the graph under root.
+std::vector<std::shared_ptr<TensorImpl>> grad_leaves(const UOp* root) {
+  std::unordered_set<const UOp*> in_graph;  // every node gradients can reach (DETACH stops them)
+  std::vector<const UOp*> st{root};
+  while (!st.empty()) {
+    const UOp* u = st.back();
+    st.pop_back();
+    if (!in_graph.insert(u).second || u->op == Ops::DETACH) continue;
+    for (auto& c : u->src()) st.push_back(c.get());
+  }
+  std::vector<std::shared_ptr<TensorImpl>> out;
+  std::lock_guard lk(g_live_mu);
+  for (auto& w : g_live)
+    if (auto p = w.lock())
+      if (p->requires_grad && in_graph.count(p->uop.get())) out.push_back(std::move(p));
+  return out;
+}
+}  // namespace
+
+bool Tensor::requires_grad() const {
+  if (impl_->requires_grad) return true;
+  if (contiguous_buffer(uop().get())) return false;
+  return !grad_leaves(uop().get()).empty();
+}
+
+void Tensor::backward() {
+  if (numel() != 1) throw Error("[backward] needs a scalar, got shape " + shape_str(shape()) + "; pass a seed gradient");
+  Tensor seed = Tensor::ones(shape(), dtypes::is_float(dtype()) ? dtype() : dtypes::float32, device());
+  backward(seed);
+}
+
+void Tensor::backward(const Tensor& seed) {
+  auto leaves = grad_leaves(uop().get());
+  if (leaves.empty()) throw Error("[backward] no tensor in this graph requires a gradient");
+  std::vector<Tensor> wrt;
+  for (auto& l : leaves) {
+    Tensor t;
+    t.impl_ = l;
+    wrt.push_back(t);
+  }
+  auto g = gradient(wrt, &seed);
+  for (size_t i = 0; i < leaves.size(); i++) {
+    Tensor gi = g[i].cast(wrt[i].dtype());
+    if (leaves[i]->grad) {  // accumulate across calls
+      Tensor old;
+      old.impl_ = leaves[i]->grad;
+      gi = Tensor(old + gi);
+    }
+    leaves[i]->grad = gi.impl_;
+  }
 }
 
 }  // namespace tg

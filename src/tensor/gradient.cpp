@@ -1,0 +1,228 @@
+// Symbolic autograd: one gradient rule per primitive op; backward() and gradient() on Tensor.
+#include "tg/gradient.hpp"
+
+#include <cmath>
+#include <mutex>
+#include <numeric>
+#include <unordered_map>
+#include <unordered_set>
+
+namespace tg {
+using namespace tg::pat;
+
+namespace {
+
+thread_local bool g_no_grad = false;
+
+/** What a gradient rule sees besides the forward node: the incoming gradient and the forward shapes. */
+struct GradCtx {
+  Tensor grad;
+  const std::unordered_map<const UOp*, Shape>* shapes;
+  std::string device;
+  Tensor T(const UOp* u) const { return Tensor(UOpRef(u), shapes->at(u), device); }
+};
+
+UOpRef none() { return UOp::make(Ops::NOOP, dtypes::void_); }
+UOpRef tup(std::initializer_list<UOpRef> g) { return UOp::make(Ops::TUPLE, dtypes::void_, g); }
+UOpRef tup(std::vector<UOpRef> g) { return UOp::make(Ops::TUPLE, dtypes::void_, g); }
+
+const std::vector<int64_t>& vec_arg(const UOp* u) { return std::get<std::vector<int64_t>>(u->arg); }
+
+UOpRef do_grad_unary(const UOp* r, GradCtx& c) {
+  Tensor g = c.grad, x = c.T(r->src(0)), ret = c.T(r);
+  switch (r->op) {
+    case Ops::NEG: return tup({Tensor(-g).uop()});
+    case Ops::RECIPROCAL: return tup({Tensor(-g * ret * ret).uop()});
+    case Ops::SIN: return tup({Tensor(Tensor(M_PI / 2 - x).sin() * g).uop()});
+    case Ops::LOG2: return tup({Tensor(g / (x * M_LN2)).uop()});
+    case Ops::EXP2: return tup({Tensor(ret * g * M_LN2).uop()});
+    case Ops::SQRT: return tup({Tensor(g / (ret * 2)).uop()});
+    case Ops::TRUNC: return tup({Tensor(g * 0).uop()});
+    case Ops::CAST: return tup({dtypes::is_float(x.dtype()) ? g.cast(x.dtype()).uop() : none()});
+    default: return tup({none()});
+  }
+}
+
+UOpRef do_grad_binary(const UOp* r, GradCtx& c) {
+  Tensor g = c.grad, x = c.T(r->src(0)), y = c.T(r->src(1));
+  switch (r->op) {
+    case Ops::ADD: return tup({g.uop(), g.uop()});
+    case Ops::SUB: return tup({g.uop(), Tensor(-g).uop()});
+    case Ops::MUL: return tup({Tensor(y * g).uop(), Tensor(x * g).uop()});
+    case Ops::FDIV: return tup({Tensor(g / y).uop(), Tensor(-g * x / (y * y)).uop()});
+    case Ops::MAX: {  // ties split the gradient evenly, as tinygrad and torch.maximum
+      Tensor half = Tensor(x == y).where(g * 0.5, Tensor(0.0));
+      return tup({Tensor(x > y).where(g, half).uop(), Tensor(x < y).where(g, half).uop()});
+    }
+    default: return tup({none(), none()});  // comparisons, bitwise, IDIV/MOD: not differentiable
+  }
+}
+
+UOpRef do_grad_where(const UOp* r, GradCtx& c) {
+  Tensor cond = c.T(r->src(0)), g = c.grad, z = Tensor(0.0);
+  return tup({none(), cond.where(g, z).cast(g.dtype()).uop(), cond.where(z, g).cast(g.dtype()).uop()});
+}
+
+UOpRef do_grad_reduce(const UOp* r, GradCtx& c) {
+  auto& ra = std::get<ReduceArg>(r->arg);
+  Tensor g = c.grad, x = c.T(r->src(0)), ret = c.T(r);
+  const Shape& in = c.shapes->at(r->src(0));
+  switch (ra.op) {
+    case Ops::ADD: return tup({g.expand(in).uop()});
+    case Ops::MAX: {  // shared among the maxima
+      Tensor is_max = Tensor(x == ret.expand(in)).cast(g.dtype());
+      Tensor count = is_max.sum(ra.axes, true).expand(in);
+      return tup({Tensor(is_max / count * g.expand(in)).uop()});
+    }
+    case Ops::MUL: return tup({Tensor(Tensor(g * ret).expand(in) / x).uop()});
+    default: return tup({none()});
+  }
+}
+
+UOpRef do_grad_movement(const UOp* r, GradCtx& c) {
+  Tensor g = c.grad;
+  const Shape& in = c.shapes->at(r->src(0));
+  const Shape& out = c.shapes->at(r);
+  switch (r->op) {
+    case Ops::RESHAPE: return tup({g.reshape(in).uop()});
+    case Ops::PERMUTE: {
+      std::vector<int64_t> inv(vec_arg(r).size());
+      for (size_t i = 0; i < inv.size(); i++) inv[size_t(vec_arg(r)[i])] = int64_t(i);
+      return tup({g.permute(inv).uop()});
+    }
+    case Ops::EXPAND: {
+      std::vector<int64_t> axes;
+      for (size_t i = 0; i < in.size(); i++)
+        if (in[i] != out[i]) axes.push_back(int64_t(i));
+      return tup({g.sum(axes, true).cast(g.dtype()).uop()});
+    }
+    case Ops::PAD: {
+      std::vector<std::pair<int64_t, int64_t>> s;
+      for (size_t i = 0; i < in.size(); i++) s.push_back({vec_arg(r)[2 * i], vec_arg(r)[2 * i] + in[i]});
+      return tup({g.shrink(s).uop()});
+    }
+    case Ops::SHRINK: {
+      std::vector<std::pair<int64_t, int64_t>> p;
+      for (size_t i = 0; i < in.size(); i++) p.push_back({vec_arg(r)[2 * i], in[i] - vec_arg(r)[2 * i + 1]});
+      return tup({g.pad(p).uop()});
+    }
+    case Ops::FLIP: {
+      std::vector<int64_t> axes;
+      for (size_t i = 0; i < vec_arg(r).size(); i++)
+        if (vec_arg(r)[i]) axes.push_back(int64_t(i));
+      return tup({g.flip(axes).uop()});
+    }
+    default: return tup({none()});
+  }
+}
+
+}  // namespace
+
+const PatternMatcher& pm_gradient() {
+  static const PatternMatcher pm(table(
+      rule(op_any<opset<Ops::NEG, Ops::RECIPROCAL, Ops::SIN, Ops::LOG2, Ops::EXP2, Ops::SQRT, Ops::TRUNC, Ops::CAST,
+                        Ops::BITCAST>>,
+           [](auto& m) { return do_grad_unary(m.root, m.template ctx<GradCtx>()); }),  // d f(x) = f'(x) dx
+      rule(op_any<opset<Ops::ADD, Ops::SUB, Ops::MUL, Ops::FDIV, Ops::MAX, Ops::CMPLT, Ops::CMPNE, Ops::CMPEQ,
+                        Ops::IDIV, Ops::MOD, Ops::AND, Ops::OR, Ops::XOR, Ops::SHL, Ops::SHR>>,
+           [](auto& m) { return do_grad_binary(m.root, m.template ctx<GradCtx>()); }),  // d(x op y)
+      rule(op_any<opset<Ops::WHERE>>,
+           [](auto& m) { return do_grad_where(m.root, m.template ctx<GradCtx>()); }),  // d where(c,x,y)
+      rule(op_any<opset<Ops::REDUCE_AXIS>>,
+           [](auto& m) { return do_grad_reduce(m.root, m.template ctx<GradCtx>()); }),  // d sum/max/prod
+      rule(op_any<opset<Ops::RESHAPE, Ops::PERMUTE, Ops::EXPAND, Ops::PAD, Ops::SHRINK, Ops::FLIP>>,
+           [](auto& m) { return do_grad_movement(m.root, m.template ctx<GradCtx>()); }),  // the inverse view
+      rule(op_any<opset<Ops::CONTIGUOUS>>,
+           [](auto& m) { return tup({m.template ctx<GradCtx>().grad.uop()}); }),  // d contiguous(x) = dx
+      rule(op_any<opset<Ops::DETACH, Ops::COPY, Ops::ASSIGN>>,
+           [](auto& m) { return tup(std::vector<UOpRef>(m.root->nsrc(), none())); })));  // stops gradients
+  return pm;
+}
+
+std::vector<UOpRef> compute_gradient(const UOpRef& root, const UOpRef& root_grad, std::span<const UOpRef> targets,
+                                     const std::string& device) {
+  std::vector<const UOp*> topo = toposort(root.get());
+  std::unordered_map<const UOp*, Shape> shapes;
+  for (const UOp* u : topo) {
+    std::vector<const Shape*> in;
+    for (auto& s : u->src()) in.push_back(&shapes.at(s.get()));
+    shapes[u] = infer_shape(u->op, in, u->arg, u->dtype);
+  }
+  // Only nodes on a path from a target to the root need a gradient.
+  std::unordered_set<const UOp*> tset;
+  for (auto& t : targets) tset.insert(t.get());
+  std::unordered_set<const UOp*> on_path;
+  for (const UOp* u : topo) {
+    bool p = tset.count(u) > 0;
+    for (auto& s : u->src())
+      if (on_path.count(s.get())) p = true;
+    if (p) on_path.insert(u);
+  }
+  std::unordered_map<const UOp*, Tensor> grads;
+  grads.emplace(root.get(), Tensor(root_grad, shapes.at(root.get()), device));
+  for (size_t i = topo.size(); i-- > 0;) {
+    const UOp* u = topo[i];
+    auto git = grads.find(u);
+    if (git == grads.end() || !on_path.count(u) || u->nsrc() == 0) continue;
+    bool any_src = false;
+    for (auto& s : u->src()) any_src |= on_path.count(s.get()) > 0;
+    if (!any_src) continue;
+    GradCtx ctx{git->second, &shapes, device};
+    UOpRef t = pm_gradient().rewrite(u, &ctx);
+    if (!t) throw Error(std::string("[gradient] no gradient rule for ") + op_name(u->op));
+    for (size_t k = 0; k < u->nsrc(); k++) {
+      const UOp* s = u->src(k);
+      const UOp* g = t->src(k);
+      if (g->op == Ops::NOOP || !on_path.count(s)) continue;
+      Tensor gt(UOpRef(g), shapes.at(s), device);
+      if (!(gt.dtype() == s->dtype) && dtypes::is_float(s->dtype)) gt = gt.cast(s->dtype);
+      auto it = grads.find(s);
+      if (it == grads.end()) grads.emplace(s, gt);
+      else it->second = Tensor(it->second + gt);
+    }
+  }
+  std::vector<UOpRef> out;
+  for (auto& t : targets) {
+    auto it = grads.find(t.get());
+    out.push_back(it == grads.end() ? UOpRef{} : it->second.uop());
+  }
+  return out;
+}
+
+// ---------------------------------------------------------------- Tensor API
+
+NoGrad::NoGrad() : prev_(g_no_grad) { g_no_grad = true; }
+NoGrad::~NoGrad() { g_no_grad = prev_; }
+bool NoGrad::active() { return g_no_grad; }
+
+Tensor& Tensor::requires_grad_(bool on) {
+  impl_->requires_grad = on;
+  return *this;
+}
+
+bool Tensor::has_grad() const { return impl_->grad != nullptr; }
+Tensor Tensor::grad() const {
+  if (!impl_->grad) throw Error("[grad] no gradient: call backward() on a result that depends on this tensor");
+  Tensor g;
+  g.impl_ = impl_->grad;
+  return g;
+}
+void Tensor::zero_grad() { impl_->grad.reset(); }
+
+std::vector<Tensor> Tensor::gradient(const std::vector<Tensor>& wrt, const Tensor* seed) const {
+  if (!seed && numel() != 1)
+    throw Error("[gradient] of a non-scalar " + shape_str(shape()) + " needs a seed gradient of that shape");
+  if (seed && seed->shape() != shape())
+    throw Error("[gradient] seed shape " + shape_str(seed->shape()) + " does not match " + shape_str(shape()));
+  DType gd = dtypes::is_float(dtype()) ? dtype() : dtypes::float32;
+  Tensor s = seed ? seed->cast(gd) : Tensor::ones(shape(), gd, device());
+  std::vector<UOpRef> targets;
+  for (auto& t : wrt) targets.push_back(t.uop());
+  auto g = compute_gradient(uop(), s.uop(), targets, device());
+  std::vector<Tensor> out;
+  for (size_t i = 0; i < wrt.size(); i++)
+    out.push_back(g[i] ? Tensor(g[i], wrt[i].shape(), wrt[i].device()) : Tensor::zeros(wrt[i].shape(), wrt[i].dtype(), wrt[i].device()));
+  return out;
+}
+
+}  // namespace tg

@@ -1,0 +1,112 @@
+// Symbolic autograd: exact gradients of small programs, accumulation, second order, no-grad, detach.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "tg/gradient.hpp"
+#include "tg/schedule.hpp"
+
+using namespace tg;
+
+TEST_CASE("gradient of a product and a sum") {
+  auto x = Tensor::from_vector(std::vector<float>{1, 2, 3}).requires_grad_();
+  auto y = Tensor::from_vector(std::vector<float>{4, 5, 6}).requires_grad_();
+  Tensor loss = Tensor(x * y + x).sum();
+  loss.backward();
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{5, 6, 7});
+  CHECK(y.grad().to_vector<float>() == std::vector<float>{1, 2, 3});
+}
+
+TEST_CASE("gradients accumulate across backward calls and zero_grad clears them") {
+  auto x = Tensor::from_vector(std::vector<float>{1, 2}).requires_grad_();
+  Tensor(x * x).sum().backward();
+  Tensor(x * 3).sum().backward();
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{5, 7});
+  x.zero_grad();
+  CHECK_FALSE(x.has_grad());
+  CHECK_THROWS_AS(x.grad(), Error);
+}
+
+TEST_CASE("gradients through movement ops, reductions and broadcasting") {
+  auto x = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3}).requires_grad_();
+  auto b = Tensor::from_vector(std::vector<float>{10, 20, 30}).requires_grad_();
+  Tensor y = Tensor(x.T().pad({{1, 0}, {0, 0}}).shrink({{1, 4}, {0, 2}}).T() * b).flip({1});
+  Tensor loss = Tensor(y * y).sum();
+  loss.backward();
+  // loss = sum_ij (x_ij b_j)^2: d/dx_ij = 2 x_ij b_j^2, d/db_j = 2 b_j sum_i x_ij^2
+  auto gx = x.grad().to_vector<float>();
+  std::vector<float> xv{1, 2, 3, 4, 5, 6}, bv{10, 20, 30};
+  for (int i = 0; i < 2; i++)
+    for (int j = 0; j < 3; j++) CHECK(gx[size_t(i * 3 + j)] == doctest::Approx(2 * xv[size_t(i * 3 + j)] * bv[size_t(j)] * bv[size_t(j)]));
+  auto gb = b.grad().to_vector<float>();
+  for (int j = 0; j < 3; j++)
+    CHECK(gb[size_t(j)] == doctest::Approx(2 * bv[size_t(j)] * (xv[size_t(j)] * xv[size_t(j)] + xv[size_t(3 + j)] * xv[size_t(3 + j)])));
+}
+
+TEST_CASE("max reduce shares the gradient among ties; maximum splits ties") {
+  auto x = Tensor::from_vector(std::vector<float>{1, 3, 3, 2}).requires_grad_();
+  x.max().backward();
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{0, 0.5, 0.5, 0});
+  auto a = Tensor::from_vector(std::vector<float>{1, 2, 3}).requires_grad_();
+  auto b = Tensor::from_vector(std::vector<float>{3, 2, 1}).requires_grad_();
+  a.maximum(b).sum().backward();
+  CHECK(a.grad().to_vector<float>() == std::vector<float>{0, 0.5, 1});
+  CHECK(b.grad().to_vector<float>() == std::vector<float>{1, 0.5, 0});
+}
+
+TEST_CASE("unary gradients: exp, log, sqrt, sin, reciprocal, sigmoid") {
+  std::vector<float> v{0.5f, 1.0f, 2.0f};
+  auto x = Tensor::from_vector(v).requires_grad_();
+  Tensor loss = Tensor(x.exp() + x.log() + x.sqrt() + x.sin() + x.reciprocal() + x.sigmoid()).sum();
+  loss.backward();
+  auto g = x.grad().to_vector<float>();
+  for (size_t i = 0; i < 3; i++) {
+    double t = v[i], s = 1 / (1 + std::exp(-t));
+    double want = std::exp(t) + 1 / t + 0.5 / std::sqrt(t) + std::cos(t) - 1 / (t * t) + s * (1 - s);
+    CHECK(g[i] == doctest::Approx(want).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("gradient of a gradient (second order)") {
+  auto x = Tensor::from_vector(std::vector<float>{1, 2, 3}).requires_grad_();
+  Tensor y = Tensor(x * x * x).sum();  // dy/dx = 3x^2, d2y/dx2 = 6x
+  Tensor dx = y.gradient({x})[0];
+  Tensor d2 = dx.sum().gradient({x})[0];
+  CHECK(dx.to_vector<float>() == std::vector<float>{3, 12, 27});
+  CHECK(d2.to_vector<float>() == std::vector<float>{6, 12, 18});
+}
+
+TEST_CASE("detach and no-grad stop gradients") {
+  auto x = Tensor::from_vector(std::vector<float>{1, 2}).requires_grad_();
+  Tensor y = Tensor(x * x.detach()).sum();
+  y.backward();
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{1, 2});
+  x.zero_grad();
+  Tensor z;
+  {
+    NoGrad ng;
+    z = x * 2;
+  }
+  CHECK_FALSE(z.requires_grad());
+  CHECK(Tensor(x * 2).requires_grad());
+  CHECK_THROWS_AS(Tensor(z.sum()).backward(), Error);
+}
+
+TEST_CASE("backward of a non-scalar needs a seed") {
+  auto x = Tensor::from_vector(std::vector<float>{1, 2}).requires_grad_();
+  Tensor y = x * 3;
+  CHECK_THROWS_AS(y.backward(), Error);
+  y.backward(Tensor::from_vector(std::vector<float>{1, 10}));
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{3, 30});
+}
+
+TEST_CASE("the backward pass fuses: a gradient of an elementwise chain is one kernel") {
+  auto x = Tensor::from_vector(std::vector<float>(64, 1.5f)).requires_grad_();
+  Tensor y = x;
+  for (int i = 0; i < 10; i++) y = y * 1.1 + 0.1;
+  Tensor(y * y).sum().backward();
+  Tensor g = x.grad();
+  size_t before = kernels_run();
+  g.realize();
+  CHECK(kernels_run() - before <= 2);
+}
