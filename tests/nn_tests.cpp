@@ -3,6 +3,7 @@
 
 #include <zlib.h>
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -72,4 +73,83 @@ TEST_CASE("Fashion-MNIST from Debian's package has the standard shapes") {
   CHECK(d.X_test.shape() == Shape{10000, 1, 28, 28});
   auto y = d.Y_test.to_vector<uint8_t>();
   for (uint8_t v : y) CHECK(v < 10);
+}
+
+#include "tg/nn/optim.hpp"
+
+namespace {
+// loss = sum((w - target)^2) / 2: grad = w - target
+Tensor quad_loss(const Tensor& w, const std::vector<float>& target) {
+  Tensor d = w - Tensor::from_vector(target);
+  return Tensor(d * d).sum() * 0.5;
+}
+}  // namespace
+
+TEST_CASE("SGD with momentum and nesterov matches torch.optim.SGD's update rule") {
+  for (bool nesterov : {false, true}) {
+    std::vector<float> w0{1, -2, 3}, target{0.5f, 0.5f, 0.5f};
+    Tensor w = Tensor::from_vector(w0);
+    nn::optim::SGD opt({w}, 0.1, 0.9, 0.01, nesterov);
+    std::vector<double> ref(w0.begin(), w0.end()), buf(3, 0);
+    for (int step = 0; step < 5; step++) {
+      opt.zero_grad();
+      quad_loss(w, target).backward();
+      opt.step();
+      for (size_t i = 0; i < 3; i++) {
+        double g = (ref[i] - target[i]) + 0.01 * ref[i];
+        buf[i] = step == 0 ? g : 0.9 * buf[i] + g;
+        double d = nesterov ? g + 0.9 * buf[i] : buf[i];
+        ref[i] -= 0.1 * d;
+      }
+    }
+    auto got = w.to_vector<float>();
+    for (size_t i = 0; i < 3; i++) CHECK(got[i] == doctest::Approx(ref[i]).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("Adam and AdamW match torch.optim's update rule") {
+  for (double wd : {0.0, 0.1}) {
+    std::vector<float> w0{1, -2, 3, 0.25f}, target{0.5f, 0.5f, -1, 2};
+    Tensor w = Tensor::from_vector(w0);
+    auto opt = wd == 0 ? nn::optim::Adam({w}, 0.01) : nn::optim::AdamW({w}, 0.01, 0.9, 0.999, 1e-8, wd);
+    std::vector<double> ref(w0.begin(), w0.end()), m(4, 0), v(4, 0);
+    for (int t = 1; t <= 6; t++) {
+      opt->zero_grad();
+      quad_loss(w, target).backward();
+      opt->step();
+      for (size_t i = 0; i < 4; i++) {
+        double g = ref[i] - target[i];
+        m[i] = 0.9 * m[i] + 0.1 * g;
+        v[i] = 0.999 * v[i] + 0.001 * g * g;
+        double mh = m[i] / (1 - std::pow(0.9, t)), vh = v[i] / (1 - std::pow(0.999, t));
+        ref[i] -= 0.01 * (mh / (std::sqrt(vh) + 1e-8) + wd * ref[i]);  // torch AdamW: decoupled decay
+      }
+    }
+    auto got = w.to_vector<float>();
+    for (size_t i = 0; i < 4; i++) CHECK(got[i] == doctest::Approx(ref[i]).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("learning-rate schedules") {
+  Tensor w = Tensor::from_vector(std::vector<float>{1});
+  nn::optim::SGD opt({w}, 1.0);
+  nn::optim::StepLR s(opt, 2, 0.5);
+  s.step();
+  CHECK(opt.lr_value() == 1.0);
+  s.step();
+  CHECK(opt.lr_value() == 0.5);
+  CHECK(opt.lr().to_vector<float>()[0] == 0.5f);
+  nn::optim::CosineAnnealingLR c(opt, 10, 0.0);
+  CHECK(c.lr_at(10) == doctest::Approx(0.0));
+  CHECK(c.lr_at(5) == doctest::Approx(0.25));
+  nn::optim::OneCycleLR oc(opt, 1.0, 100);
+  CHECK(oc.lr_at(25) == doctest::Approx(1.0));
+  CHECK(oc.lr_at(100) == doctest::Approx(1.0 / 25 / 1e4));
+}
+
+TEST_CASE("an optimiser step without gradients is an error") {
+  Tensor w = Tensor::from_vector(std::vector<float>{1, 2});
+  nn::optim::SGD opt({w}, 0.1);
+  CHECK_THROWS_AS(opt.step(), Error);
+  CHECK_THROWS_AS(nn::optim::SGD({}, 0.1), Error);
 }

@@ -246,3 +246,19 @@ TEST_CASE("shapes whose size overflows are refused") {
   CHECK_THROWS_AS(Tensor::empty({-1, 2}), Error);
   CHECK_THROWS_AS(Tensor::ones({2}).reshape({big, big}), Error);
 }
+
+TEST_CASE("two tensors with equal graphs stay distinct under assign") {
+  Tensor a = Tensor::zeros({4}).contiguous(), b = Tensor::zeros({4}).contiguous();
+  realize(a, b);
+  a.assign(Tensor::ones({4}));
+  a.realize();
+  CHECK(a.to_vector<float>() == std::vector<float>{1, 1, 1, 1});
+  CHECK(b.to_vector<float>() == std::vector<float>{0, 0, 0, 0});
+  auto x = Tensor::from_vector(iota_f(4));
+  Tensor c = x + 1, d = x + 1;  // the same graph: realised to one buffer, copied on the first write
+  realize(c, d);
+  c.assign(Tensor::zeros({4}));
+  c.realize();
+  CHECK(d.to_vector<float>() == std::vector<float>{1, 2, 3, 4});
+  CHECK(c.to_vector<float>() == std::vector<float>{0, 0, 0, 0});
+}

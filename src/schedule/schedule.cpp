@@ -315,6 +315,7 @@ struct Template {
     UOpRef ast;
     std::vector<int> slots;  // outputs first
     std::string device;
+    std::vector<int> old_reads;  // slots read through their BUFFER node: the contents before this schedule
   };
   std::vector<Slot> slots;
   std::vector<Item> items;
@@ -408,7 +409,7 @@ Template build_template(std::span<const UOpRef> roots) {
     }
     slot_of[u] = out;
     if (n == 0) continue;  // nothing to compute
-    Template::Item item{ScheduleItem::Kind::Kernel, {}, {out}, t.slots[size_t(out)].device};
+    Template::Item item{ScheduleItem::Kind::Kernel, {}, {out}, t.slots[size_t(out)].device, {}};
     if (u->op == Ops::COPY) {
       item.kind = ScheduleItem::Kind::Copy;
       item.slots.push_back(value_slot(u->src(0)));
@@ -416,7 +417,10 @@ Template build_template(std::span<const UOpRef> roots) {
     } else {
       KernelBuilder kb{shapes, realized, u, {}, 0, {}, {}};
       item.ast = kb.kernel_ast();
-      for (const UOp* p : kb.params) item.slots.push_back(value_slot(p));
+      for (const UOp* p : kb.params) {
+        item.slots.push_back(value_slot(p));
+        if (p->op == Ops::BUFFER) item.old_reads.push_back(item.slots.back());
+      }
     }
     if (u->op == Ops::ASSIGN) assign_items.push_back(int(t.items.size()));
     t.items.push_back(std::move(item));
@@ -431,8 +435,8 @@ Template build_template(std::span<const UOpRef> roots) {
     int target = t.items[size_t(ai)].slots[0];
     size_t last = size_t(ai);
     for (size_t j = size_t(ai) + 1; j < t.items.size(); j++)
-      for (size_t b = 1; b < t.items[j].slots.size(); b++)
-        if (t.items[j].slots[b] == target) last = j;
+      for (int r : t.items[j].old_reads)
+        if (r == target) last = j;
     if (last != size_t(ai)) {
       Template::Item it = std::move(t.items[size_t(ai)]);
       t.items.erase(t.items.begin() + ai);
@@ -496,6 +500,7 @@ Schedule create_schedule(std::span<const UOpRef> roots) {
   std::vector<const UOp*> topo = toposort(roots);
   std::unordered_map<const UOp*, UOpRef> norm;
   std::vector<const UOp*> inputs;
+  size_t n_contig = 0;
   for (const UOp* u : topo) {
     if (u->op == Ops::BUFFER) {
       auto& a = std::get<std::vector<int64_t>>(u->arg);
@@ -508,6 +513,10 @@ Schedule create_schedule(std::span<const UOpRef> roots) {
     for (auto& s : u->src()) {
       src.push_back(norm.at(s.get()));
       changed |= src.back().get() != s.get();
+    }
+    if (u->op == Ops::CONTIGUOUS && std::holds_alternative<int64_t>(u->arg)) {  // unique ids by order too
+      norm[u] = UOp::make(Ops::CONTIGUOUS, u->dtype, src, -1 - int64_t(n_contig++));
+      continue;
     }
     norm[u] = changed ? u->replace_src(src) : UOpRef(u);
   }

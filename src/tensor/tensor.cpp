@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <atomic>
 #include <mutex>
 #include <numeric>
 #include <unordered_set>
@@ -406,9 +407,15 @@ Tensor Tensor::pow(const Tensor& b) const {
   return Tensor(Tensor(y == 0.0).where(Tensor(1.0), r)).cast(out);
 }
 
+namespace {
+// Each contiguous() is its own tensor: the unique arg keeps two equal graphs from sharing one buffer (which
+// an assign into one of them would otherwise change for both). The scheduler renumbers it away.
+std::atomic<int64_t> g_next_contiguous{1};
+}  // namespace
+
 Tensor Tensor::contiguous() const {
   if (impl_->uop->op == Ops::CONTIGUOUS || contiguous_buffer(impl_->uop.get())) return *this;
-  return Tensor(UOp::make(Ops::CONTIGUOUS, dtype(), {uop()}), shape(), device());
+  return Tensor(UOp::make(Ops::CONTIGUOUS, dtype(), {uop()}, g_next_contiguous++), shape(), device());
 }
 Tensor Tensor::detach() const { return Tensor(UOp::make(Ops::DETACH, dtype(), {uop()}), shape(), device()); }
 
@@ -776,6 +783,21 @@ Tensor& Tensor::assign(const Tensor& x) {
   if (!contiguous_buffer(uop().get())) realize();
   if (!contiguous_buffer(uop().get())) {  // a view: materialise first
     Tensor c = contiguous();
+    c.realize();
+    impl_->uop = c.uop();
+  }
+  // Copy on write: another tensor holding the same buffer (two equal graphs realised to one buffer) keeps its values.
+  const UOp* buf = contiguous_buffer(uop().get());
+  bool shared = false;
+  {
+    std::lock_guard lk(g_live_mu);
+    for (auto& w : g_live)
+      if (auto p = w.lock())
+        if (p != impl_ && p->uop && contiguous_buffer(p->uop.get()) == buf) shared = true;
+  }
+  if (shared) {
+    Tensor c(UOp::make(Ops::CONTIGUOUS, dtype(), {UOp::make(Ops::DETACH, dtype(), {uop()})}, g_next_contiguous++), shape(),
+             device());
     c.realize();
     impl_->uop = c.uop();
   }
