@@ -153,3 +153,84 @@ TEST_CASE("an optimiser step without gradients is an error") {
   CHECK_THROWS_AS(opt.step(), Error);
   CHECK_THROWS_AS(nn::optim::SGD({}, 0.1), Error);
 }
+
+#include "tg/jit.hpp"
+#include "tg/schedule.hpp"
+
+TEST_CASE("TinyJit replays captured kernels with new inputs, without scheduling") {
+  Tensor w = Tensor::from_vector(std::vector<float>{1, 2, 3});
+  TinyJit jit([&](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+    Tensor y = Tensor(in[0] * w + 1).sum();
+    return {y};
+  });
+  for (int call = 0; call < 6; call++) {
+    float s = float(call);
+    Tensor x = Tensor::from_vector(std::vector<float>{s, s + 1, s + 2});
+    size_t sched = schedules_built();
+    auto out = jit({x});
+    float want = s * 1 + (s + 1) * 2 + (s + 2) * 3 + 3;
+    CHECK(out[0].item<float>() == want);
+    if (call >= 3) {
+      CHECK(jit.replaying());
+      CHECK(schedules_built() == sched);
+    }
+  }
+  CHECK(jit.captured_kernels() == 1);
+}
+
+TEST_CASE("TinyJit refuses changed inputs and random numbers inside") {
+  TinyJit jit([](const std::vector<Tensor>& in) -> std::vector<Tensor> { return {Tensor(in[0] * 2)}; });
+  jit({Tensor::from_vector(std::vector<float>{1, 2})});
+  CHECK_THROWS_AS(jit({Tensor::from_vector(std::vector<float>{1, 2, 3})}), Error);
+  CHECK_THROWS_AS(jit({Tensor::from_vector(std::vector<int32_t>{1, 2})}), Error);
+  TinyJit rnd([](const std::vector<Tensor>& in) -> std::vector<Tensor> { return {Tensor(in[0] + Tensor::rand({2}))}; });
+  auto x = Tensor::from_vector(std::vector<float>{1, 2});
+  rnd({x});
+  CHECK_THROWS_AS(rnd({x}), Error);
+}
+
+TEST_CASE("TinyJit detects a function whose kernels change between captures") {
+  int n = 0;
+  TinyJit jit([&](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+    n++;
+    return {n == 3 ? Tensor(in[0] * 3).sum() : Tensor(in[0] * 2)};
+  });
+  auto x = Tensor::from_vector(std::vector<float>{1, 2});
+  jit({x});
+  jit({x});
+  CHECK_THROWS_AS(jit({x}), Error);
+}
+
+TEST_CASE("a jitted training step replays the same updates as eager steps") {
+  std::vector<float> w0{0.5f, -1.5f, 2.0f};
+  auto run = [&](bool use_jit) {
+    Tensor w = Tensor::from_vector(w0);
+    nn::optim::SGD opt({w}, 0.1, 0.9);
+    auto step = [&](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+      opt.zero_grad();
+      Tensor d = w * in[0] - 1.0;
+      Tensor loss = Tensor(d * d).mean();
+      loss.backward();
+      auto upd = opt.schedule_step();
+      upd.push_back(loss);
+      return upd;
+    };
+    TinyJit jit(step);
+    std::vector<float> losses;
+    for (int i = 0; i < 6; i++) {
+      Tensor x = Tensor::from_vector(std::vector<float>{float(i + 1), 1, 0.5f});
+      auto out = use_jit ? jit({x}) : step({x});
+      if (!use_jit) {
+        std::vector<Tensor*> p;
+        for (auto& t : out) p.push_back(&t);
+        Tensor::realize_all(p);
+      }
+      losses.push_back(out.back().item<float>());
+    }
+    return std::make_pair(losses, w.to_vector<float>());
+  };
+  auto [le, we] = run(false);
+  auto [lj, wj] = run(true);
+  CHECK(le == lj);
+  CHECK(we == wj);
+}

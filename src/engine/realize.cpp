@@ -10,6 +10,7 @@
 
 #include "tg/codegen.hpp"
 #include "tg/env.hpp"
+#include "tg/jit.hpp"
 #include "tg/schedule.hpp"
 
 namespace tg {
@@ -80,9 +81,29 @@ std::shared_ptr<Runner> compile_item(const ScheduleItem& it) {
   return r;
 }
 
+thread_local std::vector<JitItem>* g_capture = nullptr;
+
 }  // namespace
 
 size_t kernels_run() { return g_kernels_run.load(); }
+
+void jit_begin_capture(std::vector<JitItem>* sink) { g_capture = sink; }
+void jit_end_capture() { g_capture = nullptr; }
+
+void jit_run(const JitItem& item, const std::vector<Buffer*>& bufs) {
+  if (!item.runner) {  // a copy
+    std::vector<uint8_t> host(bufs[1]->nbytes());
+    bufs[1]->copyout(host.data(), host.size());
+    bufs[0]->copyin(host.data(), host.size());
+    return;
+  }
+  auto& r = *static_cast<Runner*>(item.runner.get());
+  std::vector<void*> ptrs;
+  for (Buffer* b : bufs) ptrs.push_back(b->ptr());
+  LaunchDims dims;
+  r.program->run(ptrs.data(), nullptr, dims);
+  g_kernels_run++;
+}
 
 void run_schedule(Schedule& s) {
   int dbg = debug_level();
@@ -105,6 +126,7 @@ void run_schedule(Schedule& s) {
   // 2. Run in order.
   for (size_t i = 0; i < s.items.size(); i++) {
     ScheduleItem& it = s.items[i];
+    if (g_capture) g_capture->push_back(JitItem{runners[i], it.bufs, it.ast.get()});
     if (it.kind == ScheduleItem::Kind::Copy) {
       std::vector<uint8_t> host(it.bufs[1]->nbytes());
       it.bufs[1]->copyout(host.data(), host.size());

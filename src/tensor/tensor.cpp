@@ -11,6 +11,7 @@
 #include <unordered_set>
 
 #include "tg/device.hpp"
+#include "tg/jit.hpp"
 #include "tg/pattern.hpp"
 #include "tg/schedule.hpp"
 
@@ -80,7 +81,10 @@ UOpRef const_uop(DType d, double v) { return UOp::cnst(d, v); }
 
 uint64_t g_seed = 0;
 uint64_t g_rng_counter = 0;
+std::atomic<size_t> g_rand_calls{0};
 }  // namespace
+
+size_t rand_calls() { return g_rand_calls.load(); }
 
 /** Substitute realised nodes in every live tensor's graph. */
 void replace_realized(const std::vector<std::pair<const UOp*, UOpRef>>& becomes) {
@@ -227,6 +231,7 @@ Tensor Tensor::rand(const Shape& shape, DType dtype, const std::string& device) 
   if (!dtypes::is_float(dtype)) throw Error("[rand] needs a float dtype, got " + dtype.name());
   int64_t n = numel_of(shape);
   uint64_t call = g_rng_counter++;
+  g_rand_calls++;
   Tensor ctr = arange(0, double(n), 1, dtypes::uint32, device);
   Tensor bits = threefry(ctr, Tensor::zeros({n}, dtypes::uint32, device), uint32_t(g_seed ^ (g_seed >> 32)),
                          uint32_t(call));
