@@ -234,3 +234,54 @@ TEST_CASE("a jitted training step replays the same updates as eager steps") {
   CHECK(le == lj);
   CHECK(we == wj);
 }
+
+#include "tg/nn/state.hpp"
+
+TEST_CASE("safetensors round trip of every dtype, with metadata") {
+  std::map<std::string, Tensor> sd;
+  sd.emplace("f32", Tensor::from_vector(std::vector<float>{1.5f, -2, 3}, {3, 1}));
+  sd.emplace("i64", Tensor::from_vector(std::vector<int64_t>{-1, 1LL << 40}));
+  sd.emplace("u8", Tensor::from_vector(std::vector<uint8_t>{7, 255}));
+  sd.emplace("b", Tensor::from_vector(std::vector<bool>{true, false, true}));
+  sd.emplace("h", Tensor::from_vector(std::vector<float>{0.5f, 65504}).cast(dtypes::float16));
+  std::string p = tmp_path("t.safetensors");
+  nn::safe_save(sd, p, {{"format", "pt"}});
+  auto back = nn::safe_load(p);
+  CHECK(back.size() == 5);
+  CHECK(back.at("f32").shape() == Shape{3, 1});
+  CHECK(back.at("f32").to_vector<float>() == std::vector<float>{1.5f, -2, 3});
+  CHECK(back.at("i64").to_vector<int64_t>() == std::vector<int64_t>{-1, 1LL << 40});
+  CHECK(back.at("u8").to_vector<uint8_t>() == std::vector<uint8_t>{7, 255});
+  CHECK(back.at("b").to_vector<bool>() == std::vector<bool>{true, false, true});
+  CHECK(back.at("h").dtype() == dtypes::float16);
+  CHECK(back.at("h").cast(dtypes::float32).to_vector<float>() == std::vector<float>{0.5f, 65504});
+  CHECK(nn::safe_metadata(p).at("format") == "pt");
+}
+
+TEST_CASE("malformed safetensors files are errors naming the file") {
+  std::string p = tmp_path("bad.safetensors");
+  auto put = [&](const std::string& header, size_t data_bytes) {
+    std::vector<uint8_t> b(8);
+    for (int i = 0; i < 8; i++) b[size_t(i)] = uint8_t((header.size() >> (8 * i)) & 0xff);
+    b.insert(b.end(), header.begin(), header.end());
+    b.resize(b.size() + data_bytes, 0);
+    write_file(p, b, false);
+  };
+  put(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 4);  // data past the end
+  CHECK_THROWS_AS(nn::safe_load(p), Error);
+  put(R"({"a":{"dtype":"F32","shape":[3],"data_offsets":[0,8]}})", 8);  // shape and size disagree
+  CHECK_THROWS_AS(nn::safe_load(p), Error);
+  put(R"({"a":{"dtype":"Q9","shape":[2],"data_offsets":[0,8]}})", 8);   // unknown dtype
+  CHECK_THROWS_AS(nn::safe_load(p), Error);
+  put(R"({"a":{"dtype":"F32"}})", 8);                                    // missing fields
+  CHECK_THROWS_AS(nn::safe_load(p), Error);
+  put("{not json", 0);
+  CHECK_THROWS_AS(nn::safe_load(p), Error);
+  write_file(p, {1, 2, 3}, false);                                       // too short
+  CHECK_THROWS_AS(nn::safe_load(p), Error);
+  try {
+    nn::safe_load(p);
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("bad.safetensors") != std::string::npos);
+  }
+}
