@@ -1,6 +1,9 @@
 #pragma once
 // The symbolic simplifier: rule tables for constant folding, identities, canonical order, like terms,
 // div/mod folding from bounds, comparison and where folding. Users compose these matchers with their own.
+// Integer rules follow C semantics with wrap-around (truncating IDIV/MOD; bounds-based rules check exactly that nothing
+// wraps); float rules are IEEE-exact. The tables live in src/uop/symbolic_rules.hpp and are checked rule by rule by
+// tg/rule_check.hpp.
 // Thread-safety: the matchers are built once (thread-safe statics) and are immutable.
 #include "tg/pattern.hpp"
 

@@ -1,40 +1,44 @@
-// The symbolic simplifier (first cut: constant folding and identities; grown by the symbolic tables).
+// The symbolic simplifier: symbolic_simple and symbolic as ordered sums of the rule groups in symbolic_rules.hpp.
 #include "tg/symbolic.hpp"
 
 #include <unordered_map>
 
-namespace tg {
-using namespace tg::pat;
+#define TG_SYMBOLIC_NO_TABLES
+#include "symbolic_rules.hpp"
+#include "tg/error.hpp"
 
-namespace {
-constexpr auto sym_identity = table(
-    rule(x + 0_c, x),  // x+0 -> x
-    rule(x * 1_c, x),  // x*1 -> x
-    rule(x * 0_c, 0_c));  // x*0 -> 0
-}  // namespace
+namespace tg {
 
 const PatternMatcher& symbolic_simple() {
-  static const PatternMatcher pm(sym_identity);
+  static const PatternMatcher pm = sym::pm_simple_tables();
   return pm;
 }
-const PatternMatcher& symbolic() { return symbolic_simple(); }
-UOpRef simplify(const UOpRef& u) { return graph_rewrite(u, symbolic()); }
+
+const PatternMatcher& symbolic() {
+  // Folding and identities first, canonical order last (like terms and constants combine before terms are sorted).
+  static const PatternMatcher pm =
+      symbolic_simple() + sym::pm_arith_tables() + sym::pm_divmod_tables() + sym::pm_order_table();
+  return pm;
+}
+
+UOpRef simplify(const UOpRef& u) { return graph_rewrite(u, symbolic(), nullptr, false, "simplify"); }
 
 int64_t eval_int(const UOp* root, const std::vector<std::pair<std::string, int64_t>>& vars) {
   std::unordered_map<const UOp*, Value> v;
   for (const UOp* u : toposort(root)) {
     Value r;
-    if (u->op == Ops::CONST) r.i = u->const_int();
-    else if (u->op == Ops::DEFINE_VAR) {
+    if (u->op == Ops::CONST) {
+      r.i = u->const_int();
+    } else if (u->op == Ops::DEFINE_VAR) {
       auto& name = std::get<VarArg>(u->arg).name;
       bool found = false;
       for (auto& [n, val] : vars)
-        if (n == name) { r.i = val; found = true; }
+        if (n == name) r.i = val, found = true;
       if (!found) throw Error("[eval_int] no value for variable " + name);
-    } else if (is_alu(u->op) || u->op == Ops::CAST) {
+    } else if (is_alu(u->op) || u->op == Ops::CAST || u->op == Ops::BITCAST) {
       std::vector<Value> s;
       for (auto& c : u->src()) s.push_back(v.at(c.get()));
-      r = exec_alu(u->op, u->dtype, s, u->src(u->op == Ops::WHERE ? 1 : 0)->dtype);
+      r = exec_alu(u->op, u->dtype, s, u->src(0)->dtype);
     } else {
       throw Error(std::string("[eval_int] cannot evaluate ") + op_name(u->op));
     }
