@@ -53,7 +53,7 @@ void check_int_binops() {
   for (size_t i = 0; i < n; i++) {
     T x = av[i], y = bv[i];
     CHECK(add[i] == T(U(U(x) + U(y))));
-    CHECK(mul[i] == T(U(U(x) * U(y))));
+    CHECK(mul[i] == T(U(uint64_t(U(x)) * uint64_t(U(y)))));
     CHECK(sub[i] == T(U(U(x) - U(y))));
     CHECK(band[i] == T(x & y));
     CHECK(bor[i] == T(x | y));

@@ -334,7 +334,7 @@ TEST_CASE("ALU ops on every dtype agree with exec_alu") {
       if (!fl && !bl && vb.i == 0) vb.i = 1;  // no division by zero
       if (!fl && !bl && vb.i == -1) vb.i = 6;  // no INT_MIN / -1 trap
       b.set(q, vb);
-      sh.set(q, val(d, double(int64_t(std::fabs(y)) % bits)));
+      sh.set(q, val(d, std::isfinite(y) && std::fabs(y) < 1e18 ? double(int64_t(std::fabs(y)) % bits) : 1.0));
     }
     std::vector<Ops> bin = {Ops::ADD, Ops::SUB, Ops::MUL, Ops::MAX, Ops::CMPLT, Ops::CMPNE, Ops::CMPEQ};
     std::vector<Ops> un = {Ops::NEG};

@@ -15,6 +15,7 @@
 #include <array>
 #include <boost/hana.hpp>
 #include <cstdint>
+#include <ostream>  // operator<< below is a pattern op: std::ostream must be complete when overloads are checked
 #include <source_location>
 #include <string>
 #include <tuple>

@@ -208,16 +208,14 @@ struct KernelBuilder {
         }
       }
       auto src_of = [&](size_t i) -> const UOp* { return n->op == Ops::ASSIGN ? n->src(1) : n->src(i); };
-      bool ready = true;
-      for (size_t i = 0; i < f.child.size(); i++) {
-        if (!memo.count(key(src_of(i), f.child[i]))) {
-          ready = false;
-          Frame nf{src_of(i), f.child[i], {}, {}, {}, false};
-          stack.push_back(std::move(nf));
-        }
+      std::vector<Frame> pending;  // pushing invalidates f: collect first
+      for (size_t i = 0; i < f.child.size(); i++)
+        if (!memo.count(key(src_of(i), f.child[i]))) pending.push_back(Frame{src_of(i), f.child[i], {}, {}, {}, false});
+      if (!pending.empty()) {
+        for (auto& p : pending) stack.push_back(std::move(p));
+        continue;
       }
-      if (!ready) continue;
-      Frame& g = stack.back();  // may have moved: re-fetch
+      Frame& g = stack.back();
       std::vector<UOpRef> vals;
       for (size_t i = 0; i < g.child.size(); i++) vals.push_back(memo.at(key(g.n == nullptr ? nullptr : src_of(i), g.child[i])));
       UOpRef v;

@@ -446,8 +446,8 @@ Tensor Tensor::reshape(Shape s) const {
       infer = int64_t(i);
     } else if (s[i] < 0) {
       throw Error("[reshape] negative dimension in " + shape_str(s));
-    } else {
-      known *= s[i];
+    } else if (__builtin_mul_overflow(known, s[i], &known)) {
+      throw Error("[reshape] " + shape_str(s) + " has more than 2^63 elements");
     }
   }
   if (infer >= 0) {

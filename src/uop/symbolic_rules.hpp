@@ -253,7 +253,7 @@ inline constexpr auto sym_bits = table(
     rule(max_(max_(xi, c0), c1), max_(x, max_(c0, c1))),                        // max(max(x,c0),c1) -> max(x,max(c0,c1))
     rule(xi & c0, x, [](auto& m) {                                              // x&(2^k-1) -> x when 0<=x<2^k
       int64_t c = cv(m[c0]);
-      return c >= 0 && (c & (c + 1)) == 0 && known(m[x]) && m[x]->vmin() >= 0 && m[x]->vmax() <= c;
+      return c >= 0 && (uint64_t(c) & (uint64_t(c) + 1)) == 0 && known(m[x]) && m[x]->vmin() >= 0 && m[x]->vmax() <= c;
     }),
     rule(xi & c0, 0_c, [](auto& m) {                                            // x&c -> 0 when 0<=x<lowbit(c)
       int64_t c = cv(m[c0]);
