@@ -285,3 +285,51 @@ TEST_CASE("malformed safetensors files are errors naming the file") {
     CHECK(std::string(e.what()).find("bad.safetensors") != std::string::npos);
   }
 }
+
+#include "tg/nn/nn.hpp"
+
+TEST_CASE("layers: shapes, parameters, state_dict round trip, strict loading") {
+  auto seq = std::make_shared<nn::Sequential>();
+  seq->add(std::make_shared<nn::Conv2d>(1, 4, 3)).add(std::make_shared<nn::BatchNorm>(4));
+  seq->add(std::make_shared<nn::Lambda>([](const Tensor& x) { return x.relu().max_pool2d(2).flatten(1); }));
+  seq->add(std::make_shared<nn::Linear>(4 * 3 * 3, 5));
+  Tensor x = Tensor::rand({2, 1, 8, 8});
+  Tensor y = (*seq)(x);
+  CHECK(y.shape() == Shape{2, 5});
+  auto sd = seq->state_dict();
+  CHECK(sd.count("0.weight") == 1);
+  CHECK(sd.at("0.weight").shape() == Shape{4, 1, 3, 3});
+  CHECK(sd.count("1.running_mean") == 1);
+  CHECK(sd.at("3.weight").shape() == Shape{5, 36});
+  CHECK(seq->parameters().size() == 6);  // conv w,b; bn w,b; linear w,b
+  auto copy = std::make_shared<nn::Linear>(36, 5);
+  std::map<std::string, Tensor> lin{{"weight", sd.at("3.weight")}, {"bias", sd.at("3.bias")}};
+  copy->load_state_dict(lin);
+  CHECK(copy->weight.to_vector<float>() == sd.at("3.weight").to_vector<float>());
+  lin.erase("bias");
+  CHECK_THROWS_AS(copy->load_state_dict(lin), Error);
+  lin.emplace("bias", Tensor::zeros({4}));
+  CHECK_THROWS_AS(copy->load_state_dict(lin), Error);
+}
+
+TEST_CASE("a small conv net's loss goes down with Adam") {
+  Tensor::manual_seed(3);
+  auto seq = std::make_shared<nn::Sequential>();
+  seq->add(std::make_shared<nn::Conv2d>(1, 4, 3)).add(std::make_shared<nn::BatchNorm>(4));
+  seq->add(std::make_shared<nn::Lambda>([](const Tensor& x) { return x.relu().flatten(1); }));
+  seq->add(std::make_shared<nn::Linear>(4 * 4 * 4, 3));
+  auto opt = nn::optim::Adam(seq->parameters(), 0.05);
+  Tensor x = Tensor::rand({6, 1, 6, 6});
+  Tensor yv = Tensor::from_vector(std::vector<int32_t>{0, 1, 2, 0, 1, 2});
+  float first = 0, last = 0;
+  for (int i = 0; i < 8; i++) {
+    opt->zero_grad();
+    Tensor loss = (*seq)(x).sparse_categorical_crossentropy(yv);
+    loss.backward();
+    opt->step();
+    float l = loss.item<float>();
+    if (i == 0) first = l;
+    last = l;
+  }
+  CHECK(last < first * 0.7f);
+}

@@ -10,6 +10,7 @@
 #include <optional>
 #include <string>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "tg/dtype.hpp"
@@ -31,6 +32,37 @@ struct Slice {
   static Slice all() { return {}; }
   static Slice index(int64_t i) { return Slice{i, i == -1 ? std::nullopt : std::optional<int64_t>(i + 1), 1}; }
 };
+
+/** An int or a per-dimension list, like torch's `int | tuple[int, ...]`: one value applies to every spatial dim;
+ *  an empty list means "the op's default" (e.g. a pool's stride defaults to its kernel size). */
+struct IntArg {
+  std::vector<int64_t> v;
+  IntArg() = default;
+  IntArg(int x) : v{x} {}      // NOLINT
+  IntArg(int64_t x) : v{x} {}  // NOLINT
+  IntArg(std::initializer_list<int64_t> l) : v(l) {}
+  IntArg(std::vector<int64_t> l) : v(std::move(l)) {}  // NOLINT
+};
+
+/** Padding of a convolution or pool: an int, one int per spatial dim (both sides), 2 per spatial dim
+ *  ((begin, end) for each dim in order), or "same" / "valid" (convolutions only). */
+struct ConvPadding {
+  std::vector<int64_t> v;
+  std::string mode;  // "same", "valid", or empty when v holds the amounts
+  ConvPadding(int x) : v{x} {}      // NOLINT
+  ConvPadding(int64_t x) : v{x} {}  // NOLINT
+  ConvPadding(std::initializer_list<int64_t> l) : v(l) {}
+  ConvPadding(std::vector<int64_t> l) : v(std::move(l)) {}  // NOLINT
+  ConvPadding(const char* m) : mode(m) {}                    // NOLINT
+  ConvPadding(std::string m) : mode(std::move(m)) {}         // NOLINT
+};
+
+/** Index tags: `NewAxis` inserts a size-1 dim (numpy's None), `Ellipsis` stands for all remaining dims. */
+struct NewAxisT {};
+inline constexpr NewAxisT NewAxis{};
+struct EllipsisT {};
+inline constexpr EllipsisT Ellipsis{};
+struct TensorIndex;  // defined after Tensor: an int, a Slice, an integer Tensor, NewAxis or Ellipsis
 
 /** Element type of a C++ type. */
 template <class T>
@@ -183,6 +215,264 @@ class Tensor {
   /** Same data, broadcast to a common shape with b (PyTorch rules). */
   static Shape broadcast_shape(const Shape& a, const Shape& b, const char* op);
 
+  // ================================================================ the full API (src/tensor/ops_*.cpp)
+  // Every op validates its inputs first and throws tg::Error("[op] ...") naming what was given and expected.
+  // All ops are compositions of the primitives above (alu, cast, where, movement, reductions): no new kernels.
+
+  // ---- creation (ops_math.cpp)
+  /** `steps` evenly spaced values from start to stop inclusive (computed like torch.linspace). */
+  static Tensor linspace(double start, double stop, int64_t steps, DType dtype = dtypes::float32, const std::string& device = "");
+  /** Uniform in [low, high). */
+  static Tensor uniform(const Shape& shape, double low = 0, double high = 1, DType dtype = dtypes::float32, const std::string& device = "");
+  /** Normal with the given mean and standard deviation. */
+  static Tensor normal(const Shape& shape, double mean = 0, double std = 1, DType dtype = dtypes::float32, const std::string& device = "");
+  /** uniform(-1, 1) scaled by numel^-0.5 (tinygrad). */
+  static Tensor scaled_uniform(const Shape& shape, DType dtype = dtypes::float32, const std::string& device = "");
+  /** Glorot/Xavier uniform: bound sqrt(6 / (shape[0] + prod(shape[1:]))). */
+  static Tensor glorot_uniform(const Shape& shape, DType dtype = dtypes::float32, const std::string& device = "");
+  /** Kaiming/He uniform with leaky-relu slope a: bound sqrt(6 / (1 + a^2) / prod(shape[1:])). */
+  static Tensor kaiming_uniform(const Shape& shape, double a = 0.01, DType dtype = dtypes::float32, const std::string& device = "");
+  /** Kaiming/He normal: std sqrt(2 / (1 + a^2) / prod(shape[1:])). */
+  static Tensor kaiming_normal(const Shape& shape, double a = 0.01, DType dtype = dtypes::float32, const std::string& device = "");
+  /** Same shape and device, filled with a value (dtype defaults to this tensor's). */
+  Tensor full_like(double value, std::optional<DType> dtype = std::nullopt) const;
+  Tensor zeros_like(std::optional<DType> dtype = std::nullopt) const;
+  Tensor ones_like(std::optional<DType> dtype = std::nullopt) const;
+  Tensor rand_like(std::optional<DType> dtype = std::nullopt) const;
+  Tensor randn_like(std::optional<DType> dtype = std::nullopt) const;
+  /** Lower / upper triangle of the last two dims (elements above / below `diagonal` set to 0). */
+  Tensor tril(int64_t diagonal = 0) const;
+  Tensor triu(int64_t diagonal = 0) const;
+
+  // ---- math (ops_math.cpp); results of int inputs are float like torch. Inverse trig functions and erf use
+  // float32-accurate approximations (absolute error below 2e-7), also in float64.
+  Tensor tan() const;
+  /** Abramowitz-Stegun 4.4.46 polynomial; NaN outside [-1, 1]. */
+  Tensor asin() const;
+  Tensor acos() const;
+  Tensor atan() const;
+  Tensor sinh() const;
+  Tensor cosh() const;
+  Tensor tanh() const;
+  Tensor asinh() const;
+  Tensor acosh() const;
+  Tensor atanh() const;
+  /** Taylor series below |x| = 0.5, a Chebyshev fit of erfc above (derivatives accurate to ~3e-7). */
+  Tensor erf() const;
+  Tensor log10() const;
+  Tensor log1p() const;
+  Tensor expm1() const;
+  Tensor rsqrt() const;
+  Tensor square() const;
+  /** x ** e for a float scalar exponent: int inputs give float (small integral exponents are exact products). */
+  Tensor pow(double e) const;
+  /** x ** e for an int scalar exponent: int inputs stay int (torch's rule for an int scalar). */
+  Tensor pow(int e) const;
+  /** -1, 0 or 1 in the input's dtype. */
+  Tensor sign() const;
+  Tensor floor() const;
+  Tensor ceil() const;
+  /** Round half to even, like torch.round. */
+  Tensor round() const;
+  /** min(max(x, min), max); an int tensor with integral bounds stays int. The gradient passes where min <= x <= max. */
+  Tensor clamp(double min, double max) const;
+  /** clamp with broadcast tensor bounds. */
+  Tensor clamp(const Tensor& min, const Tensor& max) const;
+  Tensor clamp_min(double min) const;
+  Tensor clamp_max(double max) const;
+  Tensor clip(double min, double max) const { return clamp(min, max); }
+  /** this + weight * (end - this). */
+  Tensor lerp(const Tensor& end, const Tensor& weight) const;
+  /** Elementwise tests (bool); always false (isfinite: true) for int and bool tensors. */
+  Tensor isnan() const;
+  Tensor isinf() const;
+  Tensor isfinite() const;
+
+  // ---- activations (ops_math.cpp), with torch's definitions and default constants
+  Tensor relu6() const;
+  Tensor leaky_relu(double negative_slope = 0.01) const;
+  Tensor elu(double alpha = 1.0) const;
+  Tensor celu(double alpha = 1.0) const;
+  Tensor selu() const;
+  /** approximate: "none" (exact, via erf) or "tanh". */
+  Tensor gelu(const std::string& approximate = "none") const;
+  /** x * sigmoid(1.702 x). */
+  Tensor quick_gelu() const;
+  Tensor silu() const;
+  Tensor swish() const { return silu(); }
+  Tensor mish() const;
+  /** log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (torch). */
+  Tensor softplus(double beta = 1.0, double threshold = 20.0) const;
+  Tensor softsign() const;
+  Tensor hardsigmoid() const;
+  Tensor hardswish() const;
+  Tensor hardtanh(double min_val = -1.0, double max_val = 1.0) const;
+  Tensor logsigmoid() const;
+
+  // ---- comparisons, logical and bitwise ops (ops_math.cpp), broadcasting; comparisons and logical ops give bool
+  Tensor eq(const Tensor& b) const;
+  Tensor ne(const Tensor& b) const;
+  Tensor lt(const Tensor& b) const;
+  Tensor le(const Tensor& b) const;
+  Tensor gt(const Tensor& b) const;
+  Tensor ge(const Tensor& b) const;
+  Tensor logical_and(const Tensor& b) const;
+  Tensor logical_or(const Tensor& b) const;
+  Tensor logical_xor(const Tensor& b) const;
+  Tensor bitwise_and(const Tensor& b) const;
+  Tensor bitwise_or(const Tensor& b) const;
+  Tensor bitwise_xor(const Tensor& b) const;
+  Tensor bitwise_not() const;
+  /** Shifts of int tensors (rshift is arithmetic for signed types). */
+  Tensor lshift(const Tensor& b) const;
+  Tensor rshift(const Tensor& b) const;
+
+  // ---- movement and indexing (ops_movement.cpp)
+  /** Tile the tensor `repeats[i]` times along each dim (torch.Tensor.repeat; extra leading repeats add dims). */
+  Tensor repeat(const std::vector<int64_t>& repeats) const;
+  /** Each element repeated `repeats` times along dim (flattened first when dim is not given). */
+  Tensor repeat_interleave(int64_t repeats, std::optional<int64_t> dim = std::nullopt) const;
+  /** Pieces of `size` along dim (the last may be smaller). */
+  std::vector<Tensor> split(int64_t size, int64_t dim = 0) const;
+  /** Pieces with the given sizes along dim (they must sum to the dim's size). */
+  std::vector<Tensor> split(const std::vector<int64_t>& sizes, int64_t dim = 0) const;
+  /** `chunks` pieces of ceil(n / chunks) along dim (fewer when they run out, like torch). */
+  std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
+  /** Elements shifted by shifts[i] along dims[i], wrapping around; no dims: the flattened tensor. */
+  Tensor roll(const std::vector<int64_t>& shifts, const std::vector<int64_t>& dims = {}) const;
+  Tensor roll(int64_t shift, int64_t dim) const { return roll(std::vector<int64_t>{shift}, std::vector<int64_t>{dim}); }
+  /** Split one dim into several (one -1 allowed). */
+  Tensor unflatten(int64_t dim, const std::vector<int64_t>& sizes) const;
+  /** The diagonal of dims (dim1, dim2) with an offset, as a new last dim. */
+  Tensor diagonal(int64_t offset = 0, int64_t dim1 = 0, int64_t dim2 = 1) const;
+  /** out[i][j] = this[i][index[i][j]] along dim (torch.gather); out-of-range indices read 0. */
+  Tensor gather(int64_t dim, const Tensor& index) const;
+  /** Rows (along dim) picked by a 1-D or 0-d integer index. */
+  Tensor index_select(int64_t dim, const Tensor& index) const;
+  /** A copy with src[i][j] written at this[i][index[i][j]] along dim (indices must not repeat). */
+  Tensor scatter(int64_t dim, const Tensor& index, const Tensor& src) const;
+  Tensor scatter(int64_t dim, const Tensor& index, double value) const;
+  /** Scatter with a reduction: "sum", "prod", "mean", "amax" or "amin"; include_self adds this tensor's values. */
+  Tensor scatter_reduce(int64_t dim, const Tensor& index, const Tensor& src, const std::string& reduce, bool include_self = true) const;
+  /** value where mask (broadcast) is true, this elsewhere; keeps this dtype. */
+  Tensor masked_fill(const Tensor& mask, const Tensor& value) const;
+  /** numpy/torch indexing: ints, Slices, integer tensors (broadcast together, advanced indexing), NewAxis, Ellipsis. */
+  Tensor index(const std::vector<TensorIndex>& idx) const;
+  /** A copy with `value` (broadcast) written into the slice (the functional form of `t[slices] = value`). */
+  Tensor set_slice(const std::vector<Slice>& s, const Tensor& value) const;
+  /** A copy with `value` written at the positions an index selects (ints, slices and integer tensors). */
+  Tensor index_put(const std::vector<TensorIndex>& idx, const Tensor& value) const;
+  /** pad with a mode: "constant" (value), "reflect", "replicate" or "circular"; pairs per dim, negative shrinks. */
+  Tensor pad(const std::vector<std::pair<int64_t, int64_t>>& p, const std::string& mode, double value = 0) const;
+  /** int tensor -> (…, num_classes) one-hot int64 (torch.nn.functional.one_hot). */
+  Tensor one_hot(int64_t num_classes) const;
+
+  // ---- reductions and scans (ops_reduce.cpp)
+  /** Variance with Bessel's `correction` (1 = unbiased, like torch). */
+  Tensor var(std::vector<int64_t> axes = {}, bool keepdim = false, double correction = 1) const;
+  Tensor std(std::vector<int64_t> axes = {}, bool keepdim = false, double correction = 1) const;
+  std::pair<Tensor, Tensor> var_mean(std::vector<int64_t> axes = {}, bool keepdim = false, double correction = 1) const;
+  std::pair<Tensor, Tensor> std_mean(std::vector<int64_t> axes = {}, bool keepdim = false, double correction = 1) const;
+  /** Index (int64) of the first maximum along axis; no axis: of the flattened tensor. */
+  Tensor argmax(std::optional<int64_t> axis = std::nullopt, bool keepdim = false) const;
+  Tensor argmin(std::optional<int64_t> axis = std::nullopt, bool keepdim = false) const;
+  Tensor any(std::vector<int64_t> axes = {}, bool keepdim = false) const;
+  Tensor all(std::vector<int64_t> axes = {}, bool keepdim = false) const;
+  Tensor cumsum(int64_t axis = 0) const;
+  Tensor cumprod(int64_t axis = 0) const;
+  /** Running maximum and the index (int64) where it was found (the last one among equal values, like torch). */
+  std::pair<Tensor, Tensor> cummax(int64_t axis = 0) const;
+  std::pair<Tensor, Tensor> cummin(int64_t axis = 0) const;
+  Tensor logsumexp(std::vector<int64_t> axes = {}, bool keepdim = false) const;
+  Tensor logcumsumexp(int64_t axis = 0) const;
+  Tensor log_softmax(int64_t axis = -1) const;
+  Tensor softmin(int64_t axis = -1) const;
+  /** Sorted values and their original indices (int64), stable (equal values keep their order). Built by counting
+   *  comparisons: O(n^2) work along dim, meant for modest sizes. */
+  std::pair<Tensor, Tensor> sort(int64_t dim = -1, bool descending = false) const;
+  Tensor argsort(int64_t dim = -1, bool descending = false) const;
+  /** The k largest (or smallest) values along dim, sorted, and their indices. */
+  std::pair<Tensor, Tensor> topk(int64_t k, int64_t dim = -1, bool largest = true) const;
+
+  // ---- linear algebra (ops_linalg.cpp)
+  /** torch.matmul: 1-D/1-D dot, matrix-vector, and batched matmul with broadcasting of the batch dims. */
+  Tensor matmul(const Tensor& b) const;
+  Tensor dot(const Tensor& b) const { return matmul(b); }
+  /** x @ weight.T + bias with weight (out_features, in_features), like torch.nn.functional.linear. */
+  Tensor linear(const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt) const;
+
+  // ---- nn functional (ops_nn.cpp); layouts are torch's (N, C, *spatial)
+  /** N-d convolution (the number of spatial dims comes from the weight); padding_mode: "zeros", "reflect",
+   *  "replicate" or "circular". */
+  Tensor conv(const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt, IntArg stride = 1, ConvPadding padding = 0,
+              IntArg dilation = 1, int64_t groups = 1, const std::string& padding_mode = "zeros") const;
+  Tensor conv1d(const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt, IntArg stride = 1, ConvPadding padding = 0,
+                IntArg dilation = 1, int64_t groups = 1, const std::string& padding_mode = "zeros") const;
+  Tensor conv2d(const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt, IntArg stride = 1, ConvPadding padding = 0,
+                IntArg dilation = 1, int64_t groups = 1, const std::string& padding_mode = "zeros") const;
+  Tensor conv3d(const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt, IntArg stride = 1, ConvPadding padding = 0,
+                IntArg dilation = 1, int64_t groups = 1, const std::string& padding_mode = "zeros") const;
+  /** Transposed convolution; weight (C_in, C_out / groups, *k) like torch. */
+  Tensor conv_transpose(const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt, IntArg stride = 1, IntArg padding = 0,
+                        IntArg output_padding = 0, int64_t groups = 1, IntArg dilation = 1) const;
+  Tensor conv_transpose1d(const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt, IntArg stride = 1, IntArg padding = 0,
+                          IntArg output_padding = 0, int64_t groups = 1, IntArg dilation = 1) const;
+  Tensor conv_transpose2d(const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt, IntArg stride = 1, IntArg padding = 0,
+                          IntArg output_padding = 0, int64_t groups = 1, IntArg dilation = 1) const;
+  /** Max pool over the last kernel.size() dims; stride defaults to the kernel; padding pads with -inf. */
+  Tensor max_pool(IntArg kernel, IntArg stride = {}, IntArg padding = 0, IntArg dilation = 1, bool ceil_mode = false) const;
+  Tensor max_pool1d(IntArg kernel, IntArg stride = {}, IntArg padding = 0, IntArg dilation = 1, bool ceil_mode = false) const;
+  Tensor max_pool2d(IntArg kernel, IntArg stride = {}, IntArg padding = 0, IntArg dilation = 1, bool ceil_mode = false) const;
+  /** Average pool over the last kernel.size() dims (torch semantics for count_include_pad and ceil_mode). */
+  Tensor avg_pool(IntArg kernel, IntArg stride = {}, IntArg padding = 0, bool ceil_mode = false, bool count_include_pad = true) const;
+  Tensor avg_pool1d(IntArg kernel, IntArg stride = {}, IntArg padding = 0, bool ceil_mode = false, bool count_include_pad = true) const;
+  Tensor avg_pool2d(IntArg kernel, IntArg stride = {}, IntArg padding = 0, bool ceil_mode = false, bool count_include_pad = true) const;
+  /** Adaptive pools over the last output_size.size() dims (torch's window rule, any sizes). */
+  Tensor adaptive_avg_pool(const std::vector<int64_t>& output_size) const;
+  Tensor adaptive_max_pool(const std::vector<int64_t>& output_size) const;
+  Tensor adaptive_avg_pool1d(int64_t output_size) const { return adaptive_avg_pool({output_size}); }
+  Tensor adaptive_avg_pool2d(IntArg output_size) const;
+  Tensor adaptive_max_pool1d(int64_t output_size) const { return adaptive_max_pool({output_size}); }
+  Tensor adaptive_max_pool2d(IntArg output_size) const;
+  /** torch.nn.functional.batch_norm over dim 1. training: batch statistics (and the running stats, when given, are
+   *  updated in place with `momentum` via assign); otherwise the running stats. */
+  Tensor batch_norm(const std::optional<Tensor>& running_mean, const std::optional<Tensor>& running_var,
+                    const std::optional<Tensor>& weight = std::nullopt, const std::optional<Tensor>& bias = std::nullopt,
+                    bool training = false, double momentum = 0.1, double eps = 1e-5) const;
+  /** Normalise over the last normalized_shape.size() dims, which must equal normalized_shape. */
+  Tensor layer_norm(const std::vector<int64_t>& normalized_shape, const std::optional<Tensor>& weight = std::nullopt,
+                    const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5) const;
+  Tensor group_norm(int64_t num_groups, const std::optional<Tensor>& weight = std::nullopt,
+                    const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5) const;
+  /** x / sqrt(mean(x^2) + eps) * weight over the last normalized_shape.size() dims; eps defaults to float eps. */
+  Tensor rms_norm(const std::vector<int64_t>& normalized_shape, const std::optional<Tensor>& weight = std::nullopt,
+                  std::optional<double> eps = std::nullopt) const;
+  /** Zero elements with probability p (from rand) and scale the rest by 1/(1-p); identity unless training. */
+  Tensor dropout(double p = 0.5, bool training = true) const;
+  /** softmax(q k^T * scale + mask) v; a bool mask keeps where true, a float mask is added. */
+  Tensor scaled_dot_product_attention(const Tensor& key, const Tensor& value, const std::optional<Tensor>& attn_mask = std::nullopt,
+                                      double dropout_p = 0.0, bool is_causal = false, std::optional<double> scale = std::nullopt) const;
+  /** Resize the last size.size() dims: mode "nearest", "linear" (also "bilinear", "trilinear"), align_corners for linear. */
+  Tensor interpolate(const std::vector<int64_t>& size, const std::string& mode = "nearest", bool align_corners = false) const;
+
+  // ---- losses (ops_loss.cpp); reduction: "mean", "sum" or "none"; this is the prediction
+  /** Logits (N, C, *) or (C,) against class indices (int, (N, *)) or class probabilities (float, same shape). */
+  Tensor cross_entropy(const Tensor& target, const std::string& reduction = "mean", double label_smoothing = 0.0,
+                       int64_t ignore_index = -100, const std::optional<Tensor>& weight = std::nullopt) const;
+  /** Log-probabilities (N, C, *) or (C,) against class indices. */
+  Tensor nll_loss(const Tensor& target, const std::optional<Tensor>& weight = std::nullopt, int64_t ignore_index = -100,
+                  const std::string& reduction = "mean") const;
+  /** tinygrad's: logits (…, C) against class indices (…), ignore_index -1 by default. */
+  Tensor sparse_categorical_crossentropy(const Tensor& target, int64_t ignore_index = -1, double label_smoothing = 0.0,
+                                         const std::string& reduction = "mean") const;
+  /** Probabilities against targets in [0, 1] (logs clamped at -100 like torch). */
+  Tensor binary_crossentropy(const Tensor& target, const std::string& reduction = "mean") const;
+  Tensor binary_crossentropy_with_logits(const Tensor& target, const std::string& reduction = "mean",
+                                         const std::optional<Tensor>& pos_weight = std::nullopt) const;
+  Tensor mse_loss(const Tensor& target, const std::string& reduction = "mean") const;
+  Tensor l1_loss(const Tensor& target, const std::string& reduction = "mean") const;
+  Tensor smooth_l1_loss(const Tensor& target, const std::string& reduction = "mean", double beta = 1.0) const;
+
   // ---- autograd (symbolic: gradients are UOp graphs built by the rule table in gradient.hpp)
   /** Mark this tensor as a leaf whose gradient backward() computes. */
   Tensor& requires_grad_(bool on = true);
@@ -221,6 +511,33 @@ struct TensorImpl {
   bool requires_grad = false;  // a leaf whose gradient is wanted, or computed from one
   std::shared_ptr<TensorImpl> grad;
 };
+
+/** One entry of Tensor::index: an int, a Slice, an integer Tensor (advanced indexing), NewAxis or Ellipsis. */
+struct TensorIndex {
+  enum class Kind { Int, Slice, Tensor, NewAxis, Ellipsis } kind;
+  int64_t i = 0;
+  tg::Slice s;
+  tg::Tensor t;
+  TensorIndex(int v) : kind(Kind::Int), i(v) {}      // NOLINT
+  TensorIndex(int64_t v) : kind(Kind::Int), i(v) {}  // NOLINT
+  TensorIndex(tg::Slice v) : kind(Kind::Slice), s(v) {}             // NOLINT
+  TensorIndex(tg::Tensor v) : kind(Kind::Tensor), t(std::move(v)) {}  // NOLINT
+  TensorIndex(NewAxisT) : kind(Kind::NewAxis) {}                    // NOLINT
+  TensorIndex(EllipsisT) : kind(Kind::Ellipsis) {}                  // NOLINT
+};
+
+/** Concatenate along dim (shapes equal elsewhere; dtypes promote). */
+Tensor cat(const std::vector<Tensor>& ts, int64_t dim = 0);
+/** Stack along a new dim. */
+Tensor stack(const std::vector<Tensor>& ts, int64_t dim = 0);
+/** cond ? a : b with broadcasting. */
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+/** Einstein summation: "ij,jk->ik", batch dims, "..." and repeated indices (diagonals) like torch.einsum. */
+Tensor einsum(const std::string& formula, const std::vector<Tensor>& operands);
+/** Rows of weight (num, dim) picked by integer indices of any shape: (*indices.shape, dim). */
+Tensor embedding(const Tensor& indices, const Tensor& weight);
+/** Coordinate grids ("ij" or "xy" indexing) from 1-D tensors. */
+std::vector<Tensor> meshgrid(const std::vector<Tensor>& ts, const std::string& indexing = "ij");
 
 /** While one of these lives (per thread), new tensors do not require gradients. */
 class NoGrad {
@@ -282,6 +599,20 @@ struct ExprBase {
   Tensor mean(A&&... a) const { return tensor().mean(std::forward<A>(a)...); }
   template <class... A>
   Tensor prod(A&&... a) const { return tensor().prod(std::forward<A>(a)...); }
+  // common Tensor methods, callable on an expression: (a * b).relu()
+#define TG_ET_FORWARD(name)                      \
+  template <class... A>                          \
+  Tensor name(A&&... a) const {                  \
+    return tensor().name(std::forward<A>(a)...); \
+  }
+  TG_ET_FORWARD(relu) TG_ET_FORWARD(sigmoid) TG_ET_FORWARD(tanh) TG_ET_FORWARD(gelu) TG_ET_FORWARD(silu)
+  TG_ET_FORWARD(exp) TG_ET_FORWARD(log) TG_ET_FORWARD(sqrt) TG_ET_FORWARD(rsqrt) TG_ET_FORWARD(abs)
+  TG_ET_FORWARD(square) TG_ET_FORWARD(pow) TG_ET_FORWARD(clamp) TG_ET_FORWARD(where)
+  TG_ET_FORWARD(softmax) TG_ET_FORWARD(log_softmax) TG_ET_FORWARD(logsumexp) TG_ET_FORWARD(var)
+  TG_ET_FORWARD(std) TG_ET_FORWARD(argmax) TG_ET_FORWARD(argmin) TG_ET_FORWARD(any) TG_ET_FORWARD(all)
+  TG_ET_FORWARD(cumsum) TG_ET_FORWARD(matmul) TG_ET_FORWARD(linear) TG_ET_FORWARD(flatten)
+  TG_ET_FORWARD(unsqueeze) TG_ET_FORWARD(squeeze) TG_ET_FORWARD(transpose) TG_ET_FORWARD(eq) TG_ET_FORWARD(ne)
+#undef TG_ET_FORWARD
   Tensor reshape(Shape s) const { return tensor().reshape(std::move(s)); }
   Tensor permute(std::vector<int64_t> o) const { return tensor().permute(std::move(o)); }
   Tensor expand(Shape s) const { return tensor().expand(std::move(s)); }

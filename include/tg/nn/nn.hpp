@@ -1,0 +1,205 @@
+#pragma once
+// nn: layers with parameters (initialised as in tinygrad/PyTorch), a Module base with named parameters and
+// train/eval mode, Sequential. Layers are callables Tensor -> Tensor.
+// Thread-safety: a module is used from one thread.
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tg/tensor.hpp"
+
+namespace tg::nn {
+
+/** Base of layers: named parameters and buffers (running statistics), children, train/eval mode. */
+class Module {
+ public:
+  virtual ~Module() = default;
+  virtual Tensor forward(const Tensor& x) = 0;
+  Tensor operator()(const Tensor& x) { return forward(x); }
+  /** Every tensor of the module and its children by dotted name ("0.weight", "bn.running_mean", ...). */
+  std::map<std::string, Tensor> state_dict();
+  /** The trainable tensors (state_dict without the buffers), in registration order. */
+  std::vector<Tensor> parameters();
+  /** Copy values in: every key must exist with the same shape (strict) or is skipped (not strict). */
+  void load_state_dict(const std::map<std::string, Tensor>& sd, bool strict = true);
+  /** Training mode switch (affects BatchNorm, Dropout); applies to children. */
+  void train(bool on = true);
+  void eval() { train(false); }
+  bool training() const { return training_; }
+
+ protected:
+  Tensor& param(const std::string& name, Tensor t);
+  Tensor& buffer(const std::string& name, Tensor t);
+  void child(const std::string& name, std::shared_ptr<Module> m);
+  bool training_ = true;
+
+ private:
+  struct Entry {
+    std::string name;
+    Tensor* t;
+    bool trainable;
+  };
+  void collect(const std::string& prefix, std::vector<std::pair<std::string, Entry>>& out);
+  std::vector<std::unique_ptr<Tensor>> owned_;
+  std::vector<Entry> entries_;
+  std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
+};
+
+/** y = x @ W.T + b; W (out, in) kaiming_uniform(a=sqrt(5)), b uniform(+-1/sqrt(in)), as torch. */
+class Linear : public Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  Tensor& weight;
+  Tensor* bias = nullptr;
+};
+
+/** N-d convolution layer (Conv1d/2d/3d below); weight (out, in/groups, *kernel). */
+class ConvNd : public Module {
+ public:
+  ConvNd(int dims, int64_t in_channels, int64_t out_channels, std::vector<int64_t> kernel, IntArg stride, ConvPadding padding,
+         IntArg dilation, int64_t groups, bool bias, std::string padding_mode);
+  Tensor forward(const Tensor& x) override;
+  Tensor& weight;
+  Tensor* bias = nullptr;
+
+ private:
+  IntArg stride_, dilation_;
+  ConvPadding padding_;
+  int64_t groups_;
+  std::string mode_;
+};
+class Conv1d : public ConvNd {
+ public:
+  Conv1d(int64_t in, int64_t out, int64_t k, IntArg stride = 1, ConvPadding padding = 0, IntArg dilation = 1,
+         int64_t groups = 1, bool bias = true, std::string mode = "zeros")
+      : ConvNd(1, in, out, {k}, stride, padding, dilation, groups, bias, std::move(mode)) {}
+};
+class Conv2d : public ConvNd {
+ public:
+  Conv2d(int64_t in, int64_t out, IntArg k, IntArg stride = 1, ConvPadding padding = 0, IntArg dilation = 1,
+         int64_t groups = 1, bool bias = true, std::string mode = "zeros")
+      : ConvNd(2, in, out, k.v.size() == 1 ? std::vector<int64_t>{k.v[0], k.v[0]} : k.v, stride, padding, dilation, groups,
+               bias, std::move(mode)) {}
+};
+class Conv3d : public ConvNd {
+ public:
+  Conv3d(int64_t in, int64_t out, IntArg k, IntArg stride = 1, ConvPadding padding = 0, IntArg dilation = 1,
+         int64_t groups = 1, bool bias = true, std::string mode = "zeros")
+      : ConvNd(3, in, out, k.v.size() == 1 ? std::vector<int64_t>{k.v[0], k.v[0], k.v[0]} : k.v, stride, padding,
+               dilation, groups, bias, std::move(mode)) {}
+};
+
+/** Batch normalisation over dim 1 (BatchNorm1d/2d/3d): batch statistics in training (running statistics updated
+ *  with momentum, unbiased variance as torch), running statistics in eval. */
+class BatchNorm : public Module {
+ public:
+  explicit BatchNorm(int64_t num_features, double eps = 1e-5, bool affine = true, bool track_running_stats = true,
+                     double momentum = 0.1);
+  Tensor forward(const Tensor& x) override;
+  Tensor *weight = nullptr, *bias = nullptr, *running_mean = nullptr, *running_var = nullptr;
+
+ private:
+  int64_t n_;
+  double eps_, momentum_;
+};
+using BatchNorm1d = BatchNorm;
+using BatchNorm2d = BatchNorm;
+
+/** Layer normalisation over the last dims. */
+class LayerNorm : public Module {
+ public:
+  explicit LayerNorm(std::vector<int64_t> shape, double eps = 1e-5, bool affine = true);
+  Tensor forward(const Tensor& x) override;
+  Tensor *weight = nullptr, *bias = nullptr;
+
+ private:
+  std::vector<int64_t> shape_;
+  double eps_;
+};
+
+/** RMS normalisation over the last dim. */
+class RMSNorm : public Module {
+ public:
+  explicit RMSNorm(int64_t dim, double eps = 1e-6);
+  Tensor forward(const Tensor& x) override;
+  Tensor& weight;
+
+ private:
+  int64_t dim_;
+  double eps_;
+};
+
+/** Group normalisation; InstanceNorm is GroupNorm with one channel per group. */
+class GroupNorm : public Module {
+ public:
+  GroupNorm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true);
+  Tensor forward(const Tensor& x) override;
+  Tensor *weight = nullptr, *bias = nullptr;
+
+ private:
+  int64_t groups_;
+  double eps_;
+};
+class InstanceNorm : public GroupNorm {
+ public:
+  explicit InstanceNorm(int64_t num_channels, double eps = 1e-5, bool affine = true)
+      : GroupNorm(num_channels, num_channels, eps, affine) {}
+};
+
+/** Embedding table (num, dim) ~ N(0, 1) as torch; forward takes integer indices. */
+class Embedding : public Module {
+ public:
+  Embedding(int64_t num_embeddings, int64_t dim);
+  Tensor forward(const Tensor& idx) override;
+  Tensor& weight;
+};
+
+/** Dropout with probability p in training mode. */
+class Dropout : public Module {
+ public:
+  explicit Dropout(double p = 0.5) : p_(p) {}
+  Tensor forward(const Tensor& x) override { return x.dropout(p_, training_); }
+
+ private:
+  double p_;
+};
+
+/** A function as a layer (relu, flatten, ...). */
+class Lambda : public Module {
+ public:
+  explicit Lambda(std::function<Tensor(const Tensor&)> f) : f_(std::move(f)) {}
+  Tensor forward(const Tensor& x) override { return f_(x); }
+
+ private:
+  std::function<Tensor(const Tensor&)> f_;
+};
+
+/** Layers applied in order; children named "0", "1", ... */
+class Sequential : public Module {
+ public:
+  Sequential() = default;
+  explicit Sequential(std::vector<std::shared_ptr<Module>> layers);
+  Sequential& add(std::shared_ptr<Module> m);
+  Tensor forward(const Tensor& x) override;
+
+ private:
+  std::vector<std::shared_ptr<Module>> layers_;
+};
+
+/** LSTM cell: (h, c) -> (h', c') with gates i, f, g, o as torch.nn.LSTMCell. */
+class LSTMCell : public Module {
+ public:
+  LSTMCell(int64_t input_size, int64_t hidden_size, bool bias = true);
+  Tensor forward(const Tensor& x) override;  // h' with zero state
+  std::pair<Tensor, Tensor> step(const Tensor& x, const Tensor& h, const Tensor& c);
+  Tensor &weight_ih, &weight_hh;
+  Tensor *bias_ih = nullptr, *bias_hh = nullptr;
+
+ private:
+  int64_t hidden_;
+};
+
+}  // namespace tg::nn

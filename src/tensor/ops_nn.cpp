@@ -1,0 +1,571 @@
+// nn functional: convolutions (sliding windows from movement ops, then multiply and sum, like tinygrad's
+// _pool), transposed convolutions, pools, norms, dropout, attention, embedding and interpolation.
+#include <algorithm>
+
+#include "ops_util.hpp"
+
+namespace tg {
+using namespace detail;
+
+namespace {
+using Pads = std::vector<std::pair<int64_t, int64_t>>;
+
+std::string conv_name(int64_t nd, const char* base) { return std::string(base) + std::to_string(nd) + "d"; }
+
+// Convolution of x (N, C, *sp) with w (Cout, C/groups, *k) and any (even negative) padding pairs.
+Tensor conv_impl(const Tensor& x0, const Tensor& w, const std::optional<Tensor>& bias, const std::vector<int64_t>& st,
+                 const Pads& pads, const std::vector<int64_t>& dl, int64_t groups, const std::string& op) {
+  size_t nd = size_t(w.ndim() - 2);
+  int64_t bs = x0.shape()[0], cout = w.shape()[0], cin = w.shape()[1], rcout = cout / groups;
+  std::vector<int64_t> k(w.shape().begin() + 2, w.shape().end());
+  Tensor x = pool_windows(pad_last(x0, pads), k, st, dl, op);  // (N, C, *o, *k)
+  std::vector<int64_t> o(x.shape().begin() + 2, x.shape().begin() + 2 + int64_t(nd));
+  Shape s1{bs, groups, cin, 1}, s2{bs, groups, cin, rcout};
+  s1.insert(s1.end(), o.begin(), o.end());
+  s2.insert(s2.end(), o.begin(), o.end());
+  s1.insert(s1.end(), k.begin(), k.end());
+  s2.insert(s2.end(), k.begin(), k.end());
+  std::vector<int64_t> perm{0, 1, 3};
+  for (size_t i = 0; i < nd; i++) perm.push_back(int64_t(4 + i));
+  perm.push_back(2);
+  for (size_t i = 0; i < nd; i++) perm.push_back(int64_t(4 + nd + i));
+  x = x.reshape(s1).expand(s2).permute(perm);  // (N, G, Cout/G, *o, Cin/G, *k)
+  Shape ws{1, groups, rcout};
+  ws.insert(ws.end(), nd, 1);
+  ws.push_back(cin);
+  ws.insert(ws.end(), k.begin(), k.end());
+  std::vector<int64_t> red;
+  for (size_t i = 0; i <= nd; i++) red.push_back(-1 - int64_t(i));
+  Shape out{bs, cout};
+  out.insert(out.end(), o.begin(), o.end());
+  Tensor r = Tensor(x * w.reshape(ws)).sum(red).reshape(out);
+  if (!bias) return r;
+  Shape bsh{1, cout};
+  bsh.insert(bsh.end(), nd, 1);
+  return Tensor(r + bias->reshape(bsh));
+}
+
+void check_bias(const std::optional<Tensor>& bias, int64_t cout, const std::string& op) {
+  if (bias && (bias->ndim() != 1 || bias->shape()[0] != cout))
+    fail(op, "bias " + shape_str(bias->shape()) + " must be (" + std::to_string(cout) + ",) for " +
+                 std::to_string(cout) + " output channels");
+}
+
+// Explicit pads from a ConvPadding (never "same"/"valid").
+Pads pads_of(const std::vector<int64_t>& v, size_t nd, const std::string& op) {
+  Pads p;
+  if (v.size() == 1) p.assign(nd, {v[0], v[0]});
+  else if (v.size() == nd)
+    for (int64_t x : v) p.push_back({x, x});
+  else if (v.size() == 2 * nd)
+    for (size_t i = 0; i < nd; i++) p.push_back({v[2 * i], v[2 * i + 1]});
+  else fail(op, "padding " + ints_str(v) + " needs 1, " + std::to_string(nd) + " or " + std::to_string(2 * nd) + " values");
+  for (auto& [b, a] : p)
+    if (b < 0 || a < 0) fail(op, "padding " + ints_str(v) + " must be non-negative");
+  return p;
+}
+
+// Checks the (batched or unbatched) input rank: returns x batched, and whether a batch dim was added.
+std::pair<Tensor, bool> batched(const Tensor& x, size_t nd, const std::string& op, const std::string& what) {
+  if (size_t(x.ndim()) == nd + 2) return {x, false};
+  if (size_t(x.ndim()) == nd + 1) return {x.unsqueeze(0), true};
+  fail(op, what + " needs a " + std::to_string(nd + 2) + "-d (N, C, ...) or " + std::to_string(nd + 1) +
+               "-d input, got shape " + shape_str(x.shape()));
+}
+}  // namespace
+
+// ---------------------------------------------------------------- convolutions
+
+Tensor Tensor::conv(const Tensor& weight, const std::optional<Tensor>& bias, IntArg stride, ConvPadding padding,
+                    IntArg dilation, int64_t groups, const std::string& padding_mode) const {
+  if (weight.ndim() < 3) fail("conv", "weight must be (C_out, C_in / groups, *kernel), got " + shape_str(weight.shape()));
+  size_t nd = size_t(weight.ndim() - 2);
+  std::string op = conv_name(int64_t(nd), "conv");
+  auto [x, unb] = batched(*this, nd, op, "weight " + shape_str(weight.shape()));
+  if (groups < 1) fail(op, "groups must be positive, got " + std::to_string(groups));
+  int64_t cout = weight.shape()[0], cin = weight.shape()[1];
+  if (cin * groups != x.shape()[1])
+    fail(op, "weight " + shape_str(weight.shape()) + " needs " + std::to_string(cin * groups) + " input channels" +
+                 (groups > 1 ? " (" + std::to_string(cin) + " x " + std::to_string(groups) + " groups)" : std::string()) +
+                 ", input " + shape_str(shape()) + " has " + std::to_string(x.shape()[1]));
+  if (cout % groups != 0)
+    fail(op, "weight " + shape_str(weight.shape()) + " has " + std::to_string(cout) + " output channels, not divisible by " +
+                 std::to_string(groups) + " groups");
+  check_bias(bias, cout, op);
+  auto st = expand_arg(stride, nd, op, "stride"), dl = expand_arg(dilation, nd, op, "dilation");
+  for (size_t i = 0; i < nd; i++)
+    if (st[i] < 1 || dl[i] < 1) fail(op, "stride " + ints_str(st) + " and dilation " + ints_str(dl) + " must be positive");
+  Pads pads;
+  if (padding.mode == "same") {
+    for (int64_t s : st)
+      if (s != 1) fail(op, "padding 'same' needs stride 1, got " + ints_str(st));
+    for (size_t i = 0; i < nd; i++) {
+      int64_t total = dl[i] * (weight.shape()[2 + i] - 1);
+      pads.push_back({total / 2, total - total / 2});
+    }
+  } else if (padding.mode == "valid") {
+    pads.assign(nd, {0, 0});
+  } else if (!padding.mode.empty()) {
+    fail(op, "padding '" + padding.mode + "' is not 'same' or 'valid'");
+  } else {
+    pads = pads_of(padding.v, nd, op);
+  }
+  if (padding_mode != "zeros") {
+    if (padding_mode != "reflect" && padding_mode != "replicate" && padding_mode != "circular")
+      fail(op, "padding_mode '" + padding_mode + "' is not one of 'zeros', 'reflect', 'replicate', 'circular'");
+    Pads all(2, {0, 0});
+    all.insert(all.end(), pads.begin(), pads.end());
+    x = x.pad(all, padding_mode);
+    pads.assign(nd, {0, 0});
+  }
+  for (size_t i = 0; i < nd; i++)
+    if (x.shape()[2 + i] + pads[i].first + pads[i].second < dl[i] * (weight.shape()[2 + i] - 1) + 1)
+      fail(op, "kernel " + shape_str(Shape(weight.shape().begin() + 2, weight.shape().end())) + " with dilation " +
+                   ints_str(dl) + " is larger than the padded input " + shape_str(shape()));
+  Tensor r = conv_impl(x, weight, bias, st, pads, dl, groups, op);
+  return unb ? r.squeeze(0) : r;
+}
+
+Tensor Tensor::conv1d(const Tensor& w, const std::optional<Tensor>& b, IntArg s, ConvPadding p, IntArg d, int64_t g,
+                      const std::string& m) const {
+  if (w.ndim() != 3) fail("conv1d", "weight must be 3-d (C_out, C_in / groups, k), got " + shape_str(w.shape()));
+  return conv(w, b, std::move(s), std::move(p), std::move(d), g, m);
+}
+Tensor Tensor::conv2d(const Tensor& w, const std::optional<Tensor>& b, IntArg s, ConvPadding p, IntArg d, int64_t g,
+                      const std::string& m) const {
+  if (w.ndim() != 4) fail("conv2d", "weight must be 4-d (C_out, C_in / groups, kh, kw), got " + shape_str(w.shape()));
+  return conv(w, b, std::move(s), std::move(p), std::move(d), g, m);
+}
+Tensor Tensor::conv3d(const Tensor& w, const std::optional<Tensor>& b, IntArg s, ConvPadding p, IntArg d, int64_t g,
+                      const std::string& m) const {
+  if (w.ndim() != 5) fail("conv3d", "weight must be 5-d (C_out, C_in / groups, kd, kh, kw), got " + shape_str(w.shape()));
+  return conv(w, b, std::move(s), std::move(p), std::move(d), g, m);
+}
+
+Tensor Tensor::conv_transpose(const Tensor& weight, const std::optional<Tensor>& bias, IntArg stride, IntArg padding,
+                              IntArg output_padding, int64_t groups, IntArg dilation) const {
+  if (weight.ndim() < 3)
+    fail("conv_transpose", "weight must be (C_in, C_out / groups, *kernel), got " + shape_str(weight.shape()));
+  size_t nd = size_t(weight.ndim() - 2);
+  std::string op = conv_name(int64_t(nd), "conv_transpose");
+  auto [x, unb] = batched(*this, nd, op, "weight " + shape_str(weight.shape()));
+  if (groups < 1) fail(op, "groups must be positive, got " + std::to_string(groups));
+  int64_t cin = weight.shape()[0], rcout = weight.shape()[1];
+  if (cin != x.shape()[1])
+    fail(op, "weight " + shape_str(weight.shape()) + " needs " + std::to_string(cin) + " input channels, input " +
+                 shape_str(shape()) + " has " + std::to_string(x.shape()[1]));
+  if (cin % groups != 0)
+    fail(op, "weight " + shape_str(weight.shape()) + " has " + std::to_string(cin) + " input channels, not divisible by " +
+                 std::to_string(groups) + " groups");
+  check_bias(bias, rcout * groups, op);
+  auto st = expand_arg(stride, nd, op, "stride"), dl = expand_arg(dilation, nd, op, "dilation");
+  auto pd = expand_arg(padding, nd, op, "padding"), opd = expand_arg(output_padding, nd, op, "output_padding");
+  for (size_t i = 0; i < nd; i++) {
+    if (st[i] < 1 || dl[i] < 1) fail(op, "stride " + ints_str(st) + " and dilation " + ints_str(dl) + " must be positive");
+    if (pd[i] < 0 || opd[i] < 0) fail(op, "padding and output_padding must be non-negative");
+    if (opd[i] >= st[i] && opd[i] >= dl[i])
+      fail(op, "output_padding " + ints_str(opd) + " must be smaller than stride " + ints_str(st) + " or dilation " + ints_str(dl));
+  }
+  // The equivalent convolution: weight regrouped to (C_out, C_in / groups, *k) and flipped in space.
+  Shape wg{groups, cin / groups};
+  wg.insert(wg.end(), weight.shape().begin() + 1, weight.shape().end());
+  std::vector<int64_t> flips;
+  for (size_t i = 0; i < nd; i++) flips.push_back(int64_t(3 + i));
+  Tensor w = weight.reshape(wg).transpose(1, 2).flip(flips).flatten(0, 1);
+  // stride: put s-1 zeros between input elements
+  int64_t bs = x.shape()[0], c = x.shape()[1];
+  if (std::any_of(st.begin(), st.end(), [](int64_t s) { return s > 1; })) {
+    Shape s1{bs, c}, s2{bs, c};
+    Pads p1{{0, 0}, {0, 0}};
+    for (size_t i = 0; i < nd; i++) {
+      int64_t n = x.shape()[2 + i];
+      s1.insert(s1.end(), {n, 1});
+      p1.push_back({0, 0});
+      p1.push_back({0, st[i] - 1});
+      s2.push_back(n * st[i]);
+    }
+    x = x.reshape(s1).pad(p1).reshape(s2);
+    std::vector<std::pair<int64_t, int64_t>> sh{{0, bs}, {0, c}};
+    for (size_t i = 0; i < nd; i++) sh.push_back({0, s2[2 + i] - (st[i] - 1)});
+    x = x.shrink(sh);
+  }
+  Pads pads;
+  for (size_t i = 0; i < nd; i++) {
+    int64_t k = weight.shape()[2 + i], e = (k - 1) * dl[i];
+    pads.push_back({e - pd[i], e - pd[i] + opd[i]});
+  }
+  for (size_t i = 0; i < nd; i++)
+    if (x.shape()[2 + i] + pads[i].first + pads[i].second < dl[i] * (weight.shape()[2 + i] - 1) + 1)
+      fail(op, "padding " + ints_str(pd) + " leaves no output for input " + shape_str(shape()));
+  Tensor r = conv_impl(x, w, bias, std::vector<int64_t>(nd, 1), pads, dl, groups, op);
+  return unb ? r.squeeze(0) : r;
+}
+
+Tensor Tensor::conv_transpose1d(const Tensor& w, const std::optional<Tensor>& b, IntArg s, IntArg p, IntArg op,
+                                int64_t g, IntArg d) const {
+  if (w.ndim() != 3) fail("conv_transpose1d", "weight must be 3-d (C_in, C_out / groups, k), got " + shape_str(w.shape()));
+  return conv_transpose(w, b, std::move(s), std::move(p), std::move(op), g, std::move(d));
+}
+Tensor Tensor::conv_transpose2d(const Tensor& w, const std::optional<Tensor>& b, IntArg s, IntArg p, IntArg op,
+                                int64_t g, IntArg d) const {
+  if (w.ndim() != 4)
+    fail("conv_transpose2d", "weight must be 4-d (C_in, C_out / groups, kh, kw), got " + shape_str(w.shape()));
+  return conv_transpose(w, b, std::move(s), std::move(p), std::move(op), g, std::move(d));
+}
+
+// ---------------------------------------------------------------- pools
+
+namespace {
+struct PoolArgs {
+  std::vector<int64_t> k, s, p, d;
+  std::string op;
+};
+
+PoolArgs pool_args(const Tensor& x, size_t nd, const IntArg& kernel, const IntArg& stride, const IntArg& padding,
+                   const IntArg& dilation, const std::string& op) {
+  PoolArgs a;
+  a.op = op;
+  a.k = expand_arg(kernel, nd, op, "kernel_size");
+  a.s = expand_arg(stride, nd, op, "stride", a.k);
+  a.p = expand_arg(padding, nd, op, "padding");
+  a.d = expand_arg(dilation, nd, op, "dilation");
+  if (size_t(x.ndim()) < nd + 1)
+    fail(op, "needs at least " + std::to_string(nd + 1) + " dims (C, *spatial), got shape " + shape_str(x.shape()));
+  for (size_t i = 0; i < nd; i++) {
+    if (a.k[i] < 1 || a.s[i] < 1 || a.d[i] < 1)
+      fail(op, "kernel_size " + ints_str(a.k) + ", stride " + ints_str(a.s) + " and dilation " + ints_str(a.d) + " must be positive");
+    if (a.p[i] < 0 || 2 * a.p[i] > a.k[i])
+      fail(op, "padding " + ints_str(a.p) + " must be non-negative and at most half the kernel " + ints_str(a.k));
+    int64_t in = x.shape()[size_t(x.ndim()) - nd + i];
+    if (in + 2 * a.p[i] < a.d[i] * (a.k[i] - 1) + 1)
+      fail(op, "kernel " + ints_str(a.k) + " is larger than the padded input " + shape_str(x.shape()));
+  }
+  return a;
+}
+
+// Right pads that make the window count ceil((i + 2p - d(k-1) - 1) / s) + 1, dropping a last window that would
+// start in the right padding (torch's ceil_mode rule).
+Pads ceil_pads(const Tensor& x, const PoolArgs& a) {
+  size_t nd = a.k.size();
+  Pads out;
+  for (size_t i = 0; i < nd; i++) {
+    int64_t in = x.shape()[size_t(x.ndim()) - nd + i], pb = a.p[i], pa = a.p[i], ek = a.d[i] * (a.k[i] - 1) + 1;
+    int64_t o = (in + pb + pa - ek + a.s[i] - 1) / a.s[i] + 1;
+    int64_t extra = a.s[i] * (o - 1) + ek - (in + pb + pa) - std::max<int64_t>(a.s[i] * (o - 1) - (pb + in - 1), 0);
+    out.push_back({pb, pa + extra});
+  }
+  return out;
+}
+
+Pads sym_pads(const PoolArgs& a) {
+  Pads p;
+  for (int64_t v : a.p) p.push_back({v, v});
+  return p;
+}
+
+std::vector<int64_t> last_axes(size_t nd) {
+  std::vector<int64_t> r;
+  for (size_t i = 0; i < nd; i++) r.push_back(-1 - int64_t(i));
+  return r;
+}
+}  // namespace
+
+Tensor Tensor::max_pool(IntArg kernel, IntArg stride, IntArg padding, IntArg dilation, bool ceil_mode) const {
+  size_t nd = kernel.v.size();
+  if (nd == 0) fail("max_pool", "kernel_size is empty");
+  PoolArgs a = pool_args(*this, nd, kernel, stride, padding, dilation, "max_pool" + std::to_string(nd) + "d");
+  Pads pads = ceil_mode ? ceil_pads(*this, a) : sym_pads(a);
+  Tensor w = pool_windows(pad_last(*this, pads, dtype_min(dtype())), a.k, a.s, a.d, a.op);
+  return w.max(last_axes(nd));
+}
+Tensor Tensor::max_pool1d(IntArg k, IntArg s, IntArg p, IntArg d, bool c) const {
+  PoolArgs a = pool_args(*this, 1, k, s, p, d, "max_pool1d");
+  return max_pool(a.k, a.s, a.p, a.d, c);
+}
+Tensor Tensor::max_pool2d(IntArg k, IntArg s, IntArg p, IntArg d, bool c) const {
+  PoolArgs a = pool_args(*this, 2, k, s, p, d, "max_pool2d");
+  return max_pool(a.k, a.s, a.p, a.d, c);
+}
+
+Tensor Tensor::avg_pool(IntArg kernel, IntArg stride, IntArg padding, bool ceil_mode, bool count_include_pad) const {
+  size_t nd = kernel.v.size();
+  if (nd == 0) fail("avg_pool", "kernel_size is empty");
+  PoolArgs a = pool_args(*this, nd, kernel, stride, padding, 1, "avg_pool" + std::to_string(nd) + "d");
+  Pads reg = sym_pads(a), pads = ceil_mode ? ceil_pads(*this, a) : reg;
+  auto pool = [&](const Tensor& t, const Pads& p) { return pool_windows(pad_last(t, p), a.k, a.s, a.d, a.op).sum(last_axes(nd)); };
+  Tensor x = to_float(*this), sum = pool(x, pads);
+  if (!count_include_pad) return Tensor(sum / pool(x.ones_like(), pads));
+  if (!ceil_mode) {
+    int64_t n = 1;
+    for (int64_t k : a.k) n *= k;
+    return Tensor(sum / double(n));
+  }
+  // count the explicit padding but not the extra right padding of ceil_mode
+  Pads extra;
+  for (size_t i = 0; i < nd; i++) extra.push_back({0, pads[i].second - reg[i].second});
+  return Tensor(sum / pool(pad_last(x, reg).ones_like(), extra));
+}
+Tensor Tensor::avg_pool1d(IntArg k, IntArg s, IntArg p, bool c, bool cip) const {
+  PoolArgs a = pool_args(*this, 1, k, s, p, 1, "avg_pool1d");
+  return avg_pool(a.k, a.s, a.p, c, cip);
+}
+Tensor Tensor::avg_pool2d(IntArg k, IntArg s, IntArg p, bool c, bool cip) const {
+  PoolArgs a = pool_args(*this, 2, k, s, p, 1, "avg_pool2d");
+  return avg_pool(a.k, a.s, a.p, c, cip);
+}
+
+namespace {
+// Adaptive pooling, one dim at a time: window i covers [floor(i*I/O), ceil((i+1)*I/O)) (torch's rule).
+Tensor adaptive_pool(const Tensor& x0, const std::vector<int64_t>& out, bool is_max, const std::string& op) {
+  size_t nd = out.size();
+  if (nd == 0 || size_t(x0.ndim()) < nd + 1)
+    fail(op, "output_size " + ints_str(out) + " needs an input with at least " + std::to_string(nd + 1) + " dims, got " +
+                 shape_str(x0.shape()));
+  Tensor x = is_max ? x0 : to_float(x0);
+  bool divides = true;
+  std::vector<int64_t> k;
+  for (size_t i = 0; i < nd; i++) {
+    int64_t in = x.shape()[size_t(x.ndim()) - nd + i];
+    if (out[i] <= 0) fail(op, "output_size " + ints_str(out) + " must be positive");
+    if (in == 0) fail(op, "input " + shape_str(x.shape()) + " has an empty spatial dim");
+    divides &= in % out[i] == 0;
+    k.push_back(in / std::max<int64_t>(out[i], 1));
+  }
+  if (divides) return is_max ? x.max_pool(k, k) : x.avg_pool(k, k);
+  for (size_t i = 0; i < nd; i++) {
+    int64_t dim = x.ndim() - int64_t(nd) + int64_t(i), in = x.shape()[size_t(dim)], o = out[i];
+    std::vector<float> w(size_t(o * in), 0.f);
+    std::vector<bool> m(size_t(o * in), false);
+    for (int64_t j = 0; j < o; j++) {
+      int64_t b = (j * in) / o, e = ((j + 1) * in + o - 1) / o;
+      for (int64_t t = b; t < e; t++) {
+        w[size_t(j * in + t)] = 1.f / float(e - b);
+        m[size_t(j * in + t)] = true;
+      }
+    }
+    Tensor xt = x.transpose(dim, -1).unsqueeze(-2);  // (..., 1, I)
+    Tensor r;
+    if (is_max) {
+      Tensor mask = Tensor::from_vector(m, {o, in}, x.device());
+      r = mask.where(xt, const_like(x, dtype_min(x.dtype()))).max(-1);
+    } else {
+      Tensor wt = Tensor::from_vector(w, {o, in}, x.device()).cast(x.dtype());
+      r = Tensor(xt * wt).sum(-1);
+    }
+    x = r.transpose(dim, -1);
+  }
+  return x;
+}
+}  // namespace
+
+Tensor Tensor::adaptive_avg_pool(const std::vector<int64_t>& output_size) const {
+  return adaptive_pool(*this, output_size, false, "adaptive_avg_pool" + std::to_string(output_size.size()) + "d");
+}
+Tensor Tensor::adaptive_max_pool(const std::vector<int64_t>& output_size) const {
+  return adaptive_pool(*this, output_size, true, "adaptive_max_pool" + std::to_string(output_size.size()) + "d");
+}
+Tensor Tensor::adaptive_avg_pool2d(IntArg output_size) const {
+  return adaptive_avg_pool(expand_arg(output_size, 2, "adaptive_avg_pool2d", "output_size"));
+}
+Tensor Tensor::adaptive_max_pool2d(IntArg output_size) const {
+  return adaptive_max_pool(expand_arg(output_size, 2, "adaptive_max_pool2d", "output_size"));
+}
+
+// ---------------------------------------------------------------- norms
+
+namespace {
+void check_param(const std::optional<Tensor>& t, const Shape& want, const char* what, const std::string& op) {
+  if (t && t->shape() != want)
+    fail(op, std::string(what) + " " + shape_str(t->shape()) + " must be " + shape_str(want));
+}
+// (C,) -> (1, C, 1, ...) for an input of rank n
+Tensor per_channel(const Tensor& t, int64_t n) {
+  Shape s(size_t(n), 1);
+  s[1] = t.shape()[0];
+  return t.reshape(s);
+}
+}  // namespace
+
+Tensor Tensor::batch_norm(const std::optional<Tensor>& running_mean, const std::optional<Tensor>& running_var,
+                          const std::optional<Tensor>& weight, const std::optional<Tensor>& bias, bool training,
+                          double momentum, double eps) const {
+  if (ndim() < 2) fail("batch_norm", "needs (N, C, ...) input, got shape " + shape_str(shape()));
+  int64_t c = shape()[1];
+  Shape cs{c};
+  check_param(running_mean, cs, "running_mean", "batch_norm");
+  check_param(running_var, cs, "running_var", "batch_norm");
+  check_param(weight, cs, "weight", "batch_norm");
+  check_param(bias, cs, "bias", "batch_norm");
+  if (!training && (!running_mean || !running_var))
+    fail("batch_norm", "evaluation (training=false) needs running_mean and running_var");
+  Tensor x = to_float(*this), mean, invstd;
+  std::vector<int64_t> axes{0};
+  for (int64_t i = 2; i < ndim(); i++) axes.push_back(i);
+  if (training) {
+    int64_t n = numel() / std::max<int64_t>(c, 1);
+    if (n <= 1) fail("batch_norm", "training needs more than one value per channel, input " + shape_str(shape()));
+    mean = x.mean(axes, true);
+    Tensor d = x - mean;
+    Tensor var = Tensor(d * d).mean(axes, true);
+    invstd = Tensor(var + eps).rsqrt();
+    if (running_mean && running_var) {  // in-place update like torch (unbiased variance), outside autograd
+      Tensor m = mean.detach().reshape(cs), v = Tensor(var.detach().reshape(cs) * (double(n) / double(n - 1)));
+      Tensor rm = *running_mean, rv = *running_var;
+      rm.assign(Tensor(rm * (1 - momentum) + m * momentum));
+      rv.assign(Tensor(rv * (1 - momentum) + v * momentum));
+    }
+  } else {
+    mean = per_channel(*running_mean, ndim());
+    invstd = Tensor(per_channel(*running_var, ndim()) + eps).rsqrt();
+  }
+  Tensor y = Tensor(x - mean) * invstd;
+  if (weight) y = y * per_channel(*weight, ndim());
+  if (bias) y = y + per_channel(*bias, ndim());
+  return y;
+}
+
+Tensor Tensor::layer_norm(const std::vector<int64_t>& normalized_shape, const std::optional<Tensor>& weight,
+                          const std::optional<Tensor>& bias, double eps) const {
+  size_t k = normalized_shape.size();
+  if (k == 0 || size_t(ndim()) < k || !std::equal(normalized_shape.begin(), normalized_shape.end(), shape().end() - int64_t(k)))
+    fail("layer_norm", "normalized_shape " + ints_str(normalized_shape) + " must be the trailing dims of input " + shape_str(shape()));
+  check_param(weight, normalized_shape, "weight", "layer_norm");
+  check_param(bias, normalized_shape, "bias", "layer_norm");
+  std::vector<int64_t> axes;
+  for (size_t i = 0; i < k; i++) axes.push_back(ndim() - int64_t(k) + int64_t(i));
+  Tensor x = to_float(*this);
+  Tensor d = x - x.mean(axes, true);
+  Tensor y = d * Tensor(Tensor(d * d).mean(axes, true) + eps).rsqrt();
+  if (weight) y = y * *weight;
+  if (bias) y = y + *bias;
+  return y;
+}
+
+Tensor Tensor::group_norm(int64_t num_groups, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
+                          double eps) const {
+  if (ndim() < 2) fail("group_norm", "needs (N, C, ...) input, got shape " + shape_str(shape()));
+  int64_t c = shape()[1];
+  if (num_groups <= 0 || c % num_groups != 0)
+    fail("group_norm", std::to_string(c) + " channels of input " + shape_str(shape()) + " do not split into " +
+                           std::to_string(num_groups) + " groups");
+  check_param(weight, {c}, "weight", "group_norm");
+  check_param(bias, {c}, "bias", "group_norm");
+  Tensor x = to_float(*this).reshape({shape()[0], num_groups, -1});
+  Tensor d = x - x.mean(-1, true);
+  Tensor y = Tensor(d * Tensor(Tensor(d * d).mean(-1, true) + eps).rsqrt()).reshape(shape());
+  if (weight) y = y * per_channel(*weight, ndim());
+  if (bias) y = y + per_channel(*bias, ndim());
+  return y;
+}
+
+Tensor Tensor::rms_norm(const std::vector<int64_t>& normalized_shape, const std::optional<Tensor>& weight,
+                        std::optional<double> eps) const {
+  size_t k = normalized_shape.size();
+  if (k == 0 || size_t(ndim()) < k || !std::equal(normalized_shape.begin(), normalized_shape.end(), shape().end() - int64_t(k)))
+    fail("rms_norm", "normalized_shape " + ints_str(normalized_shape) + " must be the trailing dims of input " + shape_str(shape()));
+  check_param(weight, normalized_shape, "weight", "rms_norm");
+  std::vector<int64_t> axes;
+  for (size_t i = 0; i < k; i++) axes.push_back(ndim() - int64_t(k) + int64_t(i));
+  Tensor x = to_float(*this);
+  double e = eps.value_or(x.dtype() == dtypes::float64 ? 2.220446049250313e-16 : 1.1920928955078125e-07);
+  Tensor y = x * Tensor(Tensor(x * x).mean(axes, true) + e).rsqrt();
+  return weight ? Tensor(y * *weight) : y;
+}
+
+// ---------------------------------------------------------------- dropout, attention, embedding, interpolate
+
+Tensor Tensor::dropout(double p, bool training) const {
+  if (!(p >= 0 && p <= 1)) fail("dropout", "p must be in [0, 1], got " + std::to_string(p));
+  if (!training || p == 0) return *this;
+  if (p == 1) return Tensor(*this * 0.0);
+  Tensor keep = rand_like(dtypes::float32).ge(Tensor(p));
+  return keep.where(Tensor(*this * (1.0 / (1.0 - p))), const_like(*this, 0));
+}
+
+Tensor Tensor::scaled_dot_product_attention(const Tensor& key, const Tensor& value, const std::optional<Tensor>& attn_mask,
+                                            double dropout_p, bool is_causal, std::optional<double> scale) const {
+  const char* op = "scaled_dot_product_attention";
+  if (ndim() < 2 || key.ndim() < 2 || value.ndim() < 2)
+    fail(op, "query " + shape_str(shape()) + ", key " + shape_str(key.shape()) + " and value " + shape_str(value.shape()) +
+                 " need at least 2 dims (..., L, E)");
+  if (shape().back() != key.shape().back())
+    fail(op, "query " + shape_str(shape()) + " and key " + shape_str(key.shape()) + " differ in the embedding dim");
+  if (key.shape()[size_t(key.ndim() - 2)] != value.shape()[size_t(value.ndim() - 2)])
+    fail(op, "key " + shape_str(key.shape()) + " and value " + shape_str(value.shape()) + " differ in sequence length");
+  if (is_causal && attn_mask) fail(op, "give either attn_mask or is_causal, not both");
+  double sc = scale.value_or(1.0 / std::sqrt(double(shape().back())));
+  Tensor qk = Tensor(matmul(key.transpose(-2, -1)) * sc);
+  int64_t l = qk.shape()[size_t(qk.ndim() - 2)], s = qk.shape().back();
+  std::optional<Tensor> mask = attn_mask;
+  if (is_causal) mask = Tensor::ones({l, s}, dtypes::bool_, device()).tril();
+  if (mask) {
+    Shape bs = broadcast_shape(qk.shape(), mask->shape(), op);
+    if (bs != qk.shape()) fail(op, "attn_mask " + shape_str(mask->shape()) + " does not broadcast to the scores " + shape_str(qk.shape()));
+    qk = dtypes::is_bool(mask->dtype()) ? mask->where(qk, Tensor(-INFINITY)) : Tensor(qk + *mask);
+  }
+  Tensor attn = qk.softmax(-1);
+  if (dropout_p > 0) attn = attn.dropout(dropout_p, true);
+  return attn.matmul(value);
+}
+
+Tensor embedding(const Tensor& indices, const Tensor& weight) {
+  if (weight.ndim() != 2) fail("embedding", "weight must be 2-d (num_embeddings, dim), got " + shape_str(weight.shape()));
+  if (!dtypes::is_int(indices.dtype())) fail("embedding", "indices must be integer, got " + indices.dtype().name());
+  Shape s = indices.shape();
+  s.push_back(weight.shape()[1]);
+  return weight.index_select(0, indices.reshape({-1})).reshape(s);
+}
+
+Tensor Tensor::interpolate(const std::vector<int64_t>& size, const std::string& mode, bool align_corners) const {
+  const char* op = "interpolate";
+  size_t nd = size.size();
+  bool linear = mode == "linear" || mode == "bilinear" || mode == "trilinear";
+  if (!linear && mode != "nearest" && mode != "nearest-exact")
+    fail(op, "mode '" + mode + "' is not one of 'nearest', 'nearest-exact', 'linear', 'bilinear', 'trilinear'");
+  if (align_corners && !linear) fail(op, "align_corners only applies to the linear modes");
+  if (nd == 0 || size_t(ndim()) < nd)
+    fail(op, "size " + ints_str(size) + " names more dims than input " + shape_str(shape()) + " has");
+  for (int64_t v : size)
+    if (v <= 0) fail(op, "size " + ints_str(size) + " must be positive");
+  Tensor x = linear ? to_float(*this) : *this;
+  for (size_t ii = nd; ii-- > 0;) {  // the last dim first, like ATen's separable loops
+    int64_t dim = ndim() - int64_t(nd) + int64_t(ii), in = shape()[size_t(dim)], out = size[ii];
+    std::vector<int64_t> i0(static_cast<size_t>(out)), i1(static_cast<size_t>(out));
+    std::vector<float> l0(static_cast<size_t>(out)), l1(static_cast<size_t>(out));
+    for (int64_t j = 0; j < out; j++) {
+      if (!linear) {
+        float scale = float(in) / float(out);
+        float src = mode == "nearest" ? float(j) * scale : (float(j) + 0.5f) * scale;
+        i0[size_t(j)] = in == out ? j : std::min<int64_t>(int64_t(std::floor(src)), in - 1);
+        continue;
+      }
+      if (in == out) {
+        i0[size_t(j)] = i1[size_t(j)] = j;
+        l0[size_t(j)] = 1;
+        l1[size_t(j)] = 0;
+        continue;
+      }
+      float scale = align_corners ? (out > 1 ? float(in - 1) / float(out - 1) : 0.f) : float(in) / float(out);
+      float src = align_corners ? scale * float(j) : std::max(scale * (float(j) + 0.5f) - 0.5f, 0.f);
+      int64_t a = int64_t(src);
+      i0[size_t(j)] = a;
+      i1[size_t(j)] = a + (a < in - 1 ? 1 : 0);
+      l1[size_t(j)] = std::min(std::max(src - float(a), 0.f), 1.f);
+      l0[size_t(j)] = 1.f - l1[size_t(j)];
+    }
+    Tensor idx0 = Tensor::from_vector(i0, {out}, device());
+    if (!linear) {
+      x = x.index_select(dim, idx0);
+      continue;
+    }
+    Shape ls(size_t(ndim()), 1);
+    ls[size_t(dim)] = out;
+    Tensor w0 = Tensor::from_vector(l0, {out}, device()).reshape(ls).cast(x.dtype());
+    Tensor w1 = Tensor::from_vector(l1, {out}, device()).reshape(ls).cast(x.dtype());
+    Tensor idx1 = Tensor::from_vector(i1, {out}, device());
+    x = Tensor(x.index_select(dim, idx0) * w0 + x.index_select(dim, idx1) * w1);
+  }
+  return x;
+}
+
+}  // namespace tg

@@ -1,0 +1,216 @@
+// Reductions and scans: var/std, argmax/argmin, any/all, cumulative ops, logsumexp, log_softmax, sort and topk.
+#include <algorithm>
+
+#include "ops_util.hpp"
+
+namespace tg {
+using namespace detail;
+
+namespace {
+// Squeezed shape of x after reducing `axes` (already normalised).
+Shape squeezed(const Shape& s, const std::vector<int64_t>& axes) {
+  Shape out;
+  for (size_t i = 0; i < s.size(); i++)
+    if (std::find(axes.begin(), axes.end(), int64_t(i)) == axes.end()) out.push_back(s[i]);
+  return out;
+}
+int64_t count_of(const Shape& s, const std::vector<int64_t>& axes) {
+  int64_t n = 1;
+  for (int64_t a : axes) n *= s[size_t(a)];
+  return n;
+}
+}  // namespace
+
+Tensor Tensor::var(std::vector<int64_t> axes, bool keepdim, double correction) const {
+  axes = norm_axes(axes, ndim(), "var");
+  Tensor x = to_float(*this);
+  Tensor d = x - x.mean(axes, true);
+  double n = double(count_of(shape(), axes));
+  return Tensor(Tensor(d * d).sum(axes, keepdim) / std::max(n - correction, 0.0));
+}
+Tensor Tensor::std(std::vector<int64_t> axes, bool keepdim, double correction) const {
+  return var(std::move(axes), keepdim, correction).sqrt();
+}
+std::pair<Tensor, Tensor> Tensor::var_mean(std::vector<int64_t> axes, bool keepdim, double correction) const {
+  return {var(axes, keepdim, correction), to_float(*this).mean(axes, keepdim)};
+}
+std::pair<Tensor, Tensor> Tensor::std_mean(std::vector<int64_t> axes, bool keepdim, double correction) const {
+  return {std(axes, keepdim, correction), to_float(*this).mean(axes, keepdim)};
+}
+
+Tensor Tensor::argmax(std::optional<int64_t> axis, bool keepdim) const {
+  if (!axis) {
+    Tensor r = flatten().argmax(0);
+    return keepdim ? r.reshape(Shape(size_t(ndim()), 1)) : r;
+  }
+  if (ndim() == 0) return full({}, 0, dtypes::int64, device());
+  int64_t a = norm_dim(*axis, ndim(), "argmax"), n = shape()[size_t(a)];
+  if (n == 0) fail("argmax", "cannot take the argmax of an empty dim of " + shape_str(shape()));
+  // n - max((x == max) * (n, n-1, ..., 1)) is the first index of the maximum
+  Tensor is_max = eq(max(a, true));
+  Shape rs(size_t(ndim()), 1);
+  rs[size_t(a)] = n;
+  Tensor rev = arange(double(n), 0, -1, dtypes::int64, device()).reshape(rs);
+  Tensor best = is_max.where(rev, full({}, 0, dtypes::int64, device())).max(a, keepdim);
+  return Tensor(full({}, double(n), dtypes::int64, device()) - best);
+}
+Tensor Tensor::argmin(std::optional<int64_t> axis, bool keepdim) const {
+  Tensor inv = dtypes::is_float(dtype()) ? neg() : bitwise_not();
+  return inv.argmax(axis, keepdim);
+}
+
+Tensor Tensor::any(std::vector<int64_t> axes, bool keepdim) const {
+  Tensor b = dtypes::is_bool(dtype()) ? *this : ne(Tensor(0));
+  return b.max(norm_axes(axes, ndim(), "any"), keepdim);
+}
+Tensor Tensor::all(std::vector<int64_t> axes, bool keepdim) const {
+  Tensor b = dtypes::is_bool(dtype()) ? logical_not() : eq(Tensor(0));
+  return b.max(norm_axes(axes, ndim(), "all"), keepdim).logical_not();
+}
+
+// ---------------------------------------------------------------- scans
+
+namespace {
+Tensor reduce_last(const Tensor& t, Ops op) {
+  if (op == Ops::ADD) return t.sum(-1);
+  if (op == Ops::MUL) return t.prod(-1);
+  return t.max(-1);
+}
+double identity_of(Ops op, DType d) { return op == Ops::ADD ? 0 : op == Ops::MUL ? 1 : dtype_min(d); }
+Tensor combine(const Tensor& a, const Tensor& b, Ops op) {
+  if (op == Ops::ADD) return Tensor(a + b);
+  if (op == Ops::MUL) return Tensor(a * b);
+  return a.maximum(b);
+}
+
+Tensor shrink_last(const Tensor& t, int64_t b, int64_t e) {
+  std::vector<std::pair<int64_t, int64_t>> s;
+  for (int64_t d : t.shape()) s.push_back({0, d});
+  s.back() = {b, e};
+  return t.shrink(s);
+}
+
+// Inclusive scan along the last dim: out[j] = op(x[0..j]) as windows of a padded copy (tinygrad's _cumalu).
+Tensor scan_last(const Tensor& x, Ops op) {
+  int64_t n = x.shape().back();
+  Tensor p = pad_last(x, {{n - 1, 0}}, identity_of(op, x.dtype()));
+  return reduce_last(pool_windows(p, {n}, {1}, {1}, "cumsum"), op);
+}
+
+// The same along `axis`; long dims scan in chunks of 256 and add the chunk totals (O(n * 256) work, not O(n^2)).
+Tensor scan(const Tensor& self, int64_t axis, Ops op, const char* name) {
+  if (self.ndim() == 0) return op == Ops::ADD ? self.sum() : self;
+  axis = norm_dim(axis, self.ndim(), name);
+  // sums and products of bools and ints accumulate in int64 (like torch), floats keep their dtype
+  DType out = dtypes::strong(self.dtype());
+  if (op != Ops::MAX && !dtypes::is_float(out) && out != dtypes::uint64) out = dtypes::int64;
+  Tensor x = self.cast(out).transpose(axis, -1);
+  int64_t n = x.shape().back();
+  if (n == 0) return x.transpose(axis, -1);
+  constexpr int64_t kSplit = 256;
+  Tensor r;
+  if (n <= 2 * kSplit) {
+    r = scan_last(x, op);
+  } else {
+    int64_t padded = (n + kSplit - 1) / kSplit * kSplit, nc = padded / kSplit;
+    Tensor c = pad_last(x, {{padded - n, 0}}, identity_of(op, out)).unflatten(-1, {nc, kSplit});
+    Tensor chunks = scan_last(c, op);                                                 // (..., nc, 256)
+    Tensor totals = shrink_last(chunks, kSplit - 1, kSplit).squeeze(-1);              // (..., nc)
+    Tensor base = pad_last(scan_last(totals, op), {{1, -1}}, identity_of(op, out));  // exclusive scan
+    r = shrink_last(combine(chunks, base.unsqueeze(-1), op).flatten(-2), padded - n, padded);
+  }
+  return r.cast(out).transpose(axis, -1);
+}
+}  // namespace
+
+Tensor Tensor::cumsum(int64_t axis) const { return scan(*this, axis, Ops::ADD, "cumsum"); }
+Tensor Tensor::cumprod(int64_t axis) const { return scan(*this, axis, Ops::MUL, "cumprod"); }
+
+std::pair<Tensor, Tensor> Tensor::cummax(int64_t axis) const {
+  if (ndim() == 0) return {*this, full({}, 0, dtypes::int64, device())};
+  axis = norm_dim(axis, ndim(), "cummax");
+  Tensor values = scan(*this, axis, Ops::MAX, "cummax");
+  int64_t n = shape()[size_t(axis)];
+  Tensor x = transpose(axis, -1), v = values.transpose(axis, -1);
+  // index of value j: the last i <= j with x[i] == v[j]
+  Tensor i_le_j = Tensor::ones({n, n}, dtypes::bool_, device()).triu();
+  Tensor match = Tensor(x.unsqueeze(-1).eq(v.unsqueeze(-2)) & i_le_j);  // (..., i, j)
+  Tensor ii = arange(0, double(n), 1, dtypes::int64, device()).reshape({n, 1});
+  Tensor idx = match.where(ii, full({}, -1, dtypes::int64, device())).max(-2);
+  return {values, idx.transpose(-1, axis)};
+}
+std::pair<Tensor, Tensor> Tensor::cummin(int64_t axis) const {
+  Tensor inv = dtypes::is_float(dtype()) ? neg() : bitwise_not();
+  auto [v, i] = inv.cummax(axis);
+  return {dtypes::is_float(dtype()) ? v.neg() : v.bitwise_not(), i};
+}
+
+Tensor Tensor::logsumexp(std::vector<int64_t> axes, bool keepdim) const {
+  axes = norm_axes(axes, ndim(), "logsumexp");
+  Tensor x = to_float(*this);
+  Tensor m = x.max(axes, true).detach();
+  m = m.isinf().where(Tensor(0.0), m);  // all -inf (or +inf) rows: no shift
+  Tensor r = Tensor(x - m).exp().sum(axes, keepdim).log();
+  return Tensor(r + (keepdim ? m : m.reshape(squeezed(m.shape(), axes))));
+}
+
+Tensor Tensor::logcumsumexp(int64_t axis) const {
+  if (ndim() == 0) return to_float(*this);
+  axis = norm_dim(axis, ndim(), "logcumsumexp");
+  Tensor x = to_float(*this).transpose(axis, -1);
+  int64_t n = x.shape().back();
+  Tensor cm = x.cummax(-1).first.detach();
+  cm = cm.isinf().where(Tensor(0.0), cm);
+  Tensor i_le_j = Tensor::ones({n, n}, dtypes::bool_, device()).tril();  // (j, i): i <= j
+  Tensor sh = i_le_j.where(Tensor(x.unsqueeze(-2) - cm.unsqueeze(-1)), Tensor(-INFINITY));
+  Tensor r = Tensor(sh.exp().sum(-1).log() + cm);
+  return r.transpose(-1, axis);
+}
+
+Tensor Tensor::log_softmax(int64_t axis) const {
+  Tensor x = to_float(*this);
+  axis = norm_dim(axis, ndim(), "log_softmax");
+  if (ndim() == 0) return Tensor(x * 0.0);
+  Tensor m = x - x.max(axis, true).detach();
+  return Tensor(m - m.exp().sum(axis, true).log());
+}
+Tensor Tensor::softmin(int64_t axis) const { return to_float(*this).neg().softmax(axis); }
+
+// ---------------------------------------------------------------- sort, topk
+
+std::pair<Tensor, Tensor> Tensor::sort(int64_t dim, bool descending) const {
+  if (ndim() == 0) return {*this, full({}, 0, dtypes::int64, device())};
+  dim = norm_dim(dim, ndim(), "sort");
+  int64_t n = shape()[size_t(dim)];
+  if (n <= 1) return {*this, zeros_like(dtypes::int64)};
+  Tensor x = transpose(dim, -1);
+  Tensor a = x.unsqueeze(-1), b = x.unsqueeze(-2);  // (..., i, 1), (..., 1, j)
+  // rank of i: how many j come first (strictly before in order, or equal with j < i: stable)
+  Tensor before = descending ? b.gt(a) : b.lt(a);
+  Tensor j_lt_i = Tensor::ones({n, n}, dtypes::bool_, device()).tril(-1);
+  Tensor rank = Tensor(before | Tensor(b.eq(a) & j_lt_i)).cast(dtypes::int64).sum(-1);  // (..., i)
+  Tensor at = one_hot_mask(rank, n);                                                       // (..., i, r)
+  Tensor values = at.where(a, const_like(*this, 0)).sum(-2).cast(dtype());
+  Tensor ii = arange(0, double(n), 1, dtypes::int64, device()).reshape({n, 1});
+  Tensor idx = at.where(ii, full({}, 0, dtypes::int64, device())).sum(-2);
+  return {values.transpose(-1, dim), idx.transpose(-1, dim)};
+}
+Tensor Tensor::argsort(int64_t dim, bool descending) const { return sort(dim, descending).second; }
+
+std::pair<Tensor, Tensor> Tensor::topk(int64_t k, int64_t dim, bool largest) const {
+  if (ndim() == 0) {
+    if (k > 1) fail("topk", "k " + std::to_string(k) + " is out of range for a 0-d tensor");
+    return sort(0, largest);
+  }
+  dim = norm_dim(dim, ndim(), "topk");
+  int64_t n = shape()[size_t(dim)];
+  if (k < 0 || k > n)
+    fail("topk", "k " + std::to_string(k) + " is out of range for dim " + std::to_string(dim) + " of " + shape_str(shape()));
+  auto [v, i] = sort(dim, largest);
+  std::vector<std::pair<int64_t, int64_t>> r;
+  for (int64_t d : shape()) r.push_back({0, d});
+  r[size_t(dim)] = {0, k};
+  return {v.shrink(r), i.shrink(r)};
+}
+
+}  // namespace tg

@@ -1,0 +1,49 @@
+#pragma once
+// Helpers shared by the ops_*.cpp files (not installed): error messages, dim handling, constants, windows.
+#include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
+
+#include "tg/tensor.hpp"
+
+namespace tg::detail {
+
+/** "(1, 2, 3)" */
+std::string ints_str(const std::vector<int64_t>& v);
+/** Throws Error("[op] msg"). */
+[[noreturn]] void fail(const std::string& op, const std::string& msg);
+
+/** A dim in [-ndim, ndim) made non-negative; `extra` allows ndim (for unsqueeze-like positions). */
+int64_t norm_dim(int64_t d, int64_t ndim, const std::string& op, bool extra = false);
+/** Axes made non-negative, sorted and unique; empty means all. */
+std::vector<int64_t> norm_axes(const std::vector<int64_t>& axes, int64_t ndim, const std::string& op);
+
+/** A 0-d constant of dtype d on t's device. */
+Tensor const_of(const Tensor& t, double v, DType d);
+/** A 0-d constant of t's dtype on t's device. */
+inline Tensor const_like(const Tensor& t, double v) { return const_of(t, v, t.dtype()); }
+/** The smallest / largest value of a dtype (-inf / inf for floats). */
+double dtype_min(DType d);
+double dtype_max(DType d);
+/** t as a float tensor (itself when already float). */
+Tensor to_float(const Tensor& t);
+/** arange(n) reshaped to n at position `dim` of an ndim-shaped view (ones elsewhere). */
+Tensor arange_at(int64_t n, int64_t dim, int64_t ndim, const std::string& device, DType d = dtypes::int32);
+/** Expand an IntArg to n values (one value repeats); an empty IntArg gives `dflt`. */
+std::vector<int64_t> expand_arg(const IntArg& a, size_t n, const std::string& op, const char* what,
+                                const std::vector<int64_t>& dflt = {});
+
+/** Sliding windows over the last k.size() dims: (..., o_1..o_n, k_1..k_n) (tinygrad's _pool, movement ops only). */
+Tensor pool_windows(const Tensor& x, const std::vector<int64_t>& k, const std::vector<int64_t>& stride,
+                    const std::vector<int64_t>& dilation, const std::string& op);
+/** Constant-pad the last pads.size() dims with (begin, end) pairs. */
+Tensor pad_last(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& pads, double value = 0);
+/** (index == arange(n)) with the class axis appended last: (*index.shape, n) bool. */
+Tensor one_hot_mask(const Tensor& index, int64_t n);
+/** Apply a loss reduction: "mean", "sum" or "none". */
+Tensor reduce_loss(const Tensor& t, const std::string& reduction, const std::string& op);
+/** Throws unless reduction is one of "mean", "sum", "none". */
+void check_reduction(const std::string& reduction, const std::string& op);
+
+}  // namespace tg::detail
