@@ -91,24 +91,6 @@ Tensor pool_windows(const Tensor& x, const std::vector<int64_t>& k, const std::v
     o[j] = ceildiv(in[j] - dilation[j] * (k[j] - 1), stride[j]);
     f[j] = std::max<int64_t>(1, ceildiv(o[j] * stride[j] - dilation[j], in[j]));
   }
-  bool disjoint = true;  // windows that do not overlap: pad, reshape (o, s), keep the first k of each row
-  for (size_t j = 0; j < nk; j++) disjoint &= k[j] <= stride[j] && dilation[j] == 1;
-  if (disjoint) {
-    std::vector<std::pair<int64_t, int64_t>> pad(noop, {0, 0});
-    Shape s1 = pre, s2 = pre, s3 = pre;
-    for (size_t j = 0; j < nk; j++) {
-      pad.push_back({0, std::max<int64_t>(0, o[j] * stride[j] - in[j])});
-      s1.push_back(o[j] * stride[j]);
-      s2.insert(s2.end(), {o[j], stride[j]});
-      s3.insert(s3.end(), {o[j], k[j]});
-    }
-    Tensor t = shrink_to(shrink_to(x.pad(pad), s1).reshape(s2), s3);
-    std::vector<int64_t> perm;
-    for (size_t j = 0; j < noop; j++) perm.push_back(int64_t(j));
-    for (size_t j = 0; j < nk; j++) perm.push_back(int64_t(noop + 2 * j));
-    for (size_t j = 0; j < nk; j++) perm.push_back(int64_t(noop + 2 * j + 1));
-    return t.permute(perm);
-  }
   // Repeat each spatial dim so that a reshape to (k, i*f + d) puts window element j at column j*d + o*s.
   std::vector<int64_t> rep(noop, 1);
   Shape s1 = pre, s2 = pre, s3 = pre, s4 = pre, s5 = pre, s6 = pre;

@@ -163,7 +163,7 @@ Tensor Tensor::ones(const Shape& s, DType d, const std::string& dev) { return fu
 Tensor Tensor::from_blob(const void* data, const Shape& shape, DType dtype, const std::string& device) {
   Tensor t = empty(shape, dtype, device);
   auto buf = buffer_of(contiguous_buffer(t.uop().get()));
-  buf->copyin(data, buf->nbytes());
+  if (buf->nbytes() > 0) buf->copyin(data, buf->nbytes());  // an empty tensor has nothing to copy (data may be null)
   return t;
 }
 
