@@ -323,11 +323,7 @@ Tensor Tensor::masked_fill(const Tensor& mask, const Tensor& value) const {
 
 // ---------------------------------------------------------------- indexing
 
-namespace {
-struct SliceBounds {
-  int64_t lo, hi, step, len;  // the shrink range [lo, hi) in the input, |step|, and the output length
-};
-// The same arithmetic as Tensor::slice: which range a Slice keeps and how many elements it yields.
+namespace detail {
 SliceBounds slice_bounds(const Slice& s, int64_t n) {
   auto clampi = [&](int64_t v, int64_t lo, int64_t hi) { return std::min(std::max(v < 0 ? v + n : v, lo), hi); };
   int64_t start, stop;
@@ -351,6 +347,9 @@ SliceBounds slice_bounds(const Slice& s, int64_t n) {
   if (s.step > 0) return {lo, lo + std::min(hi - lo, len * step), step, len};
   return {std::max(lo, hi - len * step), hi, step, len};
 }
+}  // namespace detail
+
+namespace {
 
 // An index list with the Ellipsis expanded and trailing full slices added; counts consumed dims.
 std::vector<TensorIndex> expand_index(const std::vector<TensorIndex>& idx, int64_t ndim, const char* op) {
@@ -508,9 +507,9 @@ Tensor Tensor::set_slice(const std::vector<Slice>& sl, const Tensor& value) cons
   std::vector<Slice> all = sl;
   all.resize(size_t(ndim()), Slice::all());
   Shape target;
-  std::vector<SliceBounds> bounds;
+  std::vector<detail::SliceBounds> bounds;
   for (int64_t d = 0; d < ndim(); d++) {
-    bounds.push_back(slice_bounds(all[size_t(d)], shape()[size_t(d)]));
+    bounds.push_back(detail::slice_bounds(all[size_t(d)], shape()[size_t(d)]));
     target.push_back(bounds.back().len);
   }
   Shape bs = broadcast_shape(value.shape(), target, "set_slice");

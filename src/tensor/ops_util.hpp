@@ -46,4 +46,10 @@ Tensor reduce_loss(const Tensor& t, const std::string& reduction, const std::str
 /** Throws unless reduction is one of "mean", "sum", "none". */
 void check_reduction(const std::string& reduction, const std::string& op);
 
+/** Which range [lo, hi) of a dim of size n a Slice keeps, its |step| and the number of elements it yields. */
+struct SliceBounds {
+  int64_t lo, hi, step, len;
+};
+SliceBounds slice_bounds(const Slice& s, int64_t n);
+
 }  // namespace tg::detail

@@ -14,6 +14,7 @@
 #include "tg/jit.hpp"
 #include "tg/pattern.hpp"
 #include "tg/schedule.hpp"
+#include "ops_util.hpp"
 
 namespace tg {
 
@@ -605,32 +606,11 @@ Tensor Tensor::slice(const std::vector<Slice>& sl) const {
   Tensor t = *this;
   for (size_t i = 0; i < sl.size(); i++) {
     const Slice& s = sl[i];
-    int64_t n = shape()[i];
     if (s.step == 0) throw Error("[slice] step must not be 0");
-    auto clampi = [&](int64_t v, int64_t lo, int64_t hi) { return std::min(std::max(v < 0 ? v + n : v, lo), hi); };
-    int64_t start, stop;
-    if (s.step > 0) {
-      start = s.start ? clampi(*s.start, 0, n) : 0;
-      stop = s.stop ? clampi(*s.stop, 0, n) : n;
-    } else {
-      start = s.start ? clampi(*s.start, -1, n - 1) : n - 1;
-      stop = s.stop ? clampi(*s.stop, -1, n - 1) : -1;
-    }
-    int64_t step = std::abs(s.step);
-    int64_t lo, hi;
-    if (s.step > 0) {
-      lo = start;
-      hi = std::max(start, stop);
-    } else {
-      lo = std::min(start, stop) + 1;
-      hi = start + 1;
-      if (stop >= start) lo = hi;
-    }
-    int64_t len = hi > lo ? (hi - lo + step - 1) / step : 0;
+    auto [lo, hi, step, len] = detail::slice_bounds(s, shape()[i]);
     std::vector<std::pair<int64_t, int64_t>> r;
     for (int64_t d = 0; d < t.ndim(); d++) r.push_back({0, t.shape()[size_t(d)]});
-    if (s.step > 0) r[i] = {lo, lo + std::min(hi - lo, len * step)};
-    else r[i] = {std::max(lo, hi - len * step), hi};
+    r[i] = {lo, hi};
     t = t.shrink(r);
     if (s.step < 0) t = t.flip({int64_t(i)});
     if (step > 1 && len > 0) {
