@@ -13,7 +13,10 @@ CompiledKernel lower_first(const Tensor& t) {
   UOpRef root = t.uop();
   Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
   REQUIRE(!s.items.empty());
-  return lower_kernel(s.items.back().ast, "k", get_device("CPU").renderer());
+  static const std::vector<Opt> none;  // the plain loops: these tests are about lowering, not optimising
+  LowerOptions lo;
+  lo.opts = &none;
+  return lower_kernel(s.items.back().ast, "k", get_device("CPU").renderer(), lo);
 }
 }  // namespace
 

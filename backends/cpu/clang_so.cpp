@@ -126,7 +126,7 @@ class SharedObjectProgram : public Program {
  public:
   SharedObjectProgram(void* handle, KernelFn fn) : handle_(handle), fn_(fn) {}
   ~SharedObjectProgram() override { ::dlclose(handle_); }
-  void run(void* const* bufs, const int64_t* vars, const LaunchDims&) override { fn_(bufs, vars); }
+  void run(void* const* bufs, const int64_t* vars, const LaunchDims& dims) override { run_kernel(fn_, bufs, vars, dims); }
 
  private:
   void* handle_;

@@ -17,6 +17,9 @@ enum class CompilerKind { LLVM, Clang };
 /** Kernel entry point (the CPU ABI of include/tg/codegen.hpp). */
 using KernelFn = void (*)(void* const* bufs, const int64_t* vars);
 
+/** Run a kernel: once, or dims.global[0] times in parallel on the thread pool with vars[dims.core_var] = i. */
+void run_kernel(KernelFn fn, void* const* bufs, const int64_t* vars, const LaunchDims& dims);
+
 /** A CPU device with the given compiler; the registered "CPU" picks it from CPU_COMPILER=llvm|clang. */
 std::unique_ptr<Device> make_device(const std::string& name, CompilerKind kind);
 

@@ -1,6 +1,13 @@
 // The CPU device: 64-byte aligned host memory, the LLVM (default) or clang compiler, registered as "CPU".
+#include <sched.h>
+
 #include <cstdlib>
 #include <cstring>
+#include <thread>
+
+#include <oneapi/tbb/parallel_for.h>
+#include <oneapi/tbb/partitioner.h>
+#include <oneapi/tbb/task_arena.h>
 
 #include "cpu.hpp"
 #include "tg/env.hpp"
@@ -24,6 +31,16 @@ class CpuAllocator : public Allocator {
   void free_raw(void* p, size_t) override { std::free(p); }
 };
 
+// THREADS=N, else the CPUs this process may run on.
+int cpu_threads() {
+  int64_t n = getenv_int("THREADS", 0);
+  if (n < 0 || n > 1024) throw EnvError("[CPU] THREADS=" + std::to_string(n) + " is out of range; expected 1..1024");
+  if (n > 0) return int(n);
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
+  return int(std::max(1u, std::thread::hardware_concurrency()));
+}
+
 class CpuDevice : public Device {
  public:
   CpuDevice(std::string name, CompilerKind kind) : name_(std::move(name)), kind_(kind) {
@@ -39,6 +56,7 @@ class CpuDevice : public Device {
   Allocator& allocator() override { return allocator_; }
   Renderer& renderer() override { return *renderer_; }
   Compiler& compiler() override { return *compiler_; }
+  int threads() const override { return threads_; }
   std::unique_ptr<Program> load(const std::vector<uint8_t>& binary, const std::string& name) override {
     return kind_ == CompilerKind::LLVM ? load_llvm_object(binary, name) : load_shared_object(binary, name);
   }
@@ -46,6 +64,7 @@ class CpuDevice : public Device {
  private:
   std::string name_;
   CompilerKind kind_;
+  int threads_ = cpu_threads();
   CpuAllocator allocator_;
   std::unique_ptr<Renderer> renderer_;
   std::unique_ptr<Compiler> compiler_;
@@ -64,6 +83,24 @@ const bool g_registered =
     register_device("CPU", [](const std::string& full) { return make_device(full, kind_from_env()); }, 100);
 
 }  // namespace
+
+void run_kernel(KernelFn fn, void* const* bufs, const int64_t* vars, const LaunchDims& dims) {
+  int64_t n = dims.global[0];
+  if (n <= 1 || dims.core_var < 0 || dims.core_var >= dims.n_vars) return fn(bufs, vars);
+  // Persistent worker threads (oneTBB's pool); each call gets its own copy of the variables.
+  static tbb::task_arena arena(std::max(1, cpu_threads()));
+  size_t nv = size_t(dims.n_vars);
+  arena.execute([&] {
+    tbb::parallel_for(
+        int64_t(0), n,
+        [&](int64_t i) {
+          std::vector<int64_t> v(vars, vars + nv);
+          v[size_t(dims.core_var)] = i;
+          fn(bufs, v.data());
+        },
+        tbb::simple_partitioner());
+  });
+}
 
 std::unique_ptr<Device> make_device(const std::string& name, CompilerKind kind) {
   (void)g_registered;

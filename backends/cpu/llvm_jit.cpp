@@ -82,7 +82,8 @@ std::string llvm_message(llvm::Error e) {
 
 class LLVMCompiler : public Compiler {
  public:
-  LLVMCompiler() : id_("llvm-" LLVM_VERSION_STRING "-O2-" + host_id()) {}
+  // The id names everything that changes the binary (cached on disk under it): LLVM, pipeline, host.
+  LLVMCompiler() : id_("llvm-" LLVM_VERSION_STRING "-O2-vec-" + host_id()) {}
   std::string id() const override { return id_; }
 
   std::vector<uint8_t> compile(const std::string& src, const std::string& name) override {
@@ -119,7 +120,10 @@ class LLVMCompiler : public Compiler {
     llvm::FunctionAnalysisManager fam;
     llvm::CGSCCAnalysisManager cgam;
     llvm::ModuleAnalysisManager mam;
-    llvm::PassBuilder pb(tm.get());
+    llvm::PipelineTuningOptions pto;  // as clang -O2: both vectorisers (the SLP one packs the expander's copies)
+    pto.LoopVectorization = true;
+    pto.SLPVectorization = true;
+    llvm::PassBuilder pb(tm.get(), pto);
     pb.registerModuleAnalyses(mam);
     pb.registerCGSCCAnalyses(cgam);
     pb.registerFunctionAnalyses(fam);
@@ -212,7 +216,7 @@ class OrcProgram : public Program {
     // Releases the program's code and data memory.
     if (auto e = Jit::get().jit().getExecutionSession().removeJITDylib(*jd_)) llvm::consumeError(std::move(e));
   }
-  void run(void* const* bufs, const int64_t* vars, const LaunchDims&) override { fn_(bufs, vars); }
+  void run(void* const* bufs, const int64_t* vars, const LaunchDims& dims) override { run_kernel(fn_, bufs, vars, dims); }
 
  private:
   llvm::orc::JITDylib* jd_;

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "tg/opt.hpp"
 #include "tg/pattern.hpp"
 
 namespace tg {
@@ -40,10 +41,20 @@ struct CompiledKernel {
   int n_params = 0;
   std::vector<std::string> var_names;
   double flops = 0, mem_bytes = 0;   // estimates for DEBUG=2 lines
+  std::vector<Opt> opts;             // the optimisations applied
+  int threads = 1;                   // calls in parallel, one per core (the kernel variable core_id)
+  int core_var = -1;                 // position of core_id in var_names, or -1
+};
+
+/** How to optimise while lowering: the target's limits, and explicit opts (else the heuristic's). */
+struct LowerOptions {
+  OptConfig config;
+  const std::vector<Opt>* opts = nullptr;
 };
 
 /** Lower a kernel AST (SINK of STOREs over RANGEs, see src/schedule) into a linear program and render it. */
-CompiledKernel lower_kernel(const UOpRef& ast, const std::string& name, Renderer& renderer);
+CompiledKernel lower_kernel(const UOpRef& ast, const std::string& name, Renderer& renderer,
+                            const LowerOptions& opt = {});
 
 /** Only linearise an already lowered SINK (exposed for renderer tests). */
 std::vector<const UOp*> linearize(const UOpRef& sink);

@@ -24,6 +24,9 @@ class UOp;
 struct LaunchDims {
   int64_t global[3] = {1, 1, 1};
   int64_t local[3] = {1, 1, 1};
+  /** CPU: global[0] parallel calls, call i with vars[core_var] = i (the kernel variable core_id); -1: one call. */
+  int core_var = -1;
+  int n_vars = 0;  // length of the vars array
 };
 
 /** Raw memory of one device. Backends implement alloc_raw (nullptr when out of memory), free_raw and the copies;
@@ -89,6 +92,8 @@ class Device {
   virtual Compiler& compiler() = 0;
   /** Load a compiled binary as a runnable program. */
   virtual std::unique_ptr<Program> load(const std::vector<uint8_t>& binary, const std::string& name) = 0;
+  /** How many parallel calls of one kernel the device runs well (CPU: threads; THREADS=N overrides). */
+  virtual int threads() const { return 1; }
   /** Wait for all launched work to finish. */
   virtual void synchronize() {}
 

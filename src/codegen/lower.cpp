@@ -11,6 +11,7 @@
 #include "tg/codegen.hpp"
 #include "tg/device.hpp"
 #include "tg/env.hpp"
+#include "tg/opt.hpp"
 #include "tg/symbolic.hpp"
 
 namespace tg {
@@ -19,23 +20,6 @@ using namespace tg::pat;
 namespace {
 
 UOpRef ci(int64_t v) { return UOp::cnst_int(dtypes::index, v); }
-
-// The RANGEs a node depends on that are still open (an END closes its range).
-std::vector<UOpRef> ranges_in(const UOp* u) {
-  std::unordered_map<const UOp*, std::vector<const UOp*>> open;
-  for (const UOp* n : toposort(u)) {
-    std::vector<const UOp*> o;
-    for (auto& s : n->src())
-      for (const UOp* r : open[s.get()])
-        if (std::find(o.begin(), o.end(), r) == o.end()) o.push_back(r);
-    if (n->op == Ops::RANGE) o.push_back(n);
-    if (n->op == Ops::END) std::erase(o, n->src(n->nsrc() - 1));
-    open[n] = std::move(o);
-  }
-  std::vector<UOpRef> r;
-  for (const UOp* x : open[u]) r.push_back(x);
-  return r;
-}
 
 UOpRef identity_of(Ops op, DType d) {
   switch (op) {
@@ -50,56 +34,130 @@ UOpRef identity_of(Ops op, DType d) {
   }
 }
 
-struct ReduceCtx {
+// The RANGEs still open at every node of the graph (an END closes its range), in one pass.
+std::unordered_map<const UOp*, std::vector<const UOp*>> open_ranges(const UOpRef& root) {
+  std::unordered_map<const UOp*, std::vector<const UOp*>> open;
+  for (const UOp* n : toposort(root.get())) {
+    std::vector<const UOp*> o;
+    for (auto& s : n->src())
+      for (const UOp* r : open[s.get()])
+        if (std::find(o.begin(), o.end(), r) == o.end()) o.push_back(r);
+    if (n->op == Ops::RANGE) o.push_back(n);
+    if (n->op == Ops::END) std::erase(o, n->src(n->nsrc() - 1));
+    open[n] = std::move(o);
+  }
+  return open;
+}
+
+// REDUCE(src, r...) -> accumulator registers: init, loop update, read after the loop. REDUCEs over the same
+// ranges (the expander's independent accumulators) share one loop: one END closes all their updates, and
+// those of one op and dtype share one register array. Innermost REDUCEs first, until none is left.
+UOpRef expand_reduces(UOpRef k) {
   int next_reg = 0;
-};
-
-// REDUCE(src, r...) -> an accumulator register: init, loop update, read after the loop.
-UOpRef do_expand_reduce(const UOp* red, ReduceCtx& ctx) {
-  Ops op = Ops(std::get<int64_t>(red->arg));
-  std::vector<UOpRef> own(red->src().begin() + 1, red->src().end());
-  std::vector<UOpRef> outer;
-  for (auto& r : ranges_in(red->src(0)))
-    if (std::find(own.begin(), own.end(), r) == own.end()) outer.push_back(r);
-  DType d = red->dtype;
-  UOpRef acc = UOp::make(Ops::DEFINE_REG, d.ptr_to(1, AddrSpace::Reg), {}, int64_t(ctx.next_reg++));
-  std::vector<UOpRef> os{acc};
-  os.insert(os.end(), outer.begin(), outer.end());
-  UOpRef acc_outer = outer.empty() ? acc : UOp::make(Ops::AFTER, acc->dtype, os);
-  UOpRef init = UOp::make(Ops::STORE, dtypes::void_, {UOp::make(Ops::INDEX, acc->dtype, {acc_outer, ci(0)}), identity_of(op, d)});
-  std::vector<UOpRef> is{acc, init};
-  is.insert(is.end(), own.begin(), own.end());
-  UOpRef acc_in = UOp::make(Ops::AFTER, acc->dtype, is);
-  UOpRef idx_in = UOp::make(Ops::INDEX, acc->dtype, {acc_in, ci(0)});
-  UOpRef cur = UOp::make(Ops::LOAD, d, {idx_in});
-  UOpRef upd = UOp::make(Ops::STORE, dtypes::void_, {idx_in, UOp::make(op, d, {cur, red->src()[0]})});
-  UOpRef e = upd;
-  for (size_t i = own.size(); i-- > 0;) e = UOp::make(Ops::END, dtypes::void_, {e, own[i]});
-  UOpRef after = UOp::make(Ops::AFTER, acc->dtype, {acc, e});
-  return UOp::make(Ops::LOAD, d, {UOp::make(Ops::INDEX, acc->dtype, {after, ci(0)})});
+  for (;;) {
+    std::vector<const UOp*> topo = toposort(k.get());
+    auto open = open_ranges(k);
+    std::unordered_map<const UOp*, bool> has_red;
+    // Innermost REDUCEs grouped by (own ranges, enclosing ranges): only those may share a loop.
+    using Key = std::pair<std::vector<const UOp*>, std::vector<const UOp*>>;
+    std::map<Key, std::vector<const UOp*>> groups;
+    std::vector<Key> order;
+    for (const UOp* n : topo) {
+      bool h = false;
+      for (auto& s : n->src()) h |= has_red[s.get()] || s->op == Ops::REDUCE;
+      has_red[n] = h;
+      if (n->op == Ops::REDUCE && !h) {
+        Key key;
+        for (size_t i = 1; i < n->nsrc(); i++)
+          if (n->src(i)->op == Ops::RANGE) key.first.push_back(n->src(i));  // a loop of 1 simplifies to a constant
+        for (const UOp* r : open[n->src(0)])
+          if (std::find(key.first.begin(), key.first.end(), r) == key.first.end()) key.second.push_back(r);
+        std::sort(key.second.begin(), key.second.end(), [](const UOp* a, const UOp* b) { return range_id(a) < range_id(b); });
+        if (!groups.count(key)) order.push_back(key);
+        groups[key].push_back(n);
+      }
+    }
+    if (order.empty()) return k;
+    std::vector<std::pair<const UOp*, UOpRef>> repl;
+    for (const Key& key : order) {
+      const auto& members = groups[key];
+      std::vector<UOpRef> own(key.first.begin(), key.first.end()), outer(key.second.begin(), key.second.end());
+      // Sub-groups by (op, dtype): one register array each.
+      std::map<std::pair<int64_t, std::string>, std::vector<const UOp*>> sub;
+      std::vector<std::pair<int64_t, std::string>> sub_order;
+      for (const UOp* m : members) {
+        auto sk = std::make_pair(std::get<int64_t>(m->arg), m->dtype.name());
+        if (!sub.count(sk)) sub_order.push_back(sk);
+        sub[sk].push_back(m);
+      }
+      struct Acc { UOpRef acc; std::vector<const UOp*> ms; };
+      std::vector<Acc> accs;
+      std::vector<UOpRef> updates;
+      for (const auto& sk : sub_order) {
+        const auto& ms = sub[sk];
+        Ops op = Ops(sk.first);
+        DType d = ms[0]->dtype;
+        UOpRef acc = UOp::make(Ops::DEFINE_REG, d.ptr_to(int64_t(ms.size()), AddrSpace::Reg), {}, int64_t(next_reg++));
+        std::vector<UOpRef> os{acc};
+        os.insert(os.end(), outer.begin(), outer.end());
+        UOpRef acc_outer = outer.empty() ? acc : UOp::make(Ops::AFTER, acc->dtype, os);
+        std::vector<UOpRef> is{acc};
+        for (size_t i = 0; i < ms.size(); i++)
+          is.push_back(UOp::make(Ops::STORE, dtypes::void_,
+                                 {UOp::make(Ops::INDEX, acc->dtype, {acc_outer, ci(int64_t(i))}), identity_of(op, d)}));
+        is.insert(is.end(), own.begin(), own.end());
+        UOpRef acc_in = UOp::make(Ops::AFTER, acc->dtype, is);
+        for (size_t i = 0; i < ms.size(); i++) {
+          UOpRef idx = UOp::make(Ops::INDEX, acc->dtype, {acc_in, ci(int64_t(i))});
+          UOpRef cur = UOp::make(Ops::LOAD, d, {idx});
+          const UOp* x = ms[i]->src(0);
+          // acc + a*b accumulates with one fused multiply-add (the reduce order already differs from a plain sum)
+          UOpRef upd = op == Ops::ADD && dtypes::is_float(d) && x->op == Ops::MUL
+                           ? UOp::make(Ops::MULACC, d, {x->src()[0], x->src()[1], cur})
+                           : UOp::make(op, d, {cur, UOpRef(x)});
+          updates.push_back(UOp::make(Ops::STORE, dtypes::void_, {idx, upd}));
+        }
+        accs.push_back({acc, ms});
+      }
+      // One END chain closes every update of the group.
+      std::vector<UOpRef> e = updates;
+      for (size_t i = own.size(); i-- > 0;) {
+        e.push_back(own[i]);
+        e = {UOp::make(Ops::END, dtypes::void_, e)};
+      }
+      for (const Acc& a : accs) {
+        UOpRef after = UOp::make(Ops::AFTER, a.acc->dtype, {a.acc, e[0]});
+        for (size_t i = 0; i < a.ms.size(); i++)
+          repl.emplace_back(a.ms[i], UOp::make(Ops::LOAD, a.ms[i]->dtype,
+                                               {UOp::make(Ops::INDEX, a.acc->dtype, {after, ci(int64_t(i))})}));
+      }
+    }
+    k = substitute(k, repl);
+  }
 }
 
-const PatternMatcher& pm_reduce() {
-  static const PatternMatcher pm(table(rule(op_any<opset<Ops::REDUCE>>, [](auto& m) -> UOpRef {
-    return do_expand_reduce(m.root, m.template ctx<ReduceCtx>());
-  })));
-  return pm;
-}
-
-// Close every output loop after the stores: SINK(STORE) -> SINK(END(...END(STORE, rN)..., r0)).
+// Close every output loop after the stores: SINK(STORE...) -> SINK(END(...END(STORE..., rN)..., r0)). Stores in
+// the same loops (the expander's copies) share one END chain.
 UOpRef add_ends(const UOpRef& sink) {
-  std::vector<UOpRef> srcs;
+  std::map<std::vector<const UOp*>, std::vector<UOpRef>> groups;
+  std::vector<std::vector<const UOp*>> order;
+  auto open = open_ranges(sink);
   for (auto& st : sink->src()) {
-    auto rs = ranges_in(st.get());
-    std::vector<UOpRef> out;
-    for (auto& r : rs)
-      if (static_cast<AxisType>(std::get<std::vector<int64_t>>(r->arg)[1]) != AxisType::Reduce) out.push_back(r);
-    std::sort(out.begin(), out.end(), [](const UOpRef& a, const UOpRef& b) {
-      return std::get<std::vector<int64_t>>(a->arg)[0] < std::get<std::vector<int64_t>>(b->arg)[0];
-    });
-    UOpRef e = st;
-    for (size_t i = out.size(); i-- > 0;) e = UOp::make(Ops::END, dtypes::void_, {e, out[i]});
-    srcs.push_back(e);
+    std::vector<const UOp*> out;
+    for (const UOp* r : open[st.get()])
+      if (range_type(r) != AxisType::Reduce) out.push_back(r);
+    std::sort(out.begin(), out.end(), [](const UOp* a, const UOp* b) { return range_id(a) < range_id(b); });
+    if (!groups.count(out)) order.push_back(out);
+    groups[out].push_back(st);
+  }
+  std::vector<UOpRef> srcs;
+  for (const auto& out : order) {
+    std::vector<UOpRef> e = groups[out];
+    for (size_t i = out.size(); i-- > 0;) {
+      e.push_back(out[i]);
+      e = {UOp::make(Ops::END, dtypes::void_, e)};
+    }
+    srcs.insert(srcs.end(), e.begin(), e.end());
   }
   return sink->replace_src(srcs);
 }
@@ -154,6 +212,8 @@ std::vector<const UOp*> linearize(const UOpRef& sink) {
   std::vector<int> depth(ranges.size(), -1);
   std::function<int(int)> depth_of = [&](int r) -> int {
     if (depth[size_t(r)] >= 0) return depth[size_t(r)];
+    if (depth[size_t(r)] == -2) throw Error("[linearize] loops nest inside each other (a cycle through RANGE " + std::to_string(r) + ")");
+    depth[size_t(r)] = -2;
     auto it = end_of.find(ranges[size_t(r)]);
     if (it == end_of.end()) throw Error("[linearize] a RANGE without an END");
     int d = 0;
@@ -193,7 +253,7 @@ std::vector<const UOp*> linearize(const UOpRef& sink) {
   return out;
 }
 
-CompiledKernel lower_kernel(const UOpRef& ast, const std::string& name, Renderer& renderer) {
+CompiledKernel lower_kernel(const UOpRef& ast, const std::string& name, Renderer& renderer, const LowerOptions& opt) {
   int dbg = debug_level();
   auto trace = [&](const char* pass, const UOpRef& u) {
     if (dbg >= 5) std::fprintf(stderr, "--- %s: %s\n%s", name.c_str(), pass, print_graph(u.get()).c_str());
@@ -201,8 +261,19 @@ CompiledKernel lower_kernel(const UOpRef& ast, const std::string& name, Renderer
   trace("input", ast);
   UOpRef k = graph_rewrite(ast, symbolic(), nullptr, false, "simplify");
   trace("simplify", k);
-  ReduceCtx rctx;
-  k = graph_rewrite(k, pm_reduce(), &rctx, false, "expand reduce");
+  // Optimisations: the given opts, or the heuristic's (none with NOOPT=1).
+  std::vector<Opt> opts = opt.opts ? *opt.opts : getenv_int("NOOPT", 0) ? std::vector<Opt>{}
+                                                                       : hand_coded_optimizations(k, opt.config);
+  for (const Opt& o : opts) k = apply_opt(k, o);
+  if (dbg >= 3 && !opts.empty()) {
+    std::string s;
+    for (const Opt& o : opts) s += (s.empty() ? "" : ", ") + to_string(o);
+    std::fprintf(stderr, "opts %s: [%s]\n", name.c_str(), s.c_str());
+  }
+  k = expand_upcasts(k);
+  trace("opts + expand", k);
+  k = graph_rewrite(k, symbolic(), nullptr, false, "simplify after opts");
+  k = expand_reduces(k);
   k = add_ends(k);
   trace("expand reduce", k);
   k = graph_rewrite(k, symbolic(), nullptr, false, "simplify after reduce");
@@ -219,7 +290,11 @@ CompiledKernel lower_kernel(const UOpRef& ast, const std::string& name, Renderer
   ck.program = linearize(k);
   for (const UOp* u : ck.program) {
     if (u->op == Ops::PARAM) ck.n_params = std::max(ck.n_params, int(std::get<int64_t>(u->arg)) + 1);
-    if (u->op == Ops::DEFINE_VAR) ck.var_names.push_back(std::get<VarArg>(u->arg).name);
+    if (u->op == Ops::DEFINE_VAR) {
+      const VarArg& v = std::get<VarArg>(u->arg);
+      if (v.name == "core_id") ck.core_var = int(ck.var_names.size()), ck.threads = int(v.max + 1);
+      ck.var_names.push_back(v.name);
+    }
   }
   // Work estimates for DEBUG=2: ALU ops and bytes moved, counted through loop trip counts.
   std::unordered_map<const UOp*, double> trips;
@@ -238,6 +313,9 @@ CompiledKernel lower_kernel(const UOpRef& ast, const std::string& name, Renderer
       ck.mem_bytes += mult * double(p->dtype.base().scalar_type().itemsize());
     }
   }
+  ck.flops *= ck.threads;
+  ck.mem_bytes *= ck.threads;
+  ck.opts = opts;
   if (dbg >= 6) {
     std::fprintf(stderr, "--- %s: linear program\n", name.c_str());
     for (size_t i = 0; i < ck.program.size(); i++)

@@ -76,9 +76,24 @@ std::shared_ptr<Runner> compile_item(const ScheduleItem& it) {
   Device& dev = get_device(it.device);
   auto r = std::make_shared<Runner>();
   r->device = it.device;
-  r->kernel = lower_kernel(it.ast, kernel_name(it.ast.get()), dev.renderer());
+  LowerOptions lo;
+  lo.config.threads = dev.threads();
+  r->kernel = lower_kernel(it.ast, kernel_name(it.ast.get()), dev.renderer(), lo);
   r->program = dev.get_program(r->kernel.src, r->kernel.name);
   return r;
+}
+
+// One launch: the kernel's variables (only core_id is bound at run time) and its parallel calls.
+void launch(Runner& r, void* const* bufs) {
+  LaunchDims dims;
+  int64_t vars[8] = {0};
+  std::vector<int64_t> big;
+  int64_t* v = vars;
+  size_t nv = r.kernel.var_names.size();
+  if (nv > 8) big.assign(nv, 0), v = big.data();
+  dims.n_vars = int(nv);
+  if (r.kernel.core_var >= 0) dims.core_var = r.kernel.core_var, dims.global[0] = r.kernel.threads;
+  r.program->run(bufs, v, dims);
 }
 
 thread_local std::vector<JitItem>* g_capture = nullptr;
@@ -100,8 +115,7 @@ void jit_run(const JitItem& item, const std::vector<Buffer*>& bufs) {
   auto& r = *static_cast<Runner*>(item.runner.get());
   std::vector<void*> ptrs;
   for (Buffer* b : bufs) ptrs.push_back(b->ptr());
-  LaunchDims dims;
-  r.program->run(ptrs.data(), nullptr, dims);
+  launch(r, ptrs.data());
   g_kernels_run++;
 }
 
@@ -140,8 +154,7 @@ void run_schedule(Schedule& s) {
     std::vector<void*> ptrs;
     for (auto& b : it.bufs) ptrs.push_back(b->ptr());
     auto t0 = std::chrono::steady_clock::now();
-    LaunchDims dims;
-    r.program->run(ptrs.data(), nullptr, dims);
+    launch(r, ptrs.data());
     if (dbg >= 2) get_device(it.device).synchronize();
     double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     size_t n = ++g_kernels_run;

@@ -1,0 +1,127 @@
+// The expander: UPCAST and UNROLL ranges leave the graph here. A node that depends on such ranges is replicated
+// once per combination of their values (the range becomes a constant in each copy). A REDUCE over an UNROLL range
+// becomes one REDUCE per value of it (independent accumulators that share one loop), combined after the loop.
+#include <map>
+#include <unordered_map>
+
+#include "tg/opt.hpp"
+
+namespace tg {
+
+namespace {
+
+bool is_expanded(const UOp* u) {
+  return u->op == Ops::RANGE && (range_type(u) == AxisType::Upcast || range_type(u) == AxisType::Unroll);
+}
+
+using Env = std::unordered_map<const UOp*, int64_t>;
+
+// Every combination of values of `rs` (each RANGE over [0, size)), added to `base`.
+std::vector<Env> combinations(const std::vector<const UOp*>& rs, const Env& base) {
+  std::vector<Env> out{base};
+  for (const UOp* r : rs) {
+    int64_t n = r->src(0)->const_int();
+    std::vector<Env> next;
+    for (const Env& e : out)
+      for (int64_t v = 0; v < n; v++) {
+        Env x = e;
+        x[r] = v;
+        next.push_back(std::move(x));
+      }
+    out = std::move(next);
+  }
+  return out;
+}
+
+// Pairwise combination with a reduce op (a balanced tree: short dependency chains).
+UOpRef combine(Ops op, std::vector<UOpRef> xs) {
+  while (xs.size() > 1) {
+    std::vector<UOpRef> next;
+    for (size_t i = 0; i + 1 < xs.size(); i += 2) next.push_back(xs[i]->alu(op, xs[i + 1]));
+    if (xs.size() % 2) next.push_back(xs.back());
+    xs = std::move(next);
+  }
+  return xs[0];
+}
+
+class Expander {
+ public:
+  explicit Expander(const UOpRef& root) {
+    for (const UOp* n : toposort(root.get())) {
+      std::vector<const UOp*> d;
+      auto add = [&](const UOp* r) {
+        if (std::find(d.begin(), d.end(), r) == d.end()) d.push_back(r);
+      };
+      if (is_expanded(n)) add(n);
+      for (size_t k = 0; k < n->nsrc(); k++) {
+        if (n->op == Ops::REDUCE && k > 0) continue;  // the REDUCE's own ranges
+        for (const UOp* r : deps_[n->src(k)]) {
+          if (n->op == Ops::REDUCE && std::find(n->src().begin() + 1, n->src().end(), UOpRef(r)) != n->src().end())
+            continue;
+          add(r);
+        }
+      }
+      // Later opts vary slowest: the first upcast (the vector axis) is contiguous in the copies.
+      std::sort(d.begin(), d.end(), [](const UOp* a, const UOp* b) { return range_id(a) > range_id(b); });
+      deps_[n] = std::move(d);
+    }
+  }
+
+  const std::vector<const UOp*>& deps(const UOp* n) { return deps_[n]; }
+
+  UOpRef expand(const UOp* n, const Env& env) {
+    const auto& d = deps_[n];
+    if (d.empty()) return UOpRef(n);
+    std::vector<int64_t> key;
+    for (const UOp* r : d) key.push_back(env.at(r));
+    auto mk = std::make_pair(n, key);
+    if (auto it = memo_.find(mk); it != memo_.end()) return it->second;
+    UOpRef res;
+    if (is_expanded(n)) {
+      res = UOp::cnst_int(n->dtype, env.at(n));
+    } else if (n->op == Ops::REDUCE) {
+      std::vector<const UOp*> unrolled;
+      std::vector<UOpRef> rest;
+      for (size_t k = 1; k < n->nsrc(); k++)
+        if (is_expanded(n->src(k))) unrolled.push_back(n->src(k));
+        else if (n->src(k)->op == Ops::RANGE) rest.push_back(n->src(k));  // a loop of 1 simplifies to a constant
+      Ops op = Ops(std::get<int64_t>(n->arg));
+      std::vector<UOpRef> parts;
+      for (const Env& e : combinations(unrolled, env)) {
+        UOpRef v = expand(n->src(0), e);
+        if (!rest.empty()) {
+          std::vector<UOpRef> s{v};
+          s.insert(s.end(), rest.begin(), rest.end());
+          v = UOp::make(Ops::REDUCE, n->dtype, s, n->arg);
+        }
+        parts.push_back(v);
+      }
+      res = combine(op, std::move(parts));
+    } else {
+      std::vector<UOpRef> s;
+      for (const UOpRef& x : n->src()) s.push_back(expand(x.get(), env));
+      res = n->replace_src(s);
+    }
+    memo_[mk] = res;
+    return res;
+  }
+
+ private:
+  std::unordered_map<const UOp*, std::vector<const UOp*>> deps_;
+  std::map<std::pair<const UOp*, std::vector<int64_t>>, UOpRef> memo_;
+};
+
+}  // namespace
+
+UOpRef expand_upcasts(const UOpRef& ast) {
+  bool any = false;
+  for (const UOp* n : toposort(ast.get())) any |= is_expanded(n);
+  if (!any) return ast;
+  Expander ex(ast);
+  std::vector<UOpRef> srcs;
+  for (const UOpRef& st : ast->src())
+    for (const Env& e : combinations(ex.deps(st.get()), {})) srcs.push_back(ex.expand(st.get(), e));
+  return ast->replace_src(srcs);
+}
+
+}  // namespace tg

@@ -1,0 +1,246 @@
+// Kernel optimisations as axis-type changes (shift_to), and the hand-coded heuristic that picks them.
+#include <algorithm>
+#include <map>
+#include <optional>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "tg/opt.hpp"
+#include "tg/symbolic.hpp"
+
+namespace tg {
+
+namespace {
+
+UOpRef ci(int64_t v) { return UOp::cnst_int(dtypes::index, v); }
+
+bool is_out(AxisType t) { return t == AxisType::Loop || t == AxisType::Global; }
+
+std::optional<int64_t> range_size(const UOp* r) {
+  if (r->src(0)->op != Ops::CONST) return std::nullopt;
+  return r->src(0)->const_int();
+}
+
+bool depends_on(const UOp* e, const UOp* r) {
+  for (const UOp* n : toposort(e))
+    if (n == r) return true;
+  return false;
+}
+
+// The coefficient of `r` in an index expression that is linear in it; nullopt when it enters non-linearly.
+std::optional<int64_t> coef(const UOp* e, const UOp* r) {
+  if (e == r) return 1;
+  if (!depends_on(e, r)) return 0;
+  if (e->op == Ops::ADD) {
+    auto a = coef(e->src(0), r), b = coef(e->src(1), r);
+    if (!a || !b) return std::nullopt;
+    return *a + *b;
+  }
+  if (e->op == Ops::MUL) {
+    for (int k = 0; k < 2; k++)
+      if (e->src(size_t(1 - k))->op == Ops::CONST) {
+        auto a = coef(e->src(size_t(k)), r);
+        if (!a) return std::nullopt;
+        return *a * e->src(size_t(1 - k))->const_int();
+      }
+  }
+  return std::nullopt;
+}
+
+struct Accesses {
+  std::vector<const UOp*> stores, loads;  // index expressions into PARAM buffers
+};
+Accesses accesses(const UOpRef& ast) {
+  Accesses a;
+  for (const UOp* n : toposort(ast.get())) {
+    if ((n->op != Ops::LOAD && n->op != Ops::STORE) || n->src(0)->op != Ops::INDEX) continue;
+    const UOp* idx = n->src(0);
+    if (idx->src(0)->op != Ops::PARAM) continue;
+    (n->op == Ops::LOAD ? a.loads : a.stores).push_back(idx->src(1));
+  }
+  return a;
+}
+
+}  // namespace
+
+int64_t range_id(const UOp* r) { return std::get<std::vector<int64_t>>(r->arg)[0]; }
+AxisType range_type(const UOp* r) { return static_cast<AxisType>(std::get<std::vector<int64_t>>(r->arg)[1]); }
+
+std::string to_string(const Opt& o) {
+  const char* n = o.op == OptOp::UPCAST ? "UPCAST" : o.op == OptOp::UNROLL ? "UNROLL" : "THREAD";
+  return std::string("Opt(") + n + ", axis=" + std::to_string(o.axis) + ", amt=" + std::to_string(o.amt) + ")";
+}
+
+std::vector<const UOp*> kernel_axes(const UOpRef& ast) {
+  std::vector<const UOp*> out, red;
+  for (const UOp* n : toposort(ast.get())) {
+    if (n->op != Ops::RANGE) continue;
+    if (is_out(range_type(n))) out.push_back(n);
+    if (range_type(n) == AxisType::Reduce) red.push_back(n);
+  }
+  auto by_id = [](const UOp* a, const UOp* b) { return range_id(a) < range_id(b); };
+  std::sort(out.begin(), out.end(), by_id);
+  std::sort(red.begin(), red.end(), by_id);
+  out.insert(out.end(), red.begin(), red.end());
+  return out;
+}
+
+UOpRef substitute(const UOpRef& root, const std::vector<std::pair<const UOp*, UOpRef>>& map) {
+  std::unordered_map<const UOp*, UOpRef> m;
+  for (auto& [k, v] : map) m[k] = v;
+  for (const UOp* n : toposort(root.get())) {
+    if (m.count(n)) continue;
+    std::vector<UOpRef> s;
+    bool changed = false;
+    for (const UOpRef& x : n->src()) {
+      auto it = m.find(x.get());
+      s.push_back(it == m.end() ? x : it->second);
+      changed |= it != m.end();
+    }
+    if (changed) m[n] = n->replace_src(s);
+  }
+  auto it = m.find(root.get());
+  return it == m.end() ? root : it->second;
+}
+
+UOpRef apply_opt(const UOpRef& ast, const Opt& opt) {
+  auto axes = kernel_axes(ast);
+  size_t n_out = size_t(std::count_if(axes.begin(), axes.end(), [](const UOp* r) { return is_out(range_type(r)); }));
+  auto fail = [&](const std::string& why) -> UOpRef { throw OptError("[opt] " + to_string(opt) + ": " + why); };
+  if (opt.axis < 0 || size_t(opt.axis) >= axes.size())
+    return fail("the kernel has " + std::to_string(axes.size()) + " axes");
+  const UOp* r = axes[size_t(opt.axis)];
+  bool out = size_t(opt.axis) < n_out;
+  if (opt.op == OptOp::UNROLL && out) return fail("UNROLL needs a reduce axis");
+  if (opt.op != OptOp::UNROLL && !out) return fail("needs an output axis");
+  auto n = range_size(r);
+  if (!n) return fail("the axis has a symbolic size");
+  if (opt.amt < 2) return fail("the amount must be at least 2");
+  if (*n % opt.amt != 0)
+    return fail("the axis size " + std::to_string(*n) + " is not divisible by " + std::to_string(opt.amt));
+  int64_t max_id = 0;
+  for (const UOp* u : toposort(ast.get())) {
+    if (u->op == Ops::RANGE) max_id = std::max(max_id, range_id(u));
+    if (opt.op == OptOp::THREAD && u->op == Ops::DEFINE_VAR && std::get<VarArg>(u->arg).name == "core_id")
+      return fail("the kernel is already split across threads");
+  }
+  UOpRef outer, inner, repl;
+  if (opt.op == OptOp::THREAD) {
+    inner = UOp::range(ci(*n / opt.amt), range_id(r), range_type(r));
+    outer = UOp::variable("core_id", 0, opt.amt - 1);
+    repl = outer->alu(Ops::MUL, ci(*n / opt.amt))->alu(Ops::ADD, inner);
+  } else {
+    outer = UOp::range(ci(*n / opt.amt), range_id(r), range_type(r));
+    inner = UOp::range(ci(opt.amt), max_id + 1, opt.op == OptOp::UPCAST ? AxisType::Upcast : AxisType::Unroll);
+    repl = outer->alu(Ops::MUL, ci(opt.amt))->alu(Ops::ADD, inner);
+  }
+  // Rebuild: uses of r become `repl`; a REDUCE over r reduces over both parts instead.
+  std::unordered_map<const UOp*, UOpRef> m{{r, repl}};
+  for (const UOp* u : toposort(ast.get())) {
+    if (u == r) continue;
+    std::vector<UOpRef> s;
+    bool changed = false;
+    for (size_t k = 0; k < u->nsrc(); k++) {
+      const UOp* x = u->src(k);
+      if (u->op == Ops::REDUCE && k > 0 && x == r) {
+        s.push_back(outer);
+        s.push_back(inner);
+        changed = true;
+        continue;
+      }
+      auto it = m.find(x);
+      s.push_back(it == m.end() ? UOpRef(x) : it->second);
+      changed |= it != m.end();
+    }
+    if (changed) m[u] = u->replace_src(s);
+  }
+  return m.count(ast.get()) ? m[ast.get()] : ast;
+}
+
+std::vector<Opt> hand_coded_optimizations(const UOpRef& ast_in, const OptConfig& cfg) {
+  // Index expressions are read for strides: simplified first (a no-op on lower_kernel's already simplified AST).
+  UOpRef ast = graph_rewrite(ast_in, symbolic(), nullptr, false, "simplify for opts");
+  auto axes = kernel_axes(ast);
+  size_t n_out = size_t(std::count_if(axes.begin(), axes.end(), [](const UOp* r) { return is_out(range_type(r)); }));
+  std::vector<int64_t> size(axes.size(), 0);  // current sizes (0: symbolic, never split)
+  double work = 1;
+  for (size_t i = 0; i < axes.size(); i++) {
+    size[i] = range_size(axes[i]).value_or(0);
+    work *= double(std::max<int64_t>(size[i], 1));
+  }
+  Accesses acc = accesses(ast);
+  if (acc.stores.size() != 1) return {};  // multi-output kernels keep their plain loops
+  const UOp* st = acc.stores[0];
+  bool reduce = n_out < axes.size();
+  std::vector<Opt> opts;
+  int64_t upcast = 1;
+  auto pick = [&](int64_t n, std::initializer_list<int64_t> amts) -> int64_t {
+    for (int64_t a : amts)
+      if (n > 0 && n % a == 0 && n / a >= 1) return a;
+    return 0;
+  };
+  auto shares = [&](size_t i) {  // some load does not depend on the axis: upcasting it reuses that load
+    for (const UOp* l : acc.loads)
+      if (!depends_on(l, axes[i])) return true;
+    return false;
+  };
+  int w = std::max(4, cfg.vector_width);
+  // 1. The output axis the store is contiguous in: vectorised stores (and loads, where they are contiguous too).
+  std::optional<size_t> vec;
+  for (size_t i = 0; i < n_out; i++) {
+    auto c = coef(st, axes[i]);
+    if (c && *c == 1 && size[i] > 1) vec = i;
+  }
+  if (vec && (!reduce || shares(*vec) || [&] {
+        for (const UOp* l : acc.loads)
+          if (auto c = coef(l, axes[*vec]); c && *c == 1) return true;
+        return false;
+      }())) {
+    int64_t a = pick(size[*vec], {int64_t(w), int64_t(w / 2), 4});
+    if (a) {
+      opts.push_back({OptOp::UPCAST, int(*vec), a});
+      size[*vec] /= a;
+      upcast *= a;
+    }
+  }
+  // 2. Reduce kernels: a register tile over output axes whose loads are shared (matmul and conv shaped).
+  if (reduce) {
+    for (size_t i = 0; i < n_out && upcast < 128; i++) {
+      if (vec && i == *vec) continue;
+      if (!shares(i)) continue;
+      int64_t a = pick(size[i], {8, 4, 2});
+      while (a > 1 && upcast * a > 128) a /= 2;
+      if (a < 2) a = 0;
+      if (a) {
+        opts.push_back({OptOp::UPCAST, int(i), a});
+        size[i] /= a;
+        upcast *= a;
+      }
+    }
+    // 3. No output tile: independent accumulators over the reduce axis that a load is contiguous in.
+    if (upcast == 1) {
+      for (size_t i = n_out; i < axes.size(); i++) {
+        bool contiguous = false;
+        for (const UOp* l : acc.loads)
+          if (auto c = coef(l, axes[i]); c && *c == 1) contiguous = true;
+        int64_t a = contiguous ? pick(size[i], {int64_t(w), int64_t(w / 2), 4}) : 0;
+        if (a) {
+          opts.push_back({OptOp::UNROLL, int(i), a});
+          size[i] /= a;
+          break;
+        }
+      }
+    }
+  }
+  // 4. Threads: the outermost output axis that divides evenly, for kernels with enough work to pay for it.
+  if (cfg.threads > 1 && work >= 32768) {
+    for (size_t i = 0; i < n_out; i++)
+      if (size[i] >= cfg.threads && size[i] % cfg.threads == 0) {
+        opts.push_back({OptOp::THREAD, int(i), cfg.threads});
+        break;
+      }
+  }
+  return opts;
+}
+
+}  // namespace tg

@@ -1,0 +1,151 @@
+// Kernel optimisations: shift_to legality, the heuristic's choices, and that every opt list computes the same
+// values as the plain loops (explicit opts through lower_kernel, run on the CPU device).
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <random>
+
+#include "tg/codegen.hpp"
+#include "tg/device.hpp"
+#include "tg/opt.hpp"
+#include "tg/schedule.hpp"
+#include "tg/tensor.hpp"
+
+using namespace tg;
+
+namespace {
+
+// The last kernel of t's schedule and the buffers it reads (realised inputs).
+struct Kern {
+  UOpRef ast;
+  std::vector<std::shared_ptr<Buffer>> bufs;
+};
+Kern last_kernel(const Tensor& t) {
+  UOpRef root = t.uop();
+  Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+  REQUIRE(!s.items.empty());
+  return Kern{s.items.back().ast, s.items.back().bufs};
+}
+
+// Lower with explicit opts, compile, run on fresh copies of the inputs; the output buffer's floats.
+std::vector<float> run_with(const Kern& k, const std::vector<Opt>& opts, int threads_cfg = 2) {
+  Device& dev = get_device("CPU");
+  LowerOptions lo;
+  lo.opts = &opts;
+  lo.config.threads = threads_cfg;
+  static int n = 0;
+  CompiledKernel ck = lower_kernel(k.ast, "opt_k" + std::to_string(n++), dev.renderer(), lo);
+  auto prog = dev.get_program(ck.src, ck.name);
+  std::vector<void*> ptrs;
+  for (auto& b : k.bufs) ptrs.push_back(b->ptr());
+  std::vector<int64_t> vars(ck.var_names.size(), 0);
+  LaunchDims dims;
+  dims.n_vars = int(vars.size());
+  if (ck.core_var >= 0) dims.core_var = ck.core_var, dims.global[0] = ck.threads;
+  prog->run(ptrs.data(), vars.data(), dims);
+  std::vector<float> out(k.bufs[0]->nbytes() / 4);
+  k.bufs[0]->copyout(out.data(), out.size() * 4);
+  return out;
+}
+
+Tensor randn(Shape s, uint64_t seed) {
+  std::mt19937 g{uint32_t(seed)};
+  std::normal_distribution<float> d;
+  int64_t n = 1;
+  for (auto x : s) n *= x;
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& x : v) x = d(g);
+  return Tensor::from_vector(v, s);
+}
+
+void check_close(const std::vector<float>& a, const std::vector<float>& b, float tol) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); i++) REQUIRE(std::abs(a[i] - b[i]) <= tol * (1 + std::abs(b[i])));
+}
+
+}  // namespace
+
+TEST_CASE("apply_opt refuses opts that do not apply, naming the opt and the reason") {
+  Tensor a = randn({6, 10}, 1), b = randn({10, 7}, 2);
+  a.realize(), b.realize();
+  Kern k = last_kernel(a.matmul(b));
+  UOpRef ast = k.ast;
+  CHECK(kernel_axes(ast).size() == 3);  // two output axes, one reduce axis
+  auto msg = [&](Opt o) {
+    try {
+      apply_opt(ast, o);
+    } catch (const OptError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(msg({OptOp::UPCAST, 0, 4}).find("not divisible by 4") != std::string::npos);
+  CHECK(msg({OptOp::UPCAST, 3, 2}).find("has 3 axes") != std::string::npos);
+  CHECK(msg({OptOp::UNROLL, 0, 2}).find("needs a reduce axis") != std::string::npos);
+  CHECK(msg({OptOp::UPCAST, 2, 2}).find("needs an output axis") != std::string::npos);
+  CHECK(msg({OptOp::UPCAST, 0, 1}).find("at least 2") != std::string::npos);
+  UOpRef t = apply_opt(ast, {OptOp::THREAD, 0, 2});
+  CHECK_THROWS_AS(apply_opt(t, {OptOp::THREAD, 1, 7}), OptError);  // already split across threads
+}
+
+TEST_CASE("the heuristic gives a matmul a register tile, vectorised along the contiguous axis, and threads") {
+  Tensor a = randn({64, 48}, 3), b = randn({48, 96}, 4);
+  a.realize(), b.realize();
+  Kern k = last_kernel(a.matmul(b));
+  auto opts = hand_coded_optimizations(k.ast, OptConfig{2, 16});
+  REQUIRE(opts.size() == 3);
+  CHECK(opts[0] == Opt{OptOp::UPCAST, 1, 16});  // the store's contiguous axis, one AVX-512 vector
+  CHECK(opts[1] == Opt{OptOp::UPCAST, 0, 8});   // rows share the B loads
+  CHECK(opts[2].op == OptOp::THREAD);
+  CHECK(hand_coded_optimizations(k.ast, OptConfig{1, 16}).size() == 2);  // one thread: no split
+}
+
+TEST_CASE("every opt list computes what the plain loops compute") {
+  // matmul with sizes that divide 16, 8, 4 and 2 differently; a row sum; a full sum; an elementwise kernel.
+  Tensor a = randn({24, 40}, 5), b = randn({40, 32}, 6), c = randn({12, 64}, 7);
+  a.realize(), b.realize(), c.realize();
+  Kern mm = last_kernel(a.matmul(b)), rs = last_kernel(c.sum(1)), fs = last_kernel(c.sum()),
+       ew = last_kernel(Tensor((c * 2 + 1).exp()));
+  std::vector<float> mm0 = run_with(mm, {}), rs0 = run_with(rs, {}), fs0 = run_with(fs, {}), ew0 = run_with(ew, {});
+  using O = Opt;
+  for (auto opts : std::vector<std::vector<Opt>>{
+           {O{OptOp::UPCAST, 1, 16}, O{OptOp::UPCAST, 0, 8}, O{OptOp::THREAD, 0, 3}},
+           {O{OptOp::UPCAST, 0, 4}, O{OptOp::UNROLL, 2, 8}},
+           {O{OptOp::UNROLL, 2, 40}},  // the whole reduce axis unrolled
+           {O{OptOp::UPCAST, 1, 2}, O{OptOp::UPCAST, 1, 2}, O{OptOp::UNROLL, 2, 5}, O{OptOp::THREAD, 1, 2}},
+           {O{OptOp::THREAD, 0, 24}}}) {
+    CAPTURE(opts.size());
+    check_close(run_with(mm, opts), mm0, 1e-5f);
+  }
+  check_close(run_with(rs, {O{OptOp::UNROLL, 1, 16}, O{OptOp::THREAD, 0, 2}}), rs0, 1e-5f);
+  check_close(run_with(rs, {O{OptOp::UPCAST, 0, 4}, O{OptOp::UNROLL, 1, 4}}), rs0, 1e-5f);
+  check_close(run_with(fs, {O{OptOp::UNROLL, 1, 16}, O{OptOp::UNROLL, 0, 3}}), fs0, 1e-5f);
+  CHECK(run_with(ew, {O{OptOp::UPCAST, 1, 16}, O{OptOp::THREAD, 0, 4}}) == ew0);  // elementwise: bit-identical
+}
+
+TEST_CASE("threads give bit-identical results (a split never changes the order of a reduction)") {
+  Tensor a = randn({32, 256}, 8), b = randn({256, 48}, 9);
+  a.realize(), b.realize();
+  Kern mm = last_kernel(a.matmul(b));
+  std::vector<Opt> one{{OptOp::UPCAST, 1, 16}, {OptOp::UPCAST, 0, 4}};
+  std::vector<Opt> two = one, eight = one;
+  two.push_back({OptOp::THREAD, 0, 2});
+  eight.push_back({OptOp::THREAD, 0, 8});
+  std::vector<float> r1 = run_with(mm, one);
+  CHECK(run_with(mm, two) == r1);
+  CHECK(run_with(mm, eight) == r1);
+}
+
+TEST_CASE("the heuristic's kernels match a plain computation through the Tensor API") {
+  for (auto [m, k, n] : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {3, 5, 7}, {16, 16, 16}, {33, 17, 65}, {128, 64, 96}}) {
+    INFO("m=" << m << " k=" << k << " n=" << n);
+    Tensor a = randn({m, k}, uint64_t(m)), b = randn({k, n}, uint64_t(n));
+    auto av = a.to_vector<float>(), bv = b.to_vector<float>(), cv = a.matmul(b).to_vector<float>();
+    for (int64_t i = 0; i < m; i++)
+      for (int64_t j = 0; j < n; j++) {
+        double s = 0;
+        for (int64_t x = 0; x < k; x++) s += double(av[size_t(i * k + x)]) * double(bv[size_t(x * n + j)]);
+        REQUIRE(std::abs(s - cv[size_t(i * n + j)]) <= 1e-4 * (1 + std::abs(s)));
+      }
+  }
+}
