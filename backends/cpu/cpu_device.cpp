@@ -57,6 +57,7 @@ class CpuDevice : public Device {
   Renderer& renderer() override { return *renderer_; }
   Compiler& compiler() override { return *compiler_; }
   int threads() const override { return threads_; }
+  bool index64() const override { return true; }
   std::unique_ptr<Program> load(const std::vector<uint8_t>& binary, const std::string& name) override {
     return kind_ == CompilerKind::LLVM ? load_llvm_object(binary, name) : load_shared_object(binary, name);
   }

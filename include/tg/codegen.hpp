@@ -49,6 +49,8 @@ struct CompiledKernel {
 /** How to optimise while lowering: the target's limits, and explicit opts (else the heuristic's). */
 struct LowerOptions {
   OptConfig config;
+  bool index64 = false;  // index arithmetic in int64 even where int32 fits (64-bit CPUs: no sign extensions, so
+                         // LLVM can prove the expander's copies access consecutive addresses and vectorise them)
   const std::vector<Opt>* opts = nullptr;
 };
 

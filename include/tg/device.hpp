@@ -94,6 +94,8 @@ class Device {
   virtual std::unique_ptr<Program> load(const std::vector<uint8_t>& binary, const std::string& name) = 0;
   /** How many parallel calls of one kernel the device runs well (CPU: threads; THREADS=N overrides). */
   virtual int threads() const { return 1; }
+  /** Whether kernels index memory with 64-bit arithmetic even where 32 bits would do (64-bit CPUs). */
+  virtual bool index64() const { return false; }
   /** Wait for all launched work to finish. */
   virtual void synchronize() {}
 

@@ -281,7 +281,7 @@ CompiledKernel lower_kernel(const UOpRef& ast, const std::string& name, Renderer
   bool wide = false;
   for (const UOp* u : toposort(k.get()))
     if (u->dtype.scalar == Scalar::Index && (!u->bounds().known || u->vmin() < INT32_MIN || u->vmax() > INT32_MAX)) wide = true;
-  IndexCtx ictx{wide ? dtypes::int64 : dtypes::int32};
+  IndexCtx ictx{wide || opt.index64 ? dtypes::int64 : dtypes::int32};
   k = graph_rewrite(k, pm_lower_index_dtype(), &ictx, false, "lower index dtype");
   trace("lower index dtype", k);
   CompiledKernel ck;

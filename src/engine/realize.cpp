@@ -78,6 +78,7 @@ std::shared_ptr<Runner> compile_item(const ScheduleItem& it) {
   r->device = it.device;
   LowerOptions lo;
   lo.config.threads = dev.threads();
+  lo.index64 = dev.index64();
   r->kernel = lower_kernel(it.ast, kernel_name(it.ast.get()), dev.renderer(), lo);
   r->program = dev.get_program(r->kernel.src, r->kernel.name);
   return r;

@@ -306,6 +306,26 @@ struct Slot {
   int64_t size = 0;
 };
 
+// Work of the kernel-local computation under `v`: ALU ops plus buffer reads (stops at realised nodes); 0 when
+// it reads no buffer (an arange or a constant costs nothing to recompute).
+int recompute_cost(const UOp* v, const std::unordered_set<const UOp*>& realized) {
+  std::vector<const UOp*> st{v};
+  std::unordered_set<const UOp*> seen;
+  int alu = 0, reads = 0;
+  while (!st.empty()) {
+    const UOp* n = st.back();
+    st.pop_back();
+    if (!seen.insert(n).second) continue;
+    if (n->op == Ops::BUFFER || (n != v && realized.count(n))) {
+      reads++;
+      continue;
+    }
+    if (is_alu(n->op) || n->op == Ops::CAST) alu++;
+    for (auto& s : n->src()) st.push_back(s.get());
+  }
+  return reads ? alu + reads : 0;
+}
+
 /** A schedule with buffers as slots: built once per graph structure, instantiated for each realize. */
 struct Template {
   struct Item {
@@ -368,6 +388,28 @@ Template build_template(std::span<const UOpRef> roots) {
         }
         for (auto& s : v->src()) st.push_back(s.get());
       }
+      hr = false;
+    }
+    if (u->op == Ops::EXPAND) {
+      // Fusion cost: computation under a broadcast runs again for every copy. When the copies' work (ALU ops
+      // and reads, times the copies) clearly exceeds a write and a read of the value, it is computed once into
+      // a buffer instead (e.g. relu(conv + bias) feeding the next conv, or a normalisation feeding a reduce).
+      // One op on a reduce's result (softmax's reciprocal of the sum) stays fused.
+      const UOp* v = u->src(0);
+      while (is_movement(v->op) && !realized.count(v)) v = v->src(0);
+      double in_n = 1, out_n = 1;
+      for (int64_t d : shapes.at(u->src(0))) in_n *= double(d);
+      for (int64_t d : shapes.at(u)) out_n *= double(d);
+      double copies = out_n / std::max(in_n, 1.0);
+      int cost = (is_alu(v->op) || v->op == Ops::CAST) && !realized.count(v) ? recompute_cost(v, realized) : 0;
+      if (copies >= 4 && cost >= 4) {
+        realized.insert(v);
+        hr = false;
+      }
+    }
+    if (hr && consumers[u] > 1 && !is_movement(u->op) && !realized.count(u)) {
+      // A value with a reduce inside and several users would run its reduce once per user: computed once.
+      realized.insert(u);
       hr = false;
     }
     has_reduce[u] = hr;
