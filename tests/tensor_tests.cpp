@@ -144,7 +144,15 @@ TEST_CASE("kernel counts of known programs") {
   for (int i = 0; i < 50; i++) x = x * 1.01 + 0.5;
   CHECK(count_kernels(x) == 1);
   Tensor e = Tensor(a - a.max(1, true)).exp();
-  CHECK(count_kernels(Tensor(e / e.sum(1, true))) == 3);
+  CHECK(count_kernels(Tensor(e / e.sum(1, true))) == 3);  // softmax: the reciprocal of the sum stays fused
+  // Fusion cost: relu(a + b) broadcast 8 times into a matmul-shaped reduce is computed once (its own kernel);
+  // a plain buffer broadcast the same way is not.
+  Tensor h = Tensor(a + b).relu();
+  CHECK(count_kernels((h.reshape({8, 1, 8}) * b.T().reshape({1, 8, 8})).sum(2)) == 2);
+  CHECK(count_kernels((a.reshape({8, 1, 8}) * b.T().reshape({1, 8, 8})).sum(2)) == 1);
+  // A reduce result used twice is computed once.
+  Tensor s = a.sum(1, true) + 1;
+  CHECK(count_kernels(Tensor(s * a + s.exp())) == 2);
 }
 
 TEST_CASE("the matmul of the README is right") {
