@@ -83,7 +83,7 @@ std::string llvm_message(llvm::Error e) {
 class LLVMCompiler : public Compiler {
  public:
   // The id names everything that changes the binary (cached on disk under it): LLVM, pipeline, host.
-  LLVMCompiler() : id_("llvm-" LLVM_VERSION_STRING "-O2-vec-" + host_id()) {}
+  LLVMCompiler() : id_("llvm-" LLVM_VERSION_STRING "-O2-vec-noalias-" + host_id()) {}
   std::string id() const override { return id_; }
 
   std::vector<uint8_t> compile(const std::string& src, const std::string& name) override {

@@ -104,33 +104,44 @@ class LLVMEmitter {
   LLVMEmitter(const std::string& name, const render_detail::LinearInfo& info) : name_(name), info_(info) {}
 
   std::string run(const std::vector<const UOp*>& program) {
+    // The entry point (the CPU ABI) loads the buffer pointers and variables and calls the body, whose buffer
+    // arguments are noalias: distinct PARAMs are distinct buffers (a buffer read and written by one kernel is one
+    // PARAM), so LLVM may reorder the expander's loads and stores and vectorise them. The body is inlined.
+    std::string wrap, call, sig;
     for (size_t i = 0; i < info_.params.size(); i++) {
-      std::string p = "%data" + std::to_string(i);
-      entry_ += "  %bufp" + std::to_string(i) + " = getelementptr inbounds ptr, ptr %bufs, i64 " + std::to_string(i) + "\n";
-      entry_ += "  " + p + " = load ptr, ptr %bufp" + std::to_string(i) + ", align 8\n";
+      std::string p = "%data" + std::to_string(i), is = std::to_string(i);
+      wrap += "  %bufp" + is + " = getelementptr inbounds ptr, ptr %bufs, i64 " + is + "\n";
+      wrap += "  " + p + " = load ptr, ptr %bufp" + is + ", align 8\n";
+      call += std::string(call.empty() ? "" : ", ") + "ptr " + p;
+      sig += std::string(sig.empty() ? "" : ", ") + "ptr noalias " + p;
       r_[info_.params[i]] = p;
     }
     for (size_t j = 0; j < info_.vars.size(); j++) {
       const UOp* v = info_.vars[j];
-      std::string n = "%var" + std::to_string(j), js = std::to_string(j);
-      entry_ += "  %varp" + js + " = getelementptr inbounds i64, ptr %vars, i64 " + js + "  ; " +
-                render_detail::comment_safe(std::get<VarArg>(v->arg).name) + "\n";
+      std::string n = "%var" + std::to_string(j), js = std::to_string(j), T = ltype(v->dtype);
+      wrap += "  %varp" + js + " = getelementptr inbounds i64, ptr %vars, i64 " + js + "  ; " +
+              render_detail::comment_safe(std::get<VarArg>(v->arg).name) + "\n";
       if (v->dtype.bitsize() == 64) {
-        entry_ += "  " + n + " = load i64, ptr %varp" + js + ", align 8\n";
+        wrap += "  " + n + " = load i64, ptr %varp" + js + ", align 8\n";
       } else {
-        entry_ += "  %var64." + js + " = load i64, ptr %varp" + js + ", align 8\n";
-        entry_ += "  " + n + " = trunc i64 %var64." + js + " to " + ltype(v->dtype) + "\n";
+        wrap += "  %var64." + js + " = load i64, ptr %varp" + js + ", align 8\n";
+        wrap += "  " + n + " = trunc i64 %var64." + js + " to " + T + "\n";
       }
+      call += std::string(call.empty() ? "" : ", ") + T + " " + n;
+      sig += std::string(sig.empty() ? "" : ", ") + T + " " + n;
       r_[v] = n;
     }
     for (size_t i = 0; i < program.size(); i++) emit(program[i], i);
 
     std::string out = "; kernel " + name_ + " (tg LLVM renderer)\n\n";
     out += "define void @" + name_ + "(ptr nocapture readonly %bufs, ptr nocapture readonly %vars) #0 {\nentry:\n";
+    out += wrap + "  call void @" + name_ + ".body(" + call + ")\n  ret void\n}\n\n";
+    out += "define internal void @" + name_ + ".body(" + sig + ") #1 {\nentry:\n";
     out += entry_ + body_ + "  ret void\n}\n\n";
     for (const std::string& h : helpers_) out += helper_defs().at(h) + "\n";
     for (const std::string& d : decls_) out += d + "\n";
     out += "\nattributes #0 = { nounwind \"no-trapping-math\"=\"true\" }\n";
+    out += "attributes #1 = { nounwind alwaysinline \"no-trapping-math\"=\"true\" }\n";
     return out;
   }
 
