@@ -69,5 +69,9 @@ struct Ctx {
 using OpFn = std::function<std::vector<Value>(Ctx&)>;
 /** The operator table: "Domain::OpType" ("" domain is plain "OpType"). */
 const std::unordered_map<std::string, OpFn>& op_table();
+/** Adds the operators of ops_extra.cpp (quantisation, Resize, windows, training, host-shaped ops) to the table. */
+void register_extra_ops(std::unordered_map<std::string, OpFn>& t);
+/** Adds the control-flow, sequence and optional operators of ops_control.cpp. */
+void register_control_ops(std::unordered_map<std::string, OpFn>& t);
 
 }  // namespace tg::onnx

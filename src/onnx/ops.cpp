@@ -20,7 +20,7 @@ int64_t norm_axis(const Ctx& c, int64_t a, int64_t rank) {
 
 Tensor like(const Tensor& x, double v) { return Tensor::full({}, v, x.dtype(), x.device()); }
 Tensor scalar(double v, DType d) { return Tensor::full({}, v, d); }
-Tensor int64s(const std::vector<int64_t>& v, const Shape& s) { return Tensor::from_vector(v, s); }
+Tensor int64s(const std::vector<int64_t>& v, const Shape& s) { return Tensor::from_vector(v).reshape(s); }
 
 int64_t prod(const Shape& s, size_t from = 0, size_t to = SIZE_MAX) {
   to = std::min(to, s.size());
@@ -193,7 +193,7 @@ Tensor selu(const Tensor& x, double alpha, double gamma) {
 Vals op_constant(Ctx& c) {
   if (const auto* a = c.attr("value")) return one(tensor_of_proto(a->t(), c.model.name, c.model.base_dir));
   if (const auto* a = c.attr("value_float")) return one(Tensor::full({}, a->f(), dtypes::float32));
-  if (const auto* a = c.attr("value_int")) return one(Tensor::from_vector(std::vector<int64_t>{a->i()}, Shape{}));
+  if (const auto* a = c.attr("value_int")) return one(int64s({a->i()}, {}));
   if (const auto* a = c.attr("value_floats")) {
     std::vector<float> v(a->floats().begin(), a->floats().end());
     return one(Tensor::from_vector(v, {int64_t(v.size())}));
@@ -802,8 +802,10 @@ Vals op_conv_transpose(Ctx& c) {
         b = total - e;
       }
     }
-    pp.push_back({0, outpad[i]});
-    sh.push_back({b, full + outpad[i] - e});
+    // negative pads (an output_shape larger than the full result) grow the output with zeros
+    pp.push_back({std::max<int64_t>(0, -b), outpad[i] + std::max<int64_t>(0, -e)});
+    int64_t nb = std::max<int64_t>(0, b), len = full + outpad[i] + std::max<int64_t>(0, -b) + std::max<int64_t>(0, -e);
+    sh.push_back({nb, len - std::max<int64_t>(0, e)});
   }
   y = y.pad(pp).shrink(sh);
   if (c.has(2)) {
@@ -1133,6 +1135,8 @@ const std::unordered_map<std::string, OpFn>& op_table() {
     t["NegativeLogLikelihoodLoss"] = op_nll;
     t["SoftmaxCrossEntropyLoss"] = op_sce;
     t["Dropout"] = op_dropout;
+    register_extra_ops(t);
+    register_control_ops(t);
     return t;
   }();
   return table;
