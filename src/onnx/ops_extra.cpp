@@ -24,6 +24,8 @@ int64_t norm_axis(const Ctx& c, int64_t a, int64_t rank) {
 // A per-axis parameter (1-D, one value per entry of `axis`) reshaped to broadcast against rank-r data.
 Tensor per_axis(const Tensor& p, int64_t axis, int64_t r) {
   if (p.ndim() == 0 || p.numel() == 1) return p.reshape({});
+  if (axis < 0) axis += r;
+  if (axis < 0 || axis >= r) throw Error("[onnx] per-axis parameter of shape " + shape_str(p.shape()) + ": axis out of range for rank " + std::to_string(r));
   Shape s(size_t(r), 1);
   s[size_t(axis)] = p.numel();
   return p.reshape(s);
@@ -37,7 +39,7 @@ Tensor saturate_round(const Tensor& x, DType to) {
 
 Vals op_quantize(Ctx& c) {
   Tensor x = c.t(0).cast(dtypes::float32);
-  int64_t axis = norm_axis(c, c.i("axis", 1), std::max<int64_t>(x.ndim(), 1));
+  int64_t axis = c.i("axis", 1);
   Tensor scale = per_axis(c.t(1).cast(dtypes::float32), axis, x.ndim());
   DType to = c.has(2) ? c.t(2).dtype() : dtypes::uint8;
   Tensor zp = c.has(2) ? per_axis(c.t(2), axis, x.ndim()).cast(dtypes::float32) : scalar(0, dtypes::float32);
@@ -46,7 +48,7 @@ Vals op_quantize(Ctx& c) {
 
 Vals op_dequantize(Ctx& c) {
   Tensor x = c.t(0);
-  int64_t axis = norm_axis(c, c.i("axis", 1), std::max<int64_t>(x.ndim(), 1));
+  int64_t axis = c.i("axis", 1);
   Tensor scale = per_axis(c.t(1), axis, x.ndim());
   Tensor xf = x.cast(dtypes::float32);
   if (c.has(2)) xf = xf - per_axis(c.t(2), axis, x.ndim()).cast(dtypes::float32);
