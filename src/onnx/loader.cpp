@@ -162,9 +162,11 @@ Tensor tensor_of_proto(const pb::TensorProto& t, const std::string& where, const
   int64_t n = checked_numel(t, where);
   auto item = int64_t(d.itemsize());
   Shape shape = dims_of(t);
-  std::vector<uint8_t> bytes(size_t(n * item));
+  // Every path checks the data present against the shape before allocating (a hostile shape claims terabytes).
+  std::vector<uint8_t> bytes;
   auto put = [&](const auto& field, const char* name, auto convert) {
     check_count(field, n, t, where, name);
+    bytes.resize(size_t(n * item));
     for (int64_t i = 0; i < n; i++) {
       auto v = convert(field[int(i)]);
       std::memcpy(&bytes[size_t(i * item)], &v, sizeof(v));
@@ -172,12 +174,12 @@ Tensor tensor_of_proto(const pb::TensorProto& t, const std::string& where, const
   };
   if (t.data_location() == pb::TensorProto::EXTERNAL) {
     std::string s = read_external(t, where, base_dir, n * item);
-    std::memcpy(bytes.data(), s.data(), s.size());
+    bytes.assign(s.begin(), s.end());
   } else if (t.has_raw_data()) {
     if (int64_t(t.raw_data().size()) != n * item)
       fail(where, "tensor '" + t.name() + "' has " + std::to_string(t.raw_data().size()) + " raw bytes, shape " +
                       shape_str(shape) + " of " + d.name() + " needs " + std::to_string(n * item));
-    if (n > 0) std::memcpy(bytes.data(), t.raw_data().data(), size_t(n * item));
+    bytes.assign(t.raw_data().begin(), t.raw_data().end());
     if (d == dtypes::bool_)
       for (auto& b : bytes) b = b != 0;
   } else {

@@ -1,6 +1,7 @@
 // ONNX operators, second part: quantisation, Resize/Upsample, signal windows, the preview training optimisers,
 // and ops whose output shape depends on values (NonZero, Unique), computed on the host.
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <numeric>
 
@@ -475,6 +476,159 @@ Vals op_unique(Ctx& c) {
           Value::of(Tensor::from_vector(counts, {m}))};
 }
 
+// ---------------------------------------------------------------- recurrent layers (unrolled over time)
+
+Tensor activation(const Ctx& c, const std::string& name, const Tensor& x) {
+  if (name == "Sigmoid") return x.sigmoid();
+  if (name == "Tanh") return x.tanh();
+  if (name == "Relu") return x.relu();
+  c.error("activation '" + name + "' is not supported");
+}
+
+// RNN, GRU and LSTM share inputs X, W, R, B, sequence_lens, initial_h (LSTM: initial_c, P) and outputs Y, Y_h (Y_c).
+Vals op_recurrent(Ctx& c) {
+  const std::string& op = c.node.op_type();
+  int gates = op == "RNN" ? 1 : op == "GRU" ? 3 : 4;
+  Tensor X = c.t(0), W = c.t(1), R = c.t(2);
+  bool batch_first = c.i("layout", 0) == 1;
+  if (batch_first) X = X.permute({1, 0, 2});
+  int64_t T = X.shape()[0], Bn = X.shape()[1], H = c.i("hidden_size", R.shape().back());
+  std::string dir = c.s("direction", "forward");
+  int64_t ndir = dir == "bidirectional" ? 2 : 1;
+  std::vector<std::string> acts;
+  if (const auto* a = c.attr("activations"))
+    for (const auto& s : a->strings()) acts.push_back(s);
+  if (acts.empty()) {
+    std::vector<std::string> def = op == "RNN" ? std::vector<std::string>{"Tanh"}
+                                   : op == "GRU" ? std::vector<std::string>{"Sigmoid", "Tanh"}
+                                                 : std::vector<std::string>{"Sigmoid", "Tanh", "Tanh"};
+    for (int64_t d = 0; d < ndir; d++) acts.insert(acts.end(), def.begin(), def.end());
+  }
+  size_t per_dir = acts.size() / size_t(ndir);
+  double clip = c.f("clip", 0);
+  bool lbr = c.i("linear_before_reset", 0);
+  std::vector<int64_t> lens(size_t(Bn), T);
+  if (c.has(4)) lens = c.ints(4);
+  std::vector<uint8_t> valid(size_t(T * Bn));
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t b = 0; b < Bn; b++) valid[size_t(t * Bn + b)] = t < lens[size_t(b)];
+  Tensor mask_all = Tensor::from_blob(valid.data(), {T, Bn, 1}, dtypes::bool_);
+  auto init = [&](size_t i) -> std::optional<Tensor> {
+    if (!c.has(i)) return std::nullopt;
+    Tensor v = c.t(i);
+    return batch_first ? v.permute({1, 0, 2}) : v;
+  };
+  std::optional<Tensor> h0 = init(5), c0 = op == "LSTM" ? init(6) : std::nullopt;
+  std::vector<Tensor> ys, hs, cs;
+  for (int64_t d = 0; d < ndir; d++) {
+    bool reverse = dir == "reverse" || d == 1;
+    Tensor w = W.slice({Slice::index(d)}).reshape({gates * H, -1}), r = R.slice({Slice::index(d)}).reshape({gates * H, H});
+    Tensor wb = Tensor::zeros({gates * H}, X.dtype()), rb = wb;
+    if (c.has(3)) {
+      Tensor b = c.t(3).slice({Slice::index(d)}).reshape({2 * gates * H});
+      wb = b.shrink({{0, gates * H}});
+      rb = b.shrink({{gates * H, 2 * gates * H}});
+    }
+    Tensor h = h0 ? h0->slice({Slice::index(d)}).reshape({Bn, H}) : Tensor::zeros({Bn, H}, X.dtype());
+    Tensor cell = c0 ? c0->slice({Slice::index(d)}).reshape({Bn, H}) : Tensor::zeros({Bn, H}, X.dtype());
+    std::optional<Tensor> P;
+    if (op == "LSTM" && c.has(7)) P = c.t(7).slice({Slice::index(d)}).reshape({3 * H});
+    auto part = [&](const Tensor& v, int64_t k) { return v.shrink({{0, v.shape()[0]}, {k * H, (k + 1) * H}}); };
+    auto vpart = [&](const Tensor& v, int64_t k) { return v.shrink({{k * H, (k + 1) * H}}); };
+    auto f = [&](size_t k, const Tensor& x) {
+      Tensor y = x;
+      if (clip > 0) y = y.clamp(-clip, clip);
+      return activation(c, acts[size_t(d) * per_dir + k], y);
+    };
+    std::vector<Tensor> yd(static_cast<size_t>(T));
+    for (int64_t s = 0; s < T; s++) {
+      int64_t t = reverse ? T - 1 - s : s;
+      Tensor xt = X.slice({Slice::index(t)}).reshape({Bn, -1});
+      Tensor xw = Tensor(xt.matmul(w.T()) + wb), hr = Tensor(h.matmul(r.T()) + rb);
+      Tensor hn, cn = cell;
+      if (op == "RNN") {
+        hn = f(0, Tensor(xw + hr));
+      } else if (op == "GRU") {
+        Tensor z = f(0, Tensor(part(xw, 0) + part(hr, 0))), rr = f(0, Tensor(part(xw, 1) + part(hr, 1)));
+        Tensor hh = lbr ? f(1, Tensor(part(xw, 2) + rr * part(hr, 2)))
+                        : f(1, Tensor(part(xw, 2) + Tensor(Tensor(rr * h).matmul(part(r.T(), 2)) + vpart(rb, 2))));
+        hn = Tensor(Tensor(1.0 - z) * hh + z * h);
+      } else {
+        Tensor gi = Tensor(part(xw, 0) + part(hr, 0)), go = Tensor(part(xw, 1) + part(hr, 1));
+        Tensor gf = Tensor(part(xw, 2) + part(hr, 2)), gc = Tensor(part(xw, 3) + part(hr, 3));
+        if (P) {
+          gi = gi + vpart(*P, 0) * cell;
+          gf = gf + vpart(*P, 2) * cell;
+        }
+        Tensor i = f(0, gi), fg = f(0, gf), cc = f(1, gc);
+        cn = Tensor(fg * cell + i * cc);
+        if (P) go = go + vpart(*P, 1) * cn;
+        hn = Tensor(f(0, go) * f(2, cn));
+      }
+      Tensor m = mask_all.slice({Slice::index(t)}).reshape({Bn, 1});
+      h = m.where(hn, h).cast(X.dtype());
+      cell = m.where(cn, cell).cast(X.dtype());
+      yd[size_t(t)] = m.where(hn, Tensor::zeros({}, X.dtype())).cast(X.dtype());
+    }
+    ys.push_back(stack(yd, 0));  // (T, B, H)
+    hs.push_back(h);
+    cs.push_back(cell);
+  }
+  Tensor Y = stack(ys, 1), Yh = stack(hs, 0), Yc = stack(cs, 0);  // (T, D, B, H), (D, B, H)
+  if (batch_first) {
+    Y = Y.permute({2, 0, 1, 3});
+    Yh = Yh.permute({1, 0, 2});
+    Yc = Yc.permute({1, 0, 2});
+  }
+  return {Value::of(Y), Value::of(Yh), Value::of(Yc)};
+}
+
+// ---------------------------------------------------------------- NonMaxSuppression (host: output size depends on values)
+
+Vals op_nms(Ctx& c) {
+  const Tensor& boxes = c.t(0);
+  const Tensor& scores = c.t(1);
+  int64_t max_out = c.has(2) ? c.ints(2).at(0) : 0;
+  double iou_th = c.has(3) ? c.floats(3).at(0) : 0, score_th = c.has(4) ? c.floats(4).at(0) : -INFINITY;
+  bool center = c.i("center_point_box", 0);
+  int64_t B = boxes.shape()[0], N = boxes.shape()[1], C = scores.shape()[1];
+  std::vector<double> bx = boxes.to_doubles(), sc = scores.to_doubles();
+  auto corners = [&](int64_t b, int64_t i) {
+    const double* p = &bx[size_t((b * N + i) * 4)];
+    if (center) return std::array<double, 4>{p[1] - p[3] / 2, p[0] - p[2] / 2, p[1] + p[3] / 2, p[0] + p[2] / 2};
+    return std::array<double, 4>{std::min(p[0], p[2]), std::min(p[1], p[3]), std::max(p[0], p[2]), std::max(p[1], p[3])};
+  };
+  auto iou = [&](int64_t b, int64_t i, int64_t j) {
+    auto a = corners(b, i), o = corners(b, j);
+    double ih = std::max(0.0, std::min(a[2], o[2]) - std::max(a[0], o[0])), iw = std::max(0.0, std::min(a[3], o[3]) - std::max(a[1], o[1]));
+    double inter = ih * iw, ua = (a[2] - a[0]) * (a[3] - a[1]) + (o[2] - o[0]) * (o[3] - o[1]) - inter;
+    return ua > 0 ? inter / ua : 0.0;
+  };
+  std::vector<int64_t> sel;
+  for (int64_t b = 0; b < B; b++)
+    for (int64_t k = 0; k < C; k++) {
+      std::vector<int64_t> cand;
+      for (int64_t i = 0; i < N; i++)
+        if (sc[size_t((b * C + k) * N + i)] > score_th) cand.push_back(i);
+      std::stable_sort(cand.begin(), cand.end(), [&](int64_t x, int64_t y) { return sc[size_t((b * C + k) * N + x)] > sc[size_t((b * C + k) * N + y)]; });
+      std::vector<int64_t> kept;
+      for (int64_t i : cand) {
+        if (int64_t(kept.size()) >= max_out) break;
+        bool ok = true;
+        for (int64_t j : kept)
+          if (iou(b, i, j) > iou_th) {
+            ok = false;
+            break;
+          }
+        if (ok) kept.push_back(i);
+      }
+      for (int64_t i : kept) sel.insert(sel.end(), {b, k, i});
+    }
+  auto n = int64_t(sel.size() / 3);
+  if (n == 0) return one(Tensor::zeros({0, 3}, dtypes::int64));
+  return one(Tensor::from_vector(sel, {n, 3}));
+}
+
 }  // namespace
 
 void register_extra_ops(std::unordered_map<std::string, OpFn>& t) {
@@ -494,6 +648,8 @@ void register_extra_ops(std::unordered_map<std::string, OpFn>& t) {
   t["NonZero"] = op_nonzero;
   t["ReverseSequence"] = op_reverse_sequence;
   t["Unique"] = op_unique;
+  for (const char* op : {"RNN", "GRU", "LSTM"}) t[op] = op_recurrent;
+  t["NonMaxSuppression"] = op_nms;
 }
 
 }  // namespace tg::onnx
