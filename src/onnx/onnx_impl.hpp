@@ -71,6 +71,8 @@ using OpFn = std::function<std::vector<Value>(Ctx&)>;
 const std::unordered_map<std::string, OpFn>& op_table();
 /** Adds the operators of ops_extra.cpp (quantisation, Resize, windows, training, host-shaped ops) to the table. */
 void register_extra_ops(std::unordered_map<std::string, OpFn>& t);
+/** Adds the operators of ops_image.cpp (GridSample, RoiAlign, MaxUnpool, Det, DFT, STFT, MelWeightMatrix). */
+void register_image_ops(std::unordered_map<std::string, OpFn>& t);
 /** Adds the control-flow, sequence and optional operators of ops_control.cpp. */
 void register_control_ops(std::unordered_map<std::string, OpFn>& t);
 

@@ -1140,6 +1140,7 @@ const std::unordered_map<std::string, OpFn>& op_table() {
     t["Dropout"] = op_dropout;
     register_extra_ops(t);
     register_control_ops(t);
+    register_image_ops(t);
     return t;
   }();
   return table;
