@@ -819,11 +819,56 @@ Vals op_conv_transpose(Ctx& c) {
   return one(y);
 }
 
+// MaxPool's Indices output: each window's first maximum as a flat index into the input (row-major, or with
+// storage_order 1 column-major over the spatial dims), found by scanning the kernel offsets.
+Vals maxpool_with_indices(const Ctx& c, const Tensor& x, const Tensor& xp, const Window& w) {
+  size_t n = w.kernel.size();
+  const Shape& s = x.shape();
+  int64_t plane = prod(s, 2), lead = s[0] * s[1];
+  bool col_major = c.i("storage_order", 0) == 1;
+  if (col_major && n != 2) c.error("storage_order 1 needs 2 spatial dims");
+  std::vector<int64_t> idx(size_t(lead * plane));
+  for (int64_t l = 0; l < lead; l++)
+    for (int64_t i = 0; i < plane; i++)
+      idx[size_t(l * plane + i)] = l * plane + (col_major ? (i % s[3]) * s[2] + i / s[3] : i);
+  Tensor ip = Tensor::from_vector(idx, s).pad([&] {
+    std::vector<std::pair<int64_t, int64_t>> p(2, {0, 0});
+    for (size_t i = 0; i < n; i++) p.push_back({w.pad_begin[i], xp.shape()[i + 2] - s[i + 2] - w.pad_begin[i]});
+    return p;
+  }(), -1);
+  std::vector<int64_t> out;
+  for (size_t i = 0; i < n; i++) out.push_back((xp.shape()[i + 2] - ((w.kernel[i] - 1) * w.dilations[i] + 1)) / w.strides[i] + 1);
+  std::optional<Tensor> best, best_i;
+  std::vector<int64_t> off(n, 0);
+  while (true) {
+    std::vector<Slice> sl{Slice::all(), Slice::all()};
+    for (size_t i = 0; i < n; i++) {
+      int64_t st = off[i] * w.dilations[i];
+      sl.push_back(Slice{st, st + (out[i] - 1) * w.strides[i] + 1, w.strides[i]});
+    }
+    Tensor v = xp.slice(sl), vi = ip.slice(sl);
+    if (!best) {
+      best = v;
+      best_i = vi;
+    } else {
+      Tensor better = v > *best;
+      best = better.where(v, *best);
+      best_i = better.where(vi, *best_i);
+    }
+    size_t d = n;
+    while (d-- > 0) {
+      if (++off[d] < w.kernel[d]) break;
+      off[d] = 0;
+    }
+    if (d == size_t(-1)) break;
+  }
+  return {Value::of(*best), Value::of(*best_i)};
+}
+
 Vals op_maxpool(Ctx& c) {
   Tensor x = c.t(0);
   Shape spatial(x.shape().begin() + 2, x.shape().end());
   Window w = window_of(c, spatial, c.ints_attr("kernel_shape"));
-  if (c.node.output_size() > 1 && !c.node.output(1).empty()) c.error("the Indices output is not supported");
   double lo = dtypes::is_float(x.dtype()) ? -INFINITY : double(dtypes::min_int(x.dtype()));
   Tensor xp = x.pad(full_pads(w, 2), lo);
   bool ceil = c.i("ceil_mode", 0);
@@ -838,7 +883,8 @@ Vals op_maxpool(Ctx& c) {
     }
     xp = xp.pad(extra, lo);
   }
-  return one(xp.max_pool(w.kernel, w.strides, 0, w.dilations, false));
+  if (c.node.output_size() < 2 || c.node.output(1).empty()) return one(xp.max_pool(w.kernel, w.strides, 0, w.dilations, false));
+  return maxpool_with_indices(c, x, xp, w);
 }
 
 Vals op_avgpool(Ctx& c) {

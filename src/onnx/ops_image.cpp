@@ -68,7 +68,7 @@ Vals op_grid_sample(Ctx& c) {
   auto inside = [&](const Tensor& iy, const Tensor& ix) {
     return Tensor(iy >= 0.0).logical_and(iy <= double(H - 1)).logical_and(Tensor(ix >= 0.0)).logical_and(ix <= double(W - 1));
   };
-  Tensor out;
+  std::optional<Tensor> out;  // the sum of the taps
   if (mode == "nearest" || mode == "bilinear") {
     Tensor y = source(coord(1), H), x = source(coord(0), W);
     if (mode == "nearest") {
@@ -82,7 +82,7 @@ Vals op_grid_sample(Ctx& c) {
           Tensor iy = Tensor(y0 + double(dy)), ix = Tensor(x0 + double(dx));
           Tensor w = Tensor((dy ? ty : Tensor(1.0 - ty)) * (dx ? tx : Tensor(1.0 - tx)));
           Tensor v = pixels(Xf, iy, ix, inside(iy, ix)) * w.unsqueeze(1);
-          out = out.uop() ? Tensor(out + v) : v;
+          out = out ? Tensor(*out + v) : v;
         }
     }
   } else if (mode == "bicubic") {
@@ -100,12 +100,12 @@ Vals op_grid_sample(Ctx& c) {
         std::optional<Tensor> valid;
         if (pad == "zeros") valid = inside(iy, ix);
         Tensor v = pixels(Xf, iy, ix, valid) * Tensor(wy[size_t(dy)] * wx[size_t(dx)]).unsqueeze(1);
-        out = out.uop() ? Tensor(out + v) : v;
+        out = out ? Tensor(*out + v) : v;
       }
   } else {
     c.error("mode '" + mode + "' is not supported");
   }
-  return one(out.cast(X.dtype()));
+  return one(out->cast(X.dtype()));
 }
 
 // ---------------------------------------------------------------- RoiAlign (onnxruntime's sampling rules)
