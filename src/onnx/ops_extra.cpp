@@ -2,6 +2,7 @@
 // and ops whose output shape depends on values (NonZero, Unique), computed on the host.
 #include <algorithm>
 #include <array>
+#include <map>
 #include <cmath>
 #include <numeric>
 
@@ -629,6 +630,53 @@ Vals op_nms(Ctx& c) {
   return one(Tensor::from_vector(sel, {n, 3}));
 }
 
+// ---------------------------------------------------------------- TfIdfVectorizer (host: n-gram counting)
+
+Vals op_tfidf(Ctx& c) {
+  const Tensor& x = c.t(0);
+  if (!dtypes::is_int(x.dtype())) c.error("only integer inputs are supported (tg has no strings)");
+  std::vector<int64_t> v = c.ints(0);
+  int64_t rows = x.ndim() == 2 ? x.shape()[0] : 1, cols = x.ndim() == 2 ? x.shape()[1] : (x.ndim() == 1 ? x.shape()[0] : 0);
+  int64_t minn = c.i("min_gram_length", 1), maxn = c.i("max_gram_length", 1), maxskip = c.i("max_skip_count", 0);
+  std::vector<int64_t> pool = c.ints_attr("pool_int64s"), counts = c.ints_attr("ngram_counts"), indexes = c.ints_attr("ngram_indexes");
+  std::vector<double> weights = c.floats_attr("weights");
+  std::string mode = c.s("mode", "TF");
+  if (indexes.empty()) c.error("ngram_indexes is empty");
+  int64_t width = *std::max_element(indexes.begin(), indexes.end()) + 1;
+  // n-gram -> output column, for every n-gram in the pool (ngram_counts[n-1] is where the n-grams start)
+  std::map<std::vector<int64_t>, int64_t> col_of;
+  size_t k = 0;
+  for (size_t n = 1; n <= counts.size(); n++) {
+    auto start = size_t(counts[n - 1]), end = n < counts.size() ? size_t(counts[n]) : pool.size();
+    if (start > end || end > pool.size()) c.error("ngram_counts does not fit pool_int64s");
+    for (size_t i = start; i + n <= end; i += n, k++) {
+      if (k >= indexes.size()) c.error("fewer ngram_indexes than n-grams in the pool");
+      col_of[std::vector<int64_t>(pool.begin() + long(i), pool.begin() + long(i + n))] = indexes[k];
+    }
+  }
+  std::vector<double> out(size_t(rows * width), 0.0);
+  for (int64_t r = 0; r < rows; r++) {
+    const int64_t* row = v.data() + r * cols;
+    for (int64_t n = minn; n <= maxn; n++)
+      for (int64_t skip = 0; skip <= (n == 1 ? 0 : maxskip); skip++)
+        for (int64_t i = 0; i + (n - 1) * (skip + 1) < cols; i++) {
+          std::vector<int64_t> g;
+          for (int64_t j = 0; j < n; j++) g.push_back(row[i + j * (skip + 1)]);
+          auto it = col_of.find(g);
+          if (it != col_of.end()) out[size_t(r * width + it->second)] += 1;
+        }
+  }
+  for (size_t i = 0; i < out.size(); i++) {
+    auto col = size_t(int64_t(i) % width);
+    double w = col < weights.size() ? weights[col] : 1.0;
+    if (mode == "IDF") out[i] = out[i] > 0 ? w : 0;
+    else if (mode == "TFIDF") out[i] *= w;
+    else if (mode != "TF") c.error("mode '" + mode + "' is not TF, IDF or TFIDF");
+  }
+  Shape shape = x.ndim() == 2 ? Shape{rows, width} : Shape{width};
+  return one(Tensor::from_vector(out, shape).cast(dtypes::float32));
+}
+
 }  // namespace
 
 void register_extra_ops(std::unordered_map<std::string, OpFn>& t) {
@@ -650,6 +698,7 @@ void register_extra_ops(std::unordered_map<std::string, OpFn>& t) {
   t["Unique"] = op_unique;
   for (const char* op : {"RNN", "GRU", "LSTM"}) t[op] = op_recurrent;
   t["NonMaxSuppression"] = op_nms;
+  t["TfIdfVectorizer"] = op_tfidf;
 }
 
 }  // namespace tg::onnx
