@@ -72,6 +72,12 @@ std::string compare(const Tensor& got, const Tensor& want, const std::string& na
 std::string compare_value(const Value& got, const Value& want, const std::string& name) {
   if (got.kind != want.kind) return name + ": value kind differs (tensor, sequence or none)";
   if (want.kind == Value::Kind::Tensor) return compare(got.tensor, want.tensor, name);
+  if (want.kind == Value::Kind::Strings) {
+    if (got.strings_shape != want.strings_shape)
+      return name + ": shape " + tg::shape_str(got.strings_shape) + ", expected " + tg::shape_str(want.strings_shape);
+    for (size_t i = 0; i < want.strings.size(); i++)
+      if (got.strings[i] != want.strings[i]) return name + ": string " + std::to_string(i) + " is '" + got.strings[i] + "', expected '" + want.strings[i] + "'";
+  }
   if (want.kind == Value::Kind::Sequence) {
     if (got.sequence.size() != want.sequence.size())
       return name + ": sequence of " + std::to_string(got.sequence.size()) + ", expected " + std::to_string(want.sequence.size());

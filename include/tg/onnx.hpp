@@ -13,14 +13,20 @@
 
 namespace tg::onnx {
 
-/** A value flowing through an ONNX graph: a tensor, a sequence of tensors, or an absent optional. */
+/** A value flowing through an ONNX graph: a tensor, a sequence of tensors, an absent optional, or a tensor of
+ *  strings (held on the host, row-major; tg tensors have no string dtype). */
 struct Value {
-  enum class Kind { Tensor, Sequence, None };
+  enum class Kind { Tensor, Sequence, None, Strings };
   Kind kind = Kind::None;
   Tensor tensor;
   std::vector<Tensor> sequence;
+  std::vector<std::string> strings;
+  Shape strings_shape;
   static Value of(Tensor t) { Value v; v.kind = Kind::Tensor; v.tensor = std::move(t); return v; }
   static Value seq(std::vector<Tensor> s) { Value v; v.kind = Kind::Sequence; v.sequence = std::move(s); return v; }
+  static Value of_strings(std::vector<std::string> s, Shape shape) {
+    Value v; v.kind = Kind::Strings; v.strings = std::move(s); v.strings_shape = std::move(shape); return v;
+  }
 };
 
 /** A graph input or output as declared in the model: name, element type, shape (-1 where symbolic or unknown). */

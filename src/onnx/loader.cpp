@@ -202,6 +202,13 @@ Tensor tensor_of_proto(const pb::TensorProto& t, const std::string& where, const
   return Tensor::from_blob(bytes.data(), shape, d);
 }
 
+Value value_of_proto(const pb::TensorProto& t, const std::string& where, const std::string& base_dir) {
+  if (t.data_type() != pb::TensorProto::STRING) return Value::of(tensor_of_proto(t, where, base_dir));
+  int64_t n = checked_numel(t, where);
+  check_count(t.string_data(), n, t, where, "string_data");
+  return Value::of_strings({t.string_data().begin(), t.string_data().end()}, dims_of(t));
+}
+
 Tensor parse_tensor(const void* data, size_t size, const std::string& name) {
   pb::TensorProto t;
   parse_message(t, data, size, name, "TensorProto");
@@ -216,8 +223,12 @@ Tensor load_tensor(const std::string& path) {
 }
 
 Value load_value(const std::string& path, const std::string& kind) {
-  if (kind == "tensor") return Value::of(load_tensor(path));
   std::string s = read_file(path, "value file");
+  if (kind == "tensor") {
+    pb::TensorProto t;
+    parse_message(t, s.data(), s.size(), path, "TensorProto");
+    return value_of_proto(t, path, std::filesystem::path(path).parent_path().string());
+  }
   auto seq_of = [&](const pb::SequenceProto& sp) {
     if (sp.elem_type() != pb::SequenceProto::TENSOR) fail(path, "only sequences of tensors are supported");
     std::vector<Tensor> ts;

@@ -26,6 +26,8 @@ DType dtype_of_onnx(int32_t t, const std::string& where);
 /** tg dtype -> TensorProto data_type. */
 int32_t onnx_of_dtype(DType d);
 /** A checked TensorProto -> realised Tensor; base_dir "" forbids external data. */
+Value value_of_proto(const pb::TensorProto& t, const std::string& where, const std::string& base_dir);
+/** A checked TensorProto -> realised Tensor (strings refused); base_dir "" forbids external data. */
 Tensor tensor_of_proto(const pb::TensorProto& t, const std::string& where, const std::string& base_dir);
 
 struct Model::Impl {
@@ -53,6 +55,7 @@ struct Ctx {
   size_t n() const { return in.size(); }
   bool has(size_t i) const { return i < in.size() && in[i].kind != Value::Kind::None; }
   const Tensor& t(size_t i) const;
+  bool is_strings(size_t i) const { return i < in.size() && in[i].kind == Value::Kind::Strings; }
   /** The host values of an int/float input (realises it). */
   std::vector<int64_t> ints(size_t i) const;
   std::vector<double> floats(size_t i) const;

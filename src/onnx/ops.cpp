@@ -1,6 +1,7 @@
 // ONNX operators as tg Tensor ops: elementwise math, casts, shapes and movement, reductions, nn (conv, pool, norms),
 // losses. Each entry reads its inputs and attributes from a Ctx; shape-deciding inputs are read on the host.
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <numeric>
 
@@ -146,12 +147,75 @@ Tensor cast_to(const Tensor& x, DType d) {
   return x.cast(d);
 }
 
-Vals op_cast(Ctx& c) {
-  int64_t to = c.i("to", 0);
-  return one(cast_to(c.t(0), dtype_of_onnx(int32_t(to), c.model.name)));
+// Casts from and to strings go through the host: numbers print in their shortest round-trip form (as numpy's str).
+Value strings_of(const Tensor& x) {
+  std::vector<std::string> out;
+  bool is_f32 = x.dtype() != dtypes::float64 && dtypes::is_float(x.dtype());
+  for (double v : x.to_doubles()) {
+    char buf[64];
+    std::string str;
+    if (std::isnan(v)) str = "NaN";
+    else if (std::isinf(v)) str = v > 0 ? "INF" : "-INF";
+    else if (!dtypes::is_float(x.dtype())) str = std::to_string(int64_t(v));
+    else {
+      auto r = is_f32 ? std::to_chars(buf, buf + sizeof buf, float(v)) : std::to_chars(buf, buf + sizeof buf, v);
+      str.assign(buf, r.ptr);
+    }
+    out.push_back(str);
+  }
+  return Value::of_strings(out, x.shape());
 }
 
-Vals op_castlike(Ctx& c) { return one(cast_to(c.t(0), c.t(1).dtype())); }
+Tensor parse_strings(const Ctx& c, const Value& v, DType d) {
+  std::vector<double> vals;
+  for (const auto& s : v.strings) {
+    char* end = nullptr;
+    double x = std::strtod(s.c_str(), &end);
+    if (end == s.c_str()) c.error("cannot parse '" + s + "' as a number");
+    vals.push_back(x);
+  }
+  return cast_to(Tensor::from_vector(vals).reshape(v.strings_shape), d);
+}
+
+Vals cast_value(const Ctx& c, int32_t to) {
+  if (c.is_strings(0)) {
+    if (to == pb::TensorProto::STRING) return {c.in[0]};
+    return one(parse_strings(c, c.in[0], dtype_of_onnx(to, c.model.name)));
+  }
+  if (to == pb::TensorProto::STRING) return {strings_of(c.t(0))};
+  return one(cast_to(c.t(0), dtype_of_onnx(to, c.model.name)));
+}
+
+Vals op_cast(Ctx& c) { return cast_value(c, int32_t(c.i("to", 0))); }
+
+Vals op_castlike(Ctx& c) { return cast_value(c, c.is_strings(1) ? int32_t(pb::TensorProto::STRING) : onnx_of_dtype(c.t(1).dtype())); }
+
+Vals op_string_normalizer(Ctx& c) {
+  if (!c.is_strings(0)) c.error("input must be a tensor of strings");
+  const Value& x = c.in[0];
+  std::string action = c.s("case_change_action", "NONE");
+  bool sensitive = c.i("is_case_sensitive", 0);
+  std::vector<std::string> stop;
+  if (const auto* a = c.attr("stopwords")) stop.assign(a->strings().begin(), a->strings().end());
+  auto lower = [](std::string s) {
+    for (auto& ch : s) ch = char(std::tolower(static_cast<unsigned char>(ch)));
+    return s;
+  };
+  std::vector<std::string> out;
+  for (const auto& s : x.strings) {
+    bool drop = std::any_of(stop.begin(), stop.end(), [&](const std::string& w) { return sensitive ? w == s : lower(w) == lower(s); });
+    if (drop) continue;
+    std::string r = s;
+    if (action == "LOWER") r = lower(r);
+    else if (action == "UPPER")
+      for (auto& ch : r) ch = char(std::toupper(static_cast<unsigned char>(ch)));
+    out.push_back(r);
+  }
+  bool two_d = x.strings_shape.size() == 2;
+  if (out.empty()) return {Value::of_strings({""}, two_d ? Shape{1, 1} : Shape{1})};
+  auto n = int64_t(out.size());
+  return {Value::of_strings(out, two_d ? Shape{1, n} : Shape{n})};
+}
 
 Vals op_clip(Ctx& c) {
   Tensor x = c.t(0);
@@ -193,7 +257,7 @@ Tensor selu(const Tensor& x, double alpha, double gamma) {
 // ---------------------------------------------------------------- constants and shapes
 
 Vals op_constant(Ctx& c) {
-  if (const auto* a = c.attr("value")) return one(tensor_of_proto(a->t(), c.model.name, c.model.base_dir));
+  if (const auto* a = c.attr("value")) return {value_of_proto(a->t(), c.model.name, c.model.base_dir)};
   if (const auto* a = c.attr("value_float")) return one(Tensor::full({}, a->f(), dtypes::float32));
   if (const auto* a = c.attr("value_int")) return one(int64s({a->i()}, {}));
   if (const auto* a = c.attr("value_floats")) {
@@ -1126,6 +1190,7 @@ const std::unordered_map<std::string, OpFn>& op_table() {
     t["Clip"] = op_clip;
     t["Cast"] = op_cast;
     t["CastLike"] = op_castlike;
+    t["StringNormalizer"] = op_string_normalizer;
     // constants, shapes, movement
     t["Constant"] = op_constant;
     t["ConstantOfShape"] = op_constant_of_shape;

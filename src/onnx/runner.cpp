@@ -25,7 +25,7 @@ void Ctx::error(const std::string& what) const { fail(model.name, node_desc(node
 
 const Tensor& Ctx::t(size_t i) const {
   if (i >= in.size() || in[i].kind == Value::Kind::None) error("input " + std::to_string(i) + " is required");
-  if (in[i].kind != Value::Kind::Tensor) error("input " + std::to_string(i) + " must be a tensor, not a sequence");
+  if (in[i].kind != Value::Kind::Tensor) error("input " + std::to_string(i) + " must be a numeric tensor (not a sequence or strings)");
   return in[i].tensor;
 }
 
