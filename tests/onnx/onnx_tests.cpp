@@ -2,7 +2,10 @@
 // tg::Error naming the file and the problem.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <string>
 
