@@ -1102,9 +1102,26 @@ Vals op_dropout(Ctx& c) {
   Vals out = one(x);
   bool training = c.has(2) && c.ints(2)[0] != 0;
   double ratio = c.has(1) ? c.floats(1)[0] : c.f("ratio", 0.5);
-  if (training && ratio != 0) c.error("training-mode dropout is random and not supported");
-  out.push_back(Value::of(Tensor::ones(x.shape(), dtypes::bool_)));
-  return out;
+  if (!training || ratio == 0) {
+    out.push_back(Value::of(Tensor::ones(x.shape(), dtypes::bool_)));
+    return out;
+  }
+  // tg's counter-based generator (a `seed` attribute reseeds it): the values differ from numpy's
+  if (c.has_attr("seed")) Tensor::manual_seed(uint64_t(c.f("seed", 0)));
+  Tensor keep = Tensor::rand(x.shape()) >= ratio;
+  return {Value::of(keep.where(Tensor(x / (1 - ratio)), Tensor::zeros({}, x.dtype())).cast(x.dtype())), Value::of(keep)};
+}
+
+// Random generators: tg's threefry, reseeded by a `seed` attribute (so the values differ from numpy's).
+Vals op_random(Ctx& c) {
+  const std::string& op = c.node.op_type();
+  if (c.has_attr("seed")) Tensor::manual_seed(uint64_t(c.f("seed", 0)));
+  bool like_input = op == "RandomUniformLike" || op == "RandomNormalLike" || op == "Bernoulli";
+  Shape shape = like_input ? c.t(0).shape() : Shape(c.ints_attr("shape"));
+  DType d = c.has_attr("dtype") ? dtype_of_onnx(int32_t(c.i("dtype", 1)), c.model.name) : like_input ? c.t(0).dtype() : dtypes::float32;
+  if (op == "Bernoulli") return one(Tensor(Tensor::rand(shape, dtypes::float32) < c.t(0).cast(dtypes::float32)).cast(d));
+  if (op == "RandomUniform" || op == "RandomUniformLike") return one(Tensor::uniform(shape, c.f("low", 0), c.f("high", 1), dtypes::float32).cast(d));
+  return one(Tensor::normal(shape, c.f("mean", 0), c.f("scale", 1), dtypes::float32).cast(d));
 }
 
 }  // namespace
@@ -1249,6 +1266,7 @@ const std::unordered_map<std::string, OpFn>& op_table() {
     t["NegativeLogLikelihoodLoss"] = op_nll;
     t["SoftmaxCrossEntropyLoss"] = op_sce;
     t["Dropout"] = op_dropout;
+    for (const char* op : {"RandomUniform", "RandomNormal", "RandomUniformLike", "RandomNormalLike", "Bernoulli"}) t[op] = op_random;
     register_extra_ops(t);
     register_control_ops(t);
     register_image_ops(t);
