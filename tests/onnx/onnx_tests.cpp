@@ -86,6 +86,16 @@ TEST_CASE("Slice with a negative step and clamped bounds follows ONNX, not Pytho
   CHECK(out.at("y").tensor.to_vector<float>() == std::vector<float>{4, 2, 0});
 }
 
+TEST_CASE("ReduceSum with an empty axes input reduces everything (an empty tensor read on the host)") {
+  pb::ModelProto mp = one_node("ReduceSum", {{"x", {2, 2}}, {"axes", {0}}}, "y");
+  tgx::Model m = parse(mp);
+  auto out = m.run({{"x", tgx::Value::of(Tensor::from_vector<float>({1, 2, 3, 4}, {2, 2}))},
+                    {"axes", tgx::Value::of(Tensor::from_vector<int64_t>(std::vector<int64_t>{}, {0}))}});
+  CHECK(out.at("y").tensor.shape() == Shape{1, 1});
+  CHECK(out.at("y").tensor.to_vector<float>() == std::vector<float>{10});
+  CHECK(Tensor::zeros({0}, dtypes::int64).to_vector<int64_t>().empty());
+}
+
 TEST_CASE("an unsupported operator is an error naming the operator and the opset") {
   tgx::Model m = parse(one_node("NoSuchOp", {{"a", {1}}}, "c", 17));
   std::string e = error_of([&] { m.run({{"a", tgx::Value::of(Tensor::from_vector<float>({1}))}}); });
