@@ -728,7 +728,7 @@ void Tensor::copy_to_host(void* dst, size_t bytes) const {
   if (!buf) throw Error("[to_vector] internal: no buffer after realize");
   if (bytes != buf->nbytes())
     throw Error("[to_vector] " + std::to_string(bytes) + " bytes asked, buffer has " + std::to_string(buf->nbytes()));
-  buf->copyout(dst, bytes);
+  if (bytes > 0) buf->copyout(dst, bytes);  // an empty tensor has nothing to copy (dst may be null)
 }
 
 std::vector<double> Tensor::to_doubles() const {

@@ -1,0 +1,161 @@
+// Running an ONNX graph: nodes in their (topological) order, each looked up in the operator table and handed a Ctx
+// with its inputs and attributes. Values stay lazy Tensors; only inputs that decide shapes are read on the host.
+#include "onnx_impl.hpp"
+
+namespace tg::onnx {
+
+namespace {
+
+std::string op_key(const pb::NodeProto& n) {
+  const std::string& d = n.domain();
+  return d.empty() || d == "ai.onnx" ? n.op_type() : d + "::" + n.op_type();
+}
+
+std::string node_desc(const pb::NodeProto& n, int64_t opset) {
+  std::string s = n.op_type();
+  if (!n.domain().empty() && n.domain() != "ai.onnx") s = n.domain() + "." + s;
+  s += " (opset " + std::to_string(opset) + ")";
+  if (!n.name().empty()) s = "node '" + n.name() + "' " + s;
+  return s;
+}
+
+}  // namespace
+
+void Ctx::error(const std::string& what) const { fail(model.name, node_desc(node, opset) + ": " + what); }
+
+const Tensor& Ctx::t(size_t i) const {
+  if (i >= in.size() || in[i].kind == Value::Kind::None) error("input " + std::to_string(i) + " is required");
+  if (in[i].kind != Value::Kind::Tensor) error("input " + std::to_string(i) + " must be a numeric tensor (not a sequence or strings)");
+  return in[i].tensor;
+}
+
+std::vector<int64_t> Ctx::ints(size_t i) const {
+  const Tensor& x = t(i);
+  if (dtypes::is_float(x.dtype())) {
+    std::vector<int64_t> out;
+    for (double v : x.to_doubles()) out.push_back(int64_t(v));
+    return out;
+  }
+  return x.cast(dtypes::int64).to_vector<int64_t>();
+}
+
+std::vector<double> Ctx::floats(size_t i) const { return t(i).to_doubles(); }
+
+const pb::AttributeProto* Ctx::attr(const std::string& name) const {
+  for (const auto& a : node.attribute())
+    if (a.name() == name) return &a;
+  return nullptr;
+}
+
+int64_t Ctx::i(const std::string& name, int64_t def) const {
+  const auto* a = attr(name);
+  if (!a) return def;
+  if (a->type() != pb::AttributeProto::INT && !a->has_i()) error("attribute '" + name + "' must be an int");
+  return a->i();
+}
+
+double Ctx::f(const std::string& name, double def) const {
+  const auto* a = attr(name);
+  if (!a) return def;
+  if (a->type() == pb::AttributeProto::INT) return double(a->i());
+  return double(a->f());
+}
+
+std::string Ctx::s(const std::string& name, const std::string& def) const {
+  const auto* a = attr(name);
+  return a ? a->s() : def;
+}
+
+std::vector<int64_t> Ctx::ints_attr(const std::string& name, std::vector<int64_t> def) const {
+  const auto* a = attr(name);
+  if (!a) return def;
+  return {a->ints().begin(), a->ints().end()};
+}
+
+std::vector<double> Ctx::floats_attr(const std::string& name) const {
+  const auto* a = attr(name);
+  if (!a) return {};
+  return {a->floats().begin(), a->floats().end()};
+}
+
+std::vector<Value> run_graph(const Model::Impl& m, const pb::GraphProto& g, const std::map<std::string, Value>& scope,
+                             const std::vector<Value>& args) {
+  std::map<std::string, Value> env = scope;
+  for (const auto& t : g.initializer()) env[t.name()] = Value::of(tensor_of_proto(t, m.name, m.base_dir));
+  if (&g == &m.proto.graph())
+    for (const auto& [k, v] : m.initializers) env.emplace(k, Value::of(v));  // inputs may override them
+  // Graph inputs: bound in order to args (the main graph's are bound by name in Model::run through scope).
+  if (!args.empty()) {
+    if (int(args.size()) > g.input_size())
+      fail(m.name, "subgraph '" + g.name() + "' takes " + std::to_string(g.input_size()) + " inputs, given " + std::to_string(args.size()));
+    for (size_t i = 0; i < args.size(); i++) env[g.input(int(i)).name()] = args[i];
+  }
+  const auto& table = op_table();
+  for (const auto& node : g.node()) {
+    std::string dom = node.domain() == "ai.onnx" ? "" : node.domain();
+    auto os = m.opsets.find(dom);
+    int64_t opset = os == m.opsets.end() ? 0 : os->second;
+    auto it = table.find(op_key(node));
+    if (it == table.end()) fail(m.name, "unsupported operator " + node_desc(node, opset));
+    Ctx ctx{m, node, opset, {}, env};
+    for (const auto& name : node.input()) {
+      if (name.empty()) {
+        ctx.in.emplace_back();
+        continue;
+      }
+      auto v = env.find(name);
+      if (v == env.end()) fail(m.name, node_desc(node, opset) + ": input '" + name + "' is not defined before this node");
+      ctx.in.push_back(v->second);
+    }
+    std::vector<Value> outs;
+    try {
+      outs = it->second(ctx);
+    } catch (const Error& e) {
+      std::string msg = e.what();
+      if (msg.rfind("[onnx]", 0) == 0) throw;
+      fail(m.name, node_desc(node, opset) + ": " + msg);
+    }
+    for (int i = 0; i < node.output_size(); i++) {
+      if (node.output(i).empty()) continue;
+      if (size_t(i) >= outs.size()) {
+        if (i == 0) fail(m.name, node_desc(node, opset) + ": produced no output");
+        ctx.error("output " + std::to_string(i) + " ('" + node.output(i) + "') is not supported");
+      }
+      env[node.output(i)] = outs[size_t(i)];
+    }
+  }
+  std::vector<Value> res;
+  for (const auto& o : g.output()) {
+    auto v = env.find(o.name());
+    if (v == env.end()) fail(m.name, "graph output '" + o.name() + "' is never computed");
+    res.push_back(v->second);
+  }
+  return res;
+}
+
+std::map<std::string, Value> Model::run(const std::map<std::string, Value>& inputs) const {
+  std::map<std::string, Value> scope;
+  for (const auto& vi : impl_->inputs) {
+    auto it = inputs.find(vi.name);
+    if (it == inputs.end()) {
+      if (impl_->kinds.count(vi.name) && impl_->kinds.at(vi.name) == "optional") {
+        scope[vi.name] = Value{};
+        continue;
+      }
+      fail(impl_->name, "input '" + vi.name + "' was not given");
+    }
+    scope[vi.name] = it->second;
+  }
+  for (const auto& [k, v] : inputs)
+    if (!scope.count(k)) {
+      bool is_init = impl_->initializers.count(k) > 0;
+      if (!is_init) fail(impl_->name, "the model has no input '" + k + "'");
+      scope[k] = v;  // overriding an initializer
+    }
+  std::vector<Value> outs = run_graph(*impl_, impl_->proto.graph(), scope, {});
+  std::map<std::string, Value> res;
+  for (size_t i = 0; i < outs.size(); i++) res[impl_->outputs[i].name] = outs[i];
+  return res;
+}
+
+}  // namespace tg::onnx

@@ -1,0 +1,234 @@
+// The ONNX runner: models built in memory with the protobuf API, run through tg; hostile input refused with
+// tg::Error naming the file and the problem.
+#include <doctest/doctest.h>
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <string>
+
+#include "../../src/onnx/onnx_impl.hpp"
+
+using tg::DType, tg::Error, tg::Shape, tg::Tensor;
+namespace dtypes = tg::dtypes;
+namespace pb = ::onnx;
+namespace tgx = tg::onnx;
+
+namespace {
+
+pb::ValueInfoProto tensor_info(const std::string& name, int elem, std::vector<int64_t> shape) {
+  pb::ValueInfoProto v;
+  v.set_name(name);
+  auto* tt = v.mutable_type()->mutable_tensor_type();
+  tt->set_elem_type(elem);
+  for (int64_t d : shape) tt->mutable_shape()->add_dim()->set_dim_value(d);
+  return v;
+}
+
+// A one-node model: inputs and output given by name, float tensors.
+pb::ModelProto one_node(const std::string& op, std::vector<std::pair<std::string, std::vector<int64_t>>> inputs, const std::string& out,
+                        int64_t opset = 13) {
+  pb::ModelProto m;
+  m.set_ir_version(8);
+  auto* os = m.add_opset_import();
+  os->set_domain("");
+  os->set_version(opset);
+  auto* g = m.mutable_graph();
+  g->set_name("g");
+  auto* n = g->add_node();
+  n->set_op_type(op);
+  for (auto& [name, shape] : inputs) {
+    n->add_input(name);
+    *g->add_input() = tensor_info(name, pb::TensorProto::FLOAT, shape);
+  }
+  n->add_output(out);
+  *g->add_output() = tensor_info(out, pb::TensorProto::FLOAT, {});
+  return m;
+}
+
+tgx::Model parse(const pb::ModelProto& m, const std::string& name = "mem.onnx", const std::string& dir = "") {
+  std::string s = m.SerializeAsString();
+  return tgx::Model::parse(s.data(), s.size(), name, dir);
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("a model built in memory runs Add with numpy broadcasting") {
+  tgx::Model m = parse(one_node("Add", {{"a", {2, 3}}, {"b", {3}}}, "c"));
+  CHECK(m.inputs().size() == 2);
+  CHECK(m.opset() == 13);
+  auto out = m.run({{"a", tgx::Value::of(Tensor::from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3}))},
+                    {"b", tgx::Value::of(Tensor::from_vector<float>({10, 20, 30}))}});
+  CHECK(out.at("c").tensor.to_vector<float>() == std::vector<float>{11, 22, 33, 14, 25, 36});
+}
+
+TEST_CASE("Slice with a negative step and clamped bounds follows ONNX, not Python, for end -INT_MAX") {
+  pb::ModelProto mp = one_node("Slice", {{"x", {5}}, {"starts", {1}}, {"ends", {1}}, {"steps", {1}}}, "y");
+  mp.mutable_graph()->mutable_node(0)->clear_input();
+  for (const char* n : {"x", "starts", "ends", "", "steps"}) mp.mutable_graph()->mutable_node(0)->add_input(n);
+  tgx::Model m = parse(mp);
+  auto i64 = [](int64_t v) { return tgx::Value::of(Tensor::from_vector<int64_t>({v})); };
+  auto out = m.run({{"x", tgx::Value::of(Tensor::from_vector<float>({0, 1, 2, 3, 4}))},
+                    {"starts", i64(-1)},
+                    {"ends", i64(INT64_MIN + 1)},
+                    {"steps", i64(-2)}});
+  CHECK(out.at("y").tensor.to_vector<float>() == std::vector<float>{4, 2, 0});
+}
+
+TEST_CASE("ReduceSum with an empty axes input reduces everything (an empty tensor read on the host)") {
+  pb::ModelProto mp = one_node("ReduceSum", {{"x", {2, 2}}, {"axes", {0}}}, "y");
+  tgx::Model m = parse(mp);
+  auto out = m.run({{"x", tgx::Value::of(Tensor::from_vector<float>({1, 2, 3, 4}, {2, 2}))},
+                    {"axes", tgx::Value::of(Tensor::from_vector<int64_t>(std::vector<int64_t>{}, {0}))}});
+  CHECK(out.at("y").tensor.shape() == Shape{1, 1});
+  CHECK(out.at("y").tensor.to_vector<float>() == std::vector<float>{10});
+  CHECK(Tensor::zeros({0}, dtypes::int64).to_vector<int64_t>().empty());
+}
+
+TEST_CASE("an unsupported operator is an error naming the operator and the opset") {
+  tgx::Model m = parse(one_node("NoSuchOp", {{"a", {1}}}, "c", 17));
+  std::string e = error_of([&] { m.run({{"a", tgx::Value::of(Tensor::from_vector<float>({1}))}}); });
+  CHECK(e.find("NoSuchOp") != std::string::npos);
+  CHECK(e.find("opset 17") != std::string::npos);
+  CHECK(e.find("mem.onnx") != std::string::npos);
+}
+
+TEST_CASE("a missing input is an error naming it") {
+  tgx::Model m = parse(one_node("Relu", {{"a", {1}}}, "c"));
+  CHECK(error_of([&] { m.run({}); }).find("'a'") != std::string::npos);
+}
+
+TEST_CASE("truncated, garbage and deeply nested protobuf is refused with the file's name") {
+  std::string s = one_node("Add", {{"a", {2}}, {"b", {2}}}, "c").SerializeAsString();
+  for (size_t cut : {s.size() / 2, s.size() - 1, size_t(3)}) {
+    std::string e = error_of([&] { tgx::Model::parse(s.data(), cut, "cut.onnx"); });
+    CHECK(e.find("cut.onnx") != std::string::npos);
+  }
+  std::string bad_varint = "\x3a\xff\xff\xff\xff\xff\xff\xff\xff\xff\xff\x01";  // graph field, an 11-byte length varint
+  CHECK_THROWS_AS(tgx::Model::parse(bad_varint.data(), bad_varint.size(), "v.onnx"), Error);
+  std::string past_end = "\x3a\x7f\x0a";  // graph of 127 bytes, 1 present
+  CHECK_THROWS_AS(tgx::Model::parse(past_end.data(), past_end.size(), "p.onnx"), Error);
+  // graphs nested in If-style attributes 200 deep: beyond the recursion limit
+  pb::GraphProto inner;
+  for (int i = 0; i < 200; i++) {
+    pb::GraphProto outer;
+    auto* a = outer.add_node()->add_attribute();
+    a->set_name("then_branch");
+    *a->mutable_g() = inner;
+    inner = outer;
+  }
+  pb::ModelProto deep;
+  *deep.mutable_graph() = inner;
+  std::string d = deep.SerializeAsString();
+  std::string e = error_of([&] { tgx::Model::parse(d.data(), d.size(), "deep.onnx"); });
+  CHECK(e.find("deep.onnx") != std::string::npos);
+  CHECK(e.find("nesting") != std::string::npos);
+}
+
+TEST_CASE("tensor data of the wrong size is refused") {
+  pb::TensorProto t;
+  t.set_name("w");
+  t.set_data_type(pb::TensorProto::FLOAT);
+  t.add_dims(4);
+  t.set_raw_data(std::string(12, '\0'));  // 3 floats for 4 elements
+  std::string s = t.SerializeAsString();
+  std::string e = error_of([&] { tgx::parse_tensor(s.data(), s.size(), "w.pb"); });
+  CHECK(e.find("w.pb") != std::string::npos);
+  CHECK(e.find("needs 16") != std::string::npos);
+  t.clear_raw_data();
+  t.add_float_data(1);
+  s = t.SerializeAsString();
+  CHECK_THROWS_AS(tgx::parse_tensor(s.data(), s.size(), "w.pb"), Error);
+  t.set_dims(0, -2);
+  s = t.SerializeAsString();
+  CHECK(error_of([&] { tgx::parse_tensor(s.data(), s.size(), "w.pb"); }).find("negative") != std::string::npos);
+  t.set_dims(0, int64_t(1) << 40);
+  t.add_dims(int64_t(1) << 40);
+  s = t.SerializeAsString();
+  CHECK_THROWS_AS(tgx::parse_tensor(s.data(), s.size(), "w.pb"), Error);
+}
+
+TEST_CASE("initializers from external data load; paths leaving the model's folder are refused") {
+  auto dir = std::filesystem::temp_directory_path() / ("tg_onnx_ext_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  float vals[3] = {1.5f, 2.5f, 3.5f};
+  {
+    std::ofstream f(dir / "w.bin", std::ios::binary);
+    f.write("pad!", 4);
+    f.write(reinterpret_cast<const char*>(vals), sizeof vals);
+  }
+  pb::ModelProto m = one_node("Add", {{"a", {3}}, {"w", {3}}}, "c");
+  auto* init = m.mutable_graph()->add_initializer();
+  init->set_name("w");
+  init->set_data_type(pb::TensorProto::FLOAT);
+  init->add_dims(3);
+  init->set_data_location(pb::TensorProto::EXTERNAL);
+  auto kv = [&](const char* k, const std::string& v) {
+    auto* e = init->add_external_data();
+    e->set_key(k);
+    e->set_value(v);
+  };
+  kv("location", "w.bin");
+  kv("offset", "4");
+  tgx::Model model = parse(m, "ext.onnx", dir.string());
+  CHECK(model.inputs().size() == 1);  // w is an initializer
+  auto out = model.run({{"a", tgx::Value::of(Tensor::from_vector<float>({1, 1, 1}))}});
+  CHECK(out.at("c").tensor.to_vector<float>() == std::vector<float>{2.5f, 3.5f, 4.5f});
+  init->mutable_external_data(1)->set_value("8");  // 4 + 12 > 16 bytes: past the end
+  CHECK(error_of([&] { parse(m, "ext.onnx", dir.string()); }).find("past the end") != std::string::npos);
+  init->mutable_external_data(0)->set_value("../w.bin");
+  CHECK(error_of([&] { parse(m, "ext.onnx", dir.string()); }).find("leaves the model's folder") != std::string::npos);
+  init->mutable_external_data(0)->set_value("/etc/passwd");
+  CHECK_THROWS_AS(parse(m, "ext.onnx", dir.string()), Error);
+  CHECK_THROWS_AS(parse(m, "ext.onnx", ""), Error);  // in-memory models may not read files
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("shape-computing subgraphs (Shape, Gather, Concat, Reshape) are read on the host") {
+  pb::ModelProto m;
+  m.set_ir_version(8);
+  m.add_opset_import()->set_version(13);
+  auto* g = m.mutable_graph();
+  *g->add_input() = tensor_info("x", pb::TensorProto::FLOAT, {2, 3, 4});
+  auto node = [&](const char* op, std::vector<std::string> in, const char* out) {
+    auto* n = g->add_node();
+    n->set_op_type(op);
+    for (auto& i : in) n->add_input(i);
+    n->add_output(out);
+    return n;
+  };
+  auto* c = g->add_initializer();
+  c->set_name("minus1");
+  c->set_data_type(pb::TensorProto::INT64);
+  c->add_dims(1);
+  c->add_int64_data(-1);
+  node("Shape", {"x"}, "s");
+  auto* sl = node("Shape", {"x"}, "s0");
+  auto* a = sl->add_attribute();
+  a->set_name("end");
+  a->set_type(pb::AttributeProto::INT);
+  a->set_i(1);
+  node("Concat", {"s0", "minus1"}, "shape2")->add_attribute()->CopyFrom([] {
+    pb::AttributeProto at;
+    at.set_name("axis");
+    at.set_type(pb::AttributeProto::INT);
+    at.set_i(0);
+    return at;
+  }());
+  node("Reshape", {"x", "shape2"}, "y");
+  *g->add_output() = tensor_info("y", pb::TensorProto::FLOAT, {});
+  tgx::Model model = parse(m);
+  auto out = model.run({{"x", tgx::Value::of(Tensor::arange(24, dtypes::float32).reshape({2, 3, 4}))}});
+  CHECK(out.at("y").tensor.shape() == Shape{2, 12});
+}
