@@ -332,4 +332,96 @@ std::vector<Case> coverage_cases() {
   return c;
 }
 
+// ---------------------------------------------------------------- random initialisers and dropout
+// Random draws cannot match value for value: each compares the distribution of a large sample with torch's
+// initialiser for the same shape (support bounds, mean and standard deviation within a few standard errors).
+namespace {
+struct Moments {
+  double lo = 1e300, hi = -1e300, mean = 0, sd = 0;
+};
+Moments moments(const std::vector<double>& v) {
+  Moments m;
+  for (double x : v) {
+    m.lo = std::min(m.lo, x);
+    m.hi = std::max(m.hi, x);
+    m.mean += x;
+  }
+  m.mean /= double(v.size());
+  for (double x : v) m.sd += (x - m.mean) * (x - m.mean);
+  m.sd = std::sqrt(m.sd / double(v.size()));
+  return m;
+}
+std::vector<double> values(const torch::Tensor& t) {
+  torch::Tensor d = t.detach().to(torch::kDouble).contiguous().flatten();
+  return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
+}
+// tg's sample and torch's sample of the same initialiser: same support, means and deviations within 5 standard errors.
+void same_distribution(const tg::Tensor& t, const torch::Tensor& h, bool bounded) {
+  Moments a = moments(t.to_doubles()), b = moments(values(h));
+  double n = double(t.numel()), se = b.sd / std::sqrt(n);
+  CHECK(t.shape() == std::vector<int64_t>(h.sizes().begin(), h.sizes().end()));
+  CHECK_MESSAGE(std::fabs(a.mean - b.mean) <= 5 * std::sqrt(2.0) * se, "means " << a.mean << " vs torch " << b.mean);
+  CHECK_MESSAGE(std::fabs(a.sd - b.sd) <= 0.02 * b.sd, "standard deviations " << a.sd << " vs torch " << b.sd);
+  if (bounded) {  // both fill [lo, hi): the extremes of 64k draws come within 0.1% of the range of its ends
+    double tol = 1e-3 * (b.hi - b.lo);
+    CHECK_MESSAGE((std::fabs(a.lo - b.lo) <= tol && std::fabs(a.hi - b.hi) <= tol),
+                  "range [" << a.lo << ", " << a.hi << "] vs torch [" << b.lo << ", " << b.hi << "]");
+  }
+}
+}  // namespace
+
+TEST_CASE("uniform and normal match torch's uniform_ and normal_ in distribution") {
+  tg::Tensor::manual_seed(1);
+  torch::manual_seed(1);
+  same_distribution(tg::Tensor::uniform({256, 256}, -3, 5), torch::empty({256, 256}).uniform_(-3, 5), true);
+  same_distribution(tg::Tensor::normal({256, 256}, 2, 0.5), torch::empty({256, 256}).normal_(2, 0.5), false);
+}
+
+TEST_CASE("kaiming_uniform and kaiming_normal match torch's init (fan_in, leaky_relu gain)") {
+  tg::Tensor::manual_seed(2);
+  torch::manual_seed(2);
+  namespace init = torch::nn::init;
+  same_distribution(tg::Tensor::kaiming_uniform({256, 16, 4, 4}, 0.01),
+                    init::kaiming_uniform_(torch::empty({256, 16, 4, 4}), 0.01, torch::kFanIn, torch::kLeakyReLU), true);
+  same_distribution(tg::Tensor::kaiming_normal({256, 256}, 0.01),
+                    init::kaiming_normal_(torch::empty({256, 256}), 0.01, torch::kFanIn, torch::kLeakyReLU), false);
+}
+
+TEST_CASE("glorot_uniform matches torch's xavier_uniform_; scaled_uniform is uniform(-1, 1) / sqrt(numel)") {
+  tg::Tensor::manual_seed(3);
+  torch::manual_seed(3);
+  same_distribution(tg::Tensor::glorot_uniform({128, 512}), torch::nn::init::xavier_uniform_(torch::empty({128, 512})), true);
+  // glorot_uniform of a conv weight: torch's fan_out is shape[0] * receptive field; tinygrad's (and tg's) is shape[0]
+  same_distribution(tg::Tensor::scaled_uniform({256, 256}), torch::empty({256, 256}).uniform_(-1, 1) / 256.0, true);
+}
+
+TEST_CASE("dropout in training matches torch: about p zeroed, the rest scaled by 1/(1-p), the gradient masked the same way") {
+  tg::Tensor::manual_seed(4);
+  torch::manual_seed(4);
+  const double p = 0.3;
+  tg::Tensor x = tg::Tensor::full({200, 200}, 1.5);
+  x.requires_grad_();
+  tg::Tensor y = x.dropout(p, true);
+  tg::Tensor g = y.sum().gradient({x})[0];
+  tg::Tensor::realize_all({&y, &g});
+  torch::Tensor hx = torch::full({200, 200}, 1.5).requires_grad_();
+  torch::Tensor hy = torch::dropout(hx, p, true);
+  auto yv = y.to_doubles(), gv = g.to_doubles(), hv = values(hy);
+  double zeros = 0, hzeros = 0, bad = 0, hbad = 0, bad_grad = 0;
+  const double kept = 1.5 / (1 - p);
+  for (size_t i = 0; i < yv.size(); i++) {
+    zeros += yv[i] == 0;
+    hzeros += hv[i] == 0;
+    bad += yv[i] != 0 && std::fabs(yv[i] - kept) > 1e-6 * kept;
+    hbad += hv[i] != 0 && std::fabs(hv[i] - kept) > 1e-6 * kept;
+    bad_grad += std::fabs(gv[i] - yv[i] / 1.5) > 1e-6;  // d/dx of the kept, scaled elements; 0 for the dropped
+  }
+  CHECK(bad == 0);
+  CHECK(hbad == 0);
+  CHECK(bad_grad == 0);
+  double n = double(yv.size()), se = std::sqrt(p * (1 - p) / n);
+  CHECK(std::fabs(zeros / n - p) <= 5 * se);
+  CHECK(std::fabs(hzeros / n - p) <= 5 * se);
+}
+
 }  // namespace tt
