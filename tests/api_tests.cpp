@@ -392,3 +392,18 @@ TEST_CASE("attention, masked_select and indexing errors name the op, the shapes 
   CHECK(error_of([&] { T({2, 3}).matmul(Tensor::ones({3, 2}, dtypes::bool_).cast(dtypes::int32).T().T().reshape({2, 3})); })
             .rfind("[matmul] cannot multiply (2, 3) and (2, 3)", 0) == 0);
 }
+
+TEST_CASE("masked_select keeps the selected elements in order; any/all/cat handle empty tensors") {
+  Tensor x = T({2, 3}, 1);
+  x.requires_grad_();
+  Tensor m = Tensor::from_vector(std::vector<bool>{true, false, true}, {3});
+  Tensor s = x.masked_select(m);
+  CHECK(s.to_vector<float>() == std::vector<float>{1, 3, 4, 6});
+  CHECK(Tensor(s.sum()).gradient({x})[0].to_vector<float>() == std::vector<float>{1, 0, 1, 1, 0, 1});
+  CHECK(x.masked_select(Tensor::zeros({2, 3}, dtypes::bool_)).shape() == Shape{0});
+  Tensor e = Tensor::zeros({0, 3}, dtypes::bool_);
+  CHECK(e.any({0}).to_vector<bool>() == std::vector<bool>{false, false, false});
+  CHECK(e.all({0}).to_vector<bool>() == std::vector<bool>{true, true, true});
+  CHECK(cat({T({0, 3}), T({2, 3}), T({0, 3})}, 0).to_vector<float>() == iota_f(6));
+  CHECK(cat({T({0, 3}), T({0, 3})}, 0).shape() == Shape{0, 3});
+}
