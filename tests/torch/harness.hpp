@@ -54,8 +54,8 @@ inline In V(tg::Shape s, tg::DType d, Values gen, bool grad = false) {
 /** Per-row permutations of 0..n-1 along the last dim (unique indices for scatter), kept to the first k. */
 Values perm_rows(int64_t n);
 
-/** Relative and absolute floor of the tolerance for float16 results (about two fp16 roundings). */
-inline constexpr double kHalfTol = 1e-3;
+/** Relative and absolute floor of the tolerance for float16 results: one fp16 rounding (11 significant bits). */
+inline constexpr double kHalfTol = 0x1p-11;
 
 struct Case {
   std::string name;

@@ -15,10 +15,10 @@ namespace {
 constexpr double kSum = 1e-5;  // summation order differs from torch's
 constexpr double kT = 1e-4;    // transcendental chains
 
-// float16 is compared with torch's float32 result rounded to float16 (harness.cpp); these ops compose several
-// float16 roundings in tg (e.g. tanh from exp and a division), so they get a few fp16 ulps instead of two.
-constexpr double kHalfChain = 4e-3;
-constexpr double kHalfSum = 1e-2;  // long float16 accumulations (matmul, conv, norms)
+// float16 is compared with torch's float32 result rounded to float16 (harness.cpp), within one fp16 rounding
+// (kHalfTol); two roundings where tg rounds an intermediate to float16: pow (exp2 of log2(x) * e) and the divisor's
+// gradient of a broadcast division (a float16 sum over the broadcast dim).
+constexpr double kHalfTwo = 0x1p-10;
 
 std::vector<Case> half_cases() {
   std::vector<Case> c;
@@ -35,49 +35,49 @@ std::vector<Case> half_cases() {
   un("reciprocal", 0.2, 3, [](auto& x) { return x[0].reciprocal(); });
   un("sin", -4, 4, [](auto& x) { return x[0].sin(); });
   un("cos", -4, 4, [](auto& x) { return x[0].cos(); });
-  un("tanh", -3, 3, [](auto& x) { return x[0].tanh(); }, kHalfChain);
+  un("tanh", -3, 3, [](auto& x) { return x[0].tanh(); });
   un("sigmoid", -5, 5, [](auto& x) { return x[0].sigmoid(); });
-  un("erf", -2, 2, [](auto& x) { return x[0].erf(); }, kHalfChain);
+  un("erf", -2, 2, [](auto& x) { return x[0].erf(); });
   un("abs", -3, 3, [](auto& x) { return x[0].abs(); });
   un("neg", -3, 3, [](auto& x) { return x[0].neg(); });
   un("square", -3, 3, [](auto& x) { return x[0].square(); });
   un("floor", -3, 3, [](auto& x) { return x[0].floor(); });
   un("relu", -3, 3, [](auto& x) { return x[0].relu(); });
-  un("pow2.5", 0.1, 3, [](auto& x) { return x[0].pow(2.5); }, kHalfChain);
-  c.push_back(op2("silu", {H(S, -4, 4)}, [](TG& x) { return x[0].silu(); }, [](TH& x) { return torch::silu(x[0]); }).tol(kHalfChain, kHalfChain));
-  c.push_back(op2("gelu", {H(S, -4, 4)}, [](TG& x) { return x[0].gelu(); }, [](TH& x) { return torch::gelu(x[0]); }).tol(kHalfChain, kHalfChain));
-  c.push_back(op2("softplus", {H(S, -4, 4)}, [](TG& x) { return x[0].softplus(); }, [](TH& x) { return torch::softplus(x[0]); }).tol(kHalfChain, kHalfChain));
-  c.push_back(op2("hardswish", {H(S, -4, 4)}, [](TG& x) { return x[0].hardswish(); }, [](TH& x) { return torch::hardswish(x[0]); }).tol(kHalfChain, kHalfChain));
+  un("pow2.5", 0.1, 3, [](auto& x) { return x[0].pow(2.5); }, kHalfTwo);
+  c.push_back(op2("silu", {H(S, -4, 4)}, [](TG& x) { return x[0].silu(); }, [](TH& x) { return torch::silu(x[0]); }));
+  c.push_back(op2("gelu", {H(S, -4, 4)}, [](TG& x) { return x[0].gelu(); }, [](TH& x) { return torch::gelu(x[0]); }));
+  c.push_back(op2("softplus", {H(S, -4, 4)}, [](TG& x) { return x[0].softplus(); }, [](TH& x) { return torch::softplus(x[0]); }));
+  c.push_back(op2("hardswish", {H(S, -4, 4)}, [](TG& x) { return x[0].hardswish(); }, [](TH& x) { return torch::hardswish(x[0]); }));
   c.push_back(op2("leaky_relu", {H(S)}, [](TG& x) { return x[0].leaky_relu(0.1); }, [](TH& x) { return torch::leaky_relu(x[0], 0.1); }));
   c.push_back(op("add_bcast", {H({3, 1}), H({1, 4})}, [](auto& x) { return x[0] + x[1]; }));
   c.push_back(op("mul_bcast", {H({2, 3, 4}), H({4})}, [](auto& x) { return x[0] * x[1]; }));
-  c.push_back(op("div", {H({3, 4}), H({3, 1}, 0.5, 2)}, [](auto& x) { return x[0] / x[1]; }));
+  c.push_back(op("div", {H({3, 4}), H({3, 1}, 0.5, 2)}, [](auto& x) { return x[0] / x[1]; }).gtol(kHalfTwo, kHalfTwo));
   c.push_back(op("maximum", {H({3, 4}), H({4})}, [](auto& x) { return x[0].maximum(x[1]); }));
   c.push_back(op("where", {B({3, 4}), H({3, 4}), H({4})}, [](auto& x) { return where(x[0], x[1], x[2]); }));
   c.push_back(op("clamp", {H(S)}, [](auto& x) { return x[0].clamp(-0.5, 0.8); }));
   c.push_back(op("lt", {H({3, 4}), H({4})}, [](auto& x) { return x[0].lt(x[1]); }));
-  c.push_back(op("sum", {H({4, 6})}, [](auto& x) { return x[0].sum(1); }).tol(kHalfChain, kHalfChain));
-  c.push_back(op("mean", {H({4, 6})}, [](auto& x) { return x[0].mean(0); }).tol(kHalfChain, kHalfChain));
+  c.push_back(op("sum", {H({4, 6})}, [](auto& x) { return x[0].sum(1); }));
+  c.push_back(op("mean", {H({4, 6})}, [](auto& x) { return x[0].mean(0); }));
   c.push_back(op2("max", {H({4, 6})}, [](TG& x) { return x[0].max(1); }, [](TH& x) { return std::get<0>(x[0].max(1)); }));
-  c.push_back(op2("softmax", {H({3, 7}, -4, 4)}, [](TG& x) { return x[0].softmax(1); }, [](TH& x) { return x[0].softmax(1); }).tol(kHalfChain, kHalfChain));
-  c.push_back(op2("log_softmax", {H({3, 7}, -4, 4)}, [](TG& x) { return x[0].log_softmax(1); }, [](TH& x) { return x[0].log_softmax(1); }).tol(kHalfChain, kHalfChain));
-  c.push_back(op2("logsumexp", {H({3, 7}, -4, 4)}, [](TG& x) { return x[0].logsumexp({1}); }, [](TH& x) { return x[0].logsumexp(1); }).tol(kHalfChain, kHalfChain));
-  c.push_back(op2("cumsum", {H({2, 9})}, [](TG& x) { return x[0].cumsum(1); }, [](TH& x) { return x[0].cumsum(1); }).tol(kHalfChain, kHalfChain));
-  c.push_back(op2("var", {H({3, 8})}, [](TG& x) { return x[0].var({1}); }, [](TH& x) { return x[0].var(1); }).tol(kHalfChain, kHalfChain));
-  c.push_back(op("matmul", {H({4, 16}), H({16, 3})}, [](auto& x) { return x[0].matmul(x[1]); }).tol(kHalfSum, kHalfSum));
+  c.push_back(op2("softmax", {H({3, 7}, -4, 4)}, [](TG& x) { return x[0].softmax(1); }, [](TH& x) { return x[0].softmax(1); }));
+  c.push_back(op2("log_softmax", {H({3, 7}, -4, 4)}, [](TG& x) { return x[0].log_softmax(1); }, [](TH& x) { return x[0].log_softmax(1); }));
+  c.push_back(op2("logsumexp", {H({3, 7}, -4, 4)}, [](TG& x) { return x[0].logsumexp({1}); }, [](TH& x) { return x[0].logsumexp(1); }));
+  c.push_back(op2("cumsum", {H({2, 9})}, [](TG& x) { return x[0].cumsum(1); }, [](TH& x) { return x[0].cumsum(1); }));
+  c.push_back(op2("var", {H({3, 8})}, [](TG& x) { return x[0].var({1}); }, [](TH& x) { return x[0].var(1); }));
+  c.push_back(op("matmul", {H({4, 16}), H({16, 3})}, [](auto& x) { return x[0].matmul(x[1]); }));
   c.push_back(op2("linear", {H({2, 8}), H({5, 8}), H({5})}, [](TG& x) { return x[0].linear(x[1], x[2]); },
-                  [](TH& x) { return torch::linear(x[0], x[1], x[2]); }).tol(kHalfSum, kHalfSum));
+                  [](TH& x) { return torch::linear(x[0], x[1], x[2]); }));
   c.push_back(op2("conv2d", {H({1, 2, 6, 6}), H({3, 2, 3, 3}), H({3})}, [](TG& x) { return x[0].conv2d(x[1], x[2], 1, 1); },
-                  [](TH& x) { return torch::conv2d(x[0], x[1], x[2], 1, 1); }).tol(kHalfSum, kHalfSum));
+                  [](TH& x) { return torch::conv2d(x[0], x[1], x[2], 1, 1); }));
   c.push_back(op2("max_pool2d", {H({1, 2, 6, 6})}, [](TG& x) { return x[0].max_pool2d(2); }, [](TH& x) { return torch::max_pool2d(x[0], 2); }));
   c.push_back(op2("avg_pool2d", {H({1, 2, 6, 6})}, [](TG& x) { return x[0].avg_pool2d(3, 1, 1); },
-                  [](TH& x) { return torch::avg_pool2d(x[0], 3, 1, 1); }).tol(kHalfChain, kHalfChain));
+                  [](TH& x) { return torch::avg_pool2d(x[0], 3, 1, 1); }));
   c.push_back(op2("layer_norm", {H({3, 8}), H({8}), H({8})}, [](TG& x) { return x[0].layer_norm({8}, x[1], x[2]); },
-                  [](TH& x) { return torch::layer_norm(x[0], {8}, x[1], x[2]); }).tol(kHalfSum, kHalfSum));
+                  [](TH& x) { return torch::layer_norm(x[0], {8}, x[1], x[2]); }));
   c.push_back(op2("cross_entropy", {H({4, 5}, -3, 3), I({4}, 0, 4)}, [](TG& x) { return x[0].cross_entropy(x[1]); },
-                  [](TH& x) { return torch::cross_entropy_loss(x[0], x[1]); }).tol(kHalfChain, kHalfChain));
+                  [](TH& x) { return torch::cross_entropy_loss(x[0], x[1]); }));
   c.push_back(op2("mse", {H({3, 4}), H({3, 4})}, [](TG& x) { return x[0].mse_loss(x[1]); },
-                  [](TH& x) { return torch::mse_loss(x[0], x[1]); }).tol(kHalfChain, kHalfChain));
+                  [](TH& x) { return torch::mse_loss(x[0], x[1]); }));
   c.push_back(op2("cat", {H({2, 3}), H({1, 3})}, [](TG& x) { return tg::cat({x[0], x[1]}, 0); }, [](TH& x) { return torch::cat({x[0], x[1]}, 0); }));
   c.push_back(op("permute_pad", {H({2, 3, 4})}, [](auto& x) { return x[0].permute({2, 0, 1}).flip({0}); }));
   c.push_back(op("gather", {H({3, 5}), I({3, 4}, 0, 4)}, [](auto& x) { return x[0].gather(1, x[1]); }));
