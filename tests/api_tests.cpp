@@ -378,3 +378,32 @@ TEST_CASE("indexing: ints, slices, NewAxis, Ellipsis and set_slice on a 3-d tens
   CHECK(zv[12] == 100);
   CHECK(zv[1] == 1);
 }
+
+TEST_CASE("attention, masked_select and indexing errors name the op, the shapes and what was expected") {
+  Tensor q = T({2, 3, 4});
+  CHECK(error_of([&] { q.scaled_dot_product_attention(T({2, 5, 3}), T({2, 5, 4})); }) ==
+        "[scaled_dot_product_attention] query (2, 3, 4) and key (2, 5, 3) differ in the embedding dim");
+  CHECK(error_of([&] { q.scaled_dot_product_attention(T({2, 5, 4}), T({2, 6, 4})); }) ==
+        "[scaled_dot_product_attention] key (2, 5, 4) and value (2, 6, 4) differ in sequence length");
+  CHECK(error_of([&] { q.masked_select(T({3, 4})); }) == "[masked_select] mask must be bool, got float32");
+  CHECK(error_of([&] { q.masked_select(Tensor::ones({5}, dtypes::bool_)); }) == "[masked_select] shapes (2, 3, 4) and (5,) do not broadcast");
+  CHECK(error_of([&] { q.index({-3}); }) == "[index] index -3 is out of range for dim 0 of size 2");
+  CHECK(error_of([&] { q.index_select(1, T({2})); }).rfind("[index_select] ", 0) == 0);
+  CHECK(error_of([&] { T({2, 3}).matmul(Tensor::ones({3, 2}, dtypes::bool_).cast(dtypes::int32).T().T().reshape({2, 3})); })
+            .rfind("[matmul] cannot multiply (2, 3) and (2, 3)", 0) == 0);
+}
+
+TEST_CASE("masked_select keeps the selected elements in order; any/all/cat handle empty tensors") {
+  Tensor x = T({2, 3}, 1);
+  x.requires_grad_();
+  Tensor m = Tensor::from_vector(std::vector<bool>{true, false, true}, {3});
+  Tensor s = x.masked_select(m);
+  CHECK(s.to_vector<float>() == std::vector<float>{1, 3, 4, 6});
+  CHECK(Tensor(s.sum()).gradient({x})[0].to_vector<float>() == std::vector<float>{1, 0, 1, 1, 0, 1});
+  CHECK(x.masked_select(Tensor::zeros({2, 3}, dtypes::bool_)).shape() == Shape{0});
+  Tensor e = Tensor::zeros({0, 3}, dtypes::bool_);
+  CHECK(e.any({0}).to_vector<bool>() == std::vector<bool>{false, false, false});
+  CHECK(e.all({0}).to_vector<bool>() == std::vector<bool>{true, true, true});
+  CHECK(cat({T({0, 3}), T({2, 3}), T({0, 3})}, 0).to_vector<float>() == iota_f(6));
+  CHECK(cat({T({0, 3}), T({0, 3})}, 0).shape() == Shape{0, 3});
+}

@@ -110,3 +110,29 @@ TEST_CASE("the backward pass fuses: a gradient of an elementwise chain is one ke
   g.realize();
   CHECK(kernels_run() - before <= 2);
 }
+
+TEST_CASE("gradients of non-differentiable results and of int tensors are errors naming the dtype and shape") {
+  auto x = Tensor::from_vector(std::vector<float>{1, 3, 2}).requires_grad_();
+  auto msg = [](auto&& f) -> std::string {
+    try {
+      f();
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "";
+  };
+  CHECK(msg([&] { x.argmax().gradient({x}); }) ==
+        "[gradient] result " + x.argmax().dtype().name() + " () is not differentiable (comparisons, argmax/argmin, sort "
+        "indices, int and bool ops); differentiate a float result");
+  CHECK(msg([&] { Tensor(x > 1.5).gradient({x}); }).rfind("[gradient] result bool (3,) is not differentiable", 0) == 0);
+  CHECK_THROWS_AS(x.sort().second.sum().backward(), Error);  // sum of int64 indices
+  auto i = Tensor::from_vector(std::vector<int32_t>{1, 2});
+  CHECK(msg([&] { Tensor(x.sum()).gradient({x, i}); }) == "[gradient] target 1 is int32 (2,): only float tensors have gradients");
+  CHECK(msg([&] { i.requires_grad_(); }) == "[requires_grad_] only float tensors can require gradients, got int32 (2,)");
+  CHECK(msg([&] { Tensor(x * 2).backward(); }) == "[backward] needs a scalar, got shape (3,); pass a seed gradient");
+  CHECK(msg([&] { Tensor(x * 2).gradient({x}); }) == "[gradient] of a non-scalar (3,) needs a seed gradient of that shape");
+  Tensor bad_seed = Tensor::ones({2});
+  CHECK(msg([&] { Tensor(x * 2).gradient({x}, &bad_seed); }) == "[gradient] seed shape (2,) does not match (3,)");
+  // a float result through a piecewise-constant op is differentiable, with a zero gradient (as in torch)
+  CHECK(Tensor(x.round().sum()).gradient({x})[0].to_vector<float>() == std::vector<float>{0, 0, 0});
+}

@@ -356,6 +356,9 @@ class Tensor {
   Tensor scatter_reduce(int64_t dim, const Tensor& index, const Tensor& src, const std::string& reduce, bool include_self = true) const;
   /** value where mask (broadcast) is true, this elsewhere; keeps this dtype. */
   Tensor masked_fill(const Tensor& mask, const Tensor& value) const;
+  /** The elements where mask (broadcast with this) is true, flattened in order (torch.masked_select). The output
+   *  size depends on the data: this realises the mask's count (one sync); the gather costs numel x count. */
+  Tensor masked_select(const Tensor& mask) const;
   /** numpy/torch indexing: ints, Slices, integer tensors (broadcast together, advanced indexing), NewAxis, Ellipsis. */
   Tensor index(const std::vector<TensorIndex>& idx) const;
   /** A copy with `value` (broadcast) written into the slice (the functional form of `t[slices] = value`). */

@@ -196,6 +196,8 @@ NoGrad::~NoGrad() { g_no_grad = prev_; }
 bool NoGrad::active() { return g_no_grad; }
 
 Tensor& Tensor::requires_grad_(bool on) {
+  if (on && !dtypes::is_float(dtype()))
+    throw Error("[requires_grad_] only float tensors can require gradients, got " + dtype().name() + " " + shape_str(shape()));
   impl_->requires_grad = on;
   return *this;
 }
@@ -210,12 +212,18 @@ Tensor Tensor::grad() const {
 void Tensor::zero_grad() { impl_->grad.reset(); }
 
 std::vector<Tensor> Tensor::gradient(const std::vector<Tensor>& wrt, const Tensor* seed) const {
+  if (!dtypes::is_float(dtype()))
+    throw Error("[gradient] result " + dtype().name() + " " + shape_str(shape()) +
+                " is not differentiable (comparisons, argmax/argmin, sort indices, int and bool ops); differentiate a float result");
+  for (size_t i = 0; i < wrt.size(); i++)
+    if (!dtypes::is_float(wrt[i].dtype()))
+      throw Error("[gradient] target " + std::to_string(i) + " is " + wrt[i].dtype().name() + " " + shape_str(wrt[i].shape()) +
+                  ": only float tensors have gradients");
   if (!seed && numel() != 1)
     throw Error("[gradient] of a non-scalar " + shape_str(shape()) + " needs a seed gradient of that shape");
   if (seed && seed->shape() != shape())
     throw Error("[gradient] seed shape " + shape_str(seed->shape()) + " does not match " + shape_str(shape()));
-  DType gd = dtypes::is_float(dtype()) ? dtype() : dtypes::float32;
-  Tensor s = seed ? seed->cast(gd) : Tensor::ones(shape(), gd, device());
+  Tensor s = seed ? seed->cast(dtype()) : Tensor::ones(shape(), dtype(), device());
   std::vector<UOpRef> targets;
   for (auto& t : wrt) targets.push_back(t.uop());
   auto g = compute_gradient(uop(), s.uop(), targets, device());

@@ -49,11 +49,14 @@ Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
   for (auto& t : ts) total += t.shape()[size_t(dim)];
   Tensor r;
   int64_t off = 0;
+  bool first = true;
   for (size_t i = 0; i < ts.size(); i++) {
     int64_t n = ts[i].shape()[size_t(dim)];
+    if (n == 0 && (total > 0 || !first)) continue;  // an empty piece adds nothing (and no buffer to the kernel)
     Tensor p = pad_dim(ts[i].cast(out), dim, off, total - off - n);
     off += n;
-    r = i == 0 ? p : (dtypes::is_bool(out) ? r.alu(Ops::OR, p) : r.alu(Ops::ADD, p));
+    r = first ? p : (dtypes::is_bool(out) ? r.alu(Ops::OR, p) : r.alu(Ops::ADD, p));
+    first = false;
   }
   return r;
 }
@@ -319,6 +322,22 @@ Tensor Tensor::masked_fill(const Tensor& mask, const Tensor& value) const {
   if (r.shape() != shape())
     fail("masked_fill", "mask " + shape_str(mask.shape()) + " does not broadcast to " + shape_str(shape()));
   return r;
+}
+
+Tensor Tensor::masked_select(const Tensor& mask) const {
+  if (!dtypes::is_bool(mask.dtype())) fail("masked_select", "mask must be bool, got " + mask.dtype().name());
+  Shape s = broadcast_shape(shape(), mask.shape(), "masked_select");
+  if (s.empty()) s = {1};
+  Tensor x = (ndim() == 0 ? reshape({1}) : *this), m = (mask.ndim() == 0 ? mask.reshape({1}) : mask);
+  while (x.ndim() < int(s.size())) x = x.unsqueeze(0);
+  while (m.ndim() < int(s.size())) m = m.unsqueeze(0);
+  x = x.expand(s).flatten();
+  Tensor cs = m.expand(s).flatten().cast(dtypes::int32).cumsum(0);
+  int64_t n = x.numel() == 0 ? 0 : cs.index({-1}).cast(dtypes::int64).item<int64_t>();  // the data-dependent output size
+  // output k is the first position whose running count exceeds k: the number of positions with count <= k
+  Tensor k = Tensor::arange(n).reshape({n, 1});
+  Tensor idx = Tensor(cs.reshape({1, -1}) <= k).cast(dtypes::int32).sum(1).cast(dtypes::int32);
+  return x.index_select(0, idx);
 }
 
 // ---------------------------------------------------------------- indexing

@@ -61,10 +61,13 @@ Tensor Tensor::argmin(std::optional<int64_t> axis, bool keepdim) const {
 
 Tensor Tensor::any(std::vector<int64_t> axes, bool keepdim) const {
   Tensor b = dtypes::is_bool(dtype()) ? *this : ne(Tensor(0));
+  // max has no identity for an empty axis; counting does: any of nothing is false
+  if (numel() == 0) return b.cast(dtypes::int32).sum(norm_axes(axes, ndim(), "any"), keepdim).ne(Tensor(0));
   return b.max(norm_axes(axes, ndim(), "any"), keepdim);
 }
 Tensor Tensor::all(std::vector<int64_t> axes, bool keepdim) const {
   Tensor b = dtypes::is_bool(dtype()) ? logical_not() : eq(Tensor(0));
+  if (numel() == 0) return b.cast(dtypes::int32).sum(norm_axes(axes, ndim(), "all"), keepdim).eq(Tensor(0));  // all of nothing is true
   return b.max(norm_axes(axes, ndim(), "all"), keepdim).logical_not();
 }
 

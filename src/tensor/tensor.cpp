@@ -348,7 +348,15 @@ Tensor Tensor::log2() const { return unary(*this, Ops::LOG2); }
 Tensor Tensor::exp() const { return Tensor(*this * (1.0 / M_LN2)).exp2(); }
 Tensor Tensor::log() const { return Tensor(log2() * M_LN2); }
 Tensor Tensor::sin() const { return unary(*this, Ops::SIN); }
-Tensor Tensor::cos() const { return Tensor(*this + M_PI / 2).sin(); }
+namespace {
+// Floats narrower than float32 compute a composite op in float32 and round once, as torch does ("opmath"): in
+// float16, x + pi/2 loses the low bits of x (cos), and the sigmoid gradient's (1 + e^-x)^2 overflows for x < -5.5.
+bool narrow_float(DType d) { return dtypes::is_float(d) && d.itemsize() < 4; }
+}  // namespace
+Tensor Tensor::cos() const {
+  if (narrow_float(dtype())) return cast(dtypes::float32).cos().cast(dtype());
+  return Tensor(*this + M_PI / 2).sin();
+}
 Tensor Tensor::sqrt() const { return unary(*this, Ops::SQRT); }
 Tensor Tensor::reciprocal() const { return unary(*this, Ops::RECIPROCAL); }
 Tensor Tensor::trunc() const { return dtypes::is_float(dtype()) ? unary(*this, Ops::TRUNC) : *this; }
@@ -358,7 +366,10 @@ Tensor Tensor::minimum(const Tensor& b) const {
   return Tensor(-Tensor(-*this).maximum(-b));
 }
 Tensor Tensor::relu() const { return maximum(Tensor(0)); }
-Tensor Tensor::sigmoid() const { return Tensor(Tensor(1.0) / Tensor(1.0 + Tensor(-*this).exp())); }
+Tensor Tensor::sigmoid() const {
+  if (narrow_float(dtype())) return cast(dtypes::float32).sigmoid().cast(dtype());
+  return Tensor(Tensor(1.0) / Tensor(1.0 + Tensor(-*this).exp()));
+}
 Tensor Tensor::abs() const { return dtypes::is_unsigned(dtype()) || dtypes::is_bool(dtype()) ? *this : maximum(-*this); }
 Tensor Tensor::logical_not() const {
   Tensor b = cast(dtypes::bool_);
@@ -825,8 +836,7 @@ bool Tensor::requires_grad() const {
 
 void Tensor::backward() {
   if (numel() != 1) throw Error("[backward] needs a scalar, got shape " + shape_str(shape()) + "; pass a seed gradient");
-  Tensor seed = Tensor::ones(shape(), dtypes::is_float(dtype()) ? dtype() : dtypes::float32, device());
-  backward(seed);
+  backward(Tensor::ones(shape(), dtype(), device()));
 }
 
 void Tensor::backward(const Tensor& seed) {

@@ -1,11 +1,16 @@
-// The torch comparison runner and the TEST_CASEs that run each case table.
+// The torch comparison runner: registers every table case as a doctest test case of its own, and the suite's main.
+#define DOCTEST_CONFIG_IMPLEMENT
+#include <ostream>  // clang 14 + libstdc++ 12: doctest needs the complete type
+
 #include "harness.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <numeric>
 #include <sstream>
+#include <unordered_map>
 
 #include "tg/schedule.hpp"
 
@@ -53,15 +58,19 @@ std::vector<double> draw(const In& in, std::mt19937& g) {
     else {
       x = std::uniform_real_distribution<double>(in.lo, in.hi)(g);
       if (in.dtype == tg::dtypes::float32) x = double(float(x));
+      if (in.dtype == tg::dtypes::float16) x = double(tg::half_bits_to_float(tg::float_to_half_bits(float(x))));
     }
   }
   return v;
 }
 
-// The same values as a tg tensor and a torch tensor.
+// The same values as a tg tensor and a torch tensor. A float16 input is a float16 buffer in tg and the same values
+// in float32 in torch (libtorch 1.13 has no CPU kernels for most float16 ops): torch's result, computed in float32,
+// is rounded once to float16 to be the reference.
 std::pair<tg::Tensor, torch::Tensor> make(const In& in, const std::vector<double>& v) {
   std::vector<int64_t> sizes(in.shape.begin(), in.shape.end());
-  torch::Tensor th = torch::tensor(v, torch::kDouble).reshape(sizes).to(torch_type(in.dtype)).contiguous();
+  bool half = in.dtype == tg::dtypes::float16;
+  torch::Tensor th = torch::tensor(v, torch::kDouble).reshape(sizes).to(half ? torch::kFloat : torch_type(in.dtype)).contiguous();
   tg::Tensor t;
   using namespace tg;
   auto mk = [&](auto tag) {
@@ -70,7 +79,11 @@ std::pair<tg::Tensor, torch::Tensor> make(const In& in, const std::vector<double
     for (double x : v) c.push_back(T(x));
     return tg::Tensor::from_vector(c, {int64_t(c.size())}).reshape(in.shape);
   };
-  if (in.dtype == dtypes::float32) t = mk(float{});
+  if (half) {
+    std::vector<uint16_t> bits;
+    for (double x : v) bits.push_back(tg::float_to_half_bits(float(x)));
+    t = tg::Tensor::from_blob(bits.data(), in.shape, dtypes::float16);
+  } else if (in.dtype == dtypes::float32) t = mk(float{});
   else if (in.dtype == dtypes::float64) t = mk(double{});
   else if (in.dtype == dtypes::int64) t = mk(int64_t{});
   else if (in.dtype == dtypes::int32) t = mk(int32_t{});
@@ -83,11 +96,12 @@ std::pair<tg::Tensor, torch::Tensor> make(const In& in, const std::vector<double
   return {t, th};
 }
 
-std::vector<double> torch_values(const torch::Tensor& t) {
-  torch::Tensor d = t.detach().to(torch::kDouble).contiguous();
+std::vector<double> torch_values(const torch::Tensor& t, bool round_half = false) {
+  torch::Tensor d = t.detach();
+  if (round_half) d = d.to(torch::kHalf);
+  d = d.to(torch::kDouble).contiguous();
   return std::vector<double>(d.data_ptr<double>(), d.data_ptr<double>() + d.numel());
 }
-
 // Compares element by element; returns "" when close, else a description of the worst element.
 std::string compare(const std::vector<double>& a, const std::vector<double>& b, double rtol, double atol, bool exact) {
   if (a.size() != b.size()) return "sizes differ: " + std::to_string(a.size()) + " vs " + std::to_string(b.size());
@@ -127,8 +141,40 @@ std::string shape_of(const torch::Tensor& t) {
   return tg::shape_str(s);
 }
 
+std::string dims_of(const tg::Shape& s) {
+  if (s.empty()) return "scalar";
+  std::string out;
+  for (size_t i = 0; i < s.size(); i++) out += (i ? "x" : "") + std::to_string(s[i]);
+  return out;
+}
+
+// "tan (float32 3x5)", "where (bool 3x4; float32 3x4; float32 4)": op, then each input's dtype and shape.
+std::string full_name(const Case& c) {
+  if (c.ins.empty()) return c.name;
+  std::string s = c.name + " (";
+  for (size_t i = 0; i < c.ins.size(); i++) s += (i ? "; " : "") + c.ins[i].dtype.name() + " " + dims_of(c.ins[i].shape);
+  return s + ")" + (c.second ? " +2nd order" : "");
+}
+
+// A float16 result (every float input float16) is compared with torch's float32 result rounded to float16.
+bool half_case(const Case& c) {
+  bool half = false, wide = false;
+  for (auto& in : c.ins) {
+    half |= in.dtype == tg::dtypes::float16;
+    wide |= in.dtype == tg::dtypes::float32 || in.dtype == tg::dtypes::float64;
+  }
+  return half && !wide;
+}
+
+std::vector<double> random_seed_values(size_t n, std::mt19937& g) {
+  std::vector<double> sv(n);
+  std::normal_distribution<double> nd;
+  for (auto& x : sv) x = double(float(nd(g)));
+  return sv;
+}
+
 void run_case(const Case& c) {
-  std::mt19937 g(uint32_t(std::hash<std::string>{}(c.name)));
+  std::mt19937 g(uint32_t(std::hash<std::string>{}(full_name(c))));
   std::vector<tg::Tensor> tx;
   std::vector<torch::Tensor> hx;
   for (auto& in : c.ins) {
@@ -136,89 +182,160 @@ void run_case(const Case& c) {
     tx.push_back(t);
     hx.push_back(h);
   }
+  bool half = half_case(c);
+  double rtol = half ? std::max(c.rtol, kHalfTol) : c.rtol, atol = half ? std::max(c.atol, kHalfTol) : c.atol;
+  double grtol = half ? std::max(c.grtol, kHalfTol) : c.grtol, gatol = half ? std::max(c.gatol, kHalfTol) : c.gatol;
   torch::Tensor ho = c.th_fn(hx);
   tg::Tensor to;
   try {
     to = c.tg_fn(tx);
   } catch (const std::exception& e) {
-    FAIL_CHECK(c.name << ": tg threw: " << std::string(e.what()));
+    FAIL_CHECK("tg threw: " << std::string(e.what()));
     return;
   }
   std::vector<int64_t> hs(ho.sizes().begin(), ho.sizes().end());
-  CHECK_MESSAGE(to.shape() == hs, c.name << ": shape " << tg::shape_str(to.shape()) << " vs torch " << shape_of(ho));
+  CHECK_MESSAGE(to.shape() == hs, "shape " << tg::shape_str(to.shape()) << " vs torch " << shape_of(ho));
   if (to.shape() != hs) return;
   bool tf = tg::dtypes::is_float(to.dtype()), hf = ho.is_floating_point();
   bool tb = tg::dtypes::is_bool(to.dtype()), hb = ho.scalar_type() == torch::kBool;
-  CHECK_MESSAGE((tf == hf && tb == hb), c.name << ": dtype " << to.dtype().name() << " vs torch " << ho.scalar_type());
+  CHECK_MESSAGE((tf == hf && tb == hb), "dtype " << to.dtype().name() << " vs torch " << ho.scalar_type());
+  if (half && tf) CHECK_MESSAGE(to.dtype() == tg::dtypes::float16, "float16 inputs gave a " << to.dtype().name() << " result");
   // backward inputs
   std::vector<size_t> gi;
   for (size_t i = 0; i < c.ins.size(); i++)
     if (c.ins[i].grad && tg::dtypes::is_float(c.ins[i].dtype)) gi.push_back(i);
   bool do_bw = c.backward && tf && hf && !gi.empty() && ho.requires_grad();
-  std::vector<tg::Tensor> tgrads;
+  bool do_bw2 = do_bw && c.second;
+  std::vector<tg::Tensor> tgrads, tgrads2;
   torch::Tensor seed_h;
+  std::vector<std::vector<double>> seed2;
   if (do_bw) {
-    std::vector<double> sv(static_cast<size_t>(ho.numel()));
-    std::normal_distribution<double> nd;
-    for (auto& x : sv) x = double(float(nd(g)));
-    auto [st, sh] = make(In{to.shape(), tg::dtypes::float32, 0, 0, false, {}}, sv);
+    tg::DType sd = half ? tg::dtypes::float16 : tg::dtypes::float32;
+    auto [st, sh] = make(In{to.shape(), sd, 0, 0, false, {}}, random_seed_values(size_t(ho.numel()), g));
     seed_h = sh.to(ho.scalar_type());
     std::vector<tg::Tensor> wrt;
     for (size_t i : gi) wrt.push_back(tx[i]);
     try {
       tg::Tensor seed = st.cast(to.dtype());
       tgrads = to.gradient(wrt, &seed);
+      if (do_bw2) {  // s = sum_k sum(grad_k * seed2_k), differentiated again
+        tg::Tensor s;
+        for (size_t k = 0; k < gi.size(); k++) {
+          seed2.push_back(random_seed_values(size_t(hx[gi[k]].numel()), g));
+          auto [s2, unused] = make(In{tx[gi[k]].shape(), tx[gi[k]].dtype(), 0, 0, false, {}}, seed2.back());
+          tg::Tensor term = tg::Tensor(tgrads[k] * s2).sum();
+          s = k == 0 ? term : tg::Tensor(s + term);
+        }
+        tgrads2 = s.gradient(wrt);
+      }
     } catch (const std::exception& e) {
-      FAIL_CHECK(c.name << ": tg gradient threw: " << std::string(e.what()));
+      FAIL_CHECK("tg gradient threw: " << std::string(e.what()));
       return;
     }
   }
   std::vector<tg::Tensor*> all{&to};
   for (auto& t : tgrads) all.push_back(&t);
+  for (auto& t : tgrads2) all.push_back(&t);
   tg::Tensor::realize_all(all);
   bool exact = !tf;
-  std::string err = compare(to.to_doubles(), torch_values(ho), c.rtol, c.atol, exact);
-  CHECK_MESSAGE(err.empty(), c.name << " forward: " << err);
+  std::string err = compare(to.to_doubles(), torch_values(ho, half && hf), rtol, atol, exact);
+  CHECK_MESSAGE(err.empty(), "forward: " << err);
   if (!do_bw) return;
   std::vector<torch::Tensor> hin;
   for (size_t i : gi) hin.push_back(hx[i]);
-  auto hg = torch::autograd::grad({ho}, hin, {seed_h}, /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
+  auto hg = torch::autograd::grad({ho}, hin, {seed_h}, /*retain_graph=*/do_bw2, /*create_graph=*/do_bw2, /*allow_unused=*/true);
   for (size_t k = 0; k < gi.size(); k++) {
     torch::Tensor h = hg[k].defined() ? hg[k] : torch::zeros_like(hx[gi[k]]);
-    std::string e = compare(tgrads[k].to_doubles(), torch_values(h), c.grtol, c.gatol, false);
-    CHECK_MESSAGE(e.empty(), c.name << " gradient of input " << gi[k] << ": " << e);
+    std::string e = compare(tgrads[k].to_doubles(), torch_values(h, half), grtol, gatol, false);
+    CHECK_MESSAGE(e.empty(), "gradient of input " << gi[k] << ": " << e);
   }
+  if (!do_bw2) return;
+  torch::Tensor s = torch::zeros({}, torch::kDouble);
+  for (size_t k = 0; k < gi.size(); k++)
+    if (hg[k].defined()) {
+      auto s2 = torch::tensor(seed2[k], torch::kDouble).reshape(hx[gi[k]].sizes()).to(hx[gi[k]].scalar_type());
+      s = s + (hg[k] * s2).sum();
+    }
+  std::vector<torch::Tensor> hg2(gi.size());
+  if (s.requires_grad()) hg2 = torch::autograd::grad({s}, hin, {}, false, false, /*allow_unused=*/true);
+  for (size_t k = 0; k < gi.size(); k++) {
+    torch::Tensor h = hg2[k].defined() ? hg2[k] : torch::zeros_like(hx[gi[k]]);
+    std::string e = compare(tgrads2[k].to_doubles(), torch_values(h), grtol, gatol, false);
+    CHECK_MESSAGE(e.empty(), "second-order gradient of input " << gi[k] << ": " << e);
+  }
+}
+
+// ---------------------------------------------------------------- one doctest test case per table case
+
+struct Registry {
+  std::vector<Case> cases;
+  std::vector<std::string> names;  // doctest keeps the name pointers: filled once, never resized after
+  std::unordered_map<std::string, size_t> index;
+  std::vector<double> ms;
+};
+Registry& registry() {
+  static Registry r;
+  return r;
+}
+
+void run_current() {
+  Registry& r = registry();
+  const doctest::detail::TestCase* tc = doctest::getContextOptions()->currentTest;
+  size_t i = r.index.at(tc->m_name);
+  auto a = std::chrono::steady_clock::now();
+  try {
+    run_case(r.cases[i]);
+  } catch (const std::exception& e) {
+    FAIL_CHECK("threw: " << std::string(e.what()));
+  }
+  r.ms[i] = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count();
+}
+
+void register_cases() {
+  Registry& r = registry();
+  for (auto* table : {math_cases, movement_cases, reduce_cases, nn_cases, loss_linalg_cases, big_cases, coverage_cases})
+    for (auto& c : table()) r.cases.push_back(std::move(c));
+  for (auto& c : r.cases) {
+    std::string n = full_name(c);
+    if (!r.index.emplace(n, r.names.size()).second) throw std::runtime_error("two torch cases are named '" + n + "'");
+    r.names.push_back(n);
+  }
+  r.ms.assign(r.cases.size(), -1);
+  static const doctest::detail::TestSuite suite = [] {
+    doctest::detail::TestSuite s;
+    s.m_test_suite = "torch";
+    return s;
+  }();
+  for (size_t i = 0; i < r.cases.size(); i++)
+    doctest::detail::regTest(doctest::detail::TestCase(run_current, r.cases[i].where.file_name(), r.cases[i].where.line(), suite) *
+                             r.names[i].c_str());
+}
+
+// Total time of the cases that ran and the slowest few (to keep the suite's run time in view).
+void print_times() {
+  Registry& r = registry();
+  std::vector<size_t> ran;
+  double total = 0;
+  for (size_t i = 0; i < r.ms.size(); i++)
+    if (r.ms[i] >= 0) {
+      ran.push_back(i);
+      total += r.ms[i];
+    }
+  std::sort(ran.begin(), ran.end(), [&](size_t a, size_t b) { return r.ms[a] > r.ms[b]; });
+  std::printf("torch cases: %zu ran in %.1f s; slowest:", ran.size(), total / 1000);
+  for (size_t k = 0; k < std::min<size_t>(5, ran.size()); k++) std::printf(" %s %.0f ms;", r.names[ran[k]].c_str(), r.ms[ran[k]]);
+  std::printf("\n");
 }
 
 }  // namespace
-
-void run(const std::vector<Case>& cases) {
-  torch::manual_seed(0);
-  double slowest = 0;
-  std::string slow_name;
-  auto t0 = std::chrono::steady_clock::now();
-  for (auto& c : cases) {
-    auto a = std::chrono::steady_clock::now();
-    try {
-      run_case(c);
-    } catch (const std::exception& e) {
-      FAIL_CHECK(c.name << ": threw: " << std::string(e.what()));
-    }
-    double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count();
-    if (ms > slowest) {
-      slowest = ms;
-      slow_name = c.name;
-    }
-  }
-  double total = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-  MESSAGE(cases.size() << " cases in " << total << " ms; slowest " << slow_name << " " << slowest << " ms");
-}
-
 }  // namespace tt
 
-TEST_CASE("math and activation ops match torch, forward and backward") { tt::run(tt::math_cases()); }
-TEST_CASE("movement and indexing ops match torch, forward and backward") { tt::run(tt::movement_cases()); }
-TEST_CASE("reductions and scans match torch, forward and backward") { tt::run(tt::reduce_cases()); }
-TEST_CASE("nn functional ops match torch, forward and backward") { tt::run(tt::nn_cases()); }
-TEST_CASE("losses and linear algebra match torch, forward and backward") { tt::run(tt::loss_linalg_cases()); }
-TEST_CASE("larger shapes (conv, pool, matmul, long scans and sorts) match torch") { tt::run(tt::big_cases()); }
+int main(int argc, char** argv) {
+  torch::manual_seed(0);
+  tt::register_cases();
+  doctest::Context ctx;
+  ctx.applyCommandLine(argc, argv);
+  int rc = ctx.run();
+  if (!ctx.shouldExit()) tt::print_times();
+  return rc;
+}

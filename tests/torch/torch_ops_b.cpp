@@ -92,7 +92,7 @@ std::vector<Case> reduce_cases() {
   // the same reductions over more shapes (odd, size-1 and 1-d), along the last and the first dim
   for (tg::Shape sh : {tg::Shape{7}, tg::Shape{4, 1, 3}, tg::Shape{2, 5, 3}}) {
     for (int64_t ax : {int64_t(-1), int64_t(0)}) {
-      std::string n = tg::shape_str(sh) + "@" + std::to_string(ax);
+      std::string n = "@" + std::to_string(ax);
       c.push_back(op2("sum" + n, {F(sh)}, [ax](TG& x) { return x[0].sum(ax); }, [ax](TH& x) { return x[0].sum(ax); }));
       c.push_back(op2("max" + n, {F(sh)}, [ax](TG& x) { return x[0].max(ax, true); }, [ax](TH& x) { return std::get<0>(x[0].max(ax, true)); }));
       c.push_back(op2("prod" + n, {F(sh, 0.5, 1.5)}, [ax](TG& x) { return x[0].prod(ax); }, [ax](TH& x) { return x[0].prod(ax); }));
