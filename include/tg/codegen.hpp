@@ -19,12 +19,15 @@
 //   ALU ops     unary/binary/ternary, CAST, BITCAST with the C semantics of exec_alu (IDIV/MOD truncate,
 //               comparisons give bool, shifts as in C for in-range amounts).
 //   IF/ENDIF    IF src (cond bool); ENDIF src (IF).
+//   SPECIAL     src (size), int32/int64, arg [axis]: the global work-item index on launch axis 0..2 (GPU renderers
+//               only, see Renderer::grid_limits); 0 <= SPECIAL < size.
 //   SINK        last; ignored by renderers.
 // No `index` dtype reaches a renderer: index arithmetic is int32 or int64 by then.
 // Kernel ABI on the CPU: `extern "C" void NAME(void* const* bufs, const int64_t* vars)`.
 #include <string>
 #include <vector>
 
+#include "tg/device.hpp"
 #include "tg/pattern.hpp"
 
 namespace tg {
@@ -40,6 +43,7 @@ struct CompiledKernel {
   int n_params = 0;
   std::vector<std::string> var_names;
   double flops = 0, mem_bytes = 0;   // estimates for DEBUG=2 lines
+  LaunchDims dims;                   // groups and threads per group (all 1 for a serial kernel)
 };
 
 /** Lower a kernel AST (SINK of STOREs over RANGEs, see src/schedule) into a linear program and render it. */

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "gpudims.hpp"
 #include "tg/codegen.hpp"
 #include "tg/device.hpp"
 #include "tg/env.hpp"
@@ -201,6 +202,11 @@ CompiledKernel lower_kernel(const UOpRef& ast, const std::string& name, Renderer
   trace("input", ast);
   UOpRef k = graph_rewrite(ast, symbolic(), nullptr, false, "simplify");
   trace("simplify", k);
+  LaunchDims dims;
+  if (Renderer::GridLimits lim = renderer.grid_limits(); lim.threads > 0) {
+    k = add_gpu_dims(k, lim, dims);
+    trace("gpu dims", k);
+  }
   ReduceCtx rctx;
   k = graph_rewrite(k, pm_reduce(), &rctx, false, "expand reduce");
   k = add_ends(k);
@@ -216,6 +222,7 @@ CompiledKernel lower_kernel(const UOpRef& ast, const std::string& name, Renderer
   CompiledKernel ck;
   ck.name = name;
   ck.sink = k;
+  ck.dims = dims;
   ck.program = linearize(k);
   for (const UOp* u : ck.program) {
     if (u->op == Ops::PARAM) ck.n_params = std::max(ck.n_params, int(std::get<int64_t>(u->arg)) + 1);

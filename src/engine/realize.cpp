@@ -72,11 +72,17 @@ std::string kernel_name(const UOp* ast) {
   return n;
 }
 
+std::function<void(const UOpRef&, const std::string&)>& compile_hook() {
+  static auto* h = new std::function<void(const UOpRef&, const std::string&)>();
+  return *h;
+}
+
 std::shared_ptr<Runner> compile_item(const ScheduleItem& it) {
   Device& dev = get_device(it.device);
   auto r = std::make_shared<Runner>();
   r->device = it.device;
   r->kernel = lower_kernel(it.ast, kernel_name(it.ast.get()), dev.renderer());
+  if (auto& hook = compile_hook()) hook(it.ast, r->kernel.name);
   r->program = dev.get_program(r->kernel.src, r->kernel.name);
   return r;
 }
@@ -86,6 +92,10 @@ thread_local std::vector<JitItem>* g_capture = nullptr;
 }  // namespace
 
 size_t kernels_run() { return g_kernels_run.load(); }
+
+void set_kernel_compile_hook(std::function<void(const UOpRef& ast, const std::string& name)> hook) {
+  compile_hook() = std::move(hook);
+}
 
 void jit_begin_capture(std::vector<JitItem>* sink) { g_capture = sink; }
 void jit_end_capture() { g_capture = nullptr; }
@@ -100,8 +110,7 @@ void jit_run(const JitItem& item, const std::vector<Buffer*>& bufs) {
   auto& r = *static_cast<Runner*>(item.runner.get());
   std::vector<void*> ptrs;
   for (Buffer* b : bufs) ptrs.push_back(b->ptr());
-  LaunchDims dims;
-  r.program->run(ptrs.data(), nullptr, dims);
+  r.program->run(ptrs.data(), nullptr, r.kernel.dims);
   g_kernels_run++;
 }
 
@@ -140,8 +149,7 @@ void run_schedule(Schedule& s) {
     std::vector<void*> ptrs;
     for (auto& b : it.bufs) ptrs.push_back(b->ptr());
     auto t0 = std::chrono::steady_clock::now();
-    LaunchDims dims;
-    r.program->run(ptrs.data(), nullptr, dims);
+    r.program->run(ptrs.data(), nullptr, r.kernel.dims);
     if (dbg >= 2) get_device(it.device).synchronize();
     double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     size_t n = ++g_kernels_run;
