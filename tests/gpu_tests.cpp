@@ -114,7 +114,7 @@ TEST_CASE("to() copies between CPU and CL both ways; results match the CPU") {
 TEST_CASE("CUDA kernels index work items with blockIdx/threadIdx and compile with NVRTC for sm_80 and sm_90") {
   auto r = make_cuda_renderer(90);
   Tensor a = Tensor::arange(0, 256 * 3, 1, dtypes::float16, "CPU").reshape({3, 256});
-  CompiledKernel k = lower_last(Tensor(a * 2).sum({0}), *r);
+  CompiledKernel k = lower_last(Tensor(a * 2).sum(int64_t(0)), *r);
   CHECK(contains(k.src, "extern \"C\" __global__"));
   CHECK(contains(k.src, "blockIdx.x*blockDim.x+threadIdx.x"));
   CHECK(k.dims.global[0] * k.dims.local[0] == 256);
@@ -141,4 +141,47 @@ TEST_CASE("an NVRTC compile error carries NVRTC's log and the source") {
     CHECK(contains(e.what(), "sm_90"));
   }
   CHECK_THROWS_AS(c->compile("__global__ void k() {}", "k"), Error);  // no argument line
+}
+
+TEST_CASE("the native-half OpenCL dialect (devices with cl_khr_fp16) gives the CPU's float16 results") {
+  if (!has_device("CL")) return;
+  Device& cl = get_device("CL");
+  auto r = make_opencl_renderer(true, true, 64);
+  Tensor a = Tensor::arange(-40, 40, 1, dtypes::float16, "CPU") * 0.37f;
+  Tensor b = Tensor::arange(0, 80, 1, dtypes::int32, "CPU");
+  a.realize();
+  b.realize();
+  Tensor out = Tensor(Tensor(a * a + b.cast(dtypes::float16)).sqrt() - a.relu()).cast(dtypes::float16);
+  UOpRef u = out.uop();
+  Schedule s = create_schedule(std::span<const UOpRef>(&u, 1));
+  REQUIRE(s.items.size() == 1);
+  CompiledKernel k = lower_kernel(s.items.back().ast, "k", *r);
+  CHECK(contains(k.src, "cl_khr_fp16"));
+  CHECK(contains(k.src, "half"));
+  std::unique_ptr<Program> prog;
+  try {
+    prog = cl.load(cl.compiler().compile(k.src, "k"), "k");
+  } catch (const Error& e) {
+    MESSAGE("this OpenCL device does not build native half: " << std::string(e.what()).substr(0, 200));
+    return;
+  }
+  // The same buffers on CL: copy the inputs over, run, and compare with the CPU's run of the same schedule.
+  std::vector<std::unique_ptr<Buffer>> bufs;
+  std::vector<void*> ptrs;
+  for (auto& b : s.items.back().bufs) {
+    bufs.push_back(std::make_unique<Buffer>("CL", b->dtype(), b->size()));
+    if (b->allocated()) {
+      std::vector<uint8_t> host(b->nbytes());
+      b->copyout(host.data(), host.size());
+      bufs.back()->copyin(host.data(), host.size());
+    }
+    ptrs.push_back(bufs.back()->ptr());
+  }
+  prog->run(ptrs.data(), nullptr, k.dims);
+  std::vector<uint16_t> got(80);
+  bufs[0]->copyout(got.data(), 160);
+  run_schedule(s);
+  std::vector<uint16_t> want(80);
+  s.items.back().bufs[0]->copyout(want.data(), 160);
+  CHECK(got == want);
 }
