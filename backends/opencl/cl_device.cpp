@@ -198,7 +198,8 @@ class ClCompiler : public Compiler {
 
 class ClProgram : public Program {
  public:
-  ClProgram(cl_program p, cl_kernel k, cl_command_queue q, BinHeader h) : prog_(p), kernel_(k), q_(q), h_(h) {}
+  ClProgram(cl_program p, cl_kernel k, cl_command_queue q, BinHeader h, size_t max_wg)
+      : prog_(p), kernel_(k), q_(q), h_(h), max_wg_(std::max<size_t>(max_wg, 1)) {}
   ~ClProgram() override {
     clReleaseKernel(kernel_);
     clReleaseProgram(prog_);
@@ -219,6 +220,14 @@ class ClProgram : public Program {
       local[i] = size_t(dims.local[i]);
       global[i] = size_t(dims.global[i]) * local[i];
     }
+    // Kernels index work items globally, so any group size dividing the global size is right: shrink a group
+    // this kernel cannot have (a GPU driver may allow fewer items for a register-heavy kernel).
+    while (local[0] * local[1] * local[2] > max_wg_) {
+      int ax = local[0] > 1 ? 0 : local[1] > 1 ? 1 : 2;
+      size_t d = local[ax] - 1;
+      while (d > 1 && global[ax] % d != 0) d--;
+      local[ax] = d;
+    }
     check(clEnqueueNDRangeKernel(q_, kernel_, 3, nullptr, global, local, 0, nullptr, nullptr), "clEnqueueNDRangeKernel");
   }
 
@@ -228,6 +237,7 @@ class ClProgram : public Program {
   cl_kernel kernel_;
   cl_command_queue q_;
   BinHeader h_;
+  size_t max_wg_;
 };
 
 bool has_ext(cl_device_id d, const char* ext) {
@@ -281,7 +291,10 @@ class ClDevice : public Device {
       clReleaseProgram(p);
       check(e, ("clCreateKernel(" + name + ")").c_str());
     }
-    return std::make_unique<ClProgram>(p, k, q_, h);
+    size_t max_wg = 0;
+    if (clGetKernelWorkGroupInfo(k, dev_, CL_KERNEL_WORK_GROUP_SIZE, sizeof max_wg, &max_wg, nullptr) != CL_SUCCESS)
+      max_wg = size_t(-1);  // unknown: keep the renderer's choice
+    return std::make_unique<ClProgram>(p, k, q_, h, max_wg);
   }
 
  private:
