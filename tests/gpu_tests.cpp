@@ -2,11 +2,13 @@
 // compilation when libnvrtc is, and the errors that say what is missing when they are not.
 #include <doctest/doctest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "../backends/cuda/cuda.hpp"
 #include "tg/codegen.hpp"
+#include "tg/env.hpp"
 #include "tg/render.hpp"
 #include "tg/schedule.hpp"
 #include "tg/tensor.hpp"
@@ -32,6 +34,25 @@ bool has_nvrtc() {
     return false;
   }
 }
+
+// Sets (or with nullptr unsets) an environment variable for one scope; tg's cached values are forgotten.
+struct ScopedEnv {
+  std::string name, old;
+  bool had;
+  ScopedEnv(const char* n, const char* v) : name(n) {
+    const char* o = std::getenv(n);
+    had = o != nullptr;
+    if (had) old = o;
+    if (v) setenv(n, v, 1);
+    else unsetenv(n);
+    env_reset_cache();
+  }
+  ~ScopedEnv() {
+    if (had) setenv(name.c_str(), old.c_str(), 1);
+    else unsetenv(name.c_str());
+    env_reset_cache();
+  }
+};
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
@@ -59,6 +80,26 @@ TEST_CASE("a missing CUDA driver or GPU is a tg::Error that names it and how to 
   if (!cuda_ok) CHECK_THROWS_AS(get_device("CUDA"), Error);  // the same error again, no crash
   Tensor a = Tensor::arange(0, 4, 1, dtypes::int32, "CPU") * 2;
   CHECK(a.to_vector<int32_t>() == std::vector<int32_t>{0, 2, 4, 6});
+}
+
+TEST_CASE("DEVICE=CL, CL=1 and CUDA=1 select the default device; CL:0 is CL") {
+  {
+    ScopedEnv d("DEVICE", nullptr), c("CL", "1");
+    CHECK(default_device() == "CL");
+  }
+  {
+    ScopedEnv d("DEVICE", nullptr), c("CL", nullptr), u("CUDA", "1");
+    CHECK(default_device() == "CUDA");  // selected by name; opening it is what reports a missing driver
+  }
+  {
+    ScopedEnv d("DEVICE", "cl:0");
+    CHECK(default_device() == "CL");
+  }
+  {
+    ScopedEnv d("DEVICE", "CL:1");
+    CHECK(default_device() == "CL:1");
+  }
+  if (has_device("CL")) CHECK(get_device("CL:0").name() == "CL");
 }
 
 TEST_CASE("an OpenCL device index past the last device is a tg::Error saying how many there are") {
