@@ -198,8 +198,8 @@ class ClCompiler : public Compiler {
 
 class ClProgram : public Program {
  public:
-  ClProgram(cl_program p, cl_kernel k, cl_command_queue q, BinHeader h, size_t max_wg)
-      : prog_(p), kernel_(k), q_(q), h_(h), max_wg_(std::max<size_t>(max_wg, 1)) {}
+  ClProgram(cl_program p, cl_kernel k, cl_command_queue q, BinHeader h, size_t max_wg, bool sync)
+      : prog_(p), kernel_(k), q_(q), h_(h), max_wg_(std::max<size_t>(max_wg, 1)), sync_(sync) {}
   ~ClProgram() override {
     clReleaseKernel(kernel_);
     clReleaseProgram(prog_);
@@ -229,6 +229,7 @@ class ClProgram : public Program {
       local[ax] = d;
     }
     check(clEnqueueNDRangeKernel(q_, kernel_, 3, nullptr, global, local, 0, nullptr, nullptr), "clEnqueueNDRangeKernel");
+    if (sync_) check(clFinish(q_), "clFinish");
   }
 
  private:
@@ -238,6 +239,7 @@ class ClProgram : public Program {
   cl_command_queue q_;
   BinHeader h_;
   size_t max_wg_;
+  bool sync_;
 };
 
 bool has_ext(cl_device_id d, const char* ext) {
@@ -256,6 +258,9 @@ class ClDevice : public Device {
     check(e, "clCreateCommandQueue");
     size_t max_wg = 256;
     clGetDeviceInfo(dev_, CL_DEVICE_MAX_WORK_GROUP_SIZE, sizeof max_wg, &max_wg, nullptr);
+    cl_device_type type = 0;
+    clGetDeviceInfo(dev_, CL_DEVICE_TYPE, sizeof type, &type, nullptr);
+    cpu_device_ = (type & CL_DEVICE_TYPE_CPU) != 0;
     renderer_ = make_opencl_renderer(has_ext(dev_, "cl_khr_fp16"), has_ext(dev_, "cl_khr_fp64"),
                                      int64_t(std::min<size_t>(max_wg, 256)));
     std::string id = "opencl-" + device_str(dev_, CL_DEVICE_NAME) + "-" + device_str(dev_, CL_DRIVER_VERSION);
@@ -294,7 +299,7 @@ class ClDevice : public Device {
     size_t max_wg = 0;
     if (clGetKernelWorkGroupInfo(k, dev_, CL_KERNEL_WORK_GROUP_SIZE, sizeof max_wg, &max_wg, nullptr) != CL_SUCCESS)
       max_wg = size_t(-1);  // unknown: keep the renderer's choice
-    return std::make_unique<ClProgram>(p, k, q_, h, max_wg);
+    return std::make_unique<ClProgram>(p, k, q_, h, max_wg, cpu_device_);
   }
 
  private:
@@ -302,6 +307,10 @@ class ClDevice : public Device {
   cl_device_id dev_;
   cl_context ctx_ = nullptr;
   cl_command_queue q_ = nullptr;
+  // A CPU device (PoCL) runs each kernel to completion before run() returns: its cores are the host's, so little
+  // overlap is lost, and no kernel is left in flight at exit, where PoCL may still be compiling it in a worker
+  // thread while exit destroys its LLVM (a crash seen in about one of 20 test runs).
+  bool cpu_device_ = false;
   BuiltPrograms built_;
   std::unique_ptr<Renderer> renderer_;
   std::unique_ptr<Compiler> compiler_;
