@@ -19,6 +19,8 @@
 //   ALU ops     unary/binary/ternary, CAST, BITCAST with the C semantics of exec_alu (IDIV/MOD truncate,
 //               comparisons give bool, shifts as in C for in-range amounts).
 //   IF/ENDIF    IF src (cond bool); ENDIF src (IF).
+//   SPECIAL     src (size), int32/int64, arg [axis]: the global work-item index on launch axis 0..2 (GPU renderers
+//               only, see Renderer::grid_limits); 0 <= SPECIAL < size.
 //   SINK        last; ignored by renderers.
 // No `index` dtype reaches a renderer: index arithmetic is int32 or int64 by then.
 // Kernel ABI on the CPU: `extern "C" void NAME(void* const* bufs, const int64_t* vars)`.
@@ -26,6 +28,7 @@
 #include <vector>
 
 #include "tg/opt.hpp"
+#include "tg/device.hpp"
 #include "tg/pattern.hpp"
 
 namespace tg {
@@ -44,6 +47,7 @@ struct CompiledKernel {
   std::vector<Opt> opts;             // the optimisations applied
   int threads = 1;                   // calls in parallel, one per core (the kernel variable core_id)
   int core_var = -1;                 // position of core_id in var_names, or -1
+  LaunchDims dims;                   // groups and threads per group (all 1 for a serial kernel)
 };
 
 /** How to optimise while lowering: the target's limits, and explicit opts (else the heuristic's). */

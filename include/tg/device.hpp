@@ -80,6 +80,13 @@ class Renderer {
   /** Capabilities the optimiser and decompositions consult. */
   virtual bool has_local() const { return false; }
   virtual bool supports(DType) const { return true; }
+  /** Limits of a GPU-style launch: kernels whose output loops become work-item indices (SPECIAL) return
+   *  threads > 0 (most threads per group) and the most groups per axis; a serial (CPU) kernel returns threads 0. */
+  struct GridLimits {
+    int64_t threads = 0;
+    int64_t groups[3] = {0, 0, 0};
+  };
+  virtual GridLimits grid_limits() const { return {}; }
 };
 
 /** A device: a name ("CPU", "CL:1", ...) and its four parts. */

@@ -11,6 +11,7 @@
 // Thread-safety: render() keeps all state on its stack; a renderer may be used from several threads.
 #include <array>
 #include <functional>
+#include <memory>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -89,6 +90,13 @@ class CRenderer : public CStyleRenderer {
  public:
   CRenderer() : CStyleRenderer(c_language()) {}
 };
+
+/** The OpenCL C dialect; `fp16`/`fp64`: the device has cl_khr_fp16 / cl_khr_fp64 (src/codegen/render/opencl.cpp). */
+CStyleLanguage opencl_language(bool fp16, bool fp64);
+/** An OpenCL C renderer whose kernels launch with at most `max_threads` work items per group. */
+std::unique_ptr<Renderer> make_opencl_renderer(bool fp16, bool fp64, int64_t max_threads);
+/** A CUDA C renderer for compute capability `sm` (e.g. 80, 90) (src/codegen/render/cuda.cpp). */
+std::unique_ptr<Renderer> make_cuda_renderer(int sm);
 
 /** Renders a linear program as LLVM IR text: one `void NAME(ptr bufs, ptr vars)` function, no target triple. */
 class LLVMRenderer : public Renderer {

@@ -1,6 +1,7 @@
 #pragma once
 // The scheduler: from tensor-graph UOps to a list of kernels (rangeify + fusion), and the engine that runs them.
 // Thread-safety: scheduling and running are not reentrant; call from one thread at a time.
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -44,5 +45,10 @@ const UOp* contiguous_buffer(const UOp* u);
 size_t schedules_built();
 /** Number of kernels run since start (tests count kernels with it). */
 size_t kernels_run();
+
+/** A hook called with each kernel AST the engine lowers and compiles (a kernel-cache miss), with the kernel's
+ *  name; called from compile threads, so it must be thread-safe. Tests use it to render every kernel for another
+ *  device as well (tests/nvrtc_check.cpp). Set it before running anything; an empty function removes it. */
+void set_kernel_compile_hook(std::function<void(const UOpRef& ast, const std::string& name)> hook);
 
 }  // namespace tg

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "gpudims.hpp"
 #include "tg/codegen.hpp"
 #include "tg/device.hpp"
 #include "tg/env.hpp"
@@ -261,9 +262,12 @@ CompiledKernel lower_kernel(const UOpRef& ast, const std::string& name, Renderer
   trace("input", ast);
   UOpRef k = graph_rewrite(ast, symbolic(), nullptr, false, "simplify");
   trace("simplify", k);
-  // Optimisations: the given opts, or the heuristic's (none with NOOPT=1).
-  std::vector<Opt> opts = opt.opts ? *opt.opts : getenv_int("NOOPT", 0) ? std::vector<Opt>{}
-                                                                       : hand_coded_optimizations(k, opt.config);
+  // Optimisations: the given opts, or the heuristic's (none with NOOPT=1). The heuristic is tuned for CPUs
+  // (LLVM vectorises the copies); GPU renderers (grid limits) get their parallelism from the launch grid.
+  Renderer::GridLimits lim = renderer.grid_limits();
+  std::vector<Opt> opts = opt.opts                                        ? *opt.opts
+                          : getenv_int("NOOPT", 0) || lim.threads > 0 ? std::vector<Opt>{}
+                                                                          : hand_coded_optimizations(k, opt.config);
   for (const Opt& o : opts) k = apply_opt(k, o);
   if (dbg >= 3 && !opts.empty()) {
     std::string s;
@@ -273,6 +277,11 @@ CompiledKernel lower_kernel(const UOpRef& ast, const std::string& name, Renderer
   k = expand_upcasts(k);
   trace("opts + expand", k);
   k = graph_rewrite(k, symbolic(), nullptr, false, "simplify after opts");
+  LaunchDims dims;
+  if (lim.threads > 0) {
+    k = add_gpu_dims(k, lim, dims);
+    trace("gpu dims", k);
+  }
   k = expand_reduces(k);
   k = add_ends(k);
   trace("expand reduce", k);
@@ -287,6 +296,7 @@ CompiledKernel lower_kernel(const UOpRef& ast, const std::string& name, Renderer
   CompiledKernel ck;
   ck.name = name;
   ck.sink = k;
+  ck.dims = dims;
   ck.program = linearize(k);
   for (const UOp* u : ck.program) {
     if (u->op == Ops::PARAM) ck.n_params = std::max(ck.n_params, int(std::get<int64_t>(u->arg)) + 1);

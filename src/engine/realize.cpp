@@ -72,6 +72,11 @@ std::string kernel_name(const UOp* ast) {
   return n;
 }
 
+std::function<void(const UOpRef&, const std::string&)>& compile_hook() {
+  static auto* h = new std::function<void(const UOpRef&, const std::string&)>();
+  return *h;
+}
+
 std::shared_ptr<Runner> compile_item(const ScheduleItem& it) {
   Device& dev = get_device(it.device);
   auto r = std::make_shared<Runner>();
@@ -80,13 +85,14 @@ std::shared_ptr<Runner> compile_item(const ScheduleItem& it) {
   lo.config.threads = dev.threads();
   lo.index64 = dev.index64();
   r->kernel = lower_kernel(it.ast, kernel_name(it.ast.get()), dev.renderer(), lo);
+  if (auto& hook = compile_hook()) hook(it.ast, r->kernel.name);
   r->program = dev.get_program(r->kernel.src, r->kernel.name);
   return r;
 }
 
 // One launch: the kernel's variables (only core_id is bound at run time) and its parallel calls.
 void launch(Runner& r, void* const* bufs) {
-  LaunchDims dims;
+  LaunchDims dims = r.kernel.dims;
   int64_t vars[8] = {0};
   std::vector<int64_t> big;
   int64_t* v = vars;
@@ -102,6 +108,10 @@ thread_local std::vector<JitItem>* g_capture = nullptr;
 }  // namespace
 
 size_t kernels_run() { return g_kernels_run.load(); }
+
+void set_kernel_compile_hook(std::function<void(const UOpRef& ast, const std::string& name)> hook) {
+  compile_hook() = std::move(hook);
+}
 
 void jit_begin_capture(std::vector<JitItem>* sink) { g_capture = sink; }
 void jit_end_capture() { g_capture = nullptr; }

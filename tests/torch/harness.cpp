@@ -8,11 +8,13 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <numeric>
 #include <sstream>
 #include <unordered_map>
 
 #include "tg/schedule.hpp"
+#include "../nvrtc_check.hpp"
 
 namespace tt {
 
@@ -331,11 +333,23 @@ void print_times() {
 }  // namespace tt
 
 int main(int argc, char** argv) {
+  // As tests/main.cpp: TG_NVRTC_CHECK=1 also renders every kernel for CUDA and compiles it with NVRTC.
+  const char* nv = std::getenv("TG_NVRTC_CHECK");
+  bool nvrtc = nv && std::atoi(nv) > 0;
+  if (nvrtc) {
+    try {
+      tg::test::install_nvrtc_check();
+    } catch (const tg::Error& e) {
+      std::fprintf(stderr, "TG_NVRTC_CHECK: %s\n", e.what());
+      return 1;
+    }
+  }
   torch::manual_seed(0);
   tt::register_cases();
   doctest::Context ctx;
   ctx.applyCommandLine(argc, argv);
   int rc = ctx.run();
   if (!ctx.shouldExit()) tt::print_times();
+  if (nvrtc && tg::test::nvrtc_check_report() > 0) rc = rc ? rc : 1;
   return rc;
 }

@@ -1,0 +1,11 @@
+#pragma once
+// TG_NVRTC_CHECK=1: every kernel the suite compiles (on any device) is also rendered for CUDA and compiled with
+// NVRTC for sm_80 and sm_90. The suites run as usual; the main prints a summary and fails when any did not compile.
+namespace tg::test {
+
+/** Install the engine's compile hook. */
+void install_nvrtc_check();
+/** Print "nvrtc check: N kernels ..." and the first failures; returns the number of failures. */
+int nvrtc_check_report();
+
+}  // namespace tg::test
