@@ -10,19 +10,14 @@
 #include "tg/error.hpp"
 
 int main(int argc, char** argv) {
-  const char* nv = std::getenv("TG_NVRTC_CHECK");
-  bool nvrtc = nv && std::atoi(nv) > 0;
-  if (nvrtc) {
-    try {
-      tg::test::install_nvrtc_check();
-    } catch (const tg::Error& e) {
-      std::fprintf(stderr, "TG_NVRTC_CHECK: %s\n", e.what());
-      return 1;
-    }
+  bool nvrtc = false;
+  try {
+    nvrtc = tg::test::nvrtc_check_from_env();
+  } catch (const tg::Error& e) {
+    std::fprintf(stderr, "TG_NVRTC_CHECK: %s\n", e.what());
+    return 1;
   }
   doctest::Context ctx;
   ctx.applyCommandLine(argc, argv);
-  int rc = ctx.run();
-  if (nvrtc && tg::test::nvrtc_check_report() > 0) rc = rc ? rc : 1;
-  return rc;
+  return tg::test::nvrtc_check_exit(nvrtc, ctx.run());
 }

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <mutex>
 #include <set>
@@ -102,6 +103,18 @@ int nvrtc_check_report() {
               s.cached.load(), s.failures.load());
   for (const std::string& e : s.errors) std::printf("---\n%s\n", e.c_str());
   return s.failures.load();
+}
+
+bool nvrtc_check_from_env() {
+  const char* nv = std::getenv("TG_NVRTC_CHECK");
+  if (!nv || std::atoi(nv) <= 0) return false;
+  install_nvrtc_check();
+  return true;
+}
+
+int nvrtc_check_exit(bool on, int rc) {
+  if (on && nvrtc_check_report() > 0) return rc ? rc : 1;
+  return rc;
 }
 
 }  // namespace tg::test

@@ -334,15 +334,12 @@ void print_times() {
 
 int main(int argc, char** argv) {
   // As tests/main.cpp: TG_NVRTC_CHECK=1 also renders every kernel for CUDA and compiles it with NVRTC.
-  const char* nv = std::getenv("TG_NVRTC_CHECK");
-  bool nvrtc = nv && std::atoi(nv) > 0;
-  if (nvrtc) {
-    try {
-      tg::test::install_nvrtc_check();
-    } catch (const tg::Error& e) {
-      std::fprintf(stderr, "TG_NVRTC_CHECK: %s\n", e.what());
-      return 1;
-    }
+  bool nvrtc = false;
+  try {
+    nvrtc = tg::test::nvrtc_check_from_env();
+  } catch (const tg::Error& e) {
+    std::fprintf(stderr, "TG_NVRTC_CHECK: %s\n", e.what());
+    return 1;
   }
   torch::manual_seed(0);
   tt::register_cases();
@@ -350,6 +347,5 @@ int main(int argc, char** argv) {
   ctx.applyCommandLine(argc, argv);
   int rc = ctx.run();
   if (!ctx.shouldExit()) tt::print_times();
-  if (nvrtc && tg::test::nvrtc_check_report() > 0) rc = rc ? rc : 1;
-  return rc;
+  return tg::test::nvrtc_check_exit(nvrtc, rc);
 }
