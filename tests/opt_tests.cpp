@@ -137,7 +137,8 @@ TEST_CASE("threads give bit-identical results (a split never changes the order o
 }
 
 TEST_CASE("the heuristic's kernels match a plain computation through the Tensor API") {
-  for (auto [m, k, n] : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {3, 5, 7}, {16, 16, 16}, {33, 17, 65}, {128, 64, 96}}) {
+  for (const auto& mkn : std::vector<std::array<int64_t, 3>>{{1, 1, 1}, {3, 5, 7}, {16, 16, 16}, {33, 17, 65}, {128, 64, 96}}) {
+    const int64_t m = mkn[0], k = mkn[1], n = mkn[2];  // plain locals: clang 14 cannot capture bindings in INFO
     INFO("m=" << m << " k=" << k << " n=" << n);
     Tensor a = randn({m, k}, uint64_t(m)), b = randn({k, n}, uint64_t(n));
     auto av = a.to_vector<float>(), bv = b.to_vector<float>(), cv = a.matmul(b).to_vector<float>();

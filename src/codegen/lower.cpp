@@ -55,6 +55,11 @@ std::unordered_map<const UOp*, std::vector<const UOp*>> open_ranges(const UOpRef
 // those of one op and dtype share one register array. Innermost REDUCEs first, until none is left.
 UOpRef expand_reduces(UOpRef k) {
   int next_reg = 0;
+  int64_t next_id = 0;
+  for (const UOp* n : toposort(k.get()))
+    if (n->op == Ops::RANGE) next_id = std::max(next_id, range_id(n) + 1);
+  std::unordered_set<const UOp*> used;  // RANGEs that already have their loop (one END each)
+  std::vector<UOpRef> keep;             // fresh RANGEs stay alive with the graph
   for (;;) {
     std::vector<const UOp*> topo = toposort(k.get());
     auto open = open_ranges(k);
@@ -83,6 +88,18 @@ UOpRef expand_reduces(UOpRef k) {
     for (const Key& key : order) {
       const auto& members = groups[key];
       std::vector<UOpRef> own(key.first.begin(), key.first.end()), outer(key.second.begin(), key.second.end());
+      // Reduces over the same loops but inside different outer loops (e.g. an average pool's sum and count
+      // after an UPCAST) cannot share a loop: a later group gets fresh copies of the RANGEs.
+      std::vector<std::pair<const UOp*, UOpRef>> fresh;
+      for (UOpRef& r : own)
+        if (used.count(r.get())) {
+          UOpRef nr = UOp::range(r->src()[0], next_id++, range_type(r.get()));
+          fresh.emplace_back(r.get(), nr);
+          keep.push_back(nr);
+          r = nr;
+        }
+      for (const UOpRef& r : own) used.insert(r.get());
+      auto value_of = [&](const UOp* m) { return fresh.empty() ? UOpRef(m->src(0)) : substitute(m->src()[0], fresh); };
       // Sub-groups by (op, dtype): one register array each.
       std::map<std::pair<int64_t, std::string>, std::vector<const UOp*>> sub;
       std::vector<std::pair<int64_t, std::string>> sub_order;
@@ -111,11 +128,11 @@ UOpRef expand_reduces(UOpRef k) {
         for (size_t i = 0; i < ms.size(); i++) {
           UOpRef idx = UOp::make(Ops::INDEX, acc->dtype, {acc_in, ci(int64_t(i))});
           UOpRef cur = UOp::make(Ops::LOAD, d, {idx});
-          const UOp* x = ms[i]->src(0);
+          UOpRef x = value_of(ms[i]);
           // acc + a*b accumulates with one fused multiply-add (the reduce order already differs from a plain sum)
           UOpRef upd = op == Ops::ADD && dtypes::is_float(d) && x->op == Ops::MUL
                            ? UOp::make(Ops::MULACC, d, {x->src()[0], x->src()[1], cur})
-                           : UOp::make(op, d, {cur, UOpRef(x)});
+                           : UOp::make(op, d, {cur, x});
           updates.push_back(UOp::make(Ops::STORE, dtypes::void_, {idx, upd}));
         }
         accs.push_back({acc, ms});
