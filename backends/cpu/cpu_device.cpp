@@ -1,6 +1,7 @@
 // The CPU device: 64-byte aligned host memory, the LLVM (default) or clang compiler, registered as "CPU".
 #include <sched.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -95,9 +96,13 @@ void run_kernel(KernelFn fn, void* const* bufs, const int64_t* vars, const Launc
     tbb::parallel_for(
         int64_t(0), n,
         [&](int64_t i) {
-          std::vector<int64_t> v(vars, vars + nv);
-          v[size_t(dims.core_var)] = i;
-          fn(bufs, v.data());
+          int64_t small[16];  // no allocation per call for the usual handful of variables
+          std::vector<int64_t> big;
+          int64_t* v = small;
+          if (nv > 16) big.resize(nv), v = big.data();
+          std::copy(vars, vars + nv, v);
+          v[dims.core_var] = i;
+          fn(bufs, v);
         },
         tbb::simple_partitioner());
   });
