@@ -69,6 +69,7 @@ int main() {
       Tensor loss = (*model)(in[0]).sparse_categorical_crossentropy(in[1]);
       loss.backward();
       std::vector<Tensor> out = opt->schedule_step();
+      for (Tensor& b : model->buffers()) out.push_back(b);  // BatchNorm's running statistics, with this batch
       out.push_back(loss);
       return out;
     });

@@ -48,6 +48,15 @@ std::vector<Tensor> Module::parameters() {
   return out;
 }
 
+std::vector<Tensor> Module::buffers() {
+  std::vector<std::pair<std::string, Entry>> all;
+  collect("", all);
+  std::vector<Tensor> out;
+  for (auto& [n, e] : all)
+    if (!e.trainable) out.push_back(*e.t);
+  return out;
+}
+
 void Module::load_state_dict(const std::map<std::string, Tensor>& sd, bool strict) {
   std::vector<std::pair<std::string, Entry>> all;
   collect("", all);

@@ -22,6 +22,10 @@ class Module {
   std::map<std::string, Tensor> state_dict();
   /** The trainable tensors (state_dict without the buffers), in registration order. */
   std::vector<Tensor> parameters();
+  /** The non-trainable state (BatchNorm's running statistics), in registration order. Training updates them with
+   *  lazy assigns: realise them with the step (a train step returns them beside the loss, as tinygrad's optimiser
+   *  does with its buffers), or the next use recomputes the old batch's forward pass. */
+  std::vector<Tensor> buffers();
   /** Copy values in: every key must exist with the same shape (strict) or is skipped (not strict). */
   void load_state_dict(const std::map<std::string, Tensor>& sd, bool strict = true);
   /** Training mode switch (affects BatchNorm, Dropout); applies to children. */
