@@ -136,3 +136,47 @@ TEST_CASE("gradients of non-differentiable results and of int tensors are errors
   // a float result through a piecewise-constant op is differentiable, with a zero gradient (as in torch)
   CHECK(Tensor(x.round().sum()).gradient({x})[0].to_vector<float>() == std::vector<float>{0, 0, 0});
 }
+
+TEST_CASE("custom_gradient replaces the differentiated graph; the forward value is unchanged") {
+  auto x = Tensor::from_vector(std::vector<float>{1, 2, 3}).requires_grad_();
+  auto w = Tensor::from_vector(std::vector<float>{4, 5, 6}).requires_grad_();
+  // value x*w; gradient for x: 10*grad (not w*grad), none for w
+  Tensor y = Tensor(x * w).custom_gradient({x, w}, "test: 10x for x, none for w",
+                                           [](const Tensor& g, const Tensor&, const std::vector<Tensor>&) {
+                                             return std::vector<std::optional<Tensor>>{Tensor(g * 10), std::nullopt};
+                                           });
+  CHECK(y.to_vector<float>() == std::vector<float>{4, 10, 18});
+  Tensor(y * y).sum().backward();
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{80, 200, 360});  // 10 * 2y
+  if (w.has_grad()) CHECK(w.grad().to_vector<float>() == std::vector<float>{0, 0, 0});  // the rule gives w none
+  // the same key reuses the first rule; a gradient of the wrong shape is an error naming both shapes
+  Tensor bad = x.custom_gradient({x}, "test: wrong shape", [](const Tensor&, const Tensor&, const std::vector<Tensor>&) {
+    return std::vector<std::optional<Tensor>>{Tensor::ones({2})};
+  });
+  CHECK_THROWS_WITH_AS(bad.sum().backward(), doctest::Contains("has shape (2,), input is (3,)"), Error);
+}
+
+TEST_CASE("a convolution's input gradient is a transposed convolution: one kernel without bounds tests") {
+  Tensor x = Tensor::rand({2, 3, 9, 9}).requires_grad_(), w = Tensor::rand({4, 3, 3, 3}).requires_grad_();
+  x.realize(), w.realize();
+  Tensor y = x.conv2d(w, std::nullopt, 1, 1);
+  Tensor g = Tensor::rand(y.shape());
+  g.realize();
+  Tensor gx = Tensor(y * g).sum().gradient({x})[0];
+  // reference: gx[n,c,i,j] = sum_{o,a,b} g[n,o,i-a+1,j-b+1] w[o,c,a,b]
+  auto xv = gx.to_vector<float>(), gv = g.to_vector<float>(), wv = w.to_vector<float>();
+  for (int n = 0; n < 2; n++)
+    for (int c = 0; c < 3; c++)
+      for (int i = 0; i < 9; i++)
+        for (int j = 0; j < 9; j++) {
+          double s = 0;
+          for (int o = 0; o < 4; o++)
+            for (int a = 0; a < 3; a++)
+              for (int b = 0; b < 3; b++) {
+                int oi = i - a + 1, oj = j - b + 1;
+                if (oi >= 0 && oi < 9 && oj >= 0 && oj < 9)
+                  s += double(gv[size_t(((n * 4 + o) * 9 + oi) * 9 + oj)]) * double(wv[size_t(((o * 3 + c) * 3 + a) * 3 + b)]);
+              }
+          REQUIRE(std::abs(s - xv[size_t(((n * 3 + c) * 9 + i) * 9 + j)]) <= 1e-5 * (1 + std::abs(s)));
+        }
+}

@@ -112,6 +112,8 @@ TEST_CASE("every opt list computes what the plain loops compute") {
            {O{OptOp::UPCAST, 1, 16}, O{OptOp::UPCAST, 0, 8}, O{OptOp::THREAD, 0, 3}},
            {O{OptOp::UPCAST, 0, 4}, O{OptOp::UNROLL, 2, 8}},
            {O{OptOp::UNROLL, 2, 40}},  // the whole reduce axis unrolled
+           {O{OptOp::UNROLL, 2, 40}, O{OptOp::UPCAST, 1, 2}},  // ... with copies of the accumulators
+           {O{OptOp::UPCAST, 0, 4}, O{OptOp::UPCAST, 1, 4}, O{OptOp::UNROLL, 2, 40}},
            {O{OptOp::UPCAST, 1, 2}, O{OptOp::UPCAST, 1, 2}, O{OptOp::UNROLL, 2, 5}, O{OptOp::THREAD, 1, 2}},
            {O{OptOp::THREAD, 0, 24}}}) {
     CAPTURE(opts.size());

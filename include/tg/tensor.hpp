@@ -5,6 +5,7 @@
 // Thread-safety: a Tensor may be read from several threads; realize() and assign() on tensors that share
 // a graph must not run concurrently.
 #include <cstdint>
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <optional>
@@ -490,6 +491,14 @@ class Tensor {
   void backward(const Tensor& seed);
   /** d(this)/d(wrt) for each target (zeros where this does not depend on it); works on gradients too. */
   std::vector<Tensor> gradient(const std::vector<Tensor>& wrt, const Tensor* seed = nullptr) const;
+  /** A custom gradient, like a torch.autograd.Function's backward: the result has this tensor's value, and its
+   *  gradient with respect to `inputs` is backward(grad, value, inputs) (one entry per input, nullopt for none)
+   *  instead of the differentiated graph that computes the value (which gradients do not enter). The forward
+   *  graph is unchanged for the scheduler. `key` names the rule: calls with the same key must pass functions that
+   *  compute the same thing (the first one registered is used). Under NoGrad it returns this tensor. */
+  using CustomBackward = std::function<std::vector<std::optional<Tensor>>(const Tensor& grad, const Tensor& value,
+                                                                          const std::vector<Tensor>& inputs)>;
+  Tensor custom_gradient(const std::vector<Tensor>& inputs, const std::string& key, CustomBackward backward) const;
 
   /** Realise several tensors together (one schedule). */
   static void realize_all(std::vector<Tensor*> ts);

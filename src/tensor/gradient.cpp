@@ -116,7 +116,57 @@ UOpRef do_grad_movement(const UOp* r, GradCtx& c) {
   }
 }
 
+// Custom gradients (Tensor::custom_gradient): a FUNCTION node (value, inputs...) whose arg indexes this registry.
+// Entries are keyed by name, so the registry grows with the number of distinct rules, not with calls.
+struct CustomRegistry {
+  std::mutex mu;
+  std::unordered_map<std::string, int64_t> ids;
+  std::vector<std::shared_ptr<const Tensor::CustomBackward>> fns;
+};
+CustomRegistry& custom_registry() {
+  static CustomRegistry* r = new CustomRegistry();
+  return *r;
+}
+
+UOpRef do_grad_custom(const UOp* r, GradCtx& c) {
+  std::shared_ptr<const Tensor::CustomBackward> fn;
+  {
+    CustomRegistry& reg = custom_registry();
+    std::lock_guard lk(reg.mu);
+    fn = reg.fns.at(size_t(std::get<int64_t>(r->arg)));
+  }
+  std::vector<Tensor> ins;
+  for (size_t k = 1; k < r->nsrc(); k++) ins.push_back(c.T(r->src(k)));
+  auto gs = (*fn)(c.grad, c.T(r->src(0)), ins);
+  if (gs.size() != ins.size())
+    throw Error("[custom_gradient] backward returned " + std::to_string(gs.size()) + " gradients for " +
+                std::to_string(ins.size()) + " inputs");
+  std::vector<UOpRef> out{none()};  // the forward graph gets no gradient: the rule replaces it
+  for (size_t i = 0; i < gs.size(); i++) {
+    if (gs[i] && gs[i]->shape() != ins[i].shape())
+      throw Error("[custom_gradient] backward's gradient " + std::to_string(i) + " has shape " + shape_str(gs[i]->shape()) +
+                  ", input is " + shape_str(ins[i].shape()));
+    out.push_back(gs[i] ? gs[i]->uop() : none());
+  }
+  return tup(out);
+}
+
 }  // namespace
+
+Tensor Tensor::custom_gradient(const std::vector<Tensor>& inputs, const std::string& key, CustomBackward backward) const {
+  if (NoGrad::active()) return *this;
+  int64_t id;
+  {
+    CustomRegistry& reg = custom_registry();
+    std::lock_guard lk(reg.mu);
+    auto [it, fresh] = reg.ids.emplace(key, int64_t(reg.fns.size()));
+    if (fresh) reg.fns.push_back(std::make_shared<const CustomBackward>(std::move(backward)));
+    id = it->second;
+  }
+  std::vector<UOpRef> src{uop()};
+  for (auto& t : inputs) src.push_back(t.uop());
+  return Tensor(UOp::make(Ops::FUNCTION, dtype(), src, id), shape(), device());
+}
 
 const PatternMatcher& pm_gradient() {
   static const PatternMatcher pm(table(
@@ -132,6 +182,8 @@ const PatternMatcher& pm_gradient() {
            [](auto& m) { return do_grad_reduce(m.root, m.template ctx<GradCtx>()); }),  // d sum/max/prod
       rule(op_any<opset<Ops::RESHAPE, Ops::PERMUTE, Ops::EXPAND, Ops::PAD, Ops::SHRINK, Ops::FLIP>>,
            [](auto& m) { return do_grad_movement(m.root, m.template ctx<GradCtx>()); }),  // the inverse view
+      rule(op_any<opset<Ops::FUNCTION>>,
+           [](auto& m) { return do_grad_custom(m.root, m.template ctx<GradCtx>()); }),  // Tensor::custom_gradient
       rule(op_any<opset<Ops::CONTIGUOUS>>,
            [](auto& m) { return tup({m.template ctx<GradCtx>().grad.uop()}); }),  // d contiguous(x) = dx
       rule(op_any<opset<Ops::DETACH, Ops::COPY, Ops::ASSIGN>>,

@@ -18,7 +18,11 @@ Tensor conv_impl(const Tensor& x0, const Tensor& w, const std::optional<Tensor>&
   size_t nd = size_t(w.ndim() - 2);
   int64_t bs = x0.shape()[0], cout = w.shape()[0], cin = w.shape()[1], rcout = cout / groups;
   std::vector<int64_t> k(w.shape().begin() + 2, w.shape().end());
-  Tensor x = pool_windows(pad_last(x0, pads), k, st, dl, op);  // (N, C, *o, *k)
+  // A padded input is materialised: the window loads are then plain (no bounds test per element), which costs
+  // one copy of the input and lets the kernel vectorise.
+  Tensor xp = pad_last(x0, pads);
+  if (std::any_of(pads.begin(), pads.end(), [](auto& p) { return p.first > 0 || p.second > 0; })) xp = xp.contiguous();
+  Tensor x = pool_windows(xp, k, st, dl, op);  // (N, C, *o, *k)
   std::vector<int64_t> o(x.shape().begin() + 2, x.shape().begin() + 2 + int64_t(nd));
   Shape s1{bs, groups, cin, 1}, s2{bs, groups, cin, rcout};
   s1.insert(s1.end(), o.begin(), o.end());
@@ -39,6 +43,27 @@ Tensor conv_impl(const Tensor& x0, const Tensor& w, const std::optional<Tensor>&
   Shape out{bs, cout};
   out.insert(out.end(), o.begin(), o.end());
   Tensor r = Tensor(x * w.reshape(ws)).sum(red).reshape(out);
+  // Backward: d/dx0 as a transposed convolution of the gradient (the same window-and-reduce kernel as a forward
+  // convolution; differentiating the window view instead gives a kernel whose index arithmetic is several times
+  // slower), d/dw by differentiating the forward graph with respect to w only.
+  std::vector<int64_t> key_pads;
+  for (auto& [a, b] : pads) key_pads.insert(key_pads.end(), {a, b});
+  std::string key = "conv st" + ints_str(st) + " pad" + ints_str(key_pads) + " dil" + ints_str(dl) + " g" + std::to_string(groups);
+  r = r.custom_gradient({x0, w}, key, [st, pads, dl, groups](const Tensor& g, const Tensor& value, const std::vector<Tensor>& in) {
+    const Tensor &xi = in[0], &wi = in[1];
+    size_t n = size_t(wi.ndim() - 2);
+    std::vector<int64_t> opd;
+    Pads undo;
+    for (size_t i = 0; i < n; i++) {
+      int64_t padded = xi.shape()[2 + i] + pads[i].first + pads[i].second;
+      int64_t used = (g.shape()[2 + i] - 1) * st[i] + dl[i] * (wi.shape()[2 + i] - 1) + 1;
+      opd.push_back(padded - used);  // rows the strided windows never reached get no gradient
+      undo.push_back({-pads[i].first, -pads[i].second});
+    }
+    Tensor gx = pad_last(g.conv_transpose(wi, std::nullopt, st, 0, opd, groups, dl), undo);
+    Tensor gw = value.gradient({wi}, &g)[0];
+    return std::vector<std::optional<Tensor>>{gx.cast(xi.dtype()), gw};
+  });
   if (!bias) return r;
   Shape bsh{1, cout};
   bsh.insert(bsh.end(), nd, 1);

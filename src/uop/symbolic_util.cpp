@@ -194,6 +194,9 @@ UOpRef order_chain(const UOp* r) {
   };
   auto mk = [&](const UOp* a, const UOp* b) { return UOp::make(o, d, {a->ref(), b->ref()}); };
   if (!assoc) {
+    // The expander's per-lane partial sums (REDUCE + REDUCE) keep their lane order: the accumulators are then
+    // laid out in lane order, so their updates vectorise.
+    if (s0->op == Ops::REDUCE && s1->op == Ops::REDUCE) return {};
     // Floats: ADD/MUL/CMPNE/CMPEQ commute exactly; MAX does not (max(-0.0, 0.0)), nor are any associative.
     if (dtypes::is_float(sd) && o != Ops::ADD && o != Ops::MUL && o != Ops::CMPNE && o != Ops::CMPEQ) return {};
     return less(s1, s0) ? mk(s1, s0) : UOpRef{};

@@ -84,7 +84,8 @@ class Expander {
       std::vector<UOpRef> rest;
       for (size_t k = 1; k < n->nsrc(); k++)
         if (is_expanded(n->src(k))) unrolled.push_back(n->src(k));
-        else if (n->src(k)->op == Ops::RANGE) rest.push_back(n->src(k));  // a loop of 1 simplifies to a constant
+        else if (n->src(k)->op == Ops::RANGE && !(n->src(k)->src(0)->is_const() && n->src(k)->src(0)->const_int() == 1))
+          rest.push_back(n->src(k));  // a loop of 1 (an UNROLL of the whole axis) is no loop: the copies are the values
       Ops op = Ops(std::get<int64_t>(n->arg));
       std::vector<UOpRef> parts;
       for (const Env& e : combinations(unrolled, env)) {

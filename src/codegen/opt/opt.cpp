@@ -186,36 +186,94 @@ std::vector<Opt> hand_coded_optimizations(const UOpRef& ast_in, const OptConfig&
   };
   int w = std::max(4, cfg.vector_width);
   // 1. The output axis the store is contiguous in: vectorised stores (and loads, where they are contiguous too).
-  std::optional<size_t> vec;
+  int vec = -1;  // the vectorised axis (UPCAST of an output axis or UNROLL of a reduce axis)
   for (size_t i = 0; i < n_out; i++) {
     auto c = coef(st, axes[i]);
-    if (c && *c == 1 && size[i] > 1) vec = i;
+    if (c && *c == 1 && size[i] > 1) vec = int(i);
   }
-  if (vec && (!reduce || shares(*vec) || [&] {
+  if (vec >= 0 && (!reduce || shares(size_t(vec)) || [&] {
         for (const UOp* l : acc.loads)
-          if (auto c = coef(l, axes[*vec]); c && *c == 1) return true;
+          if (auto c = coef(l, axes[size_t(vec)]); c && *c == 1) return true;
         return false;
       }())) {
-    int64_t a = pick(size[*vec], {int64_t(w), int64_t(w / 2), 4});
+    int64_t a = pick(size[size_t(vec)], {int64_t(w), int64_t(w / 2), 4});
     if (a) {
-      opts.push_back({OptOp::UPCAST, int(*vec), a});
-      size[*vec] /= a;
+      opts.push_back({OptOp::UPCAST, vec, a});
+      size[size_t(vec)] /= a;
       upcast *= a;
+    } else {
+      vec = -1;
     }
+  } else {
+    vec = -1;
   }
-  // 2. Reduce kernels: a register tile over output axes whose loads are shared (matmul and conv shaped).
-  if (reduce) {
-    for (size_t i = 0; i < n_out && upcast < 128; i++) {
-      if (vec && i == *vec) continue;
-      if (!shares(i)) continue;
-      int64_t a = pick(size[i], {8, 4, 2});
-      while (a > 1 && upcast * a > 128) a /= 2;
-      if (a < 2) a = 0;
+  // 1b. A reduce kernel with no vectorised output axis (a convolution's weight gradient: the output is the small
+  //     kernel): vector accumulators along a reduce axis that every load depending on it is contiguous in
+  //     (UNROLL: one partial sum per lane, combined after the loop), if the loads share it.
+  if (reduce && vec < 0) {
+    for (size_t i = axes.size(); i-- > n_out;) {
+      bool all_contiguous = true, any = false;
+      for (const UOp* l : acc.loads)
+        if (depends_on(l, axes[i])) {
+          auto c = coef(l, axes[i]);
+          any = true;
+          all_contiguous &= c && *c == 1;
+        }
+      int64_t a = any && all_contiguous ? pick(size[i], {int64_t(w), int64_t(w / 2), 4}) : 0;
       if (a) {
-        opts.push_back({OptOp::UPCAST, int(i), a});
+        opts.push_back({OptOp::UNROLL, int(i), a});
         size[i] /= a;
         upcast *= a;
+        vec = int(i);
+        break;
       }
+    }
+  }
+  // 2. Reduce kernels: a register tile over output axes whose loads are shared (matmul and conv shaped). Each
+  //    round takes the axis whose split needs the fewest loads per accumulator (a load is repeated for every copy
+  //    of the axes it depends on; one contiguous along the vectorised axis is one vector load), ties broken by the
+  //    smaller strides (nearby addresses).
+  if (reduce) {
+    std::vector<bool> used(axes.size(), false);
+    std::vector<int64_t> amt(axes.size(), 1);
+    if (vec >= 0) used[size_t(vec)] = true, amt[size_t(vec)] = upcast;
+    auto loads_per_acc = [&](size_t axis, int64_t a) {
+      double n = 0;
+      for (const UOp* l : acc.loads) {
+        double copies = 1;
+        for (size_t j = 0; j < axes.size(); j++) {
+          int64_t aj = j == axis ? amt[j] * a : amt[j];
+          if (aj == 1 || !depends_on(l, axes[j])) continue;
+          auto c = coef(l, axes[j]);
+          if (!(int(j) == vec && c && *c == 1)) copies *= double(aj);
+        }
+        n += copies;
+      }
+      return n / double(upcast * a);
+    };
+    while (upcast < 128) {
+      std::optional<size_t> best;
+      int64_t best_a = 0;
+      std::pair<double, double> best_key{};
+      for (size_t i = 0; i < n_out; i++) {
+        int64_t a = used[i] || !shares(i) ? 0 : pick(size[i], {8, 4, 2});
+        while (a > 1 && upcast * a > 128) a /= 2;
+        if (a < 2) continue;
+        double strides = 0;
+        for (const UOp* l : acc.loads)
+          if (depends_on(l, axes[i])) {
+            auto c = coef(l, axes[i]);
+            strides += c ? double(std::llabs(*c)) : 1e18;
+          }
+        std::pair<double, double> key{loads_per_acc(i, a), strides};
+        if (!best || key < best_key) best = i, best_a = a, best_key = key;
+      }
+      if (!best) break;
+      used[*best] = true;
+      amt[*best] = best_a;
+      opts.push_back({OptOp::UPCAST, int(*best), best_a});
+      size[*best] /= best_a;
+      upcast *= best_a;
     }
     // 3. No output tile: independent accumulators over the reduce axis that a load is contiguous in.
     if (upcast == 1) {
