@@ -350,8 +350,79 @@ std::string device_of(const UOp* u) {
 
 std::atomic<size_t> g_schedules_built{0};
 
-Template build_template(std::span<const UOpRef> roots) {
+// Split reduce: a reduce whose input is many times its output (a convolution's weight gradient, a batch
+// statistic, a full sum) runs as two kernels: partial reduces over chunks of its outermost reduce axis, the chunk
+// index the outermost output axis (so the chunks spread over threads, and each chunk's inputs stay in cache while
+// every output is accumulated from them), then a reduce over the chunks. As tinygrad's split_reduceop, which puts
+// the chunk index innermost for GPUs. SPLIT_REDUCEOP=0 turns it off; REDUCEOP_SPLIT_THRESHOLD is the input/output
+// ratio from which it applies.
+std::vector<UOpRef> split_reduces(std::span<const UOpRef> roots) {
+  std::vector<UOpRef> out(roots.begin(), roots.end());
+  if (!getenv_int("SPLIT_REDUCEOP", 1)) return out;
+  double threshold = double(getenv_int("REDUCEOP_SPLIT_THRESHOLD", 16384));
+  std::vector<const UOp*> topo = toposort(roots);
+  std::unordered_map<const UOp*, UOpRef> memo;
+  std::unordered_map<const UOp*, Shape> shapes;
+  bool any = false;
+  for (const UOp* u : topo) {
+    std::vector<UOpRef> src;
+    std::vector<const Shape*> in;
+    bool changed = false;
+    for (auto& x : u->src()) {
+      src.push_back(memo.at(x.get()));
+      changed |= src.back().get() != x.get();
+      in.push_back(&shapes.at(x.get()));
+    }
+    shapes[u] = infer_shape(u->op, in, u->arg, u->dtype);
+    UOpRef v = changed ? u->replace_src(src) : UOpRef(u);
+    if (u->op == Ops::REDUCE_AXIS) {
+      const Shape& xs = *in[0];
+      const auto& ra = std::get<ReduceArg>(u->arg);
+      double in_n = 1, out_n = 1;
+      for (int64_t d : xs) in_n *= double(d);
+      for (int64_t d : shapes[u]) out_n *= double(d);
+      int64_t dmax = int64_t(std::min(256.0, double(1 << 22) / std::max(out_n, 1.0)));
+      std::vector<int64_t> axes = ra.axes;
+      std::sort(axes.begin(), axes.end());
+      if (out_n >= 1 && in_n / out_n >= threshold && !axes.empty()) {
+        for (int64_t a : axes) {
+          int64_t n = xs[size_t(a)], d = dmax;
+          while (d >= 8 && n % d) d--;
+          if (d < 8) continue;
+          // (.., n, ..) -> (.., d, n/d, ..) -> (d, .., n/d, ..): reduce the original axes (shifted by one), then d
+          Shape s1(xs.begin(), xs.begin() + a);
+          s1.push_back(d);
+          s1.push_back(n / d);
+          s1.insert(s1.end(), xs.begin() + a + 1, xs.end());
+          std::vector<int64_t> perm{a};
+          for (int64_t i = 0; i < int64_t(s1.size()); i++)
+            if (i != a) perm.push_back(i);
+          UOpRef x = UOp::make(Ops::RESHAPE, u->dtype, {v->src()[0]}, std::vector<int64_t>(s1));
+          x = UOp::make(Ops::PERMUTE, u->dtype, {x}, perm);
+          std::vector<int64_t> ax1;
+          for (int64_t j : axes) ax1.push_back(j + 1);
+          UOpRef r1 = UOp::make(Ops::REDUCE_AXIS, u->dtype, {x}, ReduceArg{ra.op, ax1});
+          UOpRef r2 = UOp::make(Ops::REDUCE_AXIS, u->dtype, {UOp::make(Ops::CONTIGUOUS, u->dtype, {r1})},
+                                ReduceArg{ra.op, {0}});
+          v = UOp::make(Ops::RESHAPE, u->dtype, {r2}, std::vector<int64_t>(shapes[u]));
+          if (debug_level() >= 3)
+            std::fprintf(stderr, "split reduce %s by %lld on axis %lld\n", shape_str(xs).c_str(), (long long)d, (long long)a);
+          any = true;
+          break;
+        }
+      }
+    }
+    memo[u] = v;
+  }
+  if (!any) return out;
+  for (auto& r : out) r = memo.at(r.get());
+  return out;
+}
+
+Template build_template(std::span<const UOpRef> roots_in) {
   g_schedules_built++;
+  std::vector<UOpRef> split_roots = split_reduces(roots_in);
+  std::span<const UOpRef> roots(split_roots);
   std::vector<const UOp*> topo = toposort(roots);
   ShapeMap shapes;
   std::unordered_map<const UOp*, int> consumers;

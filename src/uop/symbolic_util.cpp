@@ -1,4 +1,5 @@
 // Facts about nodes (exact 128-bit bounds arithmetic) and the bodies of the symbolic callbacks.
+#include <functional>
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -81,6 +82,15 @@ bool order_less(const UOp* a, const UOp* b) {
   if (ca != cb) return ca < cb;
   if (ca == 2) return false;  // constants are combined, not ordered
   if (a->op != b->op) return a->op < b->op;
+  if (a->op == Ops::LOAD) {
+    // Loads by buffer: the copies of an unrolled product then all multiply in the same operand order, which the
+    // SLP vectoriser needs to pack them into vector instructions (hash order differs from copy to copy).
+    auto param = [](const UOp* l) -> int64_t {
+      const UOp* p = l->src(0)->nsrc() ? l->src(0)->src(0) : nullptr;
+      return p && p->op == Ops::PARAM ? std::get<int64_t>(p->arg) : -1;
+    };
+    if (int64_t pa = param(a), pb = param(b); pa != pb) return pa < pb;
+  }
   if (a->op == Ops::DEFINE_VAR) {
     int c = std::get<VarArg>(a->arg).name.compare(std::get<VarArg>(b->arg).name);
     if (c != 0) return c < 0;
@@ -196,7 +206,10 @@ UOpRef order_chain(const UOp* r) {
   if (!assoc) {
     // The expander's per-lane partial sums (REDUCE + REDUCE) keep their lane order: the accumulators are then
     // laid out in lane order, so their updates vectorise.
-    if (s0->op == Ops::REDUCE && s1->op == Ops::REDUCE) return {};
+    std::function<bool(const UOp*)> lanes = [&](const UOp* u) {  // a REDUCE, or the expander's tree of them
+      return u->op == Ops::REDUCE || (u->op == o && lanes(u->src(0)) && lanes(u->src(1)));
+    };
+    if (lanes(s0) && lanes(s1)) return {};
     // Floats: ADD/MUL/CMPNE/CMPEQ commute exactly; MAX does not (max(-0.0, 0.0)), nor are any associative.
     if (dtypes::is_float(sd) && o != Ops::ADD && o != Ops::MUL && o != Ops::CMPNE && o != Ops::CMPEQ) return {};
     return less(s1, s0) ? mk(s1, s0) : UOpRef{};

@@ -197,6 +197,8 @@ std::vector<Opt> hand_coded_optimizations(const UOpRef& ast_in, const OptConfig&
         return false;
       }())) {
     int64_t a = pick(size[size_t(vec)], {int64_t(w), int64_t(w / 2), 4});
+    // a short axis that no vector width divides (a 5x5 or 3x3 kernel's width) is unrolled whole in reduce kernels
+    if (!a && reduce && size[size_t(vec)] > 1 && size[size_t(vec)] <= 8) a = size[size_t(vec)];
     if (a) {
       opts.push_back({OptOp::UPCAST, vec, a});
       size[size_t(vec)] /= a;
@@ -251,13 +253,15 @@ std::vector<Opt> hand_coded_optimizations(const UOpRef& ast_in, const OptConfig&
       }
       return n / double(upcast * a);
     };
-    while (upcast < 128) {
+    // At most 16 vector registers of accumulators (of the vectorised axis's width; 128 floats at AVX-512's 16).
+    const int64_t max_acc = std::min<int64_t>(128, 16 * (vec >= 0 ? amt[size_t(vec)] : 1));
+    while (upcast < max_acc) {
       std::optional<size_t> best;
       int64_t best_a = 0;
       std::pair<double, double> best_key{};
       for (size_t i = 0; i < n_out; i++) {
         int64_t a = used[i] || !shares(i) ? 0 : pick(size[i], {8, 4, 2});
-        while (a > 1 && upcast * a > 128) a /= 2;
+        while (a > 1 && upcast * a > max_acc) a /= 2;
         if (a < 2) continue;
         double strides = 0;
         for (const UOp* l : acc.loads)
