@@ -155,6 +155,29 @@ TEST_CASE("kernel counts of known programs") {
   CHECK(count_kernels(Tensor(s * a + s.exp())) == 2);
 }
 
+TEST_CASE("a reduce many times larger than its output splits into partial sums and a sum of them") {
+  // a batch statistic: (512, 8, 10, 10) summed to (8,)
+  std::vector<float> v(512 * 8 * 100);
+  for (size_t i = 0; i < v.size(); i++) v[i] = float((i * 7919) % 1000) / 250.0f - 2.0f;
+  Tensor x = Tensor::from_vector(v, {512, 8, 10, 10});
+  CHECK(count_kernels(x.sum({0, 2, 3})) == 2);  // 51200 times its output (the threshold is 16384): split
+  CHECK(count_kernels(x.shrink({{0, 16}, {0, 8}, {0, 10}, {0, 10}}).sum({0, 2, 3})) == 1);  // 1600 times: one kernel
+  Tensor big = Tensor::from_vector(std::vector<float>(v.begin(), v.end()), {512, 8, 10, 10}).reshape({512 * 8 * 100});
+  CHECK(count_kernels(big.sum()) == 2);  // a full sum of 409600: partial sums over chunks, then their sum
+  double ref = 0;
+  for (float f : v) ref += double(f);
+  CHECK(std::abs(double(big.sum().item<float>()) - ref) < 0.05);  // n * eps * max|v|: float32 rounding of 409600 terms
+  Tensor m = Tensor::from_vector(v, {512, 8, 100}).permute({1, 0, 2}).reshape({8, 51200});
+  auto rows = m.max(1).to_vector<float>();  // a max over a non-contiguous row splits too
+  for (size_t c = 0; c < 8; c++) {
+    float mx = -1e30f;
+    for (size_t n = 0; n < 512; n++)
+      for (size_t k = 0; k < 100; k++) mx = std::max(mx, v[(n * 8 + c) * 100 + k]);
+    CHECK(rows[c] == mx);
+  }
+  CHECK(count_kernels(m.max(1)) == 2);
+}
+
 TEST_CASE("the matmul of the README is right") {
   int N = 16;
   auto a = Tensor::rand({N, N}), b = Tensor::rand({N, N});
