@@ -70,7 +70,7 @@ Tensor parse_idx(const ReadFn& rd, const std::string& path, const std::string& d
   // Grown as bytes arrive: a header claiming more than the file holds allocates no more than the file gives.
   std::vector<uint8_t> data;
   while (data.size() < want) {
-    size_t at = data.size(), chunk = std::min<size_t>(want - at, size_t(16) << 20);
+    size_t at = data.size(), chunk = std::min(want - at, std::max<size_t>(at, 1 << 16));  // doubling from 64 KiB
     data.resize(at + chunk);
     uint8_t* p = data.data() + at;
     while (chunk > 0) {
