@@ -105,6 +105,9 @@ class Device {
   virtual bool index64() const { return false; }
   /** Wait for all launched work to finish. */
   virtual void synchronize() {}
+  /** False for a storage-only device (DISK: views of a mapped file): no kernel may run on it or read from it,
+   *  and nothing is copied into it; its buffers are copied out (Tensor::to) before use. */
+  virtual bool runs_kernels() const { return true; }
 
   /** Compile `src` (or fetch it from the in-memory cache, then the disk cache) and load it. Bounded caches. */
   std::shared_ptr<Program> get_program(const std::string& src, const std::string& name);
@@ -135,6 +138,9 @@ void disk_cache_put(const std::string& key, const std::vector<uint8_t>& data);
 class Buffer {
  public:
   Buffer(std::string device, DType dtype, size_t size);
+  /** A buffer over memory owned elsewhere (DISK: a range of a mapped file); `owner` keeps that memory alive for as
+   *  long as the buffer lives, and the buffer never frees it. */
+  Buffer(std::string device, DType dtype, size_t size, void* memory, std::shared_ptr<const void> owner);
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
@@ -146,6 +152,8 @@ class Buffer {
   void* ptr();  // allocates on first use
   void copyin(const void* host, size_t bytes);
   void copyout(void* host, size_t bytes);
+  /** The buffer's device (looked up once). */
+  Device& dev();
 
  private:
   std::string device_;
@@ -153,6 +161,7 @@ class Buffer {
   size_t size_;
   void* ptr_ = nullptr;
   Device* dev_ = nullptr;
+  std::shared_ptr<const void> owner_;  // set for memory owned elsewhere
 };
 
 }  // namespace tg

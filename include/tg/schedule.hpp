@@ -36,6 +36,8 @@ void run_schedule(Schedule& s);
 
 /** A new BUFFER node (arg = (id, size), src = DEVICE) with its Buffer. */
 UOpRef new_buffer_uop(const std::string& device, DType dtype, size_t size);
+/** A new BUFFER node for an existing Buffer (e.g. one over a mapped file on DISK). */
+UOpRef buffer_uop(std::shared_ptr<Buffer> b);
 /** The Buffer behind a BUFFER node (null when the node is not a BUFFER). */
 std::shared_ptr<Buffer> buffer_of(const UOp* buffer_uop);
 /** The BUFFER under a contiguous view (BUFFER or RESHAPE(BUFFER)), else null. */

@@ -335,15 +335,26 @@ Buffer::Buffer(std::string device, DType dtype, size_t size) : device_(std::move
     throw Error("[Buffer] cannot hold elements of dtype " + dtype.name() + " on " + device_);
 }
 
+Buffer::Buffer(std::string device, DType dtype, size_t size, void* memory, std::shared_ptr<const void> owner)
+    : Buffer(std::move(device), dtype, size) {
+  if ((!memory && size > 0) || !owner)
+    throw Error("[Buffer] a buffer over outside memory needs the memory and its owner (" + std::to_string(size) + " x " +
+                dtype.name() + " on " + device_ + ")");
+  ptr_ = memory;
+  owner_ = std::move(owner);
+}
+
 Buffer::~Buffer() {
-  if (ptr_) dev_->allocator().free(ptr_, nbytes());
+  if (ptr_ && !owner_) dev_->allocator().free(ptr_, nbytes());
+}
+
+Device& Buffer::dev() {
+  if (!dev_) dev_ = &get_device(device_);
+  return *dev_;
 }
 
 void* Buffer::ptr() {
-  if (!ptr_) {
-    dev_ = &get_device(device_);
-    ptr_ = dev_->allocator().alloc(nbytes());
-  }
+  if (!ptr_) ptr_ = dev().allocator().alloc(nbytes());
   return ptr_;
 }
 
@@ -359,13 +370,13 @@ void check_size(const char* op, const Buffer& b, size_t bytes) {
 void Buffer::copyin(const void* host, size_t bytes) {
   check_size("copyin", *this, bytes);
   void* p = ptr();
-  dev_->allocator().copyin(p, host, bytes);
+  dev().allocator().copyin(p, host, bytes);
 }
 
 void Buffer::copyout(void* host, size_t bytes) {
   check_size("copyout", *this, bytes);
   void* p = ptr();
-  dev_->allocator().copyout(host, p, bytes);
+  dev().allocator().copyout(host, p, bytes);
 }
 
 }  // namespace tg

@@ -105,6 +105,31 @@ void launch(Runner& r, void* const* bufs) {
 
 thread_local std::vector<JitItem>* g_capture = nullptr;
 
+// The ops a kernel computes, for messages: "CAST, ADD".
+std::string kernel_ops(const UOp* ast) {
+  std::string s;
+  for (const UOp* u : toposort(ast))
+    if ((is_alu(u->op) || u->op == Ops::CAST || u->op == Ops::BITCAST || u->op == Ops::REDUCE) &&
+        s.find(op_name(u->op)) == std::string::npos)
+      s += (s.empty() ? "" : ", ") + std::string(op_name(u->op));
+  return s.empty() ? "a copy into a contiguous buffer" : s;
+}
+
+// Storage-only devices (DISK) run no kernels, feed none and receive no copies: refused before anything runs.
+void check_devices(const ScheduleItem& it) {
+  for (size_t k = 0; k < it.bufs.size(); k++) {
+    Device& d = it.bufs[k]->dev();
+    if (d.runs_kernels()) continue;
+    if (it.kind == ScheduleItem::Kind::Copy) {
+      if (k == 0) throw Error("[to] cannot copy into " + d.name() + ": its tensors are read-only views of a mapped file");
+      continue;
+    }
+    throw Error("[" + d.name() + "] kernel " + kernel_name(it.ast.get()) + " (" + kernel_ops(it.ast.get()) + ") " +
+                (it.device == d.name() ? "would run on " : "reads a tensor on ") + d.name() +
+                " (a file mapped by safe_load); kernels cannot run on " + d.name() + ": move the tensor with .to(\"CPU\") first");
+  }
+}
+
 }  // namespace
 
 size_t kernels_run() { return g_kernels_run.load(); }
@@ -132,6 +157,7 @@ void jit_run(const JitItem& item, const std::vector<Buffer*>& bufs) {
 
 void run_schedule(Schedule& s) {
   int dbg = debug_level();
+  for (auto& it : s.items) check_devices(it);
   // 1. Compile everything first: a kernel that fails to compile leaves every live tensor untouched.
   std::vector<std::shared_ptr<Runner>> runners(s.items.size());
   std::vector<size_t> missing;

@@ -275,10 +275,16 @@ void on_buffer_free(const UOp* u) {
 }  // namespace
 
 UOpRef new_buffer_uop(const std::string& device, DType dtype, size_t size) {
+  return buffer_uop(std::make_shared<Buffer>(device, dtype, size));
+}
+
+UOpRef buffer_uop(std::shared_ptr<Buffer> b) {
   static bool hooked = (set_buffer_free_hook(&on_buffer_free), true);
   (void)hooked;
   int64_t id = g_next_buffer++;
-  auto b = std::make_shared<Buffer>(device, dtype, size);
+  std::string device = b->device();
+  DType dtype = b->dtype();
+  size_t size = b->size();
   {
     std::lock_guard lk(g_buf_mu);
     g_buffers[id] = b;

@@ -731,8 +731,9 @@ void Tensor::realize_all(std::vector<Tensor*> ts) {
 
 void Tensor::copy_to_host(void* dst, size_t bytes) const {
   Tensor t = *this;
+  if (!contiguous_buffer(t.uop().get()) && !get_device(device()).runs_kernels()) t = t.to(default_device());  // DISK views
   if (!contiguous_buffer(t.uop().get())) {
-    t = Tensor(UOp::make(Ops::CONTIGUOUS, dtype(), {uop()}), shape(), device());
+    t = Tensor(UOp::make(Ops::CONTIGUOUS, t.dtype(), {t.uop()}), t.shape(), t.device());
     t.realize();
   }
   auto buf = buffer_of(contiguous_buffer(t.uop().get()));
@@ -768,9 +769,26 @@ std::vector<double> Tensor::to_doubles() const {
 
 Tensor Tensor::to(const std::string& dev) const {
   Device& d = get_device(dev);  // throws for unknown names
-  if (d.name() == get_device(device()).name()) return *this;
+  Device& from = get_device(device());
+  if (d.name() == from.name()) return *this;
+  if (!d.runs_kernels()) throw Error("[to] cannot copy into " + d.name() + ": its tensors are read-only views of a mapped file");
   UOpRef devu = UOp::make(Ops::DEVICE, dtypes::void_, {}, d.name());
-  return Tensor(UOp::make(Ops::COPY, dtype(), {contiguous().uop(), devu}), shape(), d.name());
+  if (from.runs_kernels() || contiguous_buffer(uop().get()))
+    return Tensor(UOp::make(Ops::COPY, dtype(), {contiguous().uop(), devu}), shape(), d.name());
+  // A view of a storage-only buffer (DISK): copy the whole buffer, then apply the same movement ops on `d`.
+  std::vector<const UOp*> chain;
+  const UOp* u = uop().get();
+  while (is_movement(u->op) || u->op == Ops::DETACH) chain.push_back(u), u = u->src(0);
+  if (u->op != Ops::BUFFER)
+    throw Error("[to] this tensor on " + from.name() + " is computed (" + op_name(u->op) + "), and kernels cannot run on " +
+                from.name() + ": move the loaded tensor with .to(\"" + d.name() + "\") before computing with it");
+  UOpRef r = UOp::make(Ops::COPY, u->dtype, {UOpRef(u), devu});
+  for (size_t i = chain.size(); i-- > 0;) {
+    std::vector<UOpRef> src(chain[i]->src().begin(), chain[i]->src().end());
+    src[0] = r;
+    r = chain[i]->replace_src(src);
+  }
+  return Tensor(r, shape(), d.name());
 }
 
 Tensor& Tensor::assign(const Tensor& x) {

@@ -1,6 +1,8 @@
 #pragma once
 // Datasets from local files: the IDX format (MNIST, Fashion-MNIST), gzip or plain.
 // Thread-safety: the loaders share no state.
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "tg/tensor.hpp"
@@ -15,6 +17,8 @@ struct Dataset {
 /** One IDX file (gzip-compressed or not) as a tensor of its dtype and shape (ubyte -> uint8, ...).
  *  A truncated or malformed file throws tg::Error naming the file and what is wrong. */
 Tensor load_idx(const std::string& path, const std::string& device = "");
+/** The same for an IDX image in memory (gzip-compressed or not); `name` stands for the file in errors. */
+Tensor load_idx_bytes(const uint8_t* data, size_t size, const std::string& name, const std::string& device = "");
 
 /** MNIST from a folder holding {train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]: images (N,1,28,28) uint8,
  *  labels (N,) uint8. The folder defaults to $TG_MNIST_DIR, else data/mnist (what scripts/datasets makes). */

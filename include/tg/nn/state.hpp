@@ -1,22 +1,79 @@
 #pragma once
-// State: saving and loading named tensors as safetensors files.
-// Loading maps the file with mmap and copies each tensor's bytes straight into its buffer (no deserialisation
-// layer); the JSON header is parsed with nlohmann::json.
+// State: a module's tensors by name, safetensors files (save, load as views of the mapped file on the DISK device)
+// and GGUF files (metadata and tensors, quantised blocks dequantised to float32).
+// Loaders check every size and offset against the file before reading or allocating: a truncated or corrupt file
+// is a tg::Error naming the file and what is wrong. Each loader also reads bytes in memory (the fuzz targets do).
 // Thread-safety: functions share no state.
+#include <cstdint>
 #include <map>
 #include <string>
+#include <variant>
+#include <vector>
 
+#include "tg/nn/nn.hpp"
 #include "tg/tensor.hpp"
 
 namespace tg::nn {
 
-/** Write tensors to a .safetensors file (realising them); keys sorted, offsets 8-byte aligned. */
+// ---- module state (tinygrad's nn.state names)
+
+/** Every tensor of a module (parameters and buffers) by dotted name; the same as m.state_dict(). */
+std::map<std::string, Tensor> get_state_dict(Module& m);
+/** Every tensor of a module, parameters and buffers, in name order (tinygrad's get_parameters). */
+std::vector<Tensor> get_parameters(Module& m);
+/** m.load_state_dict(sd, strict): a missing, unexpected or mis-shaped key is an error naming it (strict). */
+void load_state_dict(Module& m, const std::map<std::string, Tensor>& sd, bool strict = true);
+
+// ---- safetensors
+
+/** Write tensors to a .safetensors file (realising them; views and DISK tensors are fine); keys sorted, 8-byte
+ *  aligned header; written to PATH.tmp and renamed. */
 void safe_save(const std::map<std::string, Tensor>& tensors, const std::string& path,
                const std::map<std::string, std::string>& metadata = {});
-/** Read every tensor of a .safetensors file. A truncated or inconsistent file throws tg::Error naming the file
- *  and the tensor. */
+/** Read every tensor of a .safetensors file.
+ *  device "DISK": the file is mapped read-only and each tensor is a view of it on the DISK device (nothing is
+ *  copied at load; bytes are copied when a tensor is moved with .to() or read back with to_vector; kernels cannot
+ *  run on DISK, so move a tensor before computing with it). The mapping lives while any of these tensors does.
+ *  device "" (the default device) or another name: each tensor is copied from the mapping onto that device. */
 std::map<std::string, Tensor> safe_load(const std::string& path, const std::string& device = "");
-/** The metadata map (__metadata__) of a .safetensors file. */
+/** The same for a safetensors image in memory (`name` stands for the file in errors); the bytes are copied
+ *  first, so DISK tensors view that copy. */
+std::map<std::string, Tensor> safe_load_bytes(const uint8_t* data, size_t size, const std::string& name,
+                                              const std::string& device = "");
+/** The metadata map (__metadata__) of a .safetensors file; a non-string value is an error. */
 std::map<std::string, std::string> safe_metadata(const std::string& path);
+
+// ---- GGUF (llama.cpp's format, versions 2 and 3)
+
+/** One GGUF metadata value: its GGUF type and the value (integers widened to int64/uint64, floats to double;
+ *  arrays hold their elements, all of `elem_type`). */
+struct GGUFValue {
+  enum class Type : uint32_t { UINT8 = 0, INT8, UINT16, INT16, UINT32, INT32, FLOAT32, BOOL, STRING, ARRAY, UINT64, INT64, FLOAT64 };
+  Type type = Type::UINT8;
+  Type elem_type = Type::UINT8;  // arrays only
+  std::variant<uint64_t, int64_t, double, bool, std::string, std::vector<GGUFValue>> value;
+  /** The value as an integer (any integer or bool type); otherwise a tg::Error naming the type. */
+  int64_t as_int() const;
+  /** The value as a double (any numeric type). */
+  double as_double() const;
+  const std::string& as_string() const;
+  const std::vector<GGUFValue>& as_array() const;
+};
+
+/** A GGUF file's contents: version, metadata by key, tensors by name (float32; shape = GGUF dims reversed, so the
+ *  first GGUF dimension is the last, contiguous one), and each tensor's GGML type name as stored ("q4_0", ...). */
+struct GGUFFile {
+  uint32_t version = 0;
+  std::map<std::string, GGUFValue> metadata;
+  std::map<std::string, Tensor> tensors;
+  std::map<std::string, std::string> tensor_types;
+};
+
+/** Load a GGUF file (v2 or v3; alignment from general.alignment, default 32). Tensors of type f32, f16, bf16,
+ *  q8_0, q4_0, q4_1 and q6_K are dequantised on the host to float32 with ggml's formulas, then placed on `device`;
+ *  another type is an error naming it. */
+GGUFFile gguf_load(const std::string& path, const std::string& device = "");
+/** The same for a GGUF image in memory (`name` stands for the file in errors). */
+GGUFFile gguf_load_bytes(const uint8_t* data, size_t size, const std::string& name, const std::string& device = "");
 
 }  // namespace tg::nn

@@ -1,0 +1,326 @@
+// GGUF (llama.cpp's model format, v2/v3): header, metadata key/values, tensor infos, then aligned tensor data.
+// Every count, length and offset is checked against the bytes left before anything is read or allocated; quantised
+// blocks are dequantised on the host with ggml's reference formulas (ggml-quants.c, dequantize_row_*).
+#include <algorithm>
+#include <cstring>
+#include <set>
+
+#include "mapped.hpp"
+#include "tg/nn/state.hpp"
+
+namespace tg::nn {
+
+namespace {
+
+using VT = GGUFValue::Type;
+
+const char* value_type_name(VT t) {
+  static const char* names[] = {"uint8", "int8", "uint16", "int16", "uint32", "int32", "float32",
+                                "bool",  "string", "array", "uint64", "int64", "float64"};
+  return uint32_t(t) < 13 ? names[uint32_t(t)] : "unknown";
+}
+
+// ggml tensor types: block size (elements) and bytes per block; size 0 = not supported here.
+struct GgmlType {
+  const char* name;
+  uint64_t block, bytes;
+};
+GgmlType ggml_type(uint32_t t) {
+  switch (t) {
+    case 0: return {"f32", 1, 4};
+    case 1: return {"f16", 1, 2};
+    case 2: return {"q4_0", 32, 18};
+    case 3: return {"q4_1", 32, 20};
+    case 6: return {"q5_0", 0, 0};
+    case 7: return {"q5_1", 0, 0};
+    case 8: return {"q8_0", 32, 34};
+    case 9: return {"q8_1", 0, 0};
+    case 10: return {"q2_K", 0, 0};
+    case 11: return {"q3_K", 0, 0};
+    case 12: return {"q4_K", 0, 0};
+    case 13: return {"q5_K", 0, 0};
+    case 14: return {"q6_K", 256, 210};
+    case 15: return {"q8_K", 0, 0};
+    case 30: return {"bf16", 1, 2};
+    default: return {nullptr, 0, 0};
+  }
+}
+
+struct Reader {
+  const uint8_t* p;
+  size_t n;
+  size_t off = 0;
+  const std::string& path;
+
+  [[noreturn]] void bad(const std::string& why) const { throw Error("[gguf_load] " + path + ": " + why); }
+  size_t left() const { return n - off; }
+  template <class T>
+  T get(const std::string& what) {
+    if (left() < sizeof(T))
+      bad("the file ends inside " + what + " (offset " + std::to_string(off) + " of " + std::to_string(n) + " bytes)");
+    T v;
+    std::memcpy(&v, p + off, sizeof(T));  // GGUF is little-endian, as is every host tg runs on
+    off += sizeof(T);
+    return v;
+  }
+  std::string str(const std::string& what) {
+    uint64_t len = get<uint64_t>("the length of " + what);
+    if (len > left())
+      bad(what + " has length " + std::to_string(len) + ", past the end of the file (" + std::to_string(left()) + " bytes left)");
+    std::string s(reinterpret_cast<const char*>(p + off), size_t(len));
+    off += size_t(len);
+    return s;
+  }
+};
+
+// Fewest bytes one value of a type takes in the file (bounds an array's count before reading it).
+uint64_t min_bytes(VT t) {
+  switch (t) {
+    case VT::UINT8: case VT::INT8: case VT::BOOL: return 1;
+    case VT::UINT16: case VT::INT16: return 2;
+    case VT::UINT32: case VT::INT32: case VT::FLOAT32: return 4;
+    case VT::ARRAY: return 12;
+    default: return 8;  // 64-bit values, strings (their length)
+  }
+}
+
+GGUFValue read_value(Reader& r, VT t, const std::string& key, int depth) {
+  GGUFValue v;
+  v.type = t;
+  std::string what = "the value of '" + key + "'";
+  switch (t) {
+    case VT::UINT8: v.value = uint64_t(r.get<uint8_t>(what)); break;
+    case VT::INT8: v.value = int64_t(r.get<int8_t>(what)); break;
+    case VT::UINT16: v.value = uint64_t(r.get<uint16_t>(what)); break;
+    case VT::INT16: v.value = int64_t(r.get<int16_t>(what)); break;
+    case VT::UINT32: v.value = uint64_t(r.get<uint32_t>(what)); break;
+    case VT::INT32: v.value = int64_t(r.get<int32_t>(what)); break;
+    case VT::UINT64: v.value = r.get<uint64_t>(what); break;
+    case VT::INT64: v.value = r.get<int64_t>(what); break;
+    case VT::FLOAT32: v.value = double(r.get<float>(what)); break;
+    case VT::FLOAT64: v.value = r.get<double>(what); break;
+    case VT::BOOL: {
+      uint8_t b = r.get<uint8_t>(what);
+      if (b > 1) r.bad("bool value of '" + key + "' is " + std::to_string(b) + ", expected 0 or 1");
+      v.value = b == 1;
+      break;
+    }
+    case VT::STRING: v.value = r.str(what); break;
+    case VT::ARRAY: {
+      if (depth >= 4) r.bad("arrays nested more than 4 deep in '" + key + "'");
+      uint32_t et = r.get<uint32_t>("the element type of '" + key + "'");
+      if (et > 12) r.bad("array '" + key + "' has unknown element type " + std::to_string(et));
+      v.elem_type = VT(et);
+      uint64_t count = r.get<uint64_t>("the length of array '" + key + "'");
+      if (count > r.left() / min_bytes(v.elem_type))
+        r.bad("array '" + key + "' claims " + std::to_string(count) + " " + value_type_name(v.elem_type) +
+              " elements, more than the " + std::to_string(r.left()) + " bytes left can hold");
+      std::vector<GGUFValue> a;
+      a.reserve(size_t(count));
+      for (uint64_t i = 0; i < count; i++) a.push_back(read_value(r, v.elem_type, key, depth + 1));
+      v.value = std::move(a);
+      break;
+    }
+    default: r.bad("'" + key + "' has unknown value type " + std::to_string(uint32_t(t)));
+  }
+  return v;
+}
+
+struct TensorInfo {
+  std::string name;
+  std::vector<uint64_t> dims;  // GGUF order: dims[0] is contiguous
+  uint32_t type;
+  uint64_t offset, nelem = 1, nbytes = 0;
+};
+
+void dequantize(const uint8_t* src, const TensorInfo& t, float* y) {
+  auto f16 = [](const uint8_t* q) {
+    uint16_t h;
+    std::memcpy(&h, q, 2);
+    return half_bits_to_float(h);
+  };
+  uint64_t nb = t.nelem / ggml_type(t.type).block;
+  switch (t.type) {
+    case 0: std::memcpy(y, src, size_t(t.nelem) * 4); break;
+    case 1: for (uint64_t i = 0; i < t.nelem; i++) y[i] = f16(src + 2 * i); break;
+    case 30:
+      for (uint64_t i = 0; i < t.nelem; i++) {
+        uint16_t b;
+        std::memcpy(&b, src + 2 * i, 2);
+        y[i] = bf16_bits_to_float(b);
+      }
+      break;
+    case 8:  // q8_0: d (f16), 32 x int8; y = q * d
+      for (uint64_t i = 0; i < nb; i++, src += 34, y += 32) {
+        float d = f16(src);
+        for (int j = 0; j < 32; j++) y[j] = float(int8_t(src[2 + j])) * d;
+      }
+      break;
+    case 2:  // q4_0: d (f16), 16 bytes of nibbles; low nibbles are elements 0..15, high ones 16..31; y = (q - 8) * d
+      for (uint64_t i = 0; i < nb; i++, src += 18, y += 32) {
+        float d = f16(src);
+        for (int j = 0; j < 16; j++) {
+          y[j] = float((src[2 + j] & 0x0F) - 8) * d;
+          y[j + 16] = float((src[2 + j] >> 4) - 8) * d;
+        }
+      }
+      break;
+    case 3:  // q4_1: d, m (f16), 16 bytes of nibbles; y = q * d + m
+      for (uint64_t i = 0; i < nb; i++, src += 20, y += 32) {
+        float d = f16(src), m = f16(src + 2);
+        for (int j = 0; j < 16; j++) {
+          y[j] = float(src[4 + j] & 0x0F) * d + m;
+          y[j + 16] = float(src[4 + j] >> 4) * d + m;
+        }
+      }
+      break;
+    case 14:  // q6_K: ql[128] (low 4 bits), qh[64] (high 2 bits), 16 int8 scales, d (f16); y = d * scale * (q - 32)
+      for (uint64_t i = 0; i < nb; i++, src += 210) {
+        const uint8_t* ql = src;
+        const uint8_t* qh = src + 128;
+        const int8_t* sc = reinterpret_cast<const int8_t*>(src + 192);
+        float d = f16(src + 208);
+        for (int n = 0; n < 256; n += 128) {
+          for (int l = 0; l < 32; l++) {
+            int is = l / 16;
+            int q1 = int((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
+            int q2 = int((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
+            int q3 = int((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+            int q4 = int((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+            y[l] = d * float(sc[is]) * float(q1);
+            y[l + 32] = d * float(sc[is + 2]) * float(q2);
+            y[l + 64] = d * float(sc[is + 4]) * float(q3);
+            y[l + 96] = d * float(sc[is + 6]) * float(q4);
+          }
+          y += 128;
+          ql += 64;
+          qh += 32;
+          sc += 8;
+        }
+      }
+      break;
+  }
+}
+
+GGUFFile parse(const Bytes& f, const std::string& path, const std::string& device) {
+  Reader r{f.p, f.n, 0, path};
+  uint8_t magic[4];
+  for (uint8_t& m : magic) m = r.get<uint8_t>("the magic");
+  if (std::memcmp(magic, "GGUF", 4) != 0) r.bad("not a GGUF file (the magic is not \"GGUF\")");
+  GGUFFile out;
+  out.version = r.get<uint32_t>("the version");
+  if (out.version != 2 && out.version != 3)
+    r.bad("GGUF version " + std::to_string(out.version) + " is not supported (versions 2 and 3 are)");
+  uint64_t n_tensors = r.get<uint64_t>("the tensor count");
+  uint64_t n_kv = r.get<uint64_t>("the metadata count");
+  if (n_kv > r.left() / 13)
+    r.bad("the header claims " + std::to_string(n_kv) + " metadata entries, more than the file can hold");
+  for (uint64_t i = 0; i < n_kv; i++) {
+    std::string key = r.str("metadata key " + std::to_string(i));
+    uint32_t t = r.get<uint32_t>("the value type of '" + key + "'");
+    if (t > 12) r.bad("'" + key + "' has unknown value type " + std::to_string(t));
+    GGUFValue v = read_value(r, VT(t), key, 0);
+    if (!out.metadata.emplace(key, std::move(v)).second) r.bad("metadata key '" + key + "' appears twice");
+  }
+  uint64_t align = 32;
+  if (auto it = out.metadata.find("general.alignment"); it != out.metadata.end()) {
+    const GGUFValue& a = it->second;
+    if (a.type != VT::UINT32) r.bad(std::string("general.alignment must be a uint32, it is a ") + value_type_name(a.type));
+    align = std::get<uint64_t>(a.value);
+    if (align == 0 || (align & (align - 1)) != 0) r.bad("general.alignment " + std::to_string(align) + " is not a power of two");
+  }
+  if (n_tensors > r.left() / 24)
+    r.bad("the header claims " + std::to_string(n_tensors) + " tensors, more than the file can hold");
+  std::vector<TensorInfo> infos;
+  std::set<std::string> names;
+  for (uint64_t i = 0; i < n_tensors; i++) {
+    TensorInfo t;
+    t.name = r.str("the name of tensor " + std::to_string(i));
+    if (!names.insert(t.name).second) r.bad("tensor '" + t.name + "' appears twice");
+    uint32_t nd = r.get<uint32_t>("the dimension count of '" + t.name + "'");
+    if (nd > 4) r.bad("tensor '" + t.name + "' has " + std::to_string(nd) + " dimensions, at most 4 are allowed");
+    for (uint32_t d = 0; d < nd; d++) {
+      uint64_t ne = r.get<uint64_t>("the dimensions of '" + t.name + "'");
+      if (ne > uint64_t(INT64_MAX) || __builtin_mul_overflow(t.nelem, ne, &t.nelem) || t.nelem > uint64_t(INT64_MAX))
+        r.bad("tensor '" + t.name + "' has too many elements (dimension " + std::to_string(ne) + ")");
+      t.dims.push_back(ne);
+    }
+    t.type = r.get<uint32_t>("the type of '" + t.name + "'");
+    t.offset = r.get<uint64_t>("the data offset of '" + t.name + "'");
+    GgmlType gt = ggml_type(t.type);
+    if (!gt.name) r.bad("tensor '" + t.name + "' has unknown ggml type " + std::to_string(t.type));
+    if (gt.block == 0)
+      r.bad("tensor '" + t.name + "' has type " + gt.name + ", which tg does not dequantise (f32, f16, bf16, q8_0, q4_0, q4_1, q6_K)");
+    if ((t.dims.empty() ? 1 : t.dims[0]) % gt.block != 0)
+      r.bad("tensor '" + t.name + "' (" + gt.name + ") has a first dimension of " + std::to_string(t.dims.empty() ? 1 : t.dims[0]) +
+            ", not a multiple of the block size " + std::to_string(gt.block));
+    if (t.nelem / gt.block > uint64_t(f.n) / gt.bytes)
+      r.bad("tensor '" + t.name + "' (" + std::to_string(t.nelem) + " " + gt.name + " elements) is larger than the file (" +
+            std::to_string(f.n) + " bytes)");
+    t.nbytes = t.nelem / gt.block * gt.bytes;  // <= the file's size: no overflow
+    if (t.offset % align != 0)
+      r.bad("tensor '" + t.name + "' starts at offset " + std::to_string(t.offset) + ", not a multiple of the alignment " + std::to_string(align));
+    infos.push_back(std::move(t));
+  }
+  uint64_t data_start = (uint64_t(r.off) + align - 1) / align * align;  // r.off < 2^63, align <= 2^32
+  uint64_t data_size = data_start <= f.n ? f.n - data_start : 0;
+  for (auto& t : infos)
+    if (t.offset > data_size || t.nbytes > data_size - t.offset)
+      r.bad("tensor '" + t.name + "' (" + std::to_string(t.nbytes) + " bytes at data offset " + std::to_string(t.offset) +
+            ") lies past the end of the file (" + std::to_string(data_size) + " data bytes)");
+  std::vector<const TensorInfo*> by_off;
+  for (auto& t : infos)
+    if (t.nbytes) by_off.push_back(&t);
+  std::stable_sort(by_off.begin(), by_off.end(), [](auto* a, auto* b) { return a->offset < b->offset; });
+  for (size_t i = 1; i < by_off.size(); i++)
+    if (by_off[i]->offset < by_off[i - 1]->offset + by_off[i - 1]->nbytes)
+      r.bad("tensors '" + by_off[i - 1]->name + "' and '" + by_off[i]->name + "' overlap in the data section");
+  for (auto& t : infos) {
+    std::vector<float> y(size_t(t.nelem));
+    if (t.nelem) dequantize(f.p + data_start + t.offset, t, y.data());
+    Shape s(t.dims.rbegin(), t.dims.rend());
+    out.tensors.emplace(t.name, Tensor::from_blob(y.data(), s, dtypes::float32, device));
+    out.tensor_types.emplace(t.name, ggml_type(t.type).name);
+  }
+  return out;
+}
+
+}  // namespace
+
+int64_t GGUFValue::as_int() const {
+  if (auto* u = std::get_if<uint64_t>(&value)) {
+    if (*u > uint64_t(INT64_MAX)) throw Error("[gguf] value " + std::to_string(*u) + " does not fit an int64");
+    return int64_t(*u);
+  }
+  if (auto* i = std::get_if<int64_t>(&value)) return *i;
+  if (auto* b = std::get_if<bool>(&value)) return *b;
+  throw Error(std::string("[gguf] a ") + value_type_name(type) + " value is not an integer");
+}
+
+double GGUFValue::as_double() const {
+  if (auto* d = std::get_if<double>(&value)) return *d;
+  if (auto* u = std::get_if<uint64_t>(&value)) return double(*u);
+  if (auto* i = std::get_if<int64_t>(&value)) return double(*i);
+  if (auto* b = std::get_if<bool>(&value)) return *b;
+  throw Error(std::string("[gguf] a ") + value_type_name(type) + " value is not a number");
+}
+
+const std::string& GGUFValue::as_string() const {
+  if (auto* s = std::get_if<std::string>(&value)) return *s;
+  throw Error(std::string("[gguf] a ") + value_type_name(type) + " value is not a string");
+}
+
+const std::vector<GGUFValue>& GGUFValue::as_array() const {
+  if (auto* a = std::get_if<std::vector<GGUFValue>>(&value)) return *a;
+  throw Error(std::string("[gguf] a ") + value_type_name(type) + " value is not an array");
+}
+
+GGUFFile gguf_load(const std::string& path, const std::string& device) {
+  return parse(map_file(path, "gguf_load"), path, device);
+}
+
+GGUFFile gguf_load_bytes(const uint8_t* data, size_t size, const std::string& name, const std::string& device) {
+  return parse(Bytes{data, size, nullptr}, name, device);
+}
+
+}  // namespace tg::nn
