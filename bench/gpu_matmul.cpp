@@ -68,6 +68,11 @@ NoTcKernel no_tc_kernel(Device& dev, const Tensor& a, const Tensor& b, const Ten
   cfg.local_threads = dev.renderer().grid_limits().threads;
   cfg.tensor_cores = false;
   std::vector<Opt> opts = gpu_hand_coded_optimizations(s.items[0].ast, cfg);
+  cfg.tensor_cores = dev.renderer().grid_limits().tensor_cores;
+  std::string with, without;
+  for (const Opt& o : gpu_hand_coded_optimizations(s.items[0].ast, cfg)) with += (with.empty() ? "" : ", ") + to_string(o);
+  for (const Opt& o : opts) without += (without.empty() ? "" : ", ") + to_string(o);
+  std::printf("  [tg opts: %s; without TC: %s]", with.c_str(), without.c_str());
   LowerOptions lo;
   lo.opts = &opts;
   NoTcKernel r;
