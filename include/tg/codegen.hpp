@@ -15,7 +15,7 @@
 //   DEFINE_REG  dtype T* with addr Reg and size n. A private array of n elements (accumulators).
 //   INDEX       src (ptr, idx), dtype = ptr's dtype. The address ptr + idx (elements).
 //   LOAD        src (INDEX) -> *addr;  or src (INDEX, alt, gate) -> gate ? *addr : alt (no access when !gate).
-//   STORE       src (INDEX, value), void. *addr = value.
+//   STORE       src (INDEX, value), void. *addr = value;  or src (INDEX, value, gate): only when gate (bool).
 //   ALU ops     unary/binary/ternary, CAST, BITCAST with the C semantics of exec_alu (IDIV/MOD truncate,
 //               comparisons give bool, shifts as in C for in-range amounts).
 //   IF/ENDIF    IF src (cond bool); ENDIF src (IF).

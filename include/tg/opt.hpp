@@ -12,7 +12,7 @@
 //           outer part the group index (get_group_id / blockIdx).
 //   GROUP   a reduce axis: the inner part is split across a work group's items (adjacent items read adjacent
 //           elements); each item's partial result goes to local memory, a barrier, then each item reduces the
-//           partials (all items compute the same value and store it). GROUPTOP: the same with the group as the
+//           partials (all compute the same value; the first stores it). GROUPTOP: the same with the group as the
 //           outer part (each item reduces a contiguous chunk).
 //   TC      tensor cores (CUDA mma.sync m16n8k16, src/codegen/opt/tc.cpp): a half/bfloat16 matmul's output tile
 //           of 16x8 and reduce step of 16 become one warp-wide matrix multiply-accumulate; axis and amt unused.
@@ -65,7 +65,8 @@ std::vector<Opt> hand_coded_optimizations(const UOpRef& ast, const OptConfig& cf
  *  for large reductions into few outputs, LOCAL on output axes, small UPCASTs for matmul-shaped kernels. */
 std::vector<Opt> gpu_hand_coded_optimizations(const UOpRef& ast, const OptConfig& cfg);
 
-/** Lower REDUCEs over GROUP ranges: partial reduce per work item, local memory, BARRIER, final reduce. Throws
+/** Lower REDUCEs over GROUP ranges: partial reduce per work item, local memory, BARRIER, final reduce, and the
+ *  kernel's stores gated to the group's first item. Throws
  *  OptError for a grouped reduce that sits inside a serial loop (its local memory would be reused unsafely). */
 UOpRef lower_group_reduces(const UOpRef& ast);
 

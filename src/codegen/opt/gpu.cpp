@@ -119,7 +119,21 @@ UOpRef lower_group_reduces(const UOpRef& ast) {
     fsrc.insert(fsrc.end(), fs.begin(), fs.end());
     repl.emplace_back(r, UOp::make(Ops::REDUCE, r->dtype, fsrc, r->arg));
   }
-  return substitute(ast, repl);
+  // Only the group's first item stores (all compute the same values; another item's late reads of a buffer that
+  // is also the output, as in an in-place update, must not see the stored value).
+  UOpRef leader;
+  for (const UOp* g : items)
+    if (range_type(g) == AxisType::Group) {
+      UOpRef first = UOpRef(g)->alu(Ops::CMPLT, ci(1));
+      leader = leader ? leader->alu(Ops::AND, first) : first;
+    }
+  UOpRef out = substitute(ast, repl);
+  std::vector<UOpRef> stores;
+  for (const UOpRef& st : out->src())
+    stores.push_back(st->op == Ops::STORE && st->nsrc() == 2
+                         ? UOp::make(Ops::STORE, dtypes::void_, {UOpRef(st->src()[0]), UOpRef(st->src()[1]), leader})
+                         : st);
+  return out->replace_src(stores);
 }
 
 std::vector<Opt> gpu_hand_coded_optimizations(const UOpRef& ast_in, const OptConfig& cfg) {

@@ -263,7 +263,9 @@ std::string CStyleRenderer::render(const std::string& name, const std::vector<co
       case Ops::LOAD:
         def(u, "val", u->nsrc() == 3 ? "(" + s(2) + "?*" + s(0) + ":" + s(1) + ")" : "*" + s(0));
         break;
-      case Ops::STORE: line("*" + s(0) + " = " + s(1) + ";"); break;
+      case Ops::STORE:
+        line((u->nsrc() == 3 ? "if (" + s(2) + ") *" : "*") + s(0) + " = " + s(1) + ";");
+        break;
       case Ops::RANGE: {
         r[u] = fresh("ridx");
         line("for (" + lang_.type(u->dtype) + " " + r[u] + " = 0; " + r[u] + " < " + s(0) + "; " + r[u] + "++) {");

@@ -126,8 +126,9 @@ LinearInfo check_linear(const std::string& who, const std::string& name, const s
           fail(u, "a gated LOAD needs alt of the load's dtype and a bool gate");
         break;
       case Ops::STORE:
-        need_src(2, 2);
+        need_src(2, 3);
         if (u->src(0)->op != Ops::INDEX) fail(u, "STORE needs an INDEX as source 0");
+        if (u->nsrc() == 3 && !dtypes::is_bool(u->src(2)->dtype)) fail(u, "a gated STORE needs a bool gate");
         if (!(u->src(0)->dtype.base() == u->src(1)->dtype)) fail(u, "STORE value dtype differs from the pointer's");
         break;
       case Ops::RANGE:
