@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <unistd.h>
 #include <vector>
 
 #include "../backends/cuda/cuda.hpp"
@@ -383,7 +384,8 @@ TEST_CASE("LOCAL, GROUP and GROUPTOP as explicit opts give the CPU's results on 
       {"elementwise, LOCAL 32 x LOCAL 4", Tensor(x * 2.0f + y), {{OptOp::LOCAL, 1, 32}, {OptOp::LOCAL, 0, 4}}, true},
   };
   for (Case& c : cases) {
-    CAPTURE(c.what);
+    std::string what = c.what;
+    CAPTURE(what);
     Lowered l = lower_with(c.t, *cl_r, &c.opts);
     CHECK(l.k.dims.exact_local);
     CompiledKernel kc = lower_with(c.t, *cu, &c.opts).k;
@@ -471,11 +473,11 @@ TEST_CASE("TC kernels compute the matmul: the fragment mapping run on OpenCL wit
       {"bt @ a.T (m and n swapped)", bt.matmul(a.T())},
   };
   for (Case& c : cases) {
-    CAPTURE(c.what);
+    std::string what = c.what;
+    CAPTURE(what);
     Lowered l = lower_with(c.t, *emu, nullptr);
     REQUIRE(l.k.opts.at(0) == Opt{OptOp::TC, 0, 0});
     CHECK(contains(l.k.src, "tg_wmma_emu("));
-    MESSAGE(c.what << ": opts " << l.k.opts.size() << ", work items per group " << l.k.dims.local[0] * l.k.dims.local[1] * l.k.dims.local[2]);
     auto [got, want] = run_both(l, get_device("CL"));
     // The CPU rounds each product to float16 (Tensor::sum of a float16 product); the tensor core does not.
     std::vector<float> g, w;
@@ -505,6 +507,34 @@ TEST_CASE("TC kernels on a CUDA GPU (when there is one) give the CPU's matmul; s
   CHECK(contains(l.k.src, "__syncthreads();"));
   auto [got, want] = run_both(l, dev);
   check_close(as<float>(got), as<float>(want), 1e-5f);
+}
+
+TEST_CASE("DEBUG=2 prints one line per copy between CPU and CL, with the bytes and both devices") {
+  if (!has_device("CL")) return;
+  Tensor x = Tensor::arange(0, 256, 1, dtypes::float32, "CPU");
+  x.realize();
+  std::string log;
+  {
+    ScopedEnv dbg("DEBUG", "2");
+    std::fflush(stderr);
+    int saved = dup(2);
+    FILE* tmp = std::tmpfile();
+    REQUIRE(tmp);
+    dup2(fileno(tmp), 2);
+    Tensor y = Tensor(x.to("CL") + 1.0f).to("CPU");
+    y.realize();
+    std::fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    std::rewind(tmp);
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, tmp)) > 0) log.append(buf, n);
+    std::fclose(tmp);
+    CHECK(y.to_vector<float>()[255] == 256.0f);
+  }
+  CHECK(contains(log, "copy     1024 bytes CPU -> CL"));
+  CHECK(contains(log, "copy     1024 bytes CL -> CPU"));
 }
 
 TEST_CASE("copies to a CUDA device without a driver are a tg::Error; the tensor stays usable on the CPU") {

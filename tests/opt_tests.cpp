@@ -186,3 +186,21 @@ TEST_CASE("GPU opts lower to work-group indices, local memory with a barrier, an
   CHECK(ck.dims.global[0] * ck.dims.global[1] == (32 / 16) * (16 / 8));
   CHECK(!tc_fits(graph_rewrite(last_kernel(Tensor(x * 2.0f)).ast, symbolic(), nullptr, false, "simplify")));
 }
+
+TEST_CASE("SWAP exchanges two output axes: the same values, the other axis innermost (launch axis 0 on a GPU)") {
+  Tensor::manual_seed(4);
+  Tensor x = Tensor::rand({6, 40});
+  x.realize();
+  Kern k = last_kernel(Tensor(x * 3.0f + 1.0f));
+  CHECK(run_with(k, {{OptOp::SWAP, 0, 1}}) == run_with(k, {}));
+  CHECK(run_with(k, {{OptOp::SWAP, 1, 0}, {OptOp::UPCAST, 0, 4}}) == run_with(k, {}));
+  auto cu = make_cuda_renderer(90);
+  std::vector<Opt> swap{{OptOp::SWAP, 0, 1}};
+  LowerOptions lo;
+  lo.opts = &swap;
+  CompiledKernel ck = lower_kernel(k.ast, "s", *cu, lo);
+  CHECK(ck.dims.global[0] * ck.dims.local[0] == 6);  // the row axis is now innermost
+  CHECK(ck.dims.global[1] * ck.dims.local[1] == 40);
+  CHECK_THROWS_AS(apply_opt(graph_rewrite(k.ast, symbolic(), nullptr, false, "s"), {OptOp::SWAP, 0, 0}), OptError);
+  CHECK_THROWS_AS(apply_opt(graph_rewrite(k.ast, symbolic(), nullptr, false, "s"), {OptOp::SWAP, 0, 2}), OptError);
+}

@@ -14,6 +14,8 @@
 //           elements); each item's partial result goes to local memory, a barrier, then each item reduces the
 //           partials (all compute the same value; the first stores it). GROUPTOP: the same with the group as the
 //           outer part (each item reduces a contiguous chunk).
+//   SWAP    exchange the places of output axes `axis` and `amt` (the loop order; on GPUs, which one is launch
+//           axis 0, whose neighbouring items are neighbouring work items).
 //   TC      tensor cores (CUDA mma.sync m16n8k16, src/codegen/opt/tc.cpp): a half/bfloat16 matmul's output tile
 //           of 16x8 and reduce step of 16 become one warp-wide matrix multiply-accumulate; axis and amt unused.
 // Axes are numbered as kernel_axes() lists them: the output (loop) axes in id order, then the reduce axes.
@@ -28,7 +30,7 @@
 
 namespace tg {
 
-enum class OptOp : uint8_t { UPCAST, UNROLL, THREAD, LOCAL, GROUP, GROUPTOP, TC };
+enum class OptOp : uint8_t { UPCAST, UNROLL, THREAD, LOCAL, GROUP, GROUPTOP, TC, SWAP };
 
 struct Opt {
   OptOp op;

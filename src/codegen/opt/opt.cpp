@@ -67,7 +67,7 @@ int64_t range_id(const UOp* r) { return std::get<std::vector<int64_t>>(r->arg)[0
 AxisType range_type(const UOp* r) { return static_cast<AxisType>(std::get<std::vector<int64_t>>(r->arg)[1]); }
 
 std::string to_string(const Opt& o) {
-  static const char* names[] = {"UPCAST", "UNROLL", "THREAD", "LOCAL", "GROUP", "GROUPTOP", "TC"};
+  static const char* names[] = {"UPCAST", "UNROLL", "THREAD", "LOCAL", "GROUP", "GROUPTOP", "TC", "SWAP"};
   const char* n = names[size_t(o.op)];
   return std::string("Opt(") + n + ", axis=" + std::to_string(o.axis) + ", amt=" + std::to_string(o.amt) + ")";
 }
@@ -116,6 +116,13 @@ UOpRef apply_opt(const UOpRef& ast, const Opt& opt) {
   bool on_reduce = opt.op == OptOp::UNROLL || opt.op == OptOp::GROUP || opt.op == OptOp::GROUPTOP;
   if (on_reduce && out) return fail("needs a reduce axis");
   if (!on_reduce && !out) return fail("needs an output axis");
+  if (opt.op == OptOp::SWAP) {  // the two RANGEs exchange ids (their order), at once
+    if (opt.amt < 0 || size_t(opt.amt) >= n_out || opt.amt == opt.axis)
+      return fail("needs another output axis as amt (the kernel has " + std::to_string(n_out) + ")");
+    const UOp* o = axes[size_t(opt.amt)];
+    return substitute(ast, {{r, UOp::range(UOpRef(r->src()[0]), range_id(o), range_type(r))},
+                            {o, UOp::range(UOpRef(o->src()[0]), range_id(r), range_type(o))}});
+  }
   auto n = range_size(r);
   if (!n) return fail("the axis has a symbolic size");
   if (opt.amt < 2) return fail("the amount must be at least 2");
