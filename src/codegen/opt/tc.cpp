@@ -58,6 +58,11 @@ std::optional<TcMatch> find_tc(const UOpRef& ast, std::string& why) {
       if (ty == AxisType::Loop || ty == AxisType::Global) outs.push_back(u);
     }
   }
+  for (const UOp* o : outs)
+    if (o->src(0)->op != Ops::CONST) {
+      why = "an output size is symbolic (every output loop must become work-group indices)";
+      return std::nullopt;
+    }
   if (reduces.size() != 1 || stores.size() != 1) {
     why = "TC needs one reduce and one store";
     return std::nullopt;
