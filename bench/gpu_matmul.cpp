@@ -1,5 +1,6 @@
 // Matmul on a CUDA GPU: tg's generated kernels for fp32 and fp16 (float accumulation) against cuBLAS in the same
-// run, on the same device buffers. cuBLAS is loaded with dlopen (libcublas.so.13, .12, unversioned); it runs on the
+// run, on the same device buffers. fp16 runs twice in tg: as the heuristic picks (tensor cores, Opt TC, on sm_80+)
+// and with the GPU heuristic's opts without TC (the same kernel AST lowered and launched directly). cuBLAS is loaded with dlopen (libcublas.so.13, .12, unversioned); it runs on the
 // legacy default stream, as tg's kernels do, so both are timed with a device synchronisation.
 // Usage: gpu_matmul [N...] (default 1024 4096). Without a GPU it says so and exits with status 2.
 #include <dlfcn.h>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "tg/codegen.hpp"
 #include "tg/schedule.hpp"
 #include "tg/tensor.hpp"
 
@@ -49,6 +51,38 @@ void* dptr(const Tensor& t) {
   const UOp* b = contiguous_buffer(t.uop().get());
   if (!b) throw Error("[gpu_matmul] tensor is not a realised buffer");
   return buffer_of(b)->ptr();
+}
+
+// The matmul kernel of a @ b lowered for `dev` with the GPU heuristic without tensor cores, ready to launch on
+// (c, a, b) in the order of its PARAMs.
+struct NoTcKernel {
+  CompiledKernel k;
+  std::shared_ptr<Program> prog;
+  std::vector<void*> ptrs;
+};
+NoTcKernel no_tc_kernel(Device& dev, const Tensor& a, const Tensor& b, const Tensor& c) {
+  UOpRef u = a.matmul(b).uop();
+  Schedule s = create_schedule(std::span<const UOpRef>(&u, 1));
+  if (s.items.size() != 1) throw Error("[gpu_matmul] the matmul is not one kernel");
+  OptConfig cfg;
+  cfg.local_threads = dev.renderer().grid_limits().threads;
+  cfg.tensor_cores = false;
+  std::vector<Opt> opts = gpu_hand_coded_optimizations(s.items[0].ast, cfg);
+  cfg.tensor_cores = dev.renderer().grid_limits().tensor_cores;
+  std::string with, without;
+  for (const Opt& o : gpu_hand_coded_optimizations(s.items[0].ast, cfg)) with += (with.empty() ? "" : ", ") + to_string(o);
+  for (const Opt& o : opts) without += (without.empty() ? "" : ", ") + to_string(o);
+  std::printf("  [tg opts: %s; without TC: %s]", with.c_str(), without.c_str());
+  LowerOptions lo;
+  lo.opts = &opts;
+  NoTcKernel r;
+  r.k = lower_kernel(s.items[0].ast, "matmul_no_tc", dev.renderer(), lo);
+  r.prog = dev.get_program(r.k.src, r.k.name);
+  // PARAM 0 is the output; the inputs follow in the schedule's buffer order (a and b are realised buffers).
+  r.ptrs.push_back(dptr(c));
+  for (size_t i = 1; i < s.items[0].bufs.size(); i++)
+    r.ptrs.push_back(s.items[0].bufs[i]->ptr());
+  return r;
 }
 
 template <class F>
@@ -92,6 +126,15 @@ int main(int argc, char** argv) {
       c.realize();
       double tg_ms = best_ms(*dev, [&] { a.matmul(b).realize(); }, reps);
       std::printf("N=%5lld %-8s tg %9.1f GFLOPS (%8.3f ms)", (long long)N, dt.name().c_str(), flop / tg_ms / 1e6, tg_ms);
+      if (dt == dtypes::float16) {
+        try {
+          NoTcKernel nt = no_tc_kernel(*dev, a, b, c);
+          double ms = best_ms(*dev, [&] { nt.prog->run(nt.ptrs.data(), nullptr, nt.k.dims); }, reps);
+          std::printf("  tg no TC %9.1f GFLOPS", flop / ms / 1e6);
+        } catch (const Error& e) {
+          std::printf("  tg no TC: %s", e.what());
+        }
+      }
       if (have_cublas) {
         int n = int(N);
         void *A = dptr(a), *B = dptr(b), *C = dptr(c);

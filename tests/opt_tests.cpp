@@ -8,7 +8,9 @@
 #include "tg/codegen.hpp"
 #include "tg/device.hpp"
 #include "tg/opt.hpp"
+#include "tg/render.hpp"
 #include "tg/schedule.hpp"
+#include "tg/symbolic.hpp"
 #include "tg/tensor.hpp"
 
 using namespace tg;
@@ -151,4 +153,56 @@ TEST_CASE("the heuristic's kernels match a plain computation through the Tensor 
         REQUIRE(std::abs(s - cv[size_t(i * n + j)]) <= 1e-4 * (1 + std::abs(s)));
       }
   }
+}
+
+// GPU opts lowered for CUDA (no device needed; also runs in the sanitizer build). Their values are checked on
+// OpenCL and against NVRTC in test_gpu.
+TEST_CASE("GPU opts lower to work-group indices, local memory with a barrier, and mma.sync for TC") {
+  auto cu = make_cuda_renderer(90);
+  Tensor::manual_seed(3);
+  Tensor x = Tensor::rand({8, 1024});
+  x.realize();
+  Kern k = last_kernel(x.sum(int64_t(1)));
+  std::vector<Opt> opts{{OptOp::LOCAL, 0, 4}, {OptOp::GROUPTOP, 1, 32}};
+  LowerOptions lo;
+  lo.opts = &opts;
+  CompiledKernel ck = lower_kernel(k.ast, "g", *cu, lo);
+  CHECK(ck.src.find("__shared__ float smem0[128];") != std::string::npos);
+  CHECK(ck.src.find("__syncthreads();") != std::string::npos);
+  CHECK(ck.dims.exact_local);
+  CHECK(ck.dims.local[0] * ck.dims.local[1] == 128);
+  CHECK(ck.dims.global[0] == 2);
+  CHECK(to_string(opts[1]) == "Opt(GROUPTOP, axis=1, amt=32)");
+  Tensor a = Tensor::rand({32, 32}).cast(dtypes::float16), b = Tensor::rand({32, 16}).cast(dtypes::float16);
+  a.realize();
+  b.realize();
+  Kern m = last_kernel(a.matmul(b));
+  UOpRef simple = graph_rewrite(m.ast, symbolic(), nullptr, false, "simplify");  // as lower_kernel sees it
+  CHECK(tc_fits(simple));
+  CHECK(tc_axes(simple) == std::optional<std::pair<int, int>>({0, 1}));
+  std::vector<Opt> tc{{OptOp::TC, 0, 0}};
+  lo.opts = &tc;
+  ck = lower_kernel(m.ast, "t", *cu, lo);
+  CHECK(ck.src.find("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32") != std::string::npos);
+  CHECK(ck.dims.local[0] == 32);
+  CHECK(ck.dims.global[0] * ck.dims.global[1] == (32 / 16) * (16 / 8));
+  CHECK(!tc_fits(graph_rewrite(last_kernel(Tensor(x * 2.0f)).ast, symbolic(), nullptr, false, "simplify")));
+}
+
+TEST_CASE("SWAP exchanges two output axes: the same values, the other axis innermost (launch axis 0 on a GPU)") {
+  Tensor::manual_seed(4);
+  Tensor x = Tensor::rand({6, 40});
+  x.realize();
+  Kern k = last_kernel(Tensor(x * 3.0f + 1.0f));
+  CHECK(run_with(k, {{OptOp::SWAP, 0, 1}}) == run_with(k, {}));
+  CHECK(run_with(k, {{OptOp::SWAP, 1, 0}, {OptOp::UPCAST, 0, 4}}) == run_with(k, {}));
+  auto cu = make_cuda_renderer(90);
+  std::vector<Opt> swap{{OptOp::SWAP, 0, 1}};
+  LowerOptions lo;
+  lo.opts = &swap;
+  CompiledKernel ck = lower_kernel(k.ast, "s", *cu, lo);
+  CHECK(ck.dims.global[0] * ck.dims.local[0] == 6);  // the row axis is now innermost
+  CHECK(ck.dims.global[1] * ck.dims.local[1] == 40);
+  CHECK_THROWS_AS(apply_opt(graph_rewrite(k.ast, symbolic(), nullptr, false, "s"), {OptOp::SWAP, 0, 0}), OptError);
+  CHECK_THROWS_AS(apply_opt(graph_rewrite(k.ast, symbolic(), nullptr, false, "s"), {OptOp::SWAP, 0, 2}), OptError);
 }

@@ -220,8 +220,13 @@ class ClProgram : public Program {
       local[i] = size_t(dims.local[i]);
       global[i] = size_t(dims.global[i]) * local[i];
     }
-    // Kernels index work items globally, so any group size dividing the global size is right: shrink a group
-    // this kernel cannot have (a GPU driver may allow fewer items for a register-heavy kernel).
+    // Kernels that index work items globally are right for any group size dividing the global size: shrink a
+    // group this kernel cannot have (a GPU driver may allow fewer items for a register-heavy kernel). Kernels
+    // with work-group opts (local memory, warps) need exactly their group.
+    size_t want = local[0] * local[1] * local[2];
+    if (dims.exact_local && want > max_wg_)
+      throw Error("[CL] kernel needs work groups of " + std::to_string(want) + " items (LOCAL/GROUP/TC opts) but the "
+                  "device allows " + std::to_string(max_wg_) + " for it; run with fewer (NOOPT=1) or DEVICE=CPU");
     while (local[0] * local[1] * local[2] > max_wg_) {
       int ax = local[0] > 1 ? 0 : local[1] > 1 ? 1 : 2;
       size_t d = local[ax] - 1;

@@ -15,12 +15,19 @@
 //   DEFINE_REG  dtype T* with addr Reg and size n. A private array of n elements (accumulators).
 //   INDEX       src (ptr, idx), dtype = ptr's dtype. The address ptr + idx (elements).
 //   LOAD        src (INDEX) -> *addr;  or src (INDEX, alt, gate) -> gate ? *addr : alt (no access when !gate).
-//   STORE       src (INDEX, value), void. *addr = value.
+//   STORE       src (INDEX, value), void. *addr = value;  or src (INDEX, value, gate): only when gate (bool).
 //   ALU ops     unary/binary/ternary, CAST, BITCAST with the C semantics of exec_alu (IDIV/MOD truncate,
 //               comparisons give bool, shifts as in C for in-range amounts).
 //   IF/ENDIF    IF src (cond bool); ENDIF src (IF).
-//   SPECIAL     src (size), int32/int64, arg [axis]: the global work-item index on launch axis 0..2 (GPU renderers
-//               only, see Renderer::grid_limits); 0 <= SPECIAL < size.
+//   SPECIAL     src (size), int32/int64, arg [axis] or [axis, kind]: a work-item index on launch axis 0..2 (GPU
+//               renderers only, see Renderer::grid_limits); kind 0 (or absent): the global index, 1: the group
+//               index, 2: the index within the group; 0 <= SPECIAL < size.
+//   DEFINE_LOCAL dtype T* with addr Local and size n, arg a unique int: an array in work-group local memory.
+//   BARRIER     src (STOREs...), void: every item of the group waits here (the STOREs are visible after it).
+//   WMMA        src (a0..a7, b0..b3, c0..c3), dtype float32 x4 (count 4), arg "m16n8k16": one warp-wide matrix
+//               multiply-accumulate (CUDA mma.sync m16n8k16, row.col, float accumulators); sources are this
+//               work item's fragments: 8 A halves, 4 B halves, 4 float accumulators (see src/codegen/opt/tc.cpp).
+//   GEP         src (WMMA), scalar float32, arg [i]: element i of a WMMA's result.
 //   SINK        last; ignored by renderers.
 // No `index` dtype reaches a renderer: index arithmetic is int32 or int64 by then.
 // Kernel ABI on the CPU: `extern "C" void NAME(void* const* bufs, const int64_t* vars)`.

@@ -27,6 +27,9 @@ struct LaunchDims {
   /** CPU: global[0] parallel calls, call i with vars[core_var] = i (the kernel variable core_id); -1: one call. */
   int core_var = -1;
   int n_vars = 0;  // length of the vars array
+  /** The kernel indexes items within a group (LOCAL/GROUP/TC opts: get_local_id, local memory, warps): launch
+   *  exactly `local` items per group; a device that cannot must fail, not shrink the group. */
+  bool exact_local = false;
 };
 
 /** Raw memory of one device. Backends implement alloc_raw (nullptr when out of memory), free_raw and the copies;
@@ -85,6 +88,7 @@ class Renderer {
   struct GridLimits {
     int64_t threads = 0;
     int64_t groups[3] = {0, 0, 0};
+    bool tensor_cores = false;  // WMMA (CUDA mma.sync m16n8k16 for half/bfloat16 inputs, float accumulators)
   };
   virtual GridLimits grid_limits() const { return {}; }
 };

@@ -7,9 +7,22 @@
 //   UNROLL  a reduce axis: amt independent accumulators, combined after the loop (vectorisable reductions).
 //   THREAD  an output axis split across the CPU's threads: the outer part becomes the kernel variable
 //           `core_id` (0..amt-1) and the program runs amt times in parallel, one call per core.
+// GPU renderers only (src/codegen/opt/gpu.cpp):
+//   LOCAL   an output axis: the inner part becomes work items of one work group (get_local_id / threadIdx), the
+//           outer part the group index (get_group_id / blockIdx).
+//   GROUP   a reduce axis: the inner part is split across a work group's items (adjacent items read adjacent
+//           elements); each item's partial result goes to local memory, a barrier, then each item reduces the
+//           partials (all compute the same value; the first stores it). GROUPTOP: the same with the group as the
+//           outer part (each item reduces a contiguous chunk).
+//   SWAP    exchange the places of output axes `axis` and `amt` (the loop order; on GPUs, which one is launch
+//           axis 0, whose neighbouring items are neighbouring work items).
+//   TC      tensor cores (CUDA mma.sync m16n8k16, src/codegen/opt/tc.cpp): a half/bfloat16 matmul's output tile
+//           of 16x8 and reduce step of 16 become one warp-wide matrix multiply-accumulate; axis and amt unused.
 // Axes are numbered as kernel_axes() lists them: the output (loop) axes in id order, then the reduce axes.
 // NOOPT=1 disables the heuristic; DEBUG=3 prints the opts applied to each kernel.
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tg/error.hpp"
@@ -17,7 +30,7 @@
 
 namespace tg {
 
-enum class OptOp : uint8_t { UPCAST, UNROLL, THREAD };
+enum class OptOp : uint8_t { UPCAST, UNROLL, THREAD, LOCAL, GROUP, GROUPTOP, TC, SWAP };
 
 struct Opt {
   OptOp op;
@@ -36,6 +49,8 @@ struct OptError : Error {
 struct OptConfig {
   int threads = 1;        // CPU threads a kernel may be split across
   int vector_width = 16;  // float lanes of the widest SIMD register (AVX-512: 16)
+  int64_t local_threads = 0;  // GPU: most work items per group (0: a CPU, no LOCAL/GROUP)
+  bool tensor_cores = false;  // GPU: the renderer has TC (CUDA mma.sync)
 };
 
 /** The splittable RANGEs of a (simplified) kernel AST: output axes in id order, then reduce axes. */
@@ -47,6 +62,27 @@ UOpRef apply_opt(const UOpRef& ast, const Opt& opt);
 /** The default opts for a kernel (no search): register tiles for matmul-shaped kernels, vectorised loops
  *  for elementwise and reduce kernels, and the thread split. */
 std::vector<Opt> hand_coded_optimizations(const UOpRef& ast, const OptConfig& cfg);
+
+/** The default opts for a GPU kernel: TC for fitting half matmuls (when the renderer has tensor cores), GROUP
+ *  for large reductions into few outputs, LOCAL on output axes, small UPCASTs for matmul-shaped kernels. */
+std::vector<Opt> gpu_hand_coded_optimizations(const UOpRef& ast, const OptConfig& cfg);
+
+/** Lower REDUCEs over GROUP ranges: partial reduce per work item, local memory, BARRIER, final reduce, and the
+ *  kernel's stores gated to the group's first item. Throws
+ *  OptError for a grouped reduce that sits inside a serial loop (its local memory would be reused unsafely). */
+UOpRef lower_group_reduces(const UOpRef& ast);
+
+/** The TC opt (src/codegen/opt/tc.cpp): rewrite a matmul-shaped kernel to use WMMA; throws OptError when the
+ *  kernel is not one (one reduce axis, a product of two half/bfloat16 operands) or its sizes do not fit. */
+UOpRef apply_tc(const UOpRef& ast);
+/** Whether apply_tc would apply (the heuristic's test). */
+bool tc_fits(const UOpRef& ast);
+/** Where apply_tc would apply: the kernel_axes() positions of the output row and column axes it tiles (16 and 8),
+ *  which keep their positions after it; nullopt when it does not fit. */
+std::optional<std::pair<int, int>> tc_axes(const UOpRef& ast);
+/** After expand_reduces: WMMAs whose results are only added to accumulators take the accumulators as their C
+ *  operand instead (D = A*B + C in one instruction). */
+UOpRef fuse_wmma_accumulators(const UOpRef& k);
 
 /** Remove UPCAST and UNROLL ranges by replicating the nodes that depend on them (codegen's expander). */
 UOpRef expand_upcasts(const UOpRef& ast);

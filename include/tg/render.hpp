@@ -79,6 +79,10 @@ class CStyleRenderer : public Renderer {
   virtual std::string from_float(const std::string& x, DType dt) const;
   /** Expression for SPECIAL (work-item indices); dialects with them override. */
   virtual std::string render_special(const UOp* u) const;
+  /** Statements filling the declared array `dst` with a WMMA's result from its operand expressions `a`; may add
+   *  function-scope declarations to `decls`. Dialects with tensor cores override (the base throws). */
+  virtual std::string render_wmma(const std::string& dst, const std::vector<std::string>& a, const UOp* u,
+                                  std::string& decls) const;
 
   CStyleLanguage lang_;
 };
@@ -93,8 +97,10 @@ class CRenderer : public CStyleRenderer {
 
 /** The OpenCL C dialect; `fp16`/`fp64`: the device has cl_khr_fp16 / cl_khr_fp64 (src/codegen/render/opencl.cpp). */
 CStyleLanguage opencl_language(bool fp16, bool fp64);
-/** An OpenCL C renderer whose kernels launch with at most `max_threads` work items per group. */
-std::unique_ptr<Renderer> make_opencl_renderer(bool fp16, bool fp64, int64_t max_threads);
+/** An OpenCL C renderer whose kernels launch with at most `max_threads` work items per group. `tc_emulation`:
+ *  it offers tensor cores (TC) and renders each WMMA as the warp-wide mma.sync computed through local memory from
+ *  the PTX ISA's fragment layouts (for testing TC kernels on a CPU OpenCL device; groups of 32-item warps). */
+std::unique_ptr<Renderer> make_opencl_renderer(bool fp16, bool fp64, int64_t max_threads, bool tc_emulation = false);
 /** A CUDA C renderer for compute capability `sm` (e.g. 80, 90) (src/codegen/render/cuda.cpp). */
 std::unique_ptr<Renderer> make_cuda_renderer(int sm);
 

@@ -5,6 +5,9 @@
 
 namespace tg {
 
+/** What a SPECIAL (arg [axis] or [axis, kind]) indexes on its launch axis. */
+enum class SpecialKind : int64_t { GlobalId = 0, GroupId = 1, LocalId = 2 };
+
 /** Replace the constant-size output loops of `ast` by SPECIALs within `lim`; fills the launch `dims`. */
 UOpRef add_gpu_dims(const UOpRef& ast, const Renderer::GridLimits& lim, LaunchDims& dims);
 

@@ -279,13 +279,23 @@ CompiledKernel lower_kernel(const UOpRef& ast, const std::string& name, Renderer
   trace("input", ast);
   UOpRef k = graph_rewrite(ast, symbolic(), nullptr, false, "simplify");
   trace("simplify", k);
-  // Optimisations: the given opts, or the heuristic's (none with NOOPT=1). The heuristic is tuned for CPUs
-  // (LLVM vectorises the copies); GPU renderers (grid limits) get their parallelism from the launch grid.
+  // Optimisations: the given opts, or the heuristic's (none with NOOPT=1): the CPU one (LLVM vectorises the
+  // copies, threads split the outer loop) or, for GPU renderers (grid limits), the GPU one (work groups, local
+  // memory, tensor cores).
   Renderer::GridLimits lim = renderer.grid_limits();
-  std::vector<Opt> opts = opt.opts                                        ? *opt.opts
-                          : getenv_int("NOOPT", 0) || lim.threads > 0 ? std::vector<Opt>{}
-                                                                          : hand_coded_optimizations(k, opt.config);
-  for (const Opt& o : opts) k = apply_opt(k, o);
+  OptConfig cfg = opt.config;
+  if (lim.threads > 0) cfg.local_threads = lim.threads, cfg.tensor_cores = lim.tensor_cores;
+  std::vector<Opt> opts = opt.opts                   ? *opt.opts
+                          : getenv_int("NOOPT", 0)   ? std::vector<Opt>{}
+                          : lim.threads > 0          ? gpu_hand_coded_optimizations(k, cfg)
+                                                     : hand_coded_optimizations(k, cfg);
+  for (const Opt& o : opts) {
+    bool gpu_only = o.op == OptOp::LOCAL || o.op == OptOp::GROUP || o.op == OptOp::GROUPTOP || o.op == OptOp::TC;
+    if (gpu_only && (lim.threads == 0 || !renderer.has_local()))
+      throw OptError("[opt] " + to_string(o) + " needs a GPU renderer with work groups and local memory");
+    if (o.op == OptOp::TC && !lim.tensor_cores) throw OptError("[opt] Opt(TC): this renderer has no tensor cores");
+    k = apply_opt(k, o);
+  }
   if (dbg >= 3 && !opts.empty()) {
     std::string s;
     for (const Opt& o : opts) s += (s.empty() ? "" : ", ") + to_string(o);
@@ -296,10 +306,12 @@ CompiledKernel lower_kernel(const UOpRef& ast, const std::string& name, Renderer
   k = graph_rewrite(k, symbolic(), nullptr, false, "simplify after opts");
   LaunchDims dims;
   if (lim.threads > 0) {
+    k = lower_group_reduces(k);
     k = add_gpu_dims(k, lim, dims);
-    trace("gpu dims", k);
+    trace("group reduces + gpu dims", k);
   }
   k = expand_reduces(k);
+  k = fuse_wmma_accumulators(k);
   k = add_ends(k);
   trace("expand reduce", k);
   k = graph_rewrite(k, symbolic(), nullptr, false, "simplify after reduce");

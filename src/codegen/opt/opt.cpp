@@ -67,7 +67,8 @@ int64_t range_id(const UOp* r) { return std::get<std::vector<int64_t>>(r->arg)[0
 AxisType range_type(const UOp* r) { return static_cast<AxisType>(std::get<std::vector<int64_t>>(r->arg)[1]); }
 
 std::string to_string(const Opt& o) {
-  const char* n = o.op == OptOp::UPCAST ? "UPCAST" : o.op == OptOp::UNROLL ? "UNROLL" : "THREAD";
+  static const char* names[] = {"UPCAST", "UNROLL", "THREAD", "LOCAL", "GROUP", "GROUPTOP", "TC", "SWAP"};
+  const char* n = names[size_t(o.op)];
   return std::string("Opt(") + n + ", axis=" + std::to_string(o.axis) + ", amt=" + std::to_string(o.amt) + ")";
 }
 
@@ -104,6 +105,7 @@ UOpRef substitute(const UOpRef& root, const std::vector<std::pair<const UOp*, UO
 }
 
 UOpRef apply_opt(const UOpRef& ast, const Opt& opt) {
+  if (opt.op == OptOp::TC) return apply_tc(ast);
   auto axes = kernel_axes(ast);
   size_t n_out = size_t(std::count_if(axes.begin(), axes.end(), [](const UOp* r) { return is_out(range_type(r)); }));
   auto fail = [&](const std::string& why) -> UOpRef { throw OptError("[opt] " + to_string(opt) + ": " + why); };
@@ -111,8 +113,16 @@ UOpRef apply_opt(const UOpRef& ast, const Opt& opt) {
     return fail("the kernel has " + std::to_string(axes.size()) + " axes");
   const UOp* r = axes[size_t(opt.axis)];
   bool out = size_t(opt.axis) < n_out;
-  if (opt.op == OptOp::UNROLL && out) return fail("UNROLL needs a reduce axis");
-  if (opt.op != OptOp::UNROLL && !out) return fail("needs an output axis");
+  bool on_reduce = opt.op == OptOp::UNROLL || opt.op == OptOp::GROUP || opt.op == OptOp::GROUPTOP;
+  if (on_reduce && out) return fail("needs a reduce axis");
+  if (!on_reduce && !out) return fail("needs an output axis");
+  if (opt.op == OptOp::SWAP) {  // the two RANGEs exchange ids (their order), at once
+    if (opt.amt < 0 || size_t(opt.amt) >= n_out || opt.amt == opt.axis)
+      return fail("needs another output axis as amt (the kernel has " + std::to_string(n_out) + ")");
+    const UOp* o = axes[size_t(opt.amt)];
+    return substitute(ast, {{r, UOp::range(UOpRef(r->src()[0]), range_id(o), range_type(r))},
+                            {o, UOp::range(UOpRef(o->src()[0]), range_id(r), range_type(o))}});
+  }
   auto n = range_size(r);
   if (!n) return fail("the axis has a symbolic size");
   if (opt.amt < 2) return fail("the amount must be at least 2");
@@ -130,9 +140,15 @@ UOpRef apply_opt(const UOpRef& ast, const Opt& opt) {
     outer = UOp::variable("core_id", 0, opt.amt - 1);
     repl = outer->alu(Ops::MUL, ci(*n / opt.amt))->alu(Ops::ADD, inner);
   } else {
+    AxisType t = opt.op == OptOp::UPCAST ? AxisType::Upcast
+                 : opt.op == OptOp::UNROLL ? AxisType::Unroll
+                 : opt.op == OptOp::LOCAL  ? AxisType::Local
+                                           : AxisType::Group;
     outer = UOp::range(ci(*n / opt.amt), range_id(r), range_type(r));
-    inner = UOp::range(ci(opt.amt), max_id + 1, opt.op == OptOp::UPCAST ? AxisType::Upcast : AxisType::Unroll);
-    repl = outer->alu(Ops::MUL, ci(opt.amt))->alu(Ops::ADD, inner);
+    inner = UOp::range(ci(opt.amt), max_id + 1, t);
+    // GROUPTOP: the new part is the outer one (each work item reduces a contiguous chunk).
+    repl = opt.op == OptOp::GROUPTOP ? inner->alu(Ops::MUL, ci(*n / opt.amt))->alu(Ops::ADD, outer)
+                                     : outer->alu(Ops::MUL, ci(opt.amt))->alu(Ops::ADD, inner);
   }
   // Rebuild: uses of r become `repl`; a REDUCE over r reduces over both parts instead.
   std::unordered_map<const UOp*, UOpRef> m{{r, repl}};

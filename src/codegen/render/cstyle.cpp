@@ -196,6 +196,11 @@ std::string CStyleRenderer::render_special(const UOp* u) const {
   throw Error("[render] the " + lang_.name + " dialect cannot render " + describe(u));
 }
 
+std::string CStyleRenderer::render_wmma(const std::string&, const std::vector<std::string>&, const UOp* u,
+                                        std::string&) const {
+  throw Error("[render] the " + lang_.name + " dialect has no tensor cores for " + describe(u));
+}
+
 std::string CStyleRenderer::render_kernel(const std::string& name, const std::vector<KernelArg>& args,
                                           const std::string& decls, const std::string& body) const {
   std::string s = lang_.prelude + "\n" + lang_.kernel_prefix + "void " + name +
@@ -215,7 +220,7 @@ std::string CStyleRenderer::render_kernel(const std::string& name, const std::ve
 }
 
 std::string CStyleRenderer::render(const std::string& name, const std::vector<const UOp*>& program) {
-  std::vector<Ops> extra{Ops::SPECIAL};
+  std::vector<Ops> extra{Ops::SPECIAL, Ops::WMMA, Ops::GEP};
   if (!lang_.smem_prefix.empty()) extra.push_back(Ops::DEFINE_LOCAL);
   if (!lang_.barrier.empty()) extra.push_back(Ops::BARRIER);
   auto info = check_linear("render", name, program, [this](DType d) { return supports(d); }, extra);
@@ -258,7 +263,9 @@ std::string CStyleRenderer::render(const std::string& name, const std::vector<co
       case Ops::LOAD:
         def(u, "val", u->nsrc() == 3 ? "(" + s(2) + "?*" + s(0) + ":" + s(1) + ")" : "*" + s(0));
         break;
-      case Ops::STORE: line("*" + s(0) + " = " + s(1) + ";"); break;
+      case Ops::STORE:
+        line((u->nsrc() == 3 ? "if (" + s(2) + ") *" : "*") + s(0) + " = " + s(1) + ";");
+        break;
       case Ops::RANGE: {
         r[u] = fresh("ridx");
         line("for (" + lang_.type(u->dtype) + " " + r[u] + " = 0; " + r[u] + " < " + s(0) + "; " + r[u] + "++) {");
@@ -269,6 +276,15 @@ std::string CStyleRenderer::render(const std::string& name, const std::vector<co
       case Ops::END: case Ops::ENDIF: depth--; line("}"); break;
       case Ops::BARRIER: line(lang_.barrier); break;
       case Ops::SPECIAL: def(u, "gidx", render_special(u)); break;
+      case Ops::WMMA: {
+        r[u] = fresh("wmma");
+        std::vector<std::string> a;
+        for (size_t i = 0; i < u->nsrc(); i++) a.push_back(s(i));
+        line(lang_.type(u->dtype.scalar_type()) + " " + r[u] + "[" + std::to_string(u->dtype.count) + "];");
+        line(render_wmma(r[u], a, u, decls));
+        break;
+      }
+      case Ops::GEP: r[u] = s(0) + "[" + std::to_string(std::get<std::vector<int64_t>>(u->arg).at(0)) + "]"; break;
       case Ops::CAST: def(u, "cast", render_cast(s(0), u->src(0)->dtype, u->dtype)); break;
       case Ops::BITCAST: {
         r[u] = fresh("bits");

@@ -59,7 +59,9 @@ LinearInfo check_linear(const std::string& who, const std::string& name, const s
   auto check_dtype = [&](const UOp* u) {
     DType d = u->dtype;
     if (d == dtypes::void_) return;
-    if (d.count != 1) fail(u, "vector dtypes are not supported (devectorise before rendering)");
+    if (d.count != 1 && !(u->op == Ops::WMMA && d.count == 4 && d == dtypes::float32.vec(4)))
+      fail(u, "vector dtypes are not supported (devectorise before rendering)");
+    if (u->op == Ops::WMMA) d = d.scalar_type();
     DType s = d.ptr ? d.base() : d;
     if (s.scalar == Scalar::Index || dtypes::is_weak(s)) fail(u, "dtype " + s.name() + " must be lowered before rendering");
     if (!supports(s)) fail(u, "dtype " + s.name() + " is not supported by this renderer");
@@ -124,8 +126,9 @@ LinearInfo check_linear(const std::string& who, const std::string& name, const s
           fail(u, "a gated LOAD needs alt of the load's dtype and a bool gate");
         break;
       case Ops::STORE:
-        need_src(2, 2);
+        need_src(2, 3);
         if (u->src(0)->op != Ops::INDEX) fail(u, "STORE needs an INDEX as source 0");
+        if (u->nsrc() == 3 && !dtypes::is_bool(u->src(2)->dtype)) fail(u, "a gated STORE needs a bool gate");
         if (!(u->src(0)->dtype.base() == u->src(1)->dtype)) fail(u, "STORE value dtype differs from the pointer's");
         break;
       case Ops::RANGE:
@@ -147,6 +150,20 @@ LinearInfo check_linear(const std::string& who, const std::string& name, const s
       }
       case Ops::SINK:
         if (i + 1 != program.size()) fail(u, "SINK must be last");
+        break;
+      case Ops::WMMA:
+        need_src(16, 16);
+        break;
+      case Ops::GEP: {
+        need_src(1, 1);
+        auto* a = std::get_if<std::vector<int64_t>>(&u->arg);
+        if (u->src(0)->op != Ops::WMMA || !a || a->size() != 1 || (*a)[0] < 0 || (*a)[0] >= u->src(0)->dtype.count)
+          fail(u, "GEP needs a WMMA source and an element index within its result");
+        break;
+      }
+      case Ops::BARRIER:
+        for (size_t k = 0; k < u->nsrc(); k++)
+          if (u->src(k)->op != Ops::STORE) fail(u, "BARRIER sources must be STOREs");
         break;
       default:
         if (is_alu(u->op) && int(u->nsrc()) != op_arity(u->op)) fail(u, "wrong number of sources");

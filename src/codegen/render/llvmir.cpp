@@ -373,6 +373,7 @@ class LLVMEmitter {
         return;
       }
       case Ops::STORE: {
+        if (u->nsrc() != 2) throw Error("[render] LLVM IR: a gated STORE (work-group opts) is not supported");
         DType d = u->src(1)->dtype;
         std::string x = dtypes::is_bool(d) ? val("zext i1 " + s(1) + " to i8") : s(1);
         ins("store " + mtype(d) + " " + x + ", ptr " + s(0));

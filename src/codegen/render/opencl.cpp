@@ -50,6 +50,36 @@ constexpr const char* kD2hBits = R"(static inline ushort tg_d2h(double d) {
 }
 )";
 
+// Tensor-core emulation (make_opencl_renderer's tc_emulation): one warp's mma.sync.m16n8k16.row.col with float
+// accumulators, written from the PTX ISA's fragment tables (groupID = lane / 4, threadID_in_group = lane % 4):
+//   A (16x16): a0,a1,a4,a5 in row groupID, a2,a3,a6,a7 in row groupID+8; column tig*2 + (i & 1), +8 for a4..a7
+//   B (16x8):  b0,b1 in rows tig*2 + (i & 1), b2,b3 in those rows +8; column groupID
+//   C, D (16x8): c0,c1 in row groupID, c2,c3 in row groupID+8; column tig*2 + (i & 1)
+// Each warp (32 consecutive items of the group) gathers its fragments into local memory, then every item computes
+// its four results. Every item of the group must call it (two barriers).
+constexpr const char* kWmmaEmu = R"(static void tg_wmma_emu(__private float* d, __private const float* a, __private const float* b,
+                        __private const float* c, __local float* smem) {
+  uint flat = get_local_id(0) + get_local_size(0) * (get_local_id(1) + get_local_size(1) * get_local_id(2));
+  uint lane = flat % 32, g = lane / 4, t = lane % 4;
+  __local float* A = smem + (flat / 32) * 384;
+  __local float* B = A + 256;
+  A[g * 16 + t * 2] = a[0];           A[g * 16 + t * 2 + 1] = a[1];
+  A[(g + 8) * 16 + t * 2] = a[2];     A[(g + 8) * 16 + t * 2 + 1] = a[3];
+  A[g * 16 + t * 2 + 8] = a[4];       A[g * 16 + t * 2 + 9] = a[5];
+  A[(g + 8) * 16 + t * 2 + 8] = a[6]; A[(g + 8) * 16 + t * 2 + 9] = a[7];
+  B[(t * 2) * 8 + g] = b[0];          B[(t * 2 + 1) * 8 + g] = b[1];
+  B[(t * 2 + 8) * 8 + g] = b[2];      B[(t * 2 + 9) * 8 + g] = b[3];
+  barrier(CLK_LOCAL_MEM_FENCE);
+  for (int i = 0; i < 4; i++) {
+    int row = g + (i >= 2 ? 8 : 0), col = t * 2 + (i & 1);
+    float acc = c[i];
+    for (int k = 0; k < 16; k++) acc += A[row * 16 + k] * B[k * 8 + col];
+    d[i] = acc;
+  }
+  barrier(CLK_LOCAL_MEM_FENCE);
+}
+)";
+
 CodeForOp fn(const char* name) {
   return [name](const std::vector<std::string>& a, DType, const CStyleLanguage&) {
     std::string s = std::string(name) + "(";
@@ -62,6 +92,7 @@ class OpenCLRenderer : public CStyleRenderer {
  public:
   OpenCLRenderer(CStyleLanguage l, GridLimits lim) : CStyleRenderer(std::move(l)), lim_(lim) {}
   GridLimits grid_limits() const override { return lim_; }
+  bool tc_emulation() const { return lim_.tensor_cores; }
 
  protected:
   std::string render_const(const UOp* c) const override {
@@ -77,8 +108,24 @@ class OpenCLRenderer : public CStyleRenderer {
     return dst + " = as_" + lang_.type(to) + "(" + x + ");";
   }
   std::string render_special(const UOp* u) const override {
-    int64_t axis = std::get<std::vector<int64_t>>(u->arg).at(0);
-    return "(" + lang_.type(u->dtype) + ")get_global_id(" + std::to_string(axis) + ")";
+    const auto& a = std::get<std::vector<int64_t>>(u->arg);
+    int64_t kind = a.size() > 1 ? a[1] : 0;  // global, group or local index (include/tg/codegen.hpp)
+    static const char* fn[] = {"get_global_id(", "get_group_id(", "get_local_id("};
+    if (kind < 0 || kind > 2) throw Error("[render] OpenCL: SPECIAL kind " + std::to_string(kind) + " is not 0, 1 or 2");
+    return "(" + lang_.type(u->dtype) + ")" + fn[kind] + std::to_string(a.at(0)) + ")";
+  }
+  std::string render_wmma(const std::string& dst, const std::vector<std::string>& a, const UOp* u,
+                          std::string& decls) const override {
+    if (!tc_emulation()) return CStyleRenderer::render_wmma(dst, a, u, decls);
+    const char* scratch = "tg_wmma_smem";
+    if (decls.find(scratch) == std::string::npos)  // 384 floats per warp of the largest group
+      decls += "  __local float " + std::string(scratch) + "[" + std::to_string(384 * (lim_.threads + 31) / 32) + "];\n";
+    std::string s = "{ float tg_a[8] = {";
+    for (size_t i = 0; i < 8; i++) s += (i ? ", " : "") + to_float(a[i], u->src(i)->dtype);
+    s += "}; float tg_b[4] = {";
+    for (size_t i = 8; i < 12; i++) s += (i > 8 ? ", " : "") + to_float(a[i], u->src(i)->dtype);
+    s += "}; float tg_c[4] = {" + a[12] + ", " + a[13] + ", " + a[14] + ", " + a[15] + "}; ";
+    return s + "tg_wmma_emu(" + dst + ", tg_a, tg_b, tg_c, " + scratch + "); }";
   }
   std::string render_kernel(const std::string& name, const std::vector<KernelArg>& args, const std::string& decls,
                             const std::string& body) const override {
@@ -99,7 +146,8 @@ class OpenCLRenderer : public CStyleRenderer {
     }
     char marker[96];
     std::snprintf(marker, sizeof marker, "// tg kernel args: %d buffers, %d vars\n", nb, nv);
-    return marker + lang_.prelude + "\n__kernel void " + name + "(" + sig + ") {\n" + binds + decls + body + "}\n";
+    std::string emu = body.find("tg_wmma_emu(") != std::string::npos ? kWmmaEmu : "";
+    return marker + lang_.prelude + emu + "\n__kernel void " + name + "(" + sig + ") {\n" + binds + decls + body + "}\n";
   }
 
  private:
@@ -151,9 +199,10 @@ CStyleLanguage opencl_language(bool fp16, bool fp64) {
   return l;
 }
 
-std::unique_ptr<Renderer> make_opencl_renderer(bool fp16, bool fp64, int64_t max_threads) {
+std::unique_ptr<Renderer> make_opencl_renderer(bool fp16, bool fp64, int64_t max_threads, bool tc_emulation) {
   Renderer::GridLimits lim;
   lim.threads = max_threads;
+  lim.tensor_cores = tc_emulation;
   for (int64_t& g : lim.groups) g = int64_t(1) << 31;
   return std::make_unique<OpenCLRenderer>(opencl_language(fp16, fp64), lim);
 }
