@@ -7,7 +7,7 @@
 // each on scratch copies of the kernel's buffers (the user's buffers are only read); the N fastest seed the next
 // round. The search stops when a round brings no improvement or BEAM_BUDGET seconds (default 60) are spent.
 // It starts from the empty list, or on devices where the engine applies the hand-coded heuristic from the
-// heuristic's opts and each of their prefixes (timing unoptimised loops of a big kernel would cost minutes).
+// heuristic's opts, with and without their THREAD split (timing unoptimised loops of a big kernel costs minutes).
 // A candidate that fails to lower or compile is skipped (reported with DEBUG>=1); DEBUG>=2 prints each round.
 //
 // Results live in an SQLite database, cache_dir()/beam.db, keyed by the kernel's content key, the device, the

@@ -56,8 +56,10 @@ LaunchDims dims_of(const CompiledKernel& ck) {
   return d;
 }
 
-// Best of several runs; a first run slower than `cutoff` is not repeated. At least two runs, more while cheap.
-double time_us(Program& p, const CompiledKernel& ck, void* const* bufs, Device& dev, double cutoff) {
+// Best of several runs; a first run slower than `cutoff` is not repeated. At least two runs (one past the
+// deadline), more while cheap.
+double time_us(Program& p, const CompiledKernel& ck, void* const* bufs, Device& dev, double cutoff,
+               clk::time_point deadline) {
   std::vector<int64_t> vars(std::max<size_t>(1, ck.var_names.size()), 0);
   LaunchDims d = dims_of(ck);
   double best = kInf, total = 0;
@@ -68,7 +70,7 @@ double time_us(Program& p, const CompiledKernel& ck, void* const* bufs, Device& 
     double us = std::chrono::duration<double, std::micro>(clk::now() - t).count();
     best = std::min(best, us);
     total += us;
-    if (r == 0 && us > cutoff) break;
+    if (r == 0 && (us > cutoff || clk::now() > deadline)) break;
     if (r >= 1 && total > 50e3) break;
   }
   return best;
@@ -171,6 +173,7 @@ BeamOptions beam_options_from_env() {
 BeamResult beam_search(const UOpRef& ast, std::span<Buffer* const> bufs, const std::string& device, const BeamOptions& o) {
   if (o.width < 1) throw Error("[beam_search] the beam width must be at least 1, got " + std::to_string(o.width));
   auto t0 = clk::now();
+  auto deadline = t0 + std::chrono::duration_cast<clk::duration>(std::chrono::duration<double>(std::min(o.budget_s, 1e6)));
   int dbg = debug_level();
   Device& dev = get_device(device);
   BeamKey key{ast->key(), dev.name(), dev.compiler().id(), o.width};
@@ -222,16 +225,16 @@ BeamResult beam_search(const UOpRef& ast, std::span<Buffer* const> bufs, const s
     keep.push_back(k);
     cs.push_back(Candidate{std::move(opts), std::move(k), {}, nullptr, {}, kInf});
   };
-  // Seeds: what the engine would apply without BEAM (the heuristic on CPUs), each of its prefixes, else nothing.
+  // Seeds: what the engine would apply without BEAM (the heuristic on CPUs), and the same without its THREAD split
+  // (so the search may split differently; at most `threads` times slower), else nothing. Not the heuristic's
+  // prefixes: without its register tile a big kernel runs 10-100x slower, and one run of that can take minutes.
   std::vector<Candidate> cands;
   std::vector<Opt> dflt = dev.renderer().grid_limits().threads > 0 ? std::vector<Opt>{}
                                                                     : hand_coded_optimizations(base, lo.config);
-  for (size_t n = dflt.size(); n >= 1; n--) {
-    std::vector<Opt> prefix(dflt.begin(), dflt.begin() + long(n));
-    UOpRef k = apply_all(base, prefix);
-    add(cands, std::move(prefix), std::move(k));
-  }
-  if (dflt.empty()) add(cands, {}, base);
+  std::vector<Opt> serial;
+  for (const Opt& op : dflt)
+    if (op.op != OptOp::THREAD) serial.push_back(op);
+  for (const std::vector<Opt>* seed : {&dflt, &serial}) add(cands, *seed, apply_all(base, *seed));
 
   static std::atomic<uint64_t> name_counter{0};
   Candidate best;
@@ -241,7 +244,8 @@ BeamResult beam_search(const UOpRef& ast, std::span<Buffer* const> bufs, const s
       res.out_of_budget = true;
       break;
     }
-    // Compile in parallel (each LLVM compile has its own context; loading into the ORC JIT is locked).
+    // Compile in parallel (each LLVM compile has its own context and target machine; the ORC JIT takes objects
+    // from several threads, as run_schedule already relies on).
     std::atomic<int> compiled{0};
     tbb::parallel_for(size_t(0), cands.size(), [&](size_t i) {
       Candidate& c = cands[i];
@@ -262,11 +266,8 @@ BeamResult beam_search(const UOpRef& ast, std::span<Buffer* const> bufs, const s
       }
     });
     res.compiled += compiled.load();
-    // Time one after another, the device otherwise idle. Seeds come longest first: once one is far slower than the
-    // best, the shorter ones (fewer opts) are not timed at all (unoptimised loops of a big kernel take minutes).
-    bool skip_rest = false;
+    // Time one after another, the device otherwise idle.
     for (Candidate& c : cands) {
-      if (skip_rest) break;
       if (!c.error.empty()) {
         res.failed++;
         if (dbg >= 1)
@@ -279,7 +280,7 @@ BeamResult beam_search(const UOpRef& ast, std::span<Buffer* const> bufs, const s
         break;
       }
       try {
-        c.us = time_us(*c.prog, c.ck, ptrs.data(), dev, best.us * kEarlyStop);
+        c.us = time_us(*c.prog, c.ck, ptrs.data(), dev, best.us * kEarlyStop, deadline);
       } catch (const std::exception& e) {
         res.failed++;
         if (dbg >= 1)
@@ -290,7 +291,6 @@ BeamResult beam_search(const UOpRef& ast, std::span<Buffer* const> bufs, const s
         std::fprintf(stderr, "beam:   %10.1f us  compile %7.1f ms  size %6lld  [%s]\n", c.us, c.compile_ms,
                      (long long)expanded_size(c.applied), opts_to_text(c.opts).c_str());
       if (c.us < best.us) best.opts = c.opts, best.us = c.us;
-      skip_rest = round == 0 && c.us > best.us * kEarlyStop;
     }
     std::vector<Candidate*> timed;
     for (Candidate& c : cands)
