@@ -8,7 +8,9 @@
 // round. The search stops when a round brings no improvement or BEAM_BUDGET seconds (default 60) are spent.
 // It starts from the empty list, or on devices where the engine applies the hand-coded heuristic from the
 // heuristic's opts, with and without their THREAD split (timing unoptimised loops of a big kernel costs minutes).
-// A candidate that fails to lower or compile is skipped (reported with DEBUG>=1); DEBUG>=2 prints each round.
+// A candidate that fails to lower or compile is skipped (reported with DEBUG>=1); DEBUG>=2 prints each round,
+// DEBUG>=3 each candidate. NOOPT=1 wins over BEAM (no opts, no search). A kernel that faults at run time (rather
+// than throwing) would take the process down: candidates are run in process, as the engine runs kernels.
 //
 // Results live in an SQLite database, cache_dir()/beam.db, keyed by the kernel's content key, the device, the
 // compiler id and N, so a second run of the same program does no search. The database is shared by concurrent
