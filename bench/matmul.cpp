@@ -1,49 +1,68 @@
-// Matmul GFLOPS: tg's generated kernel for (a.reshape(N,1,N) * b.T.reshape(1,N,N)).sum(2) against
-// OpenBLAS sgemm in the same run. Run through bench/run, which sets OPENBLAS_CORETYPE for the peer.
+// Matmul GFLOPS: tg's generated kernel for a.matmul(b) (fp32, N x N) against OpenBLAS sgemm in the same run, for
+// N = 256 .. 4096 (or the sizes given as arguments). With BEAM=N set the tg kernels come from BEAM search (the
+// variant is "beam"; the first realize, which searches or reads the cache, is reported as search_s). Run through
+// bench/run, which sets OPENBLAS_CORETYPE for the peer and runs this program once without and once with BEAM.
 #include <cblas.h>
 
-#include <algorithm>
-#include <chrono>
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
+#include <random>
 #include <vector>
 
+#include "bench_util.hpp"
 #include "tg/tensor.hpp"
 
 extern "C" char* openblas_get_corename(void);
+extern "C" int openblas_get_num_threads(void);
 
 using namespace tg;
-using clk = std::chrono::steady_clock;
 
-template <class F>
-static double best_ms(F&& f, int reps) {
-  double best = 1e30;
-  for (int r = 0; r < reps; r++) {
-    auto t = clk::now();
-    f();
-    best = std::min(best, std::chrono::duration<double, std::milli>(clk::now() - t).count());
+int main(int argc, char** argv) {
+  bench::LoadReport load;
+  std::vector<int64_t> sizes{256, 512, 1024, 2048, 4096};
+  if (argc > 1) {
+    sizes.clear();
+    for (int i = 1; i < argc; i++) sizes.push_back(std::atoll(argv[i]));
   }
-  return best;
-}
-
-int main() {
-  std::printf("OpenBLAS core: %s\n", openblas_get_corename());
-  for (int64_t N : {256, 512, 1024}) {
-    auto a = Tensor::rand({N, N}), b = Tensor::rand({N, N});
-    a.realize();
-    b.realize();
-    auto av = a.to_vector<float>(), bv = b.to_vector<float>();
-    std::vector<float> cv(size_t(N * N));
-    Tensor warm = (a.reshape({N, 1, N}) * b.T().reshape({1, N, N})).sum(2);
-    warm.realize();  // compile once
-    int reps = N >= 1024 ? 2 : 5;
-    double tg_ms = best_ms([&] { Tensor c = (a.reshape({N, 1, N}) * b.T().reshape({1, N, N})).sum(2); c.realize(); }, reps);
-    double blas_ms = best_ms([&] {
+  const char* var = bench::variant();
+  std::printf("OpenBLAS core: %s, %d threads; tg variant: %s\n", openblas_get_corename(), openblas_get_num_threads(), var);
+  for (int64_t N : sizes) {
+    if (N < 1 || N > 16384) {
+      std::fprintf(stderr, "matmul: size %lld out of range 1..16384\n", (long long)N);
+      return 2;
+    }
+    // inputs from host data: the only kernel is the matmul (with BEAM, the only one searched)
+    std::mt19937 gen{uint32_t(N)};
+    std::uniform_real_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> av(size_t(N * N)), bv(size_t(N * N)), cv(size_t(N * N));
+    for (float& x : av) x = dist(gen);
+    for (float& x : bv) x = dist(gen);
+    Tensor a = Tensor::from_vector(av, {N, N}), b = Tensor::from_vector(bv, {N, N});
+    a.realize(), b.realize();
+    auto t0 = bench::clk::now();
+    std::vector<float> tv = a.matmul(b).to_vector<float>();  // compiles (and searches, with BEAM)
+    double first_s = bench::ms_since(t0) / 1e3;
+    int reps = N >= 4096 ? 3 : N >= 2048 ? 4 : N >= 1024 ? 6 : 10;
+    double tg_ms = bench::best_ms([&] { a.matmul(b).realize(); }, reps);
+    double blas_ms = bench::best_ms([&] {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, int(N), int(N), int(N), 1.0f, av.data(), int(N), bv.data(),
                   int(N), 0.0f, cv.data(), int(N));
     }, reps);
+    double maxdiff = 0;
+    for (size_t i = 0; i < cv.size(); i++) maxdiff = std::max(maxdiff, double(std::abs(cv[i] - tv[i])) / (1 + std::abs(cv[i])));
     double flop = 2.0 * double(N) * double(N) * double(N);
-    std::printf("N=%5lld  tg %8.2f GFLOPS (%8.2f ms)  OpenBLAS %8.2f GFLOPS (%7.2f ms)  tg/OpenBLAS %.3f\n", (long long)N,
-                flop / tg_ms / 1e6, tg_ms, flop / blas_ms / 1e6, blas_ms, blas_ms / tg_ms);
+    std::printf("N=%5lld  tg %8.2f GFLOPS (%9.2f ms)  OpenBLAS %8.2f GFLOPS (%9.2f ms)  speedup %.3f  first realize %.2f s  "
+                "max rel diff %.1e\n",
+                (long long)N, flop / tg_ms / 1e6, tg_ms, flop / blas_ms / 1e6, blas_ms, blas_ms / tg_ms, first_s, maxdiff);
+    char extra[160];
+    std::snprintf(extra, sizeof extra, ", \"tg_gflops\": %.2f, \"peer_gflops\": %.2f, \"first_realize_s\": %.3f",
+                  flop / tg_ms / 1e6, flop / blas_ms / 1e6, first_s);
+    bench::json("matmul_f32_" + std::to_string(N), var, tg_ms, "openblas", blas_ms, extra);
+    if (maxdiff > 1e-3) {
+      std::fprintf(stderr, "matmul: N=%lld tg and OpenBLAS differ by %.2e\n", (long long)N, maxdiff);
+      return 1;
+    }
   }
   return 0;
 }

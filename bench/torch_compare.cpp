@@ -1,42 +1,30 @@
-// tg against libtorch in the same run: a 4-layer MLP (784-512-512-512-10, batch 256, ReLU, cross-entropy) and a
-// conv2d (N=64, C=32, 28x28, 5x5 -> 32, bias), forward and forward+backward. Both start from the same values.
-// tg is timed eagerly (build the graph, schedule from the caches, run) and, for forward+backward, under TinyJit
-// (replaying captured kernels, as a training loop would). Medians of the timed runs after a warm-up that
-// compiles; run through bench/run, which sets OPENBLAS_CORETYPE so libtorch's BLAS runs at its best.
+// tg against libtorch in the same run, each case printing a line and a JSON record (bench_util.hpp): a 4-layer MLP
+// (784-512-512-512-10, batch 256, ReLU, cross-entropy) forward and forward+backward; conv2d (N=128, C=32, 28x28,
+// 5x5 -> 32, bias) forward and forward+backward; a batched matmul (32 x 256x256 @ 256x256); a GPT-2-small-sized
+// transformer block forward (batch 1, 128 tokens, d=768, 12 heads, MLP 3072, causal attention, GELU (tanh)).
+// Both sides start from the same values and the outputs are compared first. tg is timed eagerly (build the graph,
+// schedule from the caches, run) and, for the MLP, under TinyJit as well. Medians of the timed runs after a warm-up
+// that compiles; run through bench/run, which sets OPENBLAS_CORETYPE so libtorch's BLAS runs at its best.
 #include <torch/torch.h>
 
-#include <sys/resource.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <string>
 #include <vector>
 
+#include "bench_util.hpp"
 #include "tg/jit.hpp"
 #include "tg/tensor.hpp"
 
-using clk = std::chrono::steady_clock;
-
 namespace {
 
-// Median ms of f over reps runs (at least 3, stopping early after ~budget_s seconds), after one warm-up run.
-template <class F>
-double median_ms(F&& f, int reps = 7, double budget_s = 20) {
-  f();
-  std::vector<double> ms;
-  auto start = clk::now();
-  for (int r = 0; r < reps; r++) {
-    auto t = clk::now();
-    f();
-    ms.push_back(std::chrono::duration<double, std::milli>(clk::now() - t).count());
-    if (r >= 2 && std::chrono::duration<double>(clk::now() - start).count() > budget_s) break;
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
+using bench::median_ms;
 
 tg::Tensor to_tg(const torch::Tensor& t) {
   torch::Tensor c = t.contiguous();
@@ -47,8 +35,14 @@ tg::Tensor to_tg(const torch::Tensor& t) {
   return r;
 }
 
-void report(const char* what, double tg_ms, double th_ms) {
-  std::printf("%-34s tg %9.2f ms   libtorch %8.2f ms   tg/libtorch %6.2fx\n", what, tg_ms, th_ms, tg_ms / th_ms);
+void report(const char* what, const std::string& json_case, double tg_ms, double th_ms) {
+  std::printf("%-34s tg %9.2f ms   libtorch %8.2f ms   speedup %6.2fx\n", what, tg_ms, th_ms, th_ms / tg_ms);
+  bench::json(json_case, "default", tg_ms, "libtorch", th_ms);
+}
+
+double max_diff(const tg::Tensor& t, const torch::Tensor& h) {
+  std::vector<float> v = t.to_vector<float>();
+  return (torch::from_blob(v.data(), h.sizes()).clone() - h.detach()).abs().max().item<double>();
 }
 
 void bench_mlp() {
@@ -109,7 +103,7 @@ void bench_mlp() {
     torch::NoGradGuard ng;
     th_forward(hx);
   });
-  report("MLP forward", tg_f, th_f);
+  report("MLP forward", "mlp_fwd_b256", tg_f, th_f);
   double tg_fb = median_ms([&] {
     tg::Tensor loss = tg_forward(tx).cross_entropy(ty);
     auto g = loss.gradient(params);
@@ -121,7 +115,7 @@ void bench_mlp() {
     torch::Tensor loss = torch::cross_entropy_loss(th_forward(hx), hy);
     torch::autograd::grad({loss}, hparams);
   });
-  report("MLP forward+backward", tg_fb, th_fb);
+  report("MLP forward+backward", "mlp_fwdbwd_b256", tg_fb, th_fb);
   tg::TinyJit step([&](const std::vector<tg::Tensor>& in) {
     tg::Tensor loss = tg_forward(in[0]).cross_entropy(in[1]);
     auto g = loss.gradient(params);
@@ -133,14 +127,14 @@ void bench_mlp() {
   });
   for (int i = 0; i < 3; i++) step({tx, ty});  // compile and capture
   double tg_jit = median_ms([&] { step({tx, ty}); });
-  report("MLP forward+backward (TinyJit)", tg_jit, th_fb);
+  report("MLP forward+backward (TinyJit)", "mlp_fwdbwd_b256_jit", tg_jit, th_fb);
 }
 
 void bench_conv() {
   torch::manual_seed(1);
-  torch::Tensor hx = torch::rand({64, 32, 28, 28}).requires_grad_(), hw = (torch::rand({32, 32, 5, 5}) - 0.5).requires_grad_(),
+  torch::Tensor hx = torch::rand({128, 32, 28, 28}).requires_grad_(), hw = (torch::rand({32, 32, 5, 5}) - 0.5).requires_grad_(),
                 hb = torch::rand({32}).requires_grad_();
-  torch::Tensor hseed = torch::randn({64, 32, 24, 24});
+  torch::Tensor hseed = torch::randn({128, 32, 24, 24});
   tg::Tensor tx = to_tg(hx.detach()).requires_grad_(), tw = to_tg(hw.detach()).requires_grad_(), tb = to_tg(hb.detach()).requires_grad_();
   tg::Tensor tseed = to_tg(hseed);
   tg::Tensor ty = tx.conv2d(tw, tb);
@@ -150,7 +144,7 @@ void bench_conv() {
   auto hgr = torch::autograd::grad({hy}, {hx, hw, hb}, {hseed});
   double ydiff = (torch::from_blob(ty.to_vector<float>().data(), hy.sizes()).clone() - hy).abs().max().item<double>();
   double wdiff = (torch::from_blob(tgr[1].to_vector<float>().data(), hgr[1].sizes()).clone() - hgr[1]).abs().max().item<double>();
-  std::printf("conv2d N=64 C=32 28x28, 5x5 -> 32: max |y| difference %.2e, max |dW| difference %.2e (|dW| up to %.1f)\n", ydiff,
+  std::printf("conv2d N=128 C=32 28x28, 5x5 -> 32: max |y| difference %.2e, max |dW| difference %.2e (|dW| up to %.1f)\n", ydiff,
               wdiff, hgr[1].abs().max().item<double>());
 
   double tg_f = median_ms([&] {
@@ -161,7 +155,7 @@ void bench_conv() {
     torch::NoGradGuard ng;
     torch::conv2d(hx, hw, hb);
   });
-  report("conv2d forward", tg_f, th_f);
+  report("conv2d forward", "conv2d_fwd_n128", tg_f, th_f);
   double tg_fb = median_ms([&] {
     tg::Tensor y = tx.conv2d(tw, tb);
     auto g = y.gradient({tx, tw, tb}, &tseed);
@@ -171,35 +165,85 @@ void bench_conv() {
     torch::Tensor y = torch::conv2d(hx, hw, hb);
     torch::autograd::grad({y}, {hx, hw, hb}, {hseed});
   });
-  report("conv2d forward+backward", tg_fb, th_fb);
+  report("conv2d forward+backward", "conv2d_fwdbwd_n128", tg_fb, th_fb);
 }
 
-// CPU seconds the whole machine spent busy (from /proc/stat) and this process's own CPU seconds.
-double machine_busy_s() {
-  std::ifstream f("/proc/stat");
-  std::string cpu;
-  double user = 0, nice = 0, sys = 0, idle = 0, iowait = 0, irq = 0, softirq = 0;
-  f >> cpu >> user >> nice >> sys >> idle >> iowait >> irq >> softirq;
-  return (user + nice + sys + irq + softirq) / double(sysconf(_SC_CLK_TCK));
+void bench_bmm() {
+  const int64_t B = 32, N = 256;
+  torch::manual_seed(2);
+  torch::Tensor ha = torch::rand({B, N, N}), hb = torch::rand({B, N, N});
+  tg::Tensor ta = to_tg(ha), tb = to_tg(hb);
+  double diff = max_diff(ta.matmul(tb), torch::bmm(ha, hb));
+  std::printf("batched matmul %lld x %lldx%lld @ %lldx%lld: max |c| difference %.2e\n", (long long)B, (long long)N,
+              (long long)N, (long long)N, (long long)N, diff);
+  double tg_ms = median_ms([&] { ta.matmul(tb).realize(); });
+  double th_ms = median_ms([&] { torch::bmm(ha, hb); });
+  report("batched matmul (32x256^3)", "bmm_f32_32x256", tg_ms, th_ms);
 }
-double own_cpu_s() {
-  rusage r{};
-  getrusage(RUSAGE_SELF, &r);
-  return double(r.ru_utime.tv_sec + r.ru_stime.tv_sec) + 1e-6 * double(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
+
+// A GPT-2-small block (pre-LayerNorm): x + proj(attn(ln1(x))), then + fc2(gelu(fc1(ln2(x)))). Weights in torch's
+// [out, in] layout on both sides.
+void bench_gpt2_block() {
+  const int64_t T = 128, D = 768, H = 12, F = 3072;
+  torch::manual_seed(3);
+  auto w = [](int64_t o, int64_t i) { return torch::randn({o, i}) * 0.02; };
+  torch::Tensor hx = torch::randn({1, T, D}), ln1w = 1 + 0.1 * torch::randn({D}), ln1b = 0.1 * torch::randn({D}),
+                ln2w = 1 + 0.1 * torch::randn({D}), ln2b = 0.1 * torch::randn({D}), wqkv = w(3 * D, D),
+                bqkv = 0.02 * torch::randn({3 * D}), wo = w(D, D), bo = 0.02 * torch::randn({D}), w1 = w(F, D),
+                b1 = 0.02 * torch::randn({F}), w2 = w(D, F), b2 = 0.02 * torch::randn({D});
+  torch::Tensor causal = torch::ones({T, T}, torch::kBool).tril();
+  auto th_block = [&](const torch::Tensor& x) {
+    torch::Tensor h = torch::layer_norm(x, {D}, ln1w, ln1b);
+    auto qkv = torch::linear(h, wqkv, bqkv).split(D, 2);
+    auto heads = [&](const torch::Tensor& t) { return t.view({1, T, H, D / H}).transpose(1, 2); };
+    torch::Tensor q = heads(qkv[0]), k = heads(qkv[1]), v = heads(qkv[2]);
+    torch::Tensor att = torch::matmul(q, k.transpose(-2, -1)) / std::sqrt(double(D / H));
+    att = att.masked_fill(causal.logical_not(), -INFINITY).softmax(-1);
+    torch::Tensor y = torch::matmul(att, v).transpose(1, 2).reshape({1, T, D});
+    torch::Tensor x1 = x + torch::linear(y, wo, bo);
+    torch::Tensor m = torch::gelu(torch::linear(torch::layer_norm(x1, {D}, ln2w, ln2b), w1, b1), "tanh");
+    return x1 + torch::linear(m, w2, b2);
+  };
+  tg::Tensor tx = to_tg(hx), tln1w = to_tg(ln1w), tln1b = to_tg(ln1b), tln2w = to_tg(ln2w), tln2b = to_tg(ln2b),
+             twqkv = to_tg(wqkv), tbqkv = to_tg(bqkv), two = to_tg(wo), tbo = to_tg(bo), tw1 = to_tg(w1), tb1 = to_tg(b1),
+             tw2 = to_tg(w2), tb2 = to_tg(b2);
+  auto tg_block = [&](const tg::Tensor& x) {
+    tg::Tensor h = x.layer_norm({D}, tln1w, tln1b);
+    auto qkv = h.linear(twqkv, tbqkv).split(D, 2);
+    auto heads = [&](const tg::Tensor& t) { return t.reshape({1, T, H, D / H}).transpose(1, 2); };
+    tg::Tensor y = heads(qkv[0]).scaled_dot_product_attention(heads(qkv[1]), heads(qkv[2]), std::nullopt, 0.0, true);
+    tg::Tensor x1 = x + y.transpose(1, 2).reshape({1, T, D}).linear(two, tbo);
+    tg::Tensor m = x1.layer_norm({D}, tln2w, tln2b).linear(tw1, tb1).gelu("tanh");
+    return x1 + m.linear(tw2, tb2);
+  };
+  torch::Tensor href;
+  {
+    torch::NoGradGuard ng;
+    href = th_block(hx);
+  }
+  std::printf("GPT-2-small block, 1 x %lld tokens, d=%lld, %lld heads, MLP %lld: max |y| difference %.2e (|y| up to %.1f)\n",
+              (long long)T, (long long)D, (long long)H, (long long)F, max_diff(tg_block(tx), href),
+              href.abs().max().item<double>());
+  double tg_ms = median_ms([&] { tg_block(tx).realize(); }, 15);
+  double th_ms = median_ms([&] {
+    torch::NoGradGuard ng;
+    th_block(hx);
+  }, 15);
+  report("GPT-2 block forward (T=128)", "gpt2_block_fwd_t128", tg_ms, th_ms);
 }
 
 }  // namespace
 
 int main() {
+  // the peer on every core tg uses (libtorch's default here is 1 intra-op thread)
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) == 0) torch::set_num_threads(std::max(1, CPU_COUNT(&set)));
   std::printf("libtorch %s, %d intra-op threads; tg on CPU; %ld cores\n", TORCH_VERSION, torch::get_num_threads(),
               sysconf(_SC_NPROCESSORS_ONLN));
-  double busy0 = machine_busy_s(), own0 = own_cpu_s();
-  auto t0 = clk::now();
+  bench::LoadReport load;
   bench_mlp();
   bench_conv();
-  double wall = std::chrono::duration<double>(clk::now() - t0).count();
-  double others = (machine_busy_s() - busy0) - (own_cpu_s() - own0);
-  std::printf("other processes used %.1f CPU-seconds during the %.1f s run (%.0f%% of one core): %s\n", others, wall,
-              100 * others / wall, others / wall > 0.2 ? "a busy machine, timings are noisy" : "a quiet machine");
+  bench_bmm();
+  bench_gpt2_block();
   return 0;
 }

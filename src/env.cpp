@@ -32,6 +32,18 @@ int64_t getenv_int(std::string_view name, int64_t dflt) {
   return out;
 }
 
+double getenv_double(std::string_view name, double dflt) {
+  std::string key(name);
+  const char* v = std::getenv(key.c_str());
+  if (!v || !*v) return dflt;
+  std::string_view s(v);
+  double out = 0;
+  auto [ptr, ec] = std::from_chars(s.data(), s.data() + s.size(), out);
+  if (ec != std::errc() || ptr != s.data() + s.size())
+    throw EnvError("[getenv] " + key + "='" + std::string(s) + "' is not a number; expected e.g. " + key + "=30");
+  return out;
+}
+
 std::string getenv_str(std::string_view name, std::string_view dflt) {
   const char* v = std::getenv(std::string(name).c_str());
   return v ? std::string(v) : std::string(dflt);

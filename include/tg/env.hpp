@@ -10,6 +10,9 @@ namespace tg {
 /** Integer value of an environment variable, `dflt` when unset or empty.
  *  A value that is not an integer throws tg::EnvError naming the variable and the text. */
 int64_t getenv_int(std::string_view name, int64_t dflt = 0);
+/** Floating-point value of an environment variable, `dflt` when unset or empty; a value that is not a number
+ *  throws tg::EnvError naming the variable and the text. Not cached (read where a search starts). */
+double getenv_double(std::string_view name, double dflt);
 /** String value of an environment variable, `dflt` when unset. */
 std::string getenv_str(std::string_view name, std::string_view dflt = "");
 /** The DEBUG level (0 when unset). */

@@ -12,6 +12,7 @@
 #include "tg/env.hpp"
 #include "tg/jit.hpp"
 #include "tg/schedule.hpp"
+#include "tg/search.hpp"
 
 namespace tg {
 
@@ -84,6 +85,14 @@ std::shared_ptr<Runner> compile_item(const ScheduleItem& it) {
   LowerOptions lo;
   lo.config.threads = dev.threads();
   lo.index64 = dev.index64();
+  BeamResult beam;  // BEAM=N: the searched opts (cached across runs) replace the heuristic's
+  if (BeamOptions bo = beam_options_from_env(); bo.width > 0 && getenv_int("NOOPT", 0) == 0) {
+    bo.cache = BeamCache::global();
+    std::vector<Buffer*> bufs;
+    for (auto& b : it.bufs) bufs.push_back(b.get());
+    beam = beam_search(it.ast, bufs, it.device, bo);
+    lo.opts = &beam.opts;
+  }
   r->kernel = lower_kernel(it.ast, kernel_name(it.ast.get()), dev.renderer(), lo);
   if (auto& hook = compile_hook()) hook(it.ast, r->kernel.name);
   r->program = dev.get_program(r->kernel.src, r->kernel.name);
