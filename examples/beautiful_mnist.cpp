@@ -40,6 +40,8 @@ std::shared_ptr<nn::Sequential> make_model() {
   return m;
 }
 
+const char* const kOptimizers[] = {"adam", "adamw", "sgd", "lamb", "lars", "muon"};
+
 std::unique_ptr<nn::optim::Optimizer> make_optimizer(const std::string& name, std::vector<Tensor> params) {
   using namespace nn::optim;
   if (name == "adam") return Adam(std::move(params));
@@ -47,8 +49,7 @@ std::unique_ptr<nn::optim::Optimizer> make_optimizer(const std::string& name, st
   if (name == "sgd") return std::make_unique<SGD>(std::move(params));
   if (name == "lamb") return std::make_unique<LAMB>(std::move(params));
   if (name == "lars") return std::make_unique<LARS>(std::move(params));
-  if (name == "muon") return std::make_unique<Muon>(std::move(params));
-  throw Error("[beautiful_mnist] OPT must be one of adam, adamw, sgd, lamb, lars, muon; got '" + name + "'");
+  return std::make_unique<Muon>(std::move(params));
 }
 
 int64_t positive_env(const char* name, int64_t dflt) {
@@ -89,6 +90,8 @@ int main() {
     if (seed < 0) throw Error("[beautiful_mnist] SEED must be >= 0, got " + std::to_string(seed));
     std::string opt_name = getenv_str("OPT", "adam");
     std::transform(opt_name.begin(), opt_name.end(), opt_name.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+    if (std::find(std::begin(kOptimizers), std::end(kOptimizers), opt_name) == std::end(kOptimizers))
+      throw Error("[beautiful_mnist] OPT must be one of adam, adamw, sgd, lamb, lars, muon; got '" + opt_name + "'");
     std::string target_str = getenv_str("TARGET_EVAL_ACC_PCT", "");
     double target = 0;
     if (!target_str.empty()) {
@@ -177,7 +180,8 @@ int main() {
     }
     return 0;
   } catch (const Error& e) {
-    std::fprintf(stderr, "\nbeautiful_mnist: %s\n", e.what());
+    std::fflush(stdout);
+    std::fprintf(stderr, "%sbeautiful_mnist: %s\n", isatty(fileno(stdout)) ? "\n" : "", e.what());
     return 1;
   }
 }
