@@ -601,3 +601,46 @@ TEST_CASE("ConvTranspose layers: output shapes, parameters, bad channel counts")
   CHECK_THROWS_AS(nn::ConvTranspose1d(4, 4, 0), Error);
   CHECK_THROWS_AS(up(Tensor::rand({1, 3, 5, 5})), Error);             // wrong input channels
 }
+
+TEST_CASE("every optimiser trains a small conv net under TinyJit exactly as it does eagerly") {
+  using MakeOpt = std::function<std::unique_ptr<nn::optim::Optimizer>(std::vector<Tensor>)>;
+  std::vector<std::pair<std::string, MakeOpt>> opts{
+      {"SGD", [](std::vector<Tensor> p) { return std::make_unique<nn::optim::SGD>(p, 0.05, 0.9, 1e-3, true); }},
+      {"LARS", [](std::vector<Tensor> p) { return std::make_unique<nn::optim::LARS>(p, 0.5, 0.9, 1e-4, false, true, 0.02); }},
+      {"Muon", [](std::vector<Tensor> p) { return std::make_unique<nn::optim::Muon>(p, 0.05); }},
+      {"LAMB", [](std::vector<Tensor> p) { return std::make_unique<nn::optim::LAMB>(p, 0.05); }},
+      {"AdamW", [](std::vector<Tensor> p) { return nn::optim::AdamW(p, 0.02); }},
+      {"Adam fused", [](std::vector<Tensor> p) { return nn::optim::Adam(p, 0.02, 0.9, 0.999, 1e-8, true); }},
+  };
+  Tensor x = Tensor::uniform({6, 1, 6, 6}, 0, 1).contiguous().realize();
+  Tensor y = Tensor::from_vector(std::vector<int32_t>{0, 1, 2, 0, 1, 2});
+  for (auto& [name, make] : opts) {
+    CAPTURE(name);
+    auto run = [&](bool use_jit) {
+      Tensor::manual_seed(3);
+      auto seq = std::make_shared<nn::Sequential>();
+      seq->add(std::make_shared<nn::Conv2d>(1, 4, 3)).add(std::make_shared<nn::BatchNorm>(4));
+      seq->add(std::make_shared<nn::Lambda>([](const Tensor& t) { return t.relu().flatten(1); }));
+      seq->add(std::make_shared<nn::Linear>(4 * 4 * 4, 3));
+      auto opt = make(seq->parameters());
+      auto step = [&](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+        opt->zero_grad();
+        Tensor loss = (*seq)(in[0]).sparse_categorical_crossentropy(in[1]);
+        loss.backward();
+        auto out = opt->schedule_step();
+        out.push_back(loss);
+        std::vector<Tensor*> ptrs;
+        for (auto& t : out) ptrs.push_back(&t);
+        Tensor::realize_all(ptrs);
+        return out;
+      };
+      TinyJit jit(step);
+      std::vector<float> losses;
+      for (int i = 0; i < 6; i++) losses.push_back((use_jit ? jit({x, y}) : step({x, y})).back().item<float>());
+      return losses;
+    };
+    auto eager = run(false), jitted = run(true);
+    CHECK(eager == jitted);
+    CHECK(eager.back() < eager.front());
+  }
+}
