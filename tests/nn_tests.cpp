@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include "tg/nn/datasets.hpp"
 
@@ -332,4 +333,314 @@ TEST_CASE("a small conv net's loss goes down with Adam") {
     last = l;
   }
   CHECK(last < first * 0.7f);
+}
+
+// ---------------------------------------------------------------- LARS, Muon, fused optimisers
+
+namespace {
+
+// A row-major matrix of doubles: the reference arithmetic of the optimiser tests.
+struct DMat {
+  int64_t r = 0, c = 0;
+  std::vector<double> v;
+  double& at(int64_t i, int64_t j) { return v[size_t(i * c + j)]; }
+  double at(int64_t i, int64_t j) const { return v[size_t(i * c + j)]; }
+};
+DMat dmat(int64_t r, int64_t c, std::vector<double> v) { return DMat{r, c, std::move(v)}; }
+DMat transpose(const DMat& a) {
+  DMat t{a.c, a.r, std::vector<double>(a.v.size())};
+  for (int64_t i = 0; i < a.r; i++)
+    for (int64_t j = 0; j < a.c; j++) t.at(j, i) = a.at(i, j);
+  return t;
+}
+DMat matmul(const DMat& a, const DMat& b) {
+  DMat o{a.r, b.c, std::vector<double>(size_t(a.r * b.c), 0.0)};
+  for (int64_t i = 0; i < a.r; i++)
+    for (int64_t k = 0; k < a.c; k++)
+      for (int64_t j = 0; j < b.c; j++) o.at(i, j) += a.at(i, k) * b.at(k, j);
+  return o;
+}
+// tinygrad's newton_schulz in double precision
+DMat ns_ref(const DMat& g, int steps, const std::vector<double>& coef) {
+  if (g.r > g.c) return transpose(ns_ref(transpose(g), steps, coef));
+  double n = 0;
+  for (double x : g.v) n += x * x;
+  DMat G = g;
+  for (double& x : G.v) x /= std::sqrt(n) + 1e-7;
+  for (int s = 0; s < steps; s++) {
+    DMat A = matmul(G, transpose(G)), term = G, acc = G;
+    for (double& x : acc.v) x *= coef[0];
+    for (size_t i = 1; i < coef.size(); i++) {
+      term = matmul(A, term);
+      for (size_t k = 0; k < acc.v.size(); k++) acc.v[k] += coef[i] * term.v[k];
+    }
+    G = acc;
+  }
+  return G;
+}
+double norm(const std::vector<double>& v) {
+  double s = 0;
+  for (double x : v) s += x * x;
+  return std::sqrt(s);
+}
+
+// Parameters of several shapes and a quadratic loss sum((p - target)^2)/2 (gradient p - target).
+struct QuadProblem {
+  std::vector<Shape> shapes;
+  std::vector<std::vector<double>> init, target;
+  std::vector<Tensor> params() const {
+    std::vector<Tensor> out;
+    for (size_t i = 0; i < shapes.size(); i++)
+      out.push_back(Tensor::from_vector(std::vector<float>(init[i].begin(), init[i].end()), shapes[i]));
+    return out;
+  }
+  Tensor loss(const std::vector<Tensor>& ps) const {
+    Tensor l = Tensor::zeros({});
+    for (size_t i = 0; i < ps.size(); i++) {
+      Tensor d = ps[i] - Tensor::from_vector(std::vector<float>(target[i].begin(), target[i].end()), shapes[i]);
+      l = l + Tensor(d * d).sum() * 0.5;
+    }
+    return l;
+  }
+};
+std::vector<double> seq(size_t n, double a, double step) {
+  std::vector<double> v(n);
+  for (size_t i = 0; i < n; i++) v[i] = a + step * double(i) + 0.37 * std::sin(double(i) * 1.7);
+  return v;
+}
+// values are float32 from the start, so the double reference starts where tg does
+std::vector<double> f32(std::vector<double> v) {
+  for (double& x : v) x = double(float(x));
+  return v;
+}
+
+}  // namespace
+
+TEST_CASE("LARS matches a double-precision reference of tinygrad's rule (trust ratio, classic and nesterov)") {
+  QuadProblem q{{{4}, {2, 3}, {2}},
+                {f32(seq(4, -1, 0.6)), f32(seq(6, 0.5, -0.3)), {1.5, -0.5}},
+                {f32(seq(4, 0.2, 0.1)), f32(seq(6, -0.1, 0.2)), {1.5, -0.5}}};  // the last one has a zero gradient
+  const double lr = 0.1, mom = 0.9, wd = 0.01, tcoef = 0.5;
+  for (auto [classic, nesterov] : {std::pair{true, false}, std::pair{true, true}, std::pair{false, false}}) {
+    CAPTURE(classic);
+    CAPTURE(nesterov);
+    auto ps = q.params();
+    nn::optim::LARS opt(ps, lr, mom, wd, nesterov, classic, tcoef);
+    auto ref = q.init;
+    std::vector<std::vector<double>> buf;
+    for (auto& r : ref) buf.emplace_back(r.size(), 0.0);
+    for (int step = 0; step < 4; step++) {
+      opt.zero_grad();
+      q.loss(ps).backward();
+      opt.step();
+      for (size_t p = 0; p < ref.size(); p++) {
+        std::vector<double> g(ref[p].size());
+        for (size_t i = 0; i < g.size(); i++) g[i] = ref[p][i] - q.target[p][i];
+        double r1 = norm(ref[p]), r2 = norm(g);
+        double r = r1 > 0 && r2 > 0 ? tcoef * r1 / (r2 + wd * r1) : 1.0;
+        for (size_t i = 0; i < g.size(); i++) {
+          double gi = g[i] + wd * ref[p][i];
+          if (classic) gi *= r * lr;
+          buf[p][i] = mom * buf[p][i] + gi;
+          gi = nesterov ? gi + mom * buf[p][i] : buf[p][i];
+          if (!classic) gi *= r * lr;
+          ref[p][i] -= gi;
+        }
+      }
+    }
+    for (size_t p = 0; p < ps.size(); p++) {
+      auto got = ps[p].to_vector<float>();
+      for (size_t i = 0; i < got.size(); i++) CHECK(got[i] == doctest::Approx(ref[p][i]).epsilon(2e-6));
+    }
+  }
+}
+
+TEST_CASE("newton_schulz: the odd polynomial iteration; the cubic one converges to the orthogonal factor") {
+  Tensor g = Tensor::from_vector(std::vector<float>{3, 1, 0, 2, -1, 1, 0.5f, 2, -2, 1, 1, 0}, {3, 4});
+  Tensor o = nn::optim::newton_schulz(g, 40, {1.5, -0.5});
+  auto oo = o.matmul(o.T()).to_vector<float>();  // rows orthonormal: O O^T = I
+  for (int i = 0; i < 3; i++)
+    for (int j = 0; j < 3; j++) CHECK(oo[size_t(i * 3 + j)] == doctest::Approx(i == j ? 1.0 : 0.0).epsilon(1e-5));
+  // a tall input is handled through its transpose
+  auto ot = nn::optim::newton_schulz(g.T(), 40, {1.5, -0.5}).to_vector<float>();
+  auto ov = o.T().contiguous().to_vector<float>();
+  for (size_t i = 0; i < ot.size(); i++) CHECK(ot[i] == doctest::Approx(ov[i]).epsilon(1e-6));
+  CHECK_THROWS_AS(nn::optim::newton_schulz(Tensor::zeros({3}), 5, {1.5, -0.5}), Error);
+  CHECK_THROWS_AS(nn::optim::newton_schulz(g, 5, {}), Error);
+}
+
+TEST_CASE("Muon matches a double-precision reference: nesterov momentum, Newton-Schulz of (shape[0], -1), decoupled decay") {
+  QuadProblem q{{{3, 5}, {4, 2}, {3}, {2, 2, 3}},
+                {f32(seq(15, -1, 0.13)), f32(seq(8, 0.7, -0.2)), f32(seq(3, 0.1, 0.3)), f32(seq(12, -0.4, 0.07))},
+                {f32(seq(15, 0.3, -0.05)), f32(seq(8, -0.2, 0.1)), f32(seq(3, -0.6, 0.2)), f32(seq(12, 0.5, -0.1))}};
+  const double lr = 0.05, mom = 0.95, wd = 0.1;
+  const std::vector<double> coef{3.4445, -4.775, 2.0315};
+  auto ps = q.params();
+  nn::optim::Muon opt(ps, lr, mom, wd);
+  auto ref = q.init;
+  std::vector<std::vector<double>> buf;
+  for (auto& r : ref) buf.emplace_back(r.size(), 0.0);
+  for (int step = 0; step < 3; step++) {
+    opt.zero_grad();
+    q.loss(ps).backward();
+    opt.step();
+    for (size_t p = 0; p < ref.size(); p++) {
+      size_t n = ref[p].size();
+      std::vector<double> g(n);
+      for (size_t i = 0; i < n; i++) {
+        double gi = ref[p][i] - q.target[p][i];
+        buf[p][i] = mom * buf[p][i] + gi;
+        g[i] = gi + mom * buf[p][i];
+      }
+      int64_t rows = q.shapes[p][0];
+      DMat o = ns_ref(dmat(rows, int64_t(n) / rows, g), 5, coef);
+      for (size_t i = 0; i < n; i++) ref[p][i] = ref[p][i] * (1 - lr * wd) - lr * o.v[i];
+    }
+  }
+  for (size_t p = 0; p < ps.size(); p++) {
+    CAPTURE(p);
+    auto got = ps[p].to_vector<float>();
+    for (size_t i = 0; i < got.size(); i++) CHECK(got[i] == doctest::Approx(ref[p][i]).epsilon(1e-5));
+  }
+}
+
+TEST_CASE("optimiser arguments are checked") {
+  auto ps = [] { return std::vector<Tensor>{Tensor::ones({2, 2})}; };
+  CHECK_THROWS_AS(nn::optim::SGD(ps(), -0.1), Error);
+  CHECK_THROWS_AS(nn::optim::SGD(ps(), 0.1, -0.9), Error);
+  CHECK_THROWS_AS(nn::optim::SGD(ps(), 0.1, 0, 0, true), Error);  // nesterov without momentum
+  CHECK_THROWS_AS(nn::optim::LARS(ps(), 0.1, 0.9, -1e-4), Error);
+  CHECK_THROWS_AS(nn::optim::Muon(ps(), 0.1, 0.95, 0.1, 0), Error);
+  CHECK_THROWS_AS(nn::optim::Muon(ps(), 0.1, 0.95, 0.1, 5, {}), Error);
+  CHECK_THROWS_AS(nn::optim::Muon({Tensor::ones({})}, 0.1), Error);  // a 0-d parameter has no rows
+  CHECK_THROWS_AS(nn::optim::LAMB(ps(), 0.1, 1.0), Error);
+  CHECK_THROWS_AS(nn::optim::Adam(ps(), 0.1, 0.9, 0.999, -1), Error);
+  nn::optim::SGD opt(ps(), 0.1);
+  CHECK_THROWS_AS(opt.set_lr(-1), Error);
+  CHECK_THROWS_AS(nn::optim::StepLR(opt, 0), Error);
+  CHECK_THROWS_AS(nn::optim::CosineAnnealingLR(opt, 0), Error);
+  CHECK_THROWS_AS(nn::optim::OneCycleLR(opt, 1.0, 0), Error);
+  // per-parameter norms cannot be taken over one flat buffer
+  CHECK_THROWS_AS(nn::optim::LAMB(ps(), 0.1, 0.9, 0.999, 1e-6, 0, false, true), Error);
+  CHECK_THROWS_AS(nn::optim::LARS(ps(), 0.1, 0.9, 1e-4, false, true, 0.001, true), Error);
+  CHECK_NOTHROW(nn::optim::LARS(ps(), 0.1, 0.9, 1e-4, false, true, 0.0, true));
+  try {
+    nn::optim::LAMB(ps(), 0.1, 0.9, 0.999, 1e-6, 0, false, true);
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("[LAMB] fused") != std::string::npos);
+  }
+}
+
+namespace {
+// A small MLP with a learnable 0-d temperature, trained a few steps; returns the parameters' values and the number
+// of kernels the last step ran.
+std::pair<std::vector<std::vector<float>>, size_t> train_mlp(
+    const std::function<std::unique_ptr<nn::optim::Optimizer>(std::vector<Tensor>)>& make) {
+  Tensor::manual_seed(21);
+  std::vector<Tensor> ps{Tensor::uniform({6, 5}, -0.5, 0.5), Tensor::uniform({6}, -0.1, 0.1), Tensor::uniform({3, 6}, -0.5, 0.5),
+                         Tensor::uniform({3}, -0.1, 0.1), Tensor::full({}, 1.5)};
+  for (auto& p : ps) p = p.contiguous().realize();
+  Tensor x = Tensor::uniform({8, 5}, -1, 1).contiguous().realize();
+  Tensor y = Tensor::from_vector(std::vector<int32_t>{0, 1, 2, 0, 1, 2, 2, 1});
+  auto opt = make(ps);
+  size_t kernels = 0;
+  for (int s = 0; s < 4; s++) {
+    size_t k0 = kernels_run();
+    opt->zero_grad();
+    Tensor logits = Tensor(x.linear(ps[0], ps[1]).relu().linear(ps[2], ps[3]) * ps[4]);
+    logits.sparse_categorical_crossentropy(y).backward();
+    opt->step();
+    kernels = kernels_run() - k0;
+  }
+  std::vector<std::vector<float>> out;
+  for (auto& p : ps) out.push_back(p.to_vector<float>());
+  return {out, kernels};
+}
+}  // namespace
+
+TEST_CASE("fused optimisers update all parameters as one flat buffer: the same numbers in fewer kernels") {
+  using MakeOpt = std::function<std::unique_ptr<nn::optim::Optimizer>(std::vector<Tensor>, bool)>;
+  struct Opt {
+    const char* name;
+    size_t state_kinds;  // momentum; or m and v
+    MakeOpt make;
+  };
+  std::vector<Opt> opts{
+      {"SGD", 1, [](std::vector<Tensor> p, bool f) { return std::make_unique<nn::optim::SGD>(p, 0.1, 0.9, 0.01, true, false, f); }},
+      {"SGD classic", 1,
+       [](std::vector<Tensor> p, bool f) { return std::make_unique<nn::optim::SGD>(p, 0.1, 0.9, 0.0, false, true, f); }},
+      {"Adam", 2, [](std::vector<Tensor> p, bool f) { return nn::optim::Adam(p, 0.01, 0.9, 0.999, 1e-8, f); }},
+      {"AdamW", 2, [](std::vector<Tensor> p, bool f) { return nn::optim::AdamW(p, 0.01, 0.9, 0.999, 1e-8, 0.1, f); }},
+  };
+  for (auto& [cname, kinds, make] : opts) {
+    std::string name = cname;
+    CAPTURE(name);
+    auto [plain, k_plain] = train_mlp([&](std::vector<Tensor> p) { return make(p, false); });
+    auto [fused, k_fused] = train_mlp([&](std::vector<Tensor> p) { return make(p, true); });
+    INFO(name << ": kernels per step " << k_plain << " unfused, " << k_fused << " fused");
+    for (size_t p = 0; p < plain.size(); p++)
+      for (size_t i = 0; i < plain[p].size(); i++) CHECK(fused[p][i] == doctest::Approx(plain[p][i]).epsilon(1e-6));
+    // each state kind is one kernel instead of five (one per parameter), plus one kernel for the flat update
+    CHECK(k_fused + 4 * kinds - 1 <= k_plain);
+  }
+}
+
+TEST_CASE("ConvTranspose layers: output shapes, parameters, bad channel counts") {
+  nn::ConvTranspose2d up(4, 2, 3, 2, 1, 1);  // doubles 5x5 -> 10x10
+  CHECK(up.weight.shape() == Shape{4, 2, 3, 3});
+  CHECK(up(Tensor::rand({1, 4, 5, 5})).shape() == Shape{1, 2, 10, 10});
+  CHECK(up.state_dict().size() == 2);
+  nn::ConvTranspose1d c1(3, 6, 4, 1, 0, 0, 3, false);
+  CHECK(c1.weight.shape() == Shape{3, 2, 4});
+  CHECK(c1.bias == nullptr);
+  CHECK(c1(Tensor::rand({2, 3, 5})).shape() == Shape{2, 6, 8});
+  nn::ConvTranspose3d c3(2, 2, {1, 2, 3});
+  CHECK(c3(Tensor::rand({1, 2, 2, 2, 2})).shape() == Shape{1, 2, 2, 3, 4});
+  CHECK_THROWS_AS(nn::ConvTranspose2d(3, 4, 3, 1, 0, 0, 2), Error);  // 3 input channels in 2 groups
+  CHECK_THROWS_AS(nn::ConvTranspose2d(4, 4, {3, 3, 3}), Error);      // a 3-d kernel for a 2-d layer
+  CHECK_THROWS_AS(nn::ConvTranspose1d(4, 4, 0), Error);
+  CHECK_THROWS_AS(up(Tensor::rand({1, 3, 5, 5})), Error);             // wrong input channels
+}
+
+TEST_CASE("every optimiser trains a small conv net under TinyJit exactly as it does eagerly") {
+  using MakeOpt = std::function<std::unique_ptr<nn::optim::Optimizer>(std::vector<Tensor>)>;
+  std::vector<std::pair<std::string, MakeOpt>> opts{
+      {"SGD", [](std::vector<Tensor> p) { return std::make_unique<nn::optim::SGD>(p, 0.05, 0.9, 1e-3, true); }},
+      {"LARS", [](std::vector<Tensor> p) { return std::make_unique<nn::optim::LARS>(p, 0.5, 0.9, 1e-4, false, true, 0.02); }},
+      {"Muon", [](std::vector<Tensor> p) { return std::make_unique<nn::optim::Muon>(p, 0.05); }},
+      {"LAMB", [](std::vector<Tensor> p) { return std::make_unique<nn::optim::LAMB>(p, 0.05); }},
+      {"AdamW", [](std::vector<Tensor> p) { return nn::optim::AdamW(p, 0.02); }},
+      {"Adam fused", [](std::vector<Tensor> p) { return nn::optim::Adam(p, 0.02, 0.9, 0.999, 1e-8, true); }},
+  };
+  Tensor x = Tensor::uniform({6, 1, 6, 6}, 0, 1).contiguous().realize();
+  Tensor y = Tensor::from_vector(std::vector<int32_t>{0, 1, 2, 0, 1, 2});
+  for (auto& [name, make] : opts) {
+    CAPTURE(name);
+    auto run = [&](bool use_jit) {
+      Tensor::manual_seed(3);
+      auto seq = std::make_shared<nn::Sequential>();
+      seq->add(std::make_shared<nn::Conv2d>(1, 4, 3)).add(std::make_shared<nn::BatchNorm>(4));
+      seq->add(std::make_shared<nn::Lambda>([](const Tensor& t) { return t.relu().flatten(1); }));
+      seq->add(std::make_shared<nn::Linear>(4 * 4 * 4, 3));
+      auto opt = make(seq->parameters());
+      auto step = [&](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+        opt->zero_grad();
+        Tensor loss = (*seq)(in[0]).sparse_categorical_crossentropy(in[1]);
+        loss.backward();
+        auto out = opt->schedule_step();
+        out.push_back(loss);
+        std::vector<Tensor*> ptrs;
+        for (auto& t : out) ptrs.push_back(&t);
+        Tensor::realize_all(ptrs);
+        return out;
+      };
+      TinyJit jit(step);
+      std::vector<float> losses;
+      for (int i = 0; i < 6; i++) losses.push_back((use_jit ? jit({x, y}) : step({x, y})).back().item<float>());
+      return losses;
+    };
+    auto eager = run(false), jitted = run(true);
+    CHECK(eager == jitted);
+    CHECK(eager.back() < eager.front());
+  }
 }

@@ -133,6 +133,33 @@ Tensor ConvNd::forward(const Tensor& x) {
   return x.conv(weight, b, stride_, padding_, dilation_, groups_, mode_);
 }
 
+ConvTransposeNd::ConvTransposeNd(int dims, int64_t in, int64_t out, std::vector<int64_t> k, IntArg stride, IntArg padding,
+                                 IntArg output_padding, IntArg dilation, int64_t groups, bool has_bias)
+    : weight(param("weight", [&] {
+        if (int(k.size()) != dims)
+          throw Error("[ConvTranspose" + std::to_string(dims) + "d] kernel needs " + std::to_string(dims) + " sizes, got " +
+                      std::to_string(k.size()));
+        if (in <= 0 || out <= 0 || groups <= 0 || in % groups || out % groups)
+          throw Error("[ConvTranspose" + std::to_string(dims) + "d] channels " + std::to_string(in) + " -> " +
+                      std::to_string(out) + " do not divide into " + std::to_string(groups) + " groups");
+        for (int64_t v : k)
+          if (v <= 0) throw Error("[ConvTranspose" + std::to_string(dims) + "d] kernel sizes must be positive");
+        Shape ws{in, out / groups};
+        ws.insert(ws.end(), k.begin(), k.end());
+        return Tensor::kaiming_uniform(ws, std::sqrt(5.0));  // fan_in = prod(ws[1:]) = out/groups * prod(k), as torch
+      }())),
+      stride_(std::move(stride)), padding_(std::move(padding)), output_padding_(std::move(output_padding)),
+      dilation_(std::move(dilation)), groups_(groups) {
+  double bound = 1.0 / std::sqrt(prod(weight.shape(), 1));
+  if (has_bias) bias = &param("bias", Tensor::uniform({out}, -bound, bound));
+}
+
+Tensor ConvTransposeNd::forward(const Tensor& x) {
+  std::optional<Tensor> b;
+  if (bias) b = *bias;
+  return x.conv_transpose(weight, b, stride_, padding_, output_padding_, groups_, dilation_);
+}
+
 BatchNorm::BatchNorm(int64_t n, double eps, bool affine, bool track, double momentum) : n_(n), eps_(eps), momentum_(momentum) {
   if (affine) {
     weight = &param("weight", Tensor::ones({n}));

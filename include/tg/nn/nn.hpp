@@ -96,6 +96,42 @@ class Conv3d : public ConvNd {
                dilation, groups, bias, std::move(mode)) {}
 };
 
+/** N-d transposed convolution layer (ConvTranspose1d/2d/3d below); weight (in, out/groups, *kernel), initialised
+ *  as torch: kaiming_uniform(a=sqrt(5)) over fan_in = out/groups * prod(kernel), bias uniform(+-1/sqrt(fan_in)).
+ *  (tinygrad scales both by 1/sqrt(in * prod(kernel)) instead.) */
+class ConvTransposeNd : public Module {
+ public:
+  ConvTransposeNd(int dims, int64_t in_channels, int64_t out_channels, std::vector<int64_t> kernel, IntArg stride,
+                  IntArg padding, IntArg output_padding, IntArg dilation, int64_t groups, bool bias);
+  Tensor forward(const Tensor& x) override;
+  Tensor& weight;
+  Tensor* bias = nullptr;
+
+ private:
+  IntArg stride_, padding_, output_padding_, dilation_;
+  int64_t groups_;
+};
+class ConvTranspose1d : public ConvTransposeNd {
+ public:
+  ConvTranspose1d(int64_t in, int64_t out, int64_t k, IntArg stride = 1, IntArg padding = 0, IntArg output_padding = 0,
+                  int64_t groups = 1, bool bias = true, IntArg dilation = 1)
+      : ConvTransposeNd(1, in, out, {k}, stride, padding, output_padding, dilation, groups, bias) {}
+};
+class ConvTranspose2d : public ConvTransposeNd {
+ public:
+  ConvTranspose2d(int64_t in, int64_t out, IntArg k, IntArg stride = 1, IntArg padding = 0, IntArg output_padding = 0,
+                  int64_t groups = 1, bool bias = true, IntArg dilation = 1)
+      : ConvTransposeNd(2, in, out, k.v.size() == 1 ? std::vector<int64_t>{k.v[0], k.v[0]} : k.v, stride, padding,
+                        output_padding, dilation, groups, bias) {}
+};
+class ConvTranspose3d : public ConvTransposeNd {
+ public:
+  ConvTranspose3d(int64_t in, int64_t out, IntArg k, IntArg stride = 1, IntArg padding = 0, IntArg output_padding = 0,
+                  int64_t groups = 1, bool bias = true, IntArg dilation = 1)
+      : ConvTransposeNd(3, in, out, k.v.size() == 1 ? std::vector<int64_t>{k.v[0], k.v[0], k.v[0]} : k.v, stride, padding,
+                        output_padding, dilation, groups, bias) {}
+};
+
 /** Batch normalisation over dim 1 (BatchNorm1d/2d/3d): batch statistics in training (running statistics updated
  *  with momentum, unbiased variance as torch), running statistics in eval. */
 class BatchNorm : public Module {

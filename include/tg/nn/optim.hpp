@@ -1,10 +1,16 @@
 #pragma once
-// Optimisers: SGD (momentum, nesterov, weight decay), Adam, AdamW, LAMB; learning-rate schedules.
+// Optimisers: SGD (momentum, nesterov, weight decay), LARS, Muon, Adam, AdamW, LAMB; learning-rate schedules.
 // Updates are lazy assigns into the parameters' buffers: step() realises them (with the grads) in one schedule,
 // schedule_step() returns them so they realise together with the loss. The learning rate is a tensor, so a
-// schedule changes it without recompiling a kernel.
+// schedule changes it without recompiling a kernel. Optimiser state (momentum, m, v) is float32.
+// Fused mode (tinygrad's FUSE_OPTIM): the gradients are concatenated into one flat tensor, the state is one flat
+// buffer per kind, the update is computed once over the flat tensor and split back into the parameters, so a
+// step launches a few kernels for the whole model instead of a few per parameter. Optimisers whose update depends
+// on a per-parameter norm (LAMB, LARS with a trust ratio, Muon) refuse fused mode: over one flat buffer the norm
+// would mix all layers.
 // Thread-safety: an optimiser is used from one thread.
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "tg/tensor.hpp"
@@ -14,7 +20,7 @@ namespace tg::nn::optim {
 /** Base of all optimisers: parameters, their state buffers, the learning rate. */
 class Optimizer {
  public:
-  Optimizer(std::vector<Tensor> params, double lr);
+  Optimizer(std::vector<Tensor> params, double lr, bool fused = false);
   virtual ~Optimizer() = default;
   /** Drop every parameter's gradient. */
   void zero_grad();
@@ -27,40 +33,82 @@ class Optimizer {
   void set_lr(double lr);
   double lr_value() const { return lr_value_; }
   const std::vector<Tensor>& params() const { return params_; }
+  bool fused() const { return fused_; }
 
  protected:
-  /** Per-parameter update: returns the tensors to realise (assigns). grad is the parameter's gradient. */
-  virtual std::vector<Tensor> update(size_t i, Tensor& param, const Tensor& grad) = 0;
-  /** Called once per step before the per-parameter updates. */
-  virtual std::vector<Tensor> begin_step() { return {}; }
+  /** What one step computes: the value subtracted from each parameter, and the state tensors it assigned. */
+  struct Step {
+    std::vector<Tensor> updates, state;
+  };
+  /** The step for these (detached, float32) parameter values and gradients: one pair per parameter, or a single
+   *  flat pair in fused mode. */
+  virtual Step compute_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads) = 0;
+  /** One zero float32 state buffer per parameter, or one flat buffer over all of them in fused mode. */
+  std::vector<Tensor> new_state() const;
+  /** The learning rate as a 0-d tensor (broadcasts against any parameter shape). */
+  Tensor lr_scalar() const { return lr_.reshape({}); }
+  /** Throws when fused mode was asked for: `why` says what the update needs per parameter. */
+  void refuse_fused(const char* name, const char* why) const;
   std::vector<Tensor> params_;
   Tensor lr_;
   double lr_value_;
+  bool fused_;
+  std::vector<int64_t> offsets_;  // fused mode: parameter i is flat[offsets_[i], offsets_[i+1])
 };
 
-/** SGD with optional momentum, nesterov and (L2) weight decay, as torch.optim.SGD. */
-class SGD : public Optimizer {
+/** LARS (You et al., arXiv:1708.03888), as tinygrad's: the gradient (plus weight_decay * p) is scaled by the
+ *  trust ratio r = tcoef*|p| / (|g| + weight_decay*|p|) (1 where a norm is 0). classic: g*r*lr goes into the
+ *  momentum buffer (b = momentum*b + g*r*lr, p -= b); otherwise lr and r are applied after the momentum.
+ *  nesterov uses g + momentum*b. With tcoef = 0 it is SGD. */
+class LARS : public Optimizer {
  public:
-  SGD(std::vector<Tensor> params, double lr = 0.001, double momentum = 0, double weight_decay = 0, bool nesterov = false);
+  LARS(std::vector<Tensor> params, double lr = 0.001, double momentum = 0.9, double weight_decay = 1e-4,
+       bool nesterov = false, bool classic = true, double tcoef = 0.001, bool fused = false);
 
  protected:
-  std::vector<Tensor> update(size_t i, Tensor& p, const Tensor& g) override;
+  /** The general form shared by SGD and Muon: ns_coefficients non-empty orthogonalises each update with
+   *  ns_steps Newton-Schulz iterations; pre_wd=false applies the weight decay after the momentum, decoupled. */
+  LARS(std::vector<Tensor> params, double lr, double momentum, double weight_decay, bool nesterov, bool classic,
+       double tcoef, bool pre_wd, int ns_steps, std::vector<double> ns_coefficients, bool fused, const char* name);
+  Step compute_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads) override;
 
  private:
-  double momentum_, wd_;
-  bool nesterov_;
+  double momentum_, wd_, tcoef_;
+  bool nesterov_, classic_, pre_wd_;
+  int ns_steps_;
+  std::vector<double> ns_coef_;
   std::vector<Tensor> buf_;
 };
+
+/** SGD with optional momentum, nesterov and (L2) weight decay, as torch.optim.SGD (no dampening): LARS without
+ *  the trust ratio. classic puts lr inside the momentum buffer (the same for a constant lr). */
+class SGD : public LARS {
+ public:
+  SGD(std::vector<Tensor> params, double lr = 0.001, double momentum = 0, double weight_decay = 0, bool nesterov = false,
+      bool classic = false, bool fused = false);
+};
+
+/** Muon (Jordan et al.; arXiv:2502.16982), as tinygrad's: momentum (nesterov by default), then each parameter's
+ *  update reshaped to (shape[0], -1) is orthogonalised with ns_steps Newton-Schulz iterations of the odd polynomial
+ *  sum_i c_i (G G^T)^i G (G first scaled to unit Frobenius norm), then scaled by lr; weight decay is decoupled,
+ *  p *= 1 - lr*weight_decay. (tinygrad's code computes that decay into a local it then drops; tg applies it.) */
+class Muon : public LARS {
+ public:
+  Muon(std::vector<Tensor> params, double lr = 0.001, double momentum = 0.95, double weight_decay = 0.1, int ns_steps = 5,
+       std::vector<double> ns_coefficients = {3.4445, -4.775, 2.0315}, bool nesterov = true);
+};
+
+/** The Newton-Schulz iteration Muon uses, on a 2-d tensor (tinygrad's Tensor.newton_schulz). */
+Tensor newton_schulz(const Tensor& g, int steps, const std::vector<double>& coefficients, double eps = 1e-7);
 
 /** LAMB (You et al.); with adam=true it is Adam/AdamW (decoupled weight decay), as in tinygrad. */
 class LAMB : public Optimizer {
  public:
   LAMB(std::vector<Tensor> params, double lr = 0.001, double b1 = 0.9, double b2 = 0.999, double eps = 1e-6,
-       double weight_decay = 0, bool adam = false);
+       double weight_decay = 0, bool adam = false, bool fused = false);
 
  protected:
-  std::vector<Tensor> begin_step() override;
-  std::vector<Tensor> update(size_t i, Tensor& p, const Tensor& g) override;
+  Step compute_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads) override;
 
  private:
   double b1_, b2_, eps_, wd_;
@@ -71,12 +119,13 @@ class LAMB : public Optimizer {
 
 /** Adam (torch defaults): LAMB without the trust ratio and without weight decay. */
 std::unique_ptr<Optimizer> Adam(std::vector<Tensor> params, double lr = 0.001, double b1 = 0.9, double b2 = 0.999,
-                                double eps = 1e-8);
+                                double eps = 1e-8, bool fused = false);
 /** AdamW: Adam with decoupled weight decay. */
 std::unique_ptr<Optimizer> AdamW(std::vector<Tensor> params, double lr = 0.001, double b1 = 0.9, double b2 = 0.999,
-                                 double eps = 1e-8, double weight_decay = 0.01);
+                                 double eps = 1e-8, double weight_decay = 0.01, bool fused = false);
 
-/** Learning-rate schedules: call step() once per optimiser step; they set the optimiser's lr. */
+/** Learning-rate schedules: call step() once per optimiser step; they set the optimiser's lr. A step count that
+ *  is not positive is an error. */
 class LRScheduler {
  public:
   explicit LRScheduler(Optimizer& opt) : opt_(opt), base_(opt.lr_value()) {}
@@ -92,7 +141,7 @@ class LRScheduler {
 /** lr * gamma^(epoch // step_size). */
 class StepLR : public LRScheduler {
  public:
-  StepLR(Optimizer& o, int64_t step_size, double gamma = 0.1) : LRScheduler(o), step_(step_size), gamma_(gamma) {}
+  StepLR(Optimizer& o, int64_t step_size, double gamma = 0.1);
   double lr_at(int64_t e) const override;
 
  private:
@@ -102,7 +151,7 @@ class StepLR : public LRScheduler {
 /** Cosine annealing from lr to eta_min over t_max steps. */
 class CosineAnnealingLR : public LRScheduler {
  public:
-  CosineAnnealingLR(Optimizer& o, int64_t t_max, double eta_min = 0) : LRScheduler(o), tmax_(t_max), min_(eta_min) {}
+  CosineAnnealingLR(Optimizer& o, int64_t t_max, double eta_min = 0);
   double lr_at(int64_t e) const override;
 
  private:

@@ -1,0 +1,176 @@
+// One training step of examples/beautiful_mnist's model (4 conv + 2 batchnorm + linear, Adam lr 1e-3, batch 512)
+// in tg under TinyJit (the replayed step a training loop runs) and in libtorch (eager, the same layers and
+// optimiser) in the same run. Both start from the same weights and the same batch; the first step's loss must
+// agree, else the program fails. Median ms per step of 5 timed steps after 3 warm-up steps (tg's warm-up
+// compiles and captures; its timed steps replay). Run through bench/run, which sets OPENBLAS_CORETYPE so
+// libtorch's BLAS runs at its best. Prints a table line and one JSON line.
+#include <torch/torch.h>
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tg/jit.hpp"
+#include "tg/nn/nn.hpp"
+#include "tg/nn/optim.hpp"
+
+using clk = std::chrono::steady_clock;
+
+namespace {
+
+constexpr int64_t kBatch = 512;
+constexpr int kWarmup = 3, kTimed = 5;
+
+// The model of examples/beautiful_mnist.cpp (tinygrad's layer order).
+std::shared_ptr<tg::nn::Sequential> make_model() {
+  using namespace tg;
+  auto relu = std::make_shared<nn::Lambda>([](const Tensor& x) { return x.relu(); });
+  auto pool = std::make_shared<nn::Lambda>([](const Tensor& x) { return x.max_pool2d(2); });
+  auto flat = std::make_shared<nn::Lambda>([](const Tensor& x) { return x.flatten(1); });
+  auto m = std::make_shared<nn::Sequential>();
+  m->add(std::make_shared<nn::Conv2d>(1, 32, 5)).add(relu);
+  m->add(std::make_shared<nn::Conv2d>(32, 32, 5)).add(relu);
+  m->add(std::make_shared<nn::BatchNorm>(32)).add(pool);
+  m->add(std::make_shared<nn::Conv2d>(32, 64, 3)).add(relu);
+  m->add(std::make_shared<nn::Conv2d>(64, 64, 3)).add(relu);
+  m->add(std::make_shared<nn::BatchNorm>(64)).add(pool);
+  m->add(flat).add(std::make_shared<nn::Linear>(576, 10));
+  return m;
+}
+
+// The same model in libtorch, its tensors copied from tg's state_dict.
+struct TorchModel {
+  std::map<std::string, torch::Tensor> t;  // tg's names: "0.weight", "4.running_mean", ...
+  std::vector<torch::Tensor> params;
+  torch::Tensor operator()(const torch::Tensor& x) {
+    auto bn = [&](const torch::Tensor& h, const std::string& n) {
+      return torch::batch_norm(h, t[n + ".weight"], t[n + ".bias"], t[n + ".running_mean"], t[n + ".running_var"], true, 0.1,
+                               1e-5, false);
+    };
+    torch::Tensor h = torch::relu(torch::conv2d(x, t["0.weight"], t["0.bias"]));
+    h = torch::relu(torch::conv2d(h, t["2.weight"], t["2.bias"]));
+    h = torch::max_pool2d(bn(h, "4"), 2);
+    h = torch::relu(torch::conv2d(h, t["6.weight"], t["6.bias"]));
+    h = torch::relu(torch::conv2d(h, t["8.weight"], t["8.bias"]));
+    h = torch::max_pool2d(bn(h, "10"), 2);
+    return torch::linear(h.flatten(1), t["13.weight"], t["13.bias"]);
+  }
+};
+
+torch::Tensor to_torch(const tg::Tensor& x) {
+  std::vector<float> v = x.to_vector<float>();
+  std::vector<int64_t> s(x.shape().begin(), x.shape().end());
+  return torch::from_blob(v.data(), s, torch::kFloat).clone();
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+double machine_busy_s() {
+  std::ifstream f("/proc/stat");
+  std::string cpu;
+  double user = 0, nice = 0, sys = 0, idle = 0, iowait = 0, irq = 0, softirq = 0;
+  f >> cpu >> user >> nice >> sys >> idle >> iowait >> irq >> softirq;
+  return (user + nice + sys + irq + softirq) / double(sysconf(_SC_CLK_TCK));
+}
+double own_cpu_s() {
+  rusage r{};
+  getrusage(RUSAGE_SELF, &r);
+  return double(r.ru_utime.tv_sec + r.ru_stime.tv_sec) + 1e-6 * double(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
+}
+
+}  // namespace
+
+int main() {
+  try {
+    std::printf("libtorch %s, %d intra-op threads; tg on CPU; %ld cores\n", TORCH_VERSION, torch::get_num_threads(),
+                sysconf(_SC_NPROCESSORS_ONLN));
+    double busy0 = machine_busy_s(), own0 = own_cpu_s();
+    auto t_run = clk::now();
+
+    // a fixed batch: pixel values 0..255 as the example feeds them, labels 0..9
+    std::mt19937 g(7);
+    std::vector<float> xv(static_cast<size_t>(kBatch * 28 * 28));
+    std::vector<int32_t> yv(static_cast<size_t>(kBatch));
+    for (auto& v : xv) v = float(g() % 256);
+    for (auto& v : yv) v = int32_t(g() % 10);
+    tg::Tensor tx = tg::Tensor::from_vector(xv, {kBatch, 1, 28, 28}), ty = tg::Tensor::from_vector(yv);
+    torch::Tensor hx = torch::from_blob(xv.data(), {kBatch, 1, 28, 28}, torch::kFloat).clone();
+    torch::Tensor hy = torch::from_blob(yv.data(), {kBatch}, torch::kInt).to(torch::kLong);
+
+    tg::Tensor::manual_seed(1337);
+    auto model = make_model();
+    TorchModel th;
+    for (auto& [name, t] : model->state_dict()) th.t[name] = to_torch(t);
+    for (auto& [name, t] : th.t)
+      if (name.find("running") == std::string::npos) th.params.push_back(t.requires_grad_());
+    auto opt = tg::nn::optim::Adam(model->parameters());
+    torch::optim::Adam hopt(th.params, torch::optim::AdamOptions(1e-3));
+
+    tg::TinyJit train_step([&](const std::vector<tg::Tensor>& in) -> std::vector<tg::Tensor> {
+      model->train(true);
+      opt->zero_grad();
+      tg::Tensor loss = (*model)(in[0]).sparse_categorical_crossentropy(in[1]);
+      loss.backward();
+      std::vector<tg::Tensor> out = opt->schedule_step();
+      out.push_back(loss);
+      return out;
+    });
+    auto torch_step = [&] {
+      hopt.zero_grad();
+      torch::Tensor loss = torch::cross_entropy_loss(th(hx), hy);
+      loss.backward();
+      hopt.step();
+      return loss.item<float>();
+    };
+
+    std::vector<double> tg_ms, th_ms;
+    float tg_loss0 = 0, th_loss0 = 0, tg_loss = 0, th_loss = 0;
+    for (int i = 0; i < kWarmup + kTimed; i++) {
+      auto t0 = clk::now();
+      tg_loss = train_step({tx, ty}).back().item<float>();
+      double ms = std::chrono::duration<double, std::milli>(clk::now() - t0).count();
+      if (i == 0) tg_loss0 = tg_loss;
+      if (i >= kWarmup) tg_ms.push_back(ms);
+      std::printf("tg step %d: %8.1f ms%s, loss %.5f\n", i + 1, ms, i < kWarmup ? " (warm-up)" : "", double(tg_loss));
+      std::fflush(stdout);
+    }
+    for (int i = 0; i < kWarmup + kTimed; i++) {
+      auto t0 = clk::now();
+      th_loss = torch_step();
+      double ms = std::chrono::duration<double, std::milli>(clk::now() - t0).count();
+      if (i == 0) th_loss0 = th_loss;
+      if (i >= kWarmup) th_ms.push_back(ms);
+    }
+    std::printf("loss of the first step: tg %.6f libtorch %.6f; after %d steps: tg %.6f libtorch %.6f\n", double(tg_loss0),
+                double(th_loss0), kWarmup + kTimed, double(tg_loss), double(th_loss));
+    if (!(std::abs(tg_loss0 - th_loss0) <= 1e-4 * std::max(1.0f, std::abs(th_loss0)))) {
+      std::fprintf(stderr, "mnist_step: tg and libtorch disagree on the first loss: not timing different computations\n");
+      return 1;
+    }
+    double tg_med = median(tg_ms), th_med = median(th_ms);
+    std::printf("%-34s tg %9.1f ms   libtorch %8.1f ms   tg/libtorch %6.2fx\n", "mnist train step, batch 512 (JIT)", tg_med,
+                th_med, tg_med / th_med);
+    std::printf("{\"case\": \"mnist_step_bs512\", \"variant\": \"default\", \"tg_ms\": %.3f, \"peer\": \"libtorch\", "
+                "\"peer_ms\": %.3f, \"speedup\": %.4f}\n",
+                tg_med, th_med, th_med / tg_med);
+    double wall = std::chrono::duration<double>(clk::now() - t_run).count();
+    double others = (machine_busy_s() - busy0) - (own_cpu_s() - own0);
+    std::printf("other processes used %.1f CPU-seconds during the %.1f s run (%.0f%% of one core): %s\n", others, wall,
+                100 * others / wall, others / wall > 0.2 ? "a busy machine, timings are noisy" : "a quiet machine");
+    return 0;
+  } catch (const tg::Error& e) {
+    std::fprintf(stderr, "mnist_step: %s\n", e.what());
+    return 1;
+  }
+}
