@@ -421,7 +421,8 @@ TEST_CASE("LARS matches a double-precision reference of tinygrad's rule (trust r
                 {f32(seq(4, -1, 0.6)), f32(seq(6, 0.5, -0.3)), {1.5, -0.5}},
                 {f32(seq(4, 0.2, 0.1)), f32(seq(6, -0.1, 0.2)), {1.5, -0.5}}};  // the last one has a zero gradient
   const double lr = 0.1, mom = 0.9, wd = 0.01, tcoef = 0.5;
-  for (auto [classic, nesterov] : {std::pair{true, false}, std::pair{true, true}, std::pair{false, false}}) {
+  for (auto mode : {std::pair{true, false}, std::pair{true, true}, std::pair{false, false}}) {
+    const bool classic = mode.first, nesterov = mode.second;  // not bindings: clang 14 cannot capture them
     CAPTURE(classic);
     CAPTURE(nesterov);
     auto ps = q.params();
@@ -572,11 +573,16 @@ TEST_CASE("fused optimisers update all parameters as one flat buffer: the same n
       {"Adam", 2, [](std::vector<Tensor> p, bool f) { return nn::optim::Adam(p, 0.01, 0.9, 0.999, 1e-8, f); }},
       {"AdamW", 2, [](std::vector<Tensor> p, bool f) { return nn::optim::AdamW(p, 0.01, 0.9, 0.999, 1e-8, 0.1, f); }},
   };
-  for (auto& [cname, kinds, make] : opts) {
-    std::string name = cname;
+  for (const Opt& o : opts) {  // plain variables, not bindings: clang 14 cannot capture bindings in lambdas
+    std::string name = o.name;
+    const size_t kinds = o.state_kinds;
+    const MakeOpt& make = o.make;
     CAPTURE(name);
-    auto [plain, k_plain] = train_mlp([&](std::vector<Tensor> p) { return make(p, false); });
-    auto [fused, k_fused] = train_mlp([&](std::vector<Tensor> p) { return make(p, true); });
+    const auto plain_run = train_mlp([&](std::vector<Tensor> p) { return make(p, false); });
+    const auto fused_run = train_mlp([&](std::vector<Tensor> p) { return make(p, true); });
+    const auto& plain = plain_run.first;
+    const auto& fused = fused_run.first;
+    const auto k_plain = plain_run.second, k_fused = fused_run.second;
     INFO(name << ": kernels per step " << k_plain << " unfused, " << k_fused << " fused");
     for (size_t p = 0; p < plain.size(); p++)
       for (size_t i = 0; i < plain[p].size(); i++) CHECK(fused[p][i] == doctest::Approx(plain[p][i]).epsilon(1e-6));
@@ -614,7 +620,9 @@ TEST_CASE("every optimiser trains a small conv net under TinyJit exactly as it d
   };
   Tensor x = Tensor::uniform({6, 1, 6, 6}, 0, 1).contiguous().realize();
   Tensor y = Tensor::from_vector(std::vector<int32_t>{0, 1, 2, 0, 1, 2});
-  for (auto& [name, make] : opts) {
+  for (const auto& entry : opts) {
+    const std::string& name = entry.first;
+    const MakeOpt& make = entry.second;
     CAPTURE(name);
     auto run = [&](bool use_jit) {
       Tensor::manual_seed(3);
