@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "../examples/beautiful_mnist_model.hpp"
 #include "tg/jit.hpp"
 #include "tg/nn/nn.hpp"
 #include "tg/nn/optim.hpp"
@@ -29,23 +30,6 @@ namespace {
 
 constexpr int64_t kBatch = 512;
 constexpr int kWarmup = 3, kTimed = 5;
-
-// The model of examples/beautiful_mnist.cpp (tinygrad's layer order).
-std::shared_ptr<tg::nn::Sequential> make_model() {
-  using namespace tg;
-  auto relu = std::make_shared<nn::Lambda>([](const Tensor& x) { return x.relu(); });
-  auto pool = std::make_shared<nn::Lambda>([](const Tensor& x) { return x.max_pool2d(2); });
-  auto flat = std::make_shared<nn::Lambda>([](const Tensor& x) { return x.flatten(1); });
-  auto m = std::make_shared<nn::Sequential>();
-  m->add(std::make_shared<nn::Conv2d>(1, 32, 5)).add(relu);
-  m->add(std::make_shared<nn::Conv2d>(32, 32, 5)).add(relu);
-  m->add(std::make_shared<nn::BatchNorm>(32)).add(pool);
-  m->add(std::make_shared<nn::Conv2d>(32, 64, 3)).add(relu);
-  m->add(std::make_shared<nn::Conv2d>(64, 64, 3)).add(relu);
-  m->add(std::make_shared<nn::BatchNorm>(64)).add(pool);
-  m->add(flat).add(std::make_shared<nn::Linear>(576, 10));
-  return m;
-}
 
 // The same model in libtorch, its tensors copied from tg's state_dict.
 struct TorchModel {
@@ -113,7 +97,7 @@ int main() {
     torch::Tensor hy = torch::from_blob(yv.data(), {kBatch}, torch::kInt).to(torch::kLong);
 
     tg::Tensor::manual_seed(1337);
-    auto model = make_model();
+    auto model = tg::examples::beautiful_mnist_model();
     TorchModel th;
     for (auto& [name, t] : model->state_dict()) th.t[name] = to_torch(t);
     for (auto& [name, t] : th.t)

@@ -13,6 +13,7 @@
 #include <random>
 #include <string>
 
+#include "beautiful_mnist_model.hpp"
 #include "tg/env.hpp"
 #include "tg/jit.hpp"
 #include "tg/nn/datasets.hpp"
@@ -23,22 +24,6 @@ using namespace tg;
 using clk = std::chrono::steady_clock;
 
 namespace {
-
-// tinygrad's Model.layers, in the same order: conv, relu, conv, relu, batchnorm, max_pool2d, ...
-std::shared_ptr<nn::Sequential> make_model() {
-  auto relu = std::make_shared<nn::Lambda>([](const Tensor& x) { return x.relu(); });
-  auto pool = std::make_shared<nn::Lambda>([](const Tensor& x) { return x.max_pool2d(2); });
-  auto flat = std::make_shared<nn::Lambda>([](const Tensor& x) { return x.flatten(1); });
-  auto m = std::make_shared<nn::Sequential>();
-  m->add(std::make_shared<nn::Conv2d>(1, 32, 5)).add(relu);
-  m->add(std::make_shared<nn::Conv2d>(32, 32, 5)).add(relu);
-  m->add(std::make_shared<nn::BatchNorm>(32)).add(pool);
-  m->add(std::make_shared<nn::Conv2d>(32, 64, 3)).add(relu);
-  m->add(std::make_shared<nn::Conv2d>(64, 64, 3)).add(relu);
-  m->add(std::make_shared<nn::BatchNorm>(64)).add(pool);
-  m->add(flat).add(std::make_shared<nn::Linear>(576, 10));
-  return m;
-}
 
 const char* const kOptimizers[] = {"adam", "adamw", "sgd", "lamb", "lars", "muon"};
 
@@ -116,7 +101,7 @@ int main() {
                 (long long)steps, opt_name.c_str(), (long long)seed);
 
     Tensor::manual_seed(uint64_t(seed));
-    auto model = make_model();
+    auto model = tg::examples::beautiful_mnist_model();
     auto opt = make_optimizer(opt_name, model->parameters());
 
     TinyJit train_step([&](const std::vector<Tensor>& in) -> std::vector<Tensor> {

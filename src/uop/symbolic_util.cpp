@@ -1,5 +1,4 @@
 // Facts about nodes (exact 128-bit bounds arithmetic) and the bodies of the symbolic callbacks.
-#include <functional>
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -192,6 +191,11 @@ const UOp* add_base(const UOp* t) {
 }
 }  // namespace
 
+// A REDUCE, or the expander's tree of `o` over them (its per-lane partial results).
+static bool lane_tree(const UOp* u, Ops o) {
+  return u->op == Ops::REDUCE || (u->op == o && lane_tree(u->src(0), o) && lane_tree(u->src(1), o));
+}
+
 UOpRef order_chain(const UOp* r) {
   Ops o = r->op;
   DType d = r->dtype;
@@ -206,10 +210,7 @@ UOpRef order_chain(const UOp* r) {
   if (!assoc) {
     // The expander's per-lane partial sums (REDUCE + REDUCE) keep their lane order: the accumulators are then
     // laid out in lane order, so their updates vectorise.
-    std::function<bool(const UOp*)> lanes = [&](const UOp* u) {  // a REDUCE, or the expander's tree of them
-      return u->op == Ops::REDUCE || (u->op == o && lanes(u->src(0)) && lanes(u->src(1)));
-    };
-    if (lanes(s0) && lanes(s1)) return {};
+    if (lane_tree(s0, o) && lane_tree(s1, o)) return {};
     // Floats: ADD/MUL/CMPNE/CMPEQ commute exactly; MAX does not (max(-0.0, 0.0)), nor are any associative.
     if (dtypes::is_float(sd) && o != Ops::ADD && o != Ops::MUL && o != Ops::CMPNE && o != Ops::CMPEQ) return {};
     return less(s1, s0) ? mk(s1, s0) : UOpRef{};
