@@ -25,9 +25,11 @@ namespace fs = std::filesystem;
 namespace {
 
 // Flags beyond the usual: -fwrapv gives signed overflow exec_alu's wrap-around, -ffp-contract=off keeps every
-// rounding step of the program, -fno-math-errno lets sqrt and friends inline.
-const std::vector<std::string> kFlags = {"-O2", "-march=native", "-fPIC", "-shared", "-fwrapv", "-ffp-contract=off",
-                                         "-fno-math-errno", "-x", "c"};
+// rounding step of the program, -fno-math-errno lets sqrt and friends inline, -fno-vectorize leaves the upcast
+// copies to the SLP vectoriser (see llvm_jit.cpp: the loop vectoriser turns them into gathers).
+const std::vector<std::string> kFlags = {"-O2",      "-march=native",     "-fPIC",           "-shared",
+                                         "-fwrapv",  "-ffp-contract=off", "-fno-math-errno", "-fno-vectorize",
+                                         "-x",       "c"};
 
 // A private temporary folder, removed with everything in it.
 class TempDir {
