@@ -127,6 +127,20 @@ TEST_CASE("every opt list computes what the plain loops compute") {
   CHECK(run_with(ew, {O{OptOp::UPCAST, 1, 16}, O{OptOp::THREAD, 0, 4}}) == ew0);  // elementwise: bit-identical
 }
 
+TEST_CASE("UNROLL alone gives amt accumulators (the expander reaches a REDUCE no copies depend on)") {
+  Tensor c = randn({12, 64}, 7);
+  c.realize();
+  Kern rs = last_kernel(c.sum(1));
+  UOpRef k = graph_rewrite(rs.ast, symbolic(), nullptr, false, "simplify");
+  k = expand_upcasts(apply_opt(k, Opt{OptOp::UNROLL, 1, 16}));
+  int reduces = 0;
+  for (const UOp* u : toposort(k.get())) {
+    reduces += u->op == Ops::REDUCE;
+    if (u->op == Ops::RANGE) CHECK(range_type(u) != AxisType::Unroll);
+  }
+  CHECK(reduces == 16);
+}
+
 TEST_CASE("threads give bit-identical results (a split never changes the order of a reduction)") {
   Tensor a = randn({32, 256}, 8), b = randn({256, 48}, 9);
   a.realize(), b.realize();

@@ -3,6 +3,7 @@
 // becomes one REDUCE per value of it (independent accumulators that share one loop), combined after the loop.
 #include <map>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "tg/opt.hpp"
 
@@ -64,6 +65,11 @@ class Expander {
       // Later opts vary slowest: the first upcast (the vector axis) is contiguous in the copies.
       std::sort(d.begin(), d.end(), [](const UOp* a, const UOp* b) { return range_id(a) > range_id(b); });
       deps_[n] = std::move(d);
+      // A REDUCE over an UNROLL range changes even where no copies depend on it, and so does all above it.
+      bool changes = n->op == Ops::REDUCE && std::any_of(n->src().begin() + 1, n->src().end(),
+                                                         [](const UOpRef& r) { return is_expanded(r.get()); });
+      for (const UOpRef& x : n->src()) changes |= changes_.count(x.get()) > 0;
+      if (changes) changes_.insert(n);
     }
   }
 
@@ -71,7 +77,7 @@ class Expander {
 
   UOpRef expand(const UOp* n, const Env& env) {
     const auto& d = deps_[n];
-    if (d.empty()) return UOpRef(n);
+    if (d.empty() && !changes_.count(n)) return UOpRef(n);
     std::vector<int64_t> key;
     for (const UOp* r : d) key.push_back(env.at(r));
     auto mk = std::make_pair(n, key);
@@ -109,6 +115,7 @@ class Expander {
 
  private:
   std::unordered_map<const UOp*, std::vector<const UOp*>> deps_;
+  std::unordered_set<const UOp*> changes_;
   std::map<std::pair<const UOp*, std::vector<int64_t>>, UOpRef> memo_;
 };
 
