@@ -1,6 +1,11 @@
 // Codegen: lowering passes, index width, loop placement of accumulators.
 #include <doctest/doctest.h>
 
+#include <cmath>
+#include <cstring>
+#include <random>
+
+#include "scoped_env.hpp"
 #include "tg/codegen.hpp"
 #include "tg/device.hpp"
 #include "tg/schedule.hpp"
@@ -62,4 +67,73 @@ TEST_CASE("no index dtype reaches the renderer and PARAMs come first") {
   for (const UOp* u : k.program) CHECK(u->dtype.scalar != Scalar::Index);
   CHECK(k.program.front()->op == Ops::PARAM);
   CHECK(k.n_params == 2);
+}
+
+namespace {
+// |r - ref| in units of the last place of ref rounded to float32 (0 when both are the same inf or NaN).
+double ulps(float r, double ref) {
+  if (std::isnan(ref)) return std::isnan(r) ? 0 : 1e30;
+  if (std::isinf(ref)) return double(r) == ref ? 0 : 1e30;
+  float a = std::fabs(float(ref));
+  double u = a == 0 ? double(std::nextafter(0.0f, 1.0f)) : double(std::nextafter(a, INFINITY)) - double(a);
+  if (std::isinf(u)) u = double(a) - double(std::nextafter(a, 0.0f));
+  return std::fabs(double(r) - ref) / u;
+}
+}  // namespace
+
+TEST_CASE("CPU exp2/log2 are decomposed into vectorisable ALU ops within about 1 ulp of the exact values") {
+  // The CPU renderer calls no library function for them.
+  Tensor a = Tensor::rand({64});
+  a.realize();
+  std::string src = lower_first(a.exp2()).src + lower_first(a.log2()).src;
+  CHECK(src.find("exp2") == std::string::npos);
+  CHECK(src.find("log2") == std::string::npos);
+  // Random bit patterns (every exponent), the range where exp2 is finite and non-zero, [1/2, 2) where log2 is small,
+  // and the edges: zeros, infinities, NaN, the subnormal and overflow thresholds.
+  std::mt19937 g{3};
+  std::vector<float> v;
+  for (int i = 0; i < 300000; i++) {
+    uint32_t b = g();
+    float f;
+    std::memcpy(&f, &b, 4);
+    v.push_back(f);
+  }
+  std::uniform_real_distribution<float> wide(-160, 140), near1(0.5f, 2.0f);
+  for (int i = 0; i < 300000; i++) v.push_back(wide(g)), v.push_back(near1(g));
+  for (float s : {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 128.0f, 127.99999f, -149.0f, -150.0f, -150.5f, -126.0f,
+                  1e-45f, 1e-40f, 1.17549435e-38f, -1.0f, 1.0f, 2.0f, 0.5f})
+    v.push_back(s);
+  Tensor x = Tensor::from_vector(v, {int64_t(v.size())});
+  std::vector<float> e = x.exp2().to_vector<float>(), l = x.log2().to_vector<float>();
+  double worst_e = 0, worst_l = 0;
+  for (size_t i = 0; i < v.size(); i++) {
+    worst_e = std::max(worst_e, ulps(e[i], std::exp2(double(v[i]))));
+    worst_l = std::max(worst_l, ulps(l[i], std::log2(double(v[i]))));
+  }
+  CHECK(worst_e < 1.0);  // measured 0.87
+  CHECK(worst_l < 1.1);  // measured 1.02
+  // Exact special values.
+  std::vector<float> sp{0.0f, INFINITY, -INFINITY, 1.0f, 3.0f, -1.0f, 128.0f, -149.0f};
+  Tensor s = Tensor::from_vector(sp, {8});
+  std::vector<float> se = s.exp2().to_vector<float>(), sl = s.log2().to_vector<float>();
+  CHECK(se == std::vector<float>{1.0f, INFINITY, 0.0f, 2.0f, 8.0f, 0.5f, INFINITY, 0x1p-149f});
+  CHECK(sl[0] == -INFINITY);
+  CHECK(sl[1] == INFINITY);
+  CHECK(std::isnan(sl[2]));
+  CHECK(sl[3] == 0.0f);
+  CHECK(std::isnan(sl[5]));
+  CHECK(sl[6] == 7.0f);
+}
+
+TEST_CASE("TRANSCENDENTAL chooses library calls or the decomposition; bad values are errors") {
+  Tensor a = Tensor::rand({64});
+  a.realize();
+  {
+    ScopedEnv e("TRANSCENDENTAL", "0");
+    CHECK(lower_first(a.exp2()).src.find("exp2") != std::string::npos);
+  }
+  for (const char* bad : {"3", "-1", "yes"}) {
+    ScopedEnv e("TRANSCENDENTAL", bad);
+    CHECK_THROWS_AS(lower_first(a.exp2()), EnvError);
+  }
 }

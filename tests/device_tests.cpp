@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "../backends/cpu/cpu.hpp"
+#include "scoped_env.hpp"
 #include "tg/env.hpp"
 #include "tg/render.hpp"
 #include "tg/uop.hpp"
@@ -40,24 +41,6 @@ class CountingAllocator : public Allocator {
   }
 };
 
-// Sets an environment variable for one scope (and forgets tg's cached values on both ends).
-struct ScopedEnv {
-  std::string name;
-  std::string old;
-  bool had;
-  ScopedEnv(const char* n, const std::string& v) : name(n) {
-    const char* o = std::getenv(n);
-    had = o != nullptr;
-    if (had) old = o;
-    setenv(n, v.c_str(), 1);
-    env_reset_cache();
-  }
-  ~ScopedEnv() {
-    if (had) setenv(name.c_str(), old.c_str(), 1);
-    else unsetenv(name.c_str());
-    env_reset_cache();
-  }
-};
 
 // A fresh folder under the system temp dir, removed afterwards.
 struct TempDir {

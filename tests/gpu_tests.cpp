@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "../backends/cuda/cuda.hpp"
+#include "scoped_env.hpp"
 #include "tg/codegen.hpp"
 #include "tg/env.hpp"
 #include "tg/render.hpp"
@@ -38,24 +39,6 @@ bool has_nvrtc() {
   }
 }
 
-// Sets (or with nullptr unsets) an environment variable for one scope; tg's cached values are forgotten.
-struct ScopedEnv {
-  std::string name, old;
-  bool had;
-  ScopedEnv(const char* n, const char* v) : name(n) {
-    const char* o = std::getenv(n);
-    had = o != nullptr;
-    if (had) old = o;
-    if (v) setenv(n, v, 1);
-    else unsetenv(n);
-    env_reset_cache();
-  }
-  ~ScopedEnv() {
-    if (had) setenv(name.c_str(), old.c_str(), 1);
-    else unsetenv(name.c_str());
-    env_reset_cache();
-  }
-};
 
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 

@@ -14,6 +14,7 @@
 #include <random>
 #include <thread>
 
+#include "scoped_env.hpp"
 #include "tg/codegen.hpp"
 #include "tg/device.hpp"
 #include "tg/env.hpp"
@@ -104,21 +105,6 @@ struct TempDir {
 };
 
 // Set (or unset, with nullptr) an environment variable for the scope; the env cache is reset both ways.
-struct EnvVar {
-  std::string name;
-  std::optional<std::string> old;
-  EnvVar(const char* n, const char* v) : name(n) {
-    if (const char* o = std::getenv(n)) old = o;
-    if (v) setenv(n, v, 1);
-    else unsetenv(n);
-    env_reset_cache();
-  }
-  ~EnvVar() {
-    if (old) setenv(name.c_str(), old->c_str(), 1);
-    else unsetenv(name.c_str());
-    env_reset_cache();
-  }
-};
 
 std::vector<std::vector<uint8_t>> contents(const Kern& k) {
   std::vector<std::vector<uint8_t>> out;
@@ -219,7 +205,7 @@ TEST_CASE("a second search of the same kernel compiles nothing: the result comes
 
 TEST_CASE("BEAM=N through realize: the searched kernel is right and its result is stored") {
   TempDir dir;
-  EnvVar cd("TG_CACHE_DIR", dir.p.string().c_str()), beam("BEAM", "1"), budget("BEAM_BUDGET", "20");
+  ScopedEnv cd("TG_CACHE_DIR", dir.p.string().c_str()), beam("BEAM", "1"), budget("BEAM_BUDGET", "20");
   Tensor a = randn({20, 36}, 7), b = randn({36, 44}, 8);
   auto av = a.to_vector<float>(), bv = b.to_vector<float>();
   std::vector<float> cv = a.matmul(b).to_vector<float>();
@@ -237,7 +223,7 @@ TEST_CASE("BEAM=N through realize: the searched kernel is right and its result i
 
 TEST_CASE("BEAM and BEAM_BUDGET values that are not numbers are errors naming the variable and the value") {
   auto msg = [](const char* var, const char* val) {
-    EnvVar e(var, val);
+    ScopedEnv e(var, val);
     try {
       beam_options_from_env();
     } catch (const EnvError& ex) {
@@ -254,13 +240,13 @@ TEST_CASE("BEAM and BEAM_BUDGET values that are not numbers are errors naming th
   CHECK(msg("BEAM_BUDGET", "-3").find("positive") != std::string::npos);
   CHECK(msg("BEAM_BUDGET", "nan").find("positive") != std::string::npos);
   {
-    EnvVar w("BEAM", "3"), b("BEAM_BUDGET", "2.5");
+    ScopedEnv w("BEAM", "3"), b("BEAM_BUDGET", "2.5");
     BeamOptions o = beam_options_from_env();
     CHECK(o.width == 3);
     CHECK(o.budget_s == 2.5);
   }
   {
-    EnvVar w("BEAM", "zwei");  // through realize: the error reaches the caller, nothing is computed
+    ScopedEnv w("BEAM", "zwei");  // through realize: the error reaches the caller, nothing is computed
     Tensor a = randn({3, 5}, 9);
     CHECK_THROWS_AS(Tensor(a * 3 + 7).realize(), EnvError);
   }

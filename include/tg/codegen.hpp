@@ -69,6 +69,12 @@ struct LowerOptions {
 CompiledKernel lower_kernel(const UOpRef& ast, const std::string& name, Renderer& renderer,
                             const LowerOptions& opt = {});
 
+/** EXP2 and LOG2 on float32 (and 16-bit floats, through float32) as plain ALU ops: see
+ *  src/codegen/transcendental.cpp for the method and its accuracy. */
+UOpRef decompose_transcendentals(const UOpRef& sink);
+/** TRANSCENDENTAL=0 never decomposes, 1 (default) when the renderer has no native ones, 2 always. */
+bool want_transcendental_decomposition(const Renderer& r);
+
 /** Only linearise an already lowered SINK (exposed for renderer tests). */
 std::vector<const UOp*> linearize(const UOpRef& sink);
 

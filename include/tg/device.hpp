@@ -83,6 +83,9 @@ class Renderer {
   /** Capabilities the optimiser and decompositions consult. */
   virtual bool has_local() const { return false; }
   virtual bool supports(DType) const { return true; }
+  /** Whether EXP2/LOG2 render as fast (vectorisable) instructions; else codegen decomposes them into ALU ops
+   *  (src/codegen/transcendental.cpp). */
+  virtual bool native_transcendentals() const { return true; }
   /** Limits of a GPU-style launch: kernels whose output loops become work-item indices (SPECIAL) return
    *  threads > 0 (most threads per group) and the most groups per axis; a serial (CPU) kernel returns threads 0. */
   struct GridLimits {

@@ -93,6 +93,7 @@ CStyleLanguage c_language();
 class CRenderer : public CStyleRenderer {
  public:
   CRenderer() : CStyleRenderer(c_language()) {}
+  bool native_transcendentals() const override { return false; }  // libm calls, one element at a time
 };
 
 /** The OpenCL C dialect; `fp16`/`fp64`: the device has cl_khr_fp16 / cl_khr_fp64 (src/codegen/render/opencl.cpp). */
@@ -109,6 +110,7 @@ class LLVMRenderer : public Renderer {
  public:
   std::string render(const std::string& name, const std::vector<const UOp*>& program) override;
   bool supports(DType dt) const override;
+  bool native_transcendentals() const override { return false; }  // libm calls, one element at a time
 };
 
 }  // namespace tg

@@ -315,6 +315,7 @@ CompiledKernel lower_kernel(const UOpRef& ast, const std::string& name, Renderer
   k = add_ends(k);
   trace("expand reduce", k);
   k = graph_rewrite(k, symbolic(), nullptr, false, "simplify after reduce");
+  if (want_transcendental_decomposition(renderer)) k = decompose_transcendentals(k);
   // Pick the index width from the bounds of every index value.
   bool wide = false;
   for (const UOp* u : toposort(k.get()))
