@@ -102,6 +102,19 @@ TEST_CASE("the heuristic gives a matmul a register tile, vectorised along the co
   CHECK(hand_coded_optimizations(k.ast, OptConfig{1, 16}).size() == 2);  // one thread: no split
 }
 
+TEST_CASE("heuristic: a row reduction reading a per-row value is not upcast along the rows (no gathers)") {
+  // sum((x - mean)^2) over rows: the output axis strides x by the row length; only the mean is contiguous in it.
+  Tensor x = randn({64, 256}, 4);
+  x.realize();
+  Tensor mean = x.mean(1, true);
+  mean.realize();
+  Kern k = last_kernel(Tensor(x - mean).square().sum(1));
+  auto opts = hand_coded_optimizations(k.ast, OptConfig{2, 16});
+  REQUIRE(!opts.empty());
+  CHECK(opts[0] == Opt{OptOp::UNROLL, 1, 16});  // vector accumulators along the row instead
+  for (const Opt& o : opts) CHECK(o.op != OptOp::UPCAST);
+}
+
 TEST_CASE("every opt list computes what the plain loops compute") {
   // matmul with sizes that divide 16, 8, 4 and 2 differently; a row sum; a full sum; an elementwise kernel.
   Tensor a = randn({24, 40}, 5), b = randn({40, 32}, 6), c = randn({12, 64}, 7);

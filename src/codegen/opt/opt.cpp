@@ -207,11 +207,22 @@ std::vector<Opt> hand_coded_optimizations(const UOpRef& ast_in, const OptConfig&
     auto c = coef(st, axes[i]);
     if (c && *c == 1 && size[i] > 1) vec = int(i);
   }
-  if (vec >= 0 && (!reduce || shares(size_t(vec)) || [&] {
-        for (const UOp* l : acc.loads)
-          if (auto c = coef(l, axes[size_t(vec)]); c && *c == 1) return true;
-        return false;
-      }())) {
+  // In a reduce kernel the copies must not gather: every load inside the reduce loop that depends on the axis is
+  // contiguous in it (a row reduction's output axis strides its input by the row length).
+  auto no_gather = [&](size_t i) {
+    for (const UOp* l : acc.loads) {
+      bool inner = false;
+      for (size_t j = n_out; j < axes.size(); j++) inner |= depends_on(l, axes[j]);
+      auto c = coef(l, axes[i]);
+      if (inner && depends_on(l, axes[i]) && !(c && *c == 1)) return false;
+    }
+    return true;
+  };
+  if (vec >= 0 && (!reduce || (no_gather(size_t(vec)) && (shares(size_t(vec)) || [&] {
+                                 for (const UOp* l : acc.loads)
+                                   if (auto c = coef(l, axes[size_t(vec)]); c && *c == 1) return true;
+                                 return false;
+                               }())))) {
     int64_t a = pick(size[size_t(vec)], {int64_t(w), int64_t(w / 2), 4});
     // a short axis that no vector width divides (a 5x5 or 3x3 kernel's width) is unrolled whole in reduce kernels
     if (!a && reduce && size[size_t(vec)] > 1 && size[size_t(vec)] <= 8) a = size[size_t(vec)];
