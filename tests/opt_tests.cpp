@@ -102,6 +102,26 @@ TEST_CASE("the heuristic gives a matmul a register tile, vectorised along the co
   CHECK(hand_coded_optimizations(k.ast, OptConfig{1, 16}).size() == 2);  // one thread: no split
 }
 
+TEST_CASE("on the CPU a lone UNROLL stays a Lane loop that LLVM is told to vectorise, with the same sums") {
+  Tensor c = randn({12, 64}, 7);
+  c.realize();
+  Kern rs = last_kernel(c.sum(1));
+  std::vector<Opt> opts{{OptOp::UNROLL, 1, 16}};
+  LowerOptions lo;
+  lo.opts = &opts;
+  CompiledKernel ck = lower_kernel(rs.ast, "lane_k", get_device("CPU").renderer(), lo);
+  CHECK(ck.src.find("llvm.loop.vectorize.enable") != std::string::npos);
+  // The lanes hold the same partial sums the copies would, combined in the same tree: bit-identical.
+  std::vector<float> v = c.to_vector<float>(), got = run_with(rs, opts);
+  for (int r = 0; r < 12; r++) {
+    std::vector<float> part(16, 0.0f);
+    for (int k = 0; k < 64; k++) part[size_t(k % 16)] += v[size_t(r * 64 + k)];
+    for (size_t w = 16; w > 1; w /= 2)
+      for (size_t i = 0; i < w / 2; i++) part[i] = part[2 * i] + part[2 * i + 1];
+    CHECK(got[size_t(r)] == part[0]);
+  }
+}
+
 TEST_CASE("heuristic: a row reduction reading a per-row value is not upcast along the rows (no gathers)") {
   // sum((x - mean)^2) over rows: the output axis strides x by the row length; only the mean is contiguous in it.
   Tensor x = randn({64, 256}, 4);

@@ -86,6 +86,8 @@ class Renderer {
   /** Whether EXP2/LOG2 render as fast (vectorisable) instructions; else codegen decomposes them into ALU ops
    *  (src/codegen/transcendental.cpp). */
   virtual bool native_transcendentals() const { return true; }
+  /** Whether the renderer asks its compiler to vectorise Lane loops (see expand_upcasts): the CPU renderers do. */
+  virtual bool vector_lanes() const { return false; }
   /** Limits of a GPU-style launch: kernels whose output loops become work-item indices (SPECIAL) return
    *  threads > 0 (most threads per group) and the most groups per axis; a serial (CPU) kernel returns threads 0. */
   struct GridLimits {

@@ -84,8 +84,13 @@ std::optional<std::pair<int, int>> tc_axes(const UOpRef& ast);
  *  operand instead (D = A*B + C in one instruction). */
 UOpRef fuse_wmma_accumulators(const UOpRef& k);
 
-/** Remove UPCAST and UNROLL ranges by replicating the nodes that depend on them (codegen's expander). */
-UOpRef expand_upcasts(const UOpRef& ast);
+/** Remove UPCAST and UNROLL ranges by replicating the nodes that depend on them (codegen's expander). With
+ *  `lanes`, a REDUCE over exactly one UNROLL range that nothing else is copied for keeps that range as a Lane
+ *  loop instead (its accumulators become an array indexed by it, see expand_reduces in lower.cpp), for renderers
+ *  that vectorise such loops (Renderer::vector_lanes). */
+UOpRef expand_upcasts(const UOpRef& ast, bool lanes = false);
+/** Combine values with a reduce op as a balanced pairwise tree (the expander's order, shared by lane loops). */
+UOpRef reduce_tree(Ops op, std::vector<UOpRef> xs);
 
 /** Replace nodes (keys of `map`) throughout the graph under `root`. */
 UOpRef substitute(const UOpRef& root, const std::vector<std::pair<const UOp*, UOpRef>>& map);

@@ -94,6 +94,7 @@ class CRenderer : public CStyleRenderer {
  public:
   CRenderer() : CStyleRenderer(c_language()) {}
   bool native_transcendentals() const override { return false; }  // libm calls, one element at a time
+  bool vector_lanes() const override { return true; }
 };
 
 /** The OpenCL C dialect; `fp16`/`fp64`: the device has cl_khr_fp16 / cl_khr_fp64 (src/codegen/render/opencl.cpp). */
@@ -111,6 +112,7 @@ class LLVMRenderer : public Renderer {
   std::string render(const std::string& name, const std::vector<const UOp*>& program) override;
   bool supports(DType dt) const override;
   bool native_transcendentals() const override { return false; }  // libm calls, one element at a time
+  bool vector_lanes() const override { return true; }
 };
 
 }  // namespace tg

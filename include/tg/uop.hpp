@@ -82,8 +82,9 @@ constexpr bool has_no_dtype(Ops o) {
          o == Ops::GROUP || o == Ops::NOOP;
 }
 
-/** Axis kinds of a RANGE (codegen optimisations change these). */
-enum class AxisType : uint8_t { Loop, Global, Local, Reduce, Upcast, Unroll, Group, Outer };
+/** Axis kinds of a RANGE (codegen optimisations change these). Lane: a short innermost reduce loop over
+ *  independent accumulators (an UNROLL the expander kept as a loop for the renderer to vectorise). */
+enum class AxisType : uint8_t { Loop, Global, Local, Reduce, Upcast, Unroll, Group, Outer, Lane };
 
 /** Argument of a REDUCE_AXIS: the reduce op and the axes. */
 struct ReduceArg {

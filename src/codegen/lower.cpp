@@ -111,22 +111,46 @@ UOpRef expand_reduces(UOpRef k) {
       struct Acc { UOpRef acc; std::vector<const UOp*> ms; };
       std::vector<Acc> accs;
       std::vector<UOpRef> updates;
+      // A Lane range (the expander's kept UNROLL, innermost): each REDUCE gets an array of that many
+      // accumulators, indexed by the lane, set by a lane loop of its own and combined after the loop.
+      UOpRef lane;
+      for (const UOpRef& r : own)
+        if (range_type(r.get()) == AxisType::Lane) lane = r;
+      if (lane) {
+        sub.clear(), sub_order.clear();
+        for (const UOp* m : members) {
+          auto sk = std::make_pair(int64_t(sub_order.size()), std::string());
+          sub_order.push_back(sk);
+          sub[sk] = {m};
+        }
+      }
+      const int64_t lanes = lane ? lane->src()[0]->const_int() : 1;
       for (const auto& sk : sub_order) {
         const auto& ms = sub[sk];
-        Ops op = Ops(sk.first);
+        Ops op = Ops(std::get<int64_t>(ms[0]->arg));
         DType d = ms[0]->dtype;
-        UOpRef acc = UOp::make(Ops::DEFINE_REG, d.ptr_to(int64_t(ms.size()), AddrSpace::Reg), {}, int64_t(next_reg++));
+        UOpRef acc = UOp::make(Ops::DEFINE_REG, d.ptr_to(int64_t(ms.size()) * lanes, AddrSpace::Reg), {},
+                               int64_t(next_reg++));
         std::vector<UOpRef> os{acc};
         os.insert(os.end(), outer.begin(), outer.end());
         UOpRef acc_outer = outer.empty() ? acc : UOp::make(Ops::AFTER, acc->dtype, os);
         std::vector<UOpRef> is{acc};
-        for (size_t i = 0; i < ms.size(); i++)
-          is.push_back(UOp::make(Ops::STORE, dtypes::void_,
-                                 {UOp::make(Ops::INDEX, acc->dtype, {acc_outer, ci(int64_t(i))}), identity_of(op, d)}));
+        if (lane) {
+          UOpRef l0 = UOp::range(lane->src()[0], next_id++, AxisType::Lane);
+          keep.push_back(l0);
+          is.push_back(UOp::make(Ops::END, dtypes::void_,
+                                 {UOp::make(Ops::STORE, dtypes::void_,
+                                            {UOp::make(Ops::INDEX, acc->dtype, {acc_outer, l0}), identity_of(op, d)}),
+                                  l0}));
+        } else {
+          for (size_t i = 0; i < ms.size(); i++)
+            is.push_back(UOp::make(Ops::STORE, dtypes::void_,
+                                   {UOp::make(Ops::INDEX, acc->dtype, {acc_outer, ci(int64_t(i))}), identity_of(op, d)}));
+        }
         is.insert(is.end(), own.begin(), own.end());
         UOpRef acc_in = UOp::make(Ops::AFTER, acc->dtype, is);
         for (size_t i = 0; i < ms.size(); i++) {
-          UOpRef idx = UOp::make(Ops::INDEX, acc->dtype, {acc_in, ci(int64_t(i))});
+          UOpRef idx = UOp::make(Ops::INDEX, acc->dtype, {acc_in, lane ? lane : ci(int64_t(i))});
           UOpRef cur = UOp::make(Ops::LOAD, d, {idx});
           UOpRef x = value_of(ms[i]);
           // acc + a*b accumulates with one fused multiply-add (the reduce order already differs from a plain sum)
@@ -145,9 +169,16 @@ UOpRef expand_reduces(UOpRef k) {
       }
       for (const Acc& a : accs) {
         UOpRef after = UOp::make(Ops::AFTER, a.acc->dtype, {a.acc, e[0]});
-        for (size_t i = 0; i < a.ms.size(); i++)
-          repl.emplace_back(a.ms[i], UOp::make(Ops::LOAD, a.ms[i]->dtype,
-                                               {UOp::make(Ops::INDEX, a.acc->dtype, {after, ci(int64_t(i))})}));
+        auto read = [&](int64_t i) {
+          return UOp::make(Ops::LOAD, a.ms[0]->dtype, {UOp::make(Ops::INDEX, a.acc->dtype, {after, ci(i)})});
+        };
+        if (lane) {
+          std::vector<UOpRef> parts;
+          for (int64_t i = 0; i < lanes; i++) parts.push_back(read(i));
+          repl.emplace_back(a.ms[0], reduce_tree(Ops(std::get<int64_t>(a.ms[0]->arg)), std::move(parts)));
+          continue;
+        }
+        for (size_t i = 0; i < a.ms.size(); i++) repl.emplace_back(a.ms[i], read(int64_t(i)));
       }
     }
     k = substitute(k, repl);
@@ -301,7 +332,7 @@ CompiledKernel lower_kernel(const UOpRef& ast, const std::string& name, Renderer
     for (const Opt& o : opts) s += (s.empty() ? "" : ", ") + to_string(o);
     std::fprintf(stderr, "opts %s: [%s]\n", name.c_str(), s.c_str());
   }
-  k = expand_upcasts(k);
+  k = expand_upcasts(k, renderer.vector_lanes());
   trace("opts + expand", k);
   k = graph_rewrite(k, symbolic(), nullptr, false, "simplify after opts");
   LaunchDims dims;

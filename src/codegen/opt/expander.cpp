@@ -34,20 +34,9 @@ std::vector<Env> combinations(const std::vector<const UOp*>& rs, const Env& base
   return out;
 }
 
-// Pairwise combination with a reduce op (a balanced tree: short dependency chains).
-UOpRef combine(Ops op, std::vector<UOpRef> xs) {
-  while (xs.size() > 1) {
-    std::vector<UOpRef> next;
-    for (size_t i = 0; i + 1 < xs.size(); i += 2) next.push_back(xs[i]->alu(op, xs[i + 1]));
-    if (xs.size() % 2) next.push_back(xs.back());
-    xs = std::move(next);
-  }
-  return xs[0];
-}
-
 class Expander {
  public:
-  explicit Expander(const UOpRef& root) {
+  Expander(const UOpRef& root, bool lanes) : lanes_(lanes) {
     for (const UOp* n : toposort(root.get())) {
       std::vector<const UOp*> d;
       auto add = [&](const UOp* r) {
@@ -85,6 +74,17 @@ class Expander {
     UOpRef res;
     if (is_expanded(n)) {
       res = UOp::cnst_int(n->dtype, env.at(n));
+    } else if (n->op == Ops::REDUCE && lane_reduce(n)) {
+      // One loop over the lanes, innermost: the UNROLL range becomes a Lane range, the body is not copied.
+      std::vector<UOpRef> s;
+      const UOp* un = nullptr;
+      for (size_t k = 1; k < n->nsrc(); k++)
+        if (is_expanded(n->src(k))) un = n->src(k);
+        else s.push_back(n->src()[k]);
+      UOpRef lane = UOp::range(UOpRef(un->src()[0]), range_id(un), AxisType::Lane);
+      s.insert(s.begin(), substitute(n->src()[0], {{un, lane}}));
+      s.push_back(lane);
+      res = UOp::make(Ops::REDUCE, n->dtype, s, n->arg);
     } else if (n->op == Ops::REDUCE) {
       std::vector<const UOp*> unrolled;
       std::vector<UOpRef> rest;
@@ -103,7 +103,7 @@ class Expander {
         }
         parts.push_back(v);
       }
-      res = combine(op, std::move(parts));
+      res = reduce_tree(op, std::move(parts));
     } else {
       std::vector<UOpRef> s;
       for (const UOpRef& x : n->src()) s.push_back(expand(x.get(), env));
@@ -114,6 +114,14 @@ class Expander {
   }
 
  private:
+  // A REDUCE kept as a lane loop: one UNROLL range of its own, no copies of it, no copied REDUCE inside.
+  bool lane_reduce(const UOp* n) {
+    if (!lanes_ || !deps_[n].empty() || changes_.count(n->src(0))) return false;
+    int un = 0;
+    for (size_t k = 1; k < n->nsrc(); k++) un += is_expanded(n->src(k));
+    return un == 1;
+  }
+  bool lanes_;
   std::unordered_map<const UOp*, std::vector<const UOp*>> deps_;
   std::unordered_set<const UOp*> changes_;
   std::map<std::pair<const UOp*, std::vector<int64_t>>, UOpRef> memo_;
@@ -121,11 +129,21 @@ class Expander {
 
 }  // namespace
 
-UOpRef expand_upcasts(const UOpRef& ast) {
+UOpRef reduce_tree(Ops op, std::vector<UOpRef> xs) {
+  while (xs.size() > 1) {
+    std::vector<UOpRef> next;
+    for (size_t i = 0; i + 1 < xs.size(); i += 2) next.push_back(xs[i]->alu(op, xs[i + 1]));
+    if (xs.size() % 2) next.push_back(xs.back());
+    xs = std::move(next);
+  }
+  return xs[0];
+}
+
+UOpRef expand_upcasts(const UOpRef& ast, bool lanes) {
   bool any = false;
   for (const UOp* n : toposort(ast.get())) any |= is_expanded(n);
   if (!any) return ast;
-  Expander ex(ast);
+  Expander ex(ast, lanes);
   std::vector<UOpRef> srcs;
   for (const UOpRef& st : ast->src())
     for (const Env& e : combinations(ex.deps(st.get()), {})) srcs.push_back(ex.expand(st.get(), e));

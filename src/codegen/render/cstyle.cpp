@@ -7,6 +7,7 @@
 
 #include "linear.hpp"
 #include "tg/error.hpp"
+#include "tg/opt.hpp"
 #include "tg/render.hpp"
 
 namespace tg {
@@ -268,6 +269,10 @@ std::string CStyleRenderer::render(const std::string& name, const std::vector<co
         break;
       case Ops::RANGE: {
         r[u] = fresh("ridx");
+        // Lane loops (see expand_upcasts): the C dialect asks clang to vectorise them across the lanes.
+        if (vector_lanes() && range_type(u) == AxisType::Lane && u->src(0)->is_const())
+          line("#pragma clang loop vectorize(enable) vectorize_width(" + std::to_string(u->src(0)->const_int()) +
+               ") interleave_count(1)");
         line("for (" + lang_.type(u->dtype) + " " + r[u] + " = 0; " + r[u] + " < " + s(0) + "; " + r[u] + "++) {");
         depth++;
         break;

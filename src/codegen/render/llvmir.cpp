@@ -12,6 +12,7 @@
 
 #include "linear.hpp"
 #include "tg/error.hpp"
+#include "tg/opt.hpp"
 #include "tg/render.hpp"
 
 namespace tg {
@@ -142,6 +143,7 @@ class LLVMEmitter {
     for (const std::string& d : decls_) out += d + "\n";
     out += "\nattributes #0 = { nounwind \"no-trapping-math\"=\"true\" }\n";
     out += "attributes #1 = { nounwind alwaysinline \"no-trapping-math\"=\"true\" }\n";
+    for (const std::string& m : meta_) out += m + "\n";
     return out;
   }
 
@@ -272,7 +274,12 @@ class LLVMEmitter {
       case Ops::SQRT: return intrinsic("sqrt", d, a);
       case Ops::TRUNC: return intrinsic("trunc", d, a);
       case Ops::POW: return intrinsic("pow", d, a);
-      case Ops::MAX: return intrinsic("maximum", d, a);  // NaN-propagating, -0 < +0
+      case Ops::MAX: {  // exec_alu's: a < b ? b : a, NaN when either is (a + b carries it)
+        std::string lt = val("fcmp olt " + T + " " + a[0] + ", " + a[1]);
+        std::string m = val("select i1 " + lt + ", " + T + " " + a[1] + ", " + T + " " + a[0]);
+        std::string uno = val("fcmp uno " + T + " " + a[0] + ", " + a[1]);
+        return val("select i1 " + uno + ", " + T + " " + bin("fadd") + ", " + T + " " + m);
+      }
       case Ops::MULACC: return intrinsic("fma", d, a);
       case Ops::RECIPROCAL: return val("fdiv " + T + " 1.0, " + a[0]);
       case Ops::ADD: return bin("fadd");
@@ -397,7 +404,16 @@ class LLVMEmitter {
         label(L + ".latch");
         // r < end <= max of the dtype, so r + 1 wraps neither way
         ins(rv + ".next = add nuw " + std::string(is_signed_int(rng->dtype) ? "nsw " : "") + T + " " + rv + ", 1");
-        ins("br label %" + L + ".hdr");
+        if (range_type(rng) == AxisType::Lane && rng->src(0)->is_const()) {
+          // Lane loops: vectorised across the lanes even with the loop vectoriser off (forced by metadata).
+          std::string md = "!" + std::to_string(meta_.size() + 1);
+          meta_.push_back(md + " = distinct !{" + md + ", !{!\"llvm.loop.vectorize.enable\", i1 true}, " +
+                          "!{!\"llvm.loop.vectorize.width\", i32 " + std::to_string(rng->src(0)->const_int()) +
+                          "}, !{!\"llvm.loop.interleave.count\", i32 1}}");
+          ins("br label %" + L + ".hdr, !llvm.loop " + md);
+        } else {
+          ins("br label %" + L + ".hdr");
+        }
         label(L + ".exit");
         return;
       }
@@ -426,6 +442,7 @@ class LLVMEmitter {
   const std::string& name_;
   const render_detail::LinearInfo& info_;
   std::unordered_map<const UOp*, std::string> r_;
+  std::vector<std::string> meta_;  // loop metadata nodes
   std::unordered_map<const UOp*, std::string> if_ids_;
   std::string entry_, body_, block_ = "entry";
   std::set<std::string> decls_, helpers_;
