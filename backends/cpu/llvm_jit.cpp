@@ -1,6 +1,7 @@
 // The in-process CPU compiler: LLVM IR text -> O2 for the host CPU -> ELF object in memory, and the loader that
 // links objects into one process-wide ORC LLJIT, one JITDylib per program.
 #include <math.h>
+#include <unistd.h>
 
 #include <llvm/ADT/SmallVector.h>
 #include <llvm/ADT/StringMap.h>
@@ -13,6 +14,8 @@
 #include <llvm/IR/Verifier.h>
 #include <llvm/IRReader/IRReader.h>
 #include <llvm/MC/TargetRegistry.h>
+#include <llvm/Object/ObjectFile.h>
+#include <llvm/Object/SymbolSize.h>
 #include <llvm/Passes/PassBuilder.h>
 #include <llvm/Support/MemoryBuffer.h>
 #include <llvm/Support/SourceMgr.h>
@@ -27,10 +30,12 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstring>
 #include <mutex>
 
 #include "cpu.hpp"
+#include "tg/env.hpp"
 #include "tg/error.hpp"
 
 // libgcc's float16 conversions: LLVM calls them for `half` on x86 CPUs without F16C.
@@ -231,6 +236,29 @@ class OrcProgram : public Program {
 
 std::unique_ptr<Compiler> make_llvm_compiler() { return std::make_unique<LLVMCompiler>(); }
 
+// PERF_MAP=1: each loaded kernel's address range goes to /tmp/perf-PID.map, so `perf report` names JIT code.
+void perf_map(const std::vector<uint8_t>& object, const std::string& name, uint64_t addr) {
+  static std::mutex mu;
+  uint64_t size = 0;
+  auto obj = llvm::object::ObjectFile::createObjectFile(
+      llvm::MemoryBufferRef(llvm::StringRef(reinterpret_cast<const char*>(object.data()), object.size()), name));
+  if (!obj) {
+    llvm::consumeError(obj.takeError());
+    return;
+  }
+  for (const auto& [s, sz] : llvm::object::computeSymbolSizes(**obj)) {
+    auto n = s.getName();
+    if (n && *n == name) size = sz;
+    else if (!n) llvm::consumeError(n.takeError());
+  }
+  std::lock_guard lk(mu);
+  if (FILE* f = std::fopen(("/tmp/perf-" + std::to_string(getpid()) + ".map").c_str(), "a")) {
+    std::fprintf(f, "%llx %llx %s\n", (unsigned long long)addr, (unsigned long long)std::max<uint64_t>(size, 1),
+                 name.c_str());
+    std::fclose(f);
+  }
+}
+
 std::unique_ptr<Program> load_llvm_object(const std::vector<uint8_t>& object, const std::string& name) {
   Jit& J = Jit::get();
   auto& es = J.jit().getExecutionSession();
@@ -246,6 +274,7 @@ std::unique_ptr<Program> load_llvm_object(const std::vector<uint8_t>& object, co
   if (auto e = J.jit().addObjectFile(jd, std::move(buf))) return drop(std::move(e), "adding the object");
   auto sym = J.jit().lookup(jd, name);
   if (!sym) return drop(sym.takeError(), "linking");
+  if (getenv_int("PERF_MAP", 0)) perf_map(object, name, sym->getValue());
   return std::make_unique<OrcProgram>(&jd, sym->toPtr<KernelFn>());
 }
 
