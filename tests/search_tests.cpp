@@ -363,6 +363,30 @@ TEST_CASE("a candidate that fails to compile is skipped and the search goes on")
   CHECK(empty.rows() == 0);
 }
 
+TEST_CASE("a candidate that crashes is skipped and reported; the search goes on and the process lives") {
+  TempDir dir;
+  BeamCache cache(dir.db());
+  Tensor a = randn({32, 64}, 16), b = randn({64, 32}, 17);
+  a.realize(), b.realize();
+  Kern mm = last_kernel(a.matmul(b));
+  BeamOptions o = opts_with(&cache, 2, 20);
+  std::atomic<int> poisoned{0};
+  // Candidates with an UNROLL write through a wild pointer before they return: SIGSEGV when they run.
+  o.edit_source = [&](const std::vector<Opt>& opts, std::string& src) {
+    if (!has_op(opts, OptOp::UNROLL)) return;
+    size_t at = src.find("  ret void\n");
+    REQUIRE(at != std::string::npos);
+    src.insert(at, "  store volatile i32 1, ptr inttoptr (i64 8 to ptr)\n");
+    poisoned++;
+  };
+  BeamResult r = beam_search(mm.ast, mm.raw(), "CPU", o);
+  CHECK(poisoned.load() > 0);
+  CHECK(r.failed == poisoned.load());  // every poisoned one refused, no other
+  CHECK(r.compiled > r.failed);
+  CHECK_FALSE(has_op(r.opts, OptOp::UNROLL));
+  check_close(run_with(mm, r.opts), run_with(mm, {}), 1e-5f);
+}
+
 TEST_CASE("the cache keeps only the newest rows, and concurrent writers lose nothing") {
   TempDir dir;
   {

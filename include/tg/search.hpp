@@ -75,6 +75,9 @@ struct BeamOptions {
   /** Called with each candidate's opts before it is compiled; a tg::Error it throws fails that candidate (tests
    *  use it to inject a compile failure). */
   std::function<void(const std::vector<Opt>&)> before_compile;
+  /** Called with each candidate's opts and rendered source before it is compiled (tests use it to make a
+   *  candidate crash: CPU candidates first run in a forked child, and one that dies there is skipped). */
+  std::function<void(const std::vector<Opt>&, std::string& src)> edit_source;
 };
 
 /** BEAM and BEAM_BUDGET from the environment (0 width: no search). A value that is not a number, a negative width

@@ -3,12 +3,19 @@
 #include "tg/search.hpp"
 
 #include <oneapi/tbb/parallel_for.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
+#include <optional>
+#include <thread>
 #include <limits>
 #include <mutex>
 #include <unordered_map>
@@ -54,6 +61,44 @@ LaunchDims dims_of(const CompiledKernel& ck) {
   d.n_vars = int(ck.var_names.size());
   if (ck.core_var >= 0) d.core_var = ck.core_var, d.global[0] = ck.threads;
   return d;
+}
+
+// CPU candidates run once in a forked child before they are timed here: one that crashes (a bad kernel reading or
+// writing out of bounds) kills the child, not the search, and its wild writes land in the child's copy-on-write
+// pages. The child runs the thread split's parts one after another (a forked child has no thread pool). Returns
+// why the candidate is refused, or nothing.
+std::optional<std::string> crash_probe(Program& p, const CompiledKernel& ck, void* const* bufs, double timeout_s) {
+  std::vector<int64_t> vars(std::max<size_t>(1, ck.var_names.size()), 0);
+  LaunchDims one = dims_of(ck);
+  one.core_var = -1, one.global[0] = 1;
+  int parts = ck.core_var >= 0 ? ck.threads : 1;
+  std::fflush(nullptr);
+  pid_t pid = fork();
+  if (pid < 0) return std::nullopt;  // no fork: timed in this process, as without the probe
+  if (pid == 0) {
+    for (int i = 0; i < parts; i++) {
+      if (ck.core_var >= 0) vars[size_t(ck.core_var)] = i;
+      p.run(bufs, vars.data(), one);
+    }
+    _exit(0);
+  }
+  int st = 0;
+  auto t0 = clk::now();
+  for (;;) {
+    pid_t r = waitpid(pid, &st, WNOHANG);
+    if (r == pid) break;
+    if (r < 0 && errno != EINTR) return std::nullopt;
+    if (seconds_since(t0) > timeout_s) {
+      kill(pid, SIGKILL);
+      while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+      }
+      return "ran longer than " + std::to_string(int(timeout_s)) + " s";
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  if (WIFSIGNALED(st)) return "crashed (signal " + std::to_string(WTERMSIG(st)) + ", " + strsignal(WTERMSIG(st)) + ")";
+  if (WIFEXITED(st) && WEXITSTATUS(st) != 0) return "exited with status " + std::to_string(WEXITSTATUS(st));
+  return std::nullopt;
 }
 
 // Best of several runs; a first run slower than `cutoff` is not repeated. At least two runs (one past the
@@ -187,6 +232,7 @@ BeamResult beam_search(const UOpRef& ast, std::span<Buffer* const> bufs, const s
   int dbg = debug_level();
   Device& dev = get_device(device);
   BeamKey key{ast->key(), dev.name(), dev.compiler().id(), o.width};
+  const bool host = dev.name().rfind("CPU", 0) == 0;  // kernels run in this process: probe them in a child first
   UOpRef base = graph_rewrite(ast, symbolic(), nullptr, false, "simplify for beam");
   LowerOptions lo;
   lo.config.threads = dev.threads();
@@ -266,6 +312,7 @@ BeamResult beam_search(const UOpRef& ast, std::span<Buffer* const> bufs, const s
         LowerOptions l = lo;
         l.opts = &c.opts;
         c.ck = lower_kernel(ast, "beam_" + std::to_string(name_counter++), dev.renderer(), l);
+        if (o.edit_source) o.edit_source(c.opts, c.ck.src);
         std::vector<uint8_t> bin = dev.compiler().compile(c.ck.src, c.ck.name);
         c.prog = dev.load(bin, c.ck.name);
         g_compiled++;
@@ -288,6 +335,13 @@ BeamResult beam_search(const UOpRef& ast, std::span<Buffer* const> bufs, const s
       if (seconds_since(t0) > o.budget_s) {
         res.out_of_budget = true;
         break;
+      }
+      if (host) {
+        if (auto why = crash_probe(*c.prog, c.ck, ptrs.data(), std::max(5.0, o.budget_s - seconds_since(t0)))) {
+          res.failed++;
+          std::fprintf(stderr, "beam: skipped candidate [%s]: it %s\n", opts_to_text(c.opts).c_str(), why->c_str());
+          continue;
+        }
       }
       try {
         c.us = time_us(*c.prog, c.ck, ptrs.data(), dev, best.us * kEarlyStop, deadline);
