@@ -95,11 +95,13 @@ TEST_CASE("the heuristic gives a matmul a register tile, vectorised along the co
   a.realize(), b.realize();
   Kern k = last_kernel(a.matmul(b));
   auto opts = hand_coded_optimizations(k.ast, OptConfig{2, 16});
-  REQUIRE(opts.size() == 3);
+  REQUIRE(opts.size() == 4);
   CHECK(opts[0] == Opt{OptOp::UPCAST, 1, 16});  // the store's contiguous axis, one AVX-512 vector
   CHECK(opts[1] == Opt{OptOp::UPCAST, 0, 8});   // rows share the B loads
-  CHECK(opts[2].op == OptOp::THREAD);
-  CHECK(hand_coded_optimizations(k.ast, OptConfig{1, 16}).size() == 2);  // one thread: no split
+  CHECK(opts[2] == Opt{OptOp::UPCAST, 1, 2});   // two vectors share each A broadcast: 16 accumulator registers
+  CHECK(opts[3].op == OptOp::THREAD);
+  CHECK(hand_coded_optimizations(k.ast, OptConfig{1, 16}).size() == 3);  // one thread: no split
+  CHECK(hand_coded_optimizations(k.ast, OptConfig{2, 8}).size() == 3);   // AVX2: 8x8 = 64 of 128 floats, no room
 }
 
 TEST_CASE("on the CPU a lone UNROLL stays a Lane loop that LLVM is told to vectorise, with the same sums") {

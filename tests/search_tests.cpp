@@ -334,7 +334,7 @@ TEST_CASE("an unwritable cache location is bypassed with a warning") {
 TEST_CASE("a candidate that fails to compile is skipped and the search goes on") {
   TempDir dir;
   BeamCache cache(dir.db());
-  Tensor a = randn({32, 64}, 14), b = randn({64, 32}, 15);
+  Tensor a = randn({32, 64}, 14), b = randn({64, 8}, 15);  // a small register tile: UNROLL candidates fit the limits
   a.realize(), b.realize();
   Kern mm = last_kernel(a.matmul(b));
   BeamOptions o = opts_with(&cache, 2, 20);
@@ -366,7 +366,7 @@ TEST_CASE("a candidate that fails to compile is skipped and the search goes on")
 TEST_CASE("a candidate that crashes is skipped and reported; the search goes on and the process lives") {
   TempDir dir;
   BeamCache cache(dir.db());
-  Tensor a = randn({32, 64}, 16), b = randn({64, 32}, 17);
+  Tensor a = randn({32, 64}, 16), b = randn({64, 8}, 17);
   a.realize(), b.realize();
   Kern mm = last_kernel(a.matmul(b));
   BeamOptions o = opts_with(&cache, 2, 20);
