@@ -113,6 +113,12 @@ TEST_CASE("on the CPU a lone UNROLL stays a Lane loop that LLVM is told to vecto
   lo.opts = &opts;
   CompiledKernel ck = lower_kernel(rs.ast, "lane_k", get_device("CPU").renderer(), lo);
   CHECK(ck.src.find("llvm.loop.vectorize.enable") != std::string::npos);
+  // also when the REDUCE itself is copied by an UPCAST (x @ W^T: both operands contiguous along the reduce axis)
+  std::vector<Opt> tiled{{OptOp::UPCAST, 0, 4}, {OptOp::UNROLL, 1, 16}};
+  lo.opts = &tiled;
+  CHECK(lower_kernel(rs.ast, "lane_k2", get_device("CPU").renderer(), lo).src.find("llvm.loop.vectorize.enable") !=
+        std::string::npos);
+  check_close(run_with(rs, tiled), run_with(rs, {}), 1e-5f);
   // The lanes hold the same partial sums the copies would, combined in the same tree: bit-identical.
   std::vector<float> v = c.to_vector<float>(), got = run_with(rs, opts);
   for (int r = 0; r < 12; r++) {

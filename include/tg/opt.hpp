@@ -85,9 +85,10 @@ std::optional<std::pair<int, int>> tc_axes(const UOpRef& ast);
 UOpRef fuse_wmma_accumulators(const UOpRef& k);
 
 /** Remove UPCAST and UNROLL ranges by replicating the nodes that depend on them (codegen's expander). With
- *  `lanes`, a REDUCE over exactly one UNROLL range that nothing else is copied for keeps that range as a Lane
- *  loop instead (its accumulators become an array indexed by it, see expand_reduces in lower.cpp), for renderers
- *  that vectorise such loops (Renderer::vector_lanes). */
+ *  `lanes`, an UNROLL range whose REDUCEs have no other UNROLL (and no REDUCE inside) stays a Lane loop instead,
+ *  innermost in each of them (their accumulators become arrays indexed by it, see expand_reduces in lower.cpp;
+ *  UPCAST copies of such a REDUCE each get an array), for renderers that vectorise such loops
+ *  (Renderer::vector_lanes). */
 UOpRef expand_upcasts(const UOpRef& ast, bool lanes = false);
 /** Combine values with a reduce op as a balanced pairwise tree (the expander's order, shared by lane loops). */
 UOpRef reduce_tree(Ops op, std::vector<UOpRef> xs);

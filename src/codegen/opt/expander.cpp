@@ -36,7 +36,7 @@ std::vector<Env> combinations(const std::vector<const UOp*>& rs, const Env& base
 
 class Expander {
  public:
-  Expander(const UOpRef& root, bool lanes) : lanes_(lanes) {
+  explicit Expander(const UOpRef& root) {
     for (const UOp* n : toposort(root.get())) {
       std::vector<const UOp*> d;
       auto add = [&](const UOp* r) {
@@ -74,17 +74,6 @@ class Expander {
     UOpRef res;
     if (is_expanded(n)) {
       res = UOp::cnst_int(n->dtype, env.at(n));
-    } else if (n->op == Ops::REDUCE && lane_reduce(n)) {
-      // One loop over the lanes, innermost: the UNROLL range becomes a Lane range, the body is not copied.
-      std::vector<UOpRef> s;
-      const UOp* un = nullptr;
-      for (size_t k = 1; k < n->nsrc(); k++)
-        if (is_expanded(n->src(k))) un = n->src(k);
-        else s.push_back(n->src()[k]);
-      UOpRef lane = UOp::range(UOpRef(un->src()[0]), range_id(un), AxisType::Lane);
-      s.insert(s.begin(), substitute(n->src()[0], {{un, lane}}));
-      s.push_back(lane);
-      res = UOp::make(Ops::REDUCE, n->dtype, s, n->arg);
     } else if (n->op == Ops::REDUCE) {
       std::vector<const UOp*> unrolled;
       std::vector<UOpRef> rest;
@@ -114,18 +103,52 @@ class Expander {
   }
 
  private:
-  // A REDUCE kept as a lane loop: one UNROLL range of its own, no copies of it, no copied REDUCE inside.
-  bool lane_reduce(const UOp* n) {
-    if (!lanes_ || !deps_[n].empty() || changes_.count(n->src(0))) return false;
-    int un = 0;
-    for (size_t k = 1; k < n->nsrc(); k++) un += is_expanded(n->src(k));
-    return un == 1;
-  }
-  bool lanes_;
   std::unordered_map<const UOp*, std::vector<const UOp*>> deps_;
   std::unordered_set<const UOp*> changes_;
   std::map<std::pair<const UOp*, std::vector<int64_t>>, UOpRef> memo_;
 };
+
+// An UNROLL range whose REDUCEs have no other UNROLL and no REDUCE inside becomes a Lane range (not copied),
+// moved last among each REDUCE's ranges (the innermost loop; each lane still sums in the same order).
+UOpRef lanes_from_unrolls(const UOpRef& ast) {
+  std::unordered_map<const UOp*, std::vector<const UOp*>> reduces_of;
+  for (const UOp* n : toposort(ast.get()))
+    if (n->op == Ops::REDUCE)
+      for (size_t k = 1; k < n->nsrc(); k++)
+        if (n->src(k)->op == Ops::RANGE && range_type(n->src(k)) == AxisType::Unroll) reduces_of[n->src(k)].push_back(n);
+  std::unordered_map<const UOp*, UOpRef> lane;
+  for (const auto& [u, rs] : reduces_of) {
+    bool ok = true;
+    for (const UOp* r : rs) {
+      int expanded = 0;
+      for (size_t k = 1; k < r->nsrc(); k++) expanded += is_expanded(r->src(k));
+      ok &= expanded == 1;
+      for (const UOp* b : toposort(r->src(0))) ok &= b->op != Ops::REDUCE;
+    }
+    if (ok) lane[u] = UOp::range(UOpRef(u->src()[0]), range_id(u), AxisType::Lane);
+  }
+  if (lane.empty()) return ast;
+  std::unordered_map<const UOp*, UOpRef> m;
+  for (const UOp* n : toposort(ast.get())) {
+    if (auto it = lane.find(n); it != lane.end()) {
+      m[n] = it->second;
+      continue;
+    }
+    std::vector<UOpRef> src;
+    bool changed = false;
+    for (const UOpRef& x : n->src()) {
+      auto it = m.find(x.get());
+      src.push_back(it == m.end() ? x : it->second);
+      changed |= it != m.end();
+    }
+    if (n->op == Ops::REDUCE && changed)  // Lane ranges last
+      std::stable_partition(src.begin() + 1, src.end(), [](const UOpRef& r) {
+        return !(r->op == Ops::RANGE && range_type(r.get()) == AxisType::Lane);
+      });
+    if (changed) m[n] = n->replace_src(src);
+  }
+  return m.count(ast.get()) ? m[ast.get()] : ast;
+}
 
 }  // namespace
 
@@ -139,11 +162,12 @@ UOpRef reduce_tree(Ops op, std::vector<UOpRef> xs) {
   return xs[0];
 }
 
-UOpRef expand_upcasts(const UOpRef& ast, bool lanes) {
+UOpRef expand_upcasts(const UOpRef& ast_in, bool lanes) {
   bool any = false;
-  for (const UOp* n : toposort(ast.get())) any |= is_expanded(n);
-  if (!any) return ast;
-  Expander ex(ast, lanes);
+  for (const UOp* n : toposort(ast_in.get())) any |= is_expanded(n);
+  if (!any) return ast_in;
+  UOpRef ast = lanes ? lanes_from_unrolls(ast_in) : ast_in;
+  Expander ex(ast);
   std::vector<UOpRef> srcs;
   for (const UOpRef& st : ast->src())
     for (const Env& e : combinations(ex.deps(st.get()), {})) srcs.push_back(ex.expand(st.get(), e));
