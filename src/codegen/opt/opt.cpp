@@ -203,6 +203,8 @@ std::vector<Opt> hand_coded_optimizations(const UOpRef& ast_in, const OptConfig&
   int w = std::max(4, cfg.vector_width);
   // 1. The output axis the store is contiguous in: vectorised stores (and loads, where they are contiguous too).
   int vec = -1;  // the vectorised axis (UPCAST of an output axis or UNROLL of a reduce axis)
+  int64_t vec_amt = 1;     // its amount (the vector width used)
+  bool short_vec = false;  // vec is a short output axis unrolled whole, no vector
   for (size_t i = 0; i < n_out; i++) {
     auto c = coef(st, axes[i]);
     if (c && *c == 1 && size[i] > 1) vec = int(i);
@@ -223,13 +225,18 @@ std::vector<Opt> hand_coded_optimizations(const UOpRef& ast_in, const OptConfig&
                                    if (auto c = coef(l, axes[size_t(vec)]); c && *c == 1) return true;
                                  return false;
                                }())))) {
-    int64_t a = pick(size[size_t(vec)], {int64_t(w), int64_t(w / 2), 4});
-    // a short axis that no vector width divides (a 5x5 or 3x3 kernel's width) is unrolled whole in reduce kernels
-    if (!a && reduce && size[size_t(vec)] > 1 && size[size_t(vec)] <= 8) a = size[size_t(vec)];
+    // an axis of w/2..2w elements is taken whole (20 = a vector of 16 and one of 4: a 5x5 conv's 20-wide output rows
+    // run 2-3x faster than in vectors of 4), a longer one in vectors of w (or w/2, 4)
+    int64_t n = size[size_t(vec)];
+    int64_t a = n >= w / 2 && n <= 2 * w ? n : pick(n, {int64_t(w), int64_t(w / 2), 4});
+    // a short axis that no vector width divides (a 5x5 or 3x3 kernel's width) is unrolled whole in reduce kernels,
+    // as copies rather than a vector (a reduce axis may still give the vectors, step 1b)
+    if (!a && reduce && size[size_t(vec)] > 1 && size[size_t(vec)] <= 8) a = size[size_t(vec)], short_vec = true;
     if (a) {
       opts.push_back({OptOp::UPCAST, vec, a});
       size[size_t(vec)] /= a;
       upcast *= a;
+      vec_amt = a;
     } else {
       vec = -1;
     }
@@ -239,7 +246,7 @@ std::vector<Opt> hand_coded_optimizations(const UOpRef& ast_in, const OptConfig&
   // 1b. A reduce kernel with no vectorised output axis (a convolution's weight gradient: the output is the small
   //     kernel): vector accumulators along a reduce axis that every load depending on it is contiguous in
   //     (UNROLL: one partial sum per lane, combined after the loop), if the loads share it.
-  if (reduce && vec < 0) {
+  if (reduce && (vec < 0 || short_vec)) {
     for (size_t i = axes.size(); i-- > n_out;) {
       bool all_contiguous = true, any = false;
       for (const UOp* l : acc.loads)
@@ -253,65 +260,90 @@ std::vector<Opt> hand_coded_optimizations(const UOpRef& ast_in, const OptConfig&
         opts.push_back({OptOp::UNROLL, int(i), a});
         size[i] /= a;
         upcast *= a;
-        vec = int(i);
+        vec = int(i), vec_amt = a;
         break;
       }
     }
   }
-  // 2. Reduce kernels: a register tile over output axes whose loads are shared (matmul and conv shaped). Each
-  //    round takes the axis whose split needs the fewest loads per accumulator (a load is repeated for every copy
-  //    of the axes it depends on; one contiguous along the vectorised axis is one vector load per vector; one
-  //    contiguous along a reduce loop counts a quarter: the next iterations find its cache line loaded), ties
-  //    broken by the smaller strides (nearby addresses).
+  // 2. Reduce kernels: a register tile over output axes whose loads are shared (matmul and conv shaped): the one
+  //    with the fewest loads per accumulator (a load is repeated for every copy of the axes it depends on; one
+  //    contiguous along the vectorised axis is one vector load per vector; one contiguous along a reduce loop
+  //    counts a quarter: the next iterations find its cache line loaded).
   if (reduce) {
-    std::vector<bool> used(axes.size(), false);
     std::vector<int64_t> amt(axes.size(), 1);
-    if (vec >= 0) amt[size_t(vec)] = upcast;
-    const int64_t vec_width = vec >= 0 ? upcast : 1;
-    auto loads_per_acc = [&](size_t axis, int64_t a) {
-      double n = 0;
+    if (vec >= 0) amt[size_t(vec)] = vec_amt;
+    // loads per accumulator of a tile: amounts `am` per axis (am[vec] includes the vector itself)
+    auto loads_per_acc = [&](const std::vector<int64_t>& am) {
+      double n = 0, total = 1;
+      for (int64_t x : am) total *= double(x);
       for (const UOp* l : acc.loads) {
         double copies = 1;
         bool streams = false;  // contiguous along a reduce loop: successive iterations read the same cache line
         for (size_t j = 0; j < axes.size(); j++) {
           auto c = coef(l, axes[j]);
           if (j >= n_out && size[j] > 1 && c && *c == 1 && depends_on(l, axes[j])) streams = true;
-          int64_t aj = j == axis ? amt[j] * a : amt[j];
-          if (aj == 1 || !depends_on(l, axes[j])) continue;
-          // contiguous along the vectorised axis: one vector load per vector of it
-          copies *= int(j) == vec && c && *c == 1 ? double(std::max<int64_t>(1, aj / vec_width)) : double(aj);
+          if (am[j] == 1 || !depends_on(l, axes[j])) continue;
+          // contiguous along the vectorised axis: one load per register of it
+          copies *= int(j) == vec && c && *c == 1 ? double((am[j] + w - 1) / w) : double(am[j]);
         }
         n += copies * (streams ? 0.25 : 1.0);
       }
-      return n / double(upcast * a);
+      return n / total;
     };
     // Accumulators in at most half the vector registers: 16 of AVX-512's 32 (256 floats at its width of 16), 8 of
-    // AVX2's 16 (64 floats). A 1024 matmul: a 32x8 tile runs at 1.2-1.5x the speed of a 16x8 one.
-    const int64_t max_acc = (cfg.vector_width >= 16 ? 16 : 8) * std::max<int64_t>(vec_width, 1);
-    while (upcast < max_acc) {
-      std::optional<size_t> best;
-      int64_t best_a = 0;
-      std::pair<double, double> best_key{};
-      for (size_t i = 0; i < n_out; i++) {
-        // the vectorised axis may widen once more (several vectors of it share the other operand's broadcast)
-        int64_t a = used[i] || !shares(i) ? 0 : int(i) == vec ? pick(size[i], {4, 2}) : pick(size[i], {8, 4, 2});
-        while (a > 1 && upcast * a > max_acc) a /= 2;
-        if (a < 2) continue;
-        double strides = 0;
-        for (const UOp* l : acc.loads)
-          if (depends_on(l, axes[i])) {
-            auto c = coef(l, axes[i]);
-            strides += c ? double(std::llabs(*c)) : 1e18;
-          }
-        std::pair<double, double> key{loads_per_acc(i, a), strides};
-        if (!best || key < best_key) best = i, best_a = a, best_key = key;
+    // AVX2's 16 (64 floats); vectors narrower than the registers (lanes of 4 along a short reduce axis) may take
+    // three quarters. A 1024 matmul: a 32x8 tile runs at 1.2-1.5x the speed of a 16x8 one; a 5x5 conv weight
+    // gradient: 5x4 copies of 4 lanes at 1.7x 5x8x2 scalar copies.
+    const int64_t regs = cfg.vector_width >= 16 ? 32 : 16;
+    const int64_t vec_regs = (vec_amt + w - 1) / w;  // registers one copy of the vector takes
+    const int64_t max_acc = vec < 0 ? 16 : vec_amt < w ? regs * 3 / 4 * vec_amt : regs / 2 / vec_regs * vec_amt;
+    // Every tile within max_acc (amounts 1, 2, 4, 8 on each output axis whose loads are shared; the vectorised
+    // axis may widen by 2 or 4: several vectors of it share the other operand's broadcast); the fewest loads per
+    // accumulator wins, ties by the smaller strides of the split axes (nearby addresses), then the bigger tile.
+    std::vector<size_t> cand;
+    for (size_t i = 0; i < n_out; i++)
+      if (shares(i) && size[i] > 1) cand.push_back(i);
+    auto strides_of = [&](const std::vector<int64_t>& am) {
+      double st = 0;
+      for (size_t i : cand)
+        if (am[i] > (int(i) == vec ? vec_amt : 1))
+          for (const UOp* l : acc.loads)
+            if (depends_on(l, axes[i])) {
+              auto c = coef(l, axes[i]);
+              st += c ? double(std::llabs(*c)) : 1e18;
+            }
+      return st;
+    };
+    std::vector<int64_t> best_am = amt, am = amt;
+    std::tuple<double, double, double> best_key{loads_per_acc(amt), 0, -double(upcast)};
+    std::function<void(size_t, int64_t)> visit = [&](size_t k, int64_t total) {
+      if (k == cand.size()) {
+        std::tuple<double, double, double> key{loads_per_acc(am), strides_of(am), -double(total)};
+        if (key < best_key) best_key = key, best_am = am;
+        return;
       }
-      if (!best) break;
-      used[*best] = true;
-      amt[*best] *= best_a;
-      opts.push_back({OptOp::UPCAST, int(*best), best_a});
-      size[*best] /= best_a;
-      upcast *= best_a;
+      size_t i = cand[k];
+      bool v = int(i) == vec;
+      for (int64_t a : {1, 2, 4, 8}) {
+        if ((v && a > 4) || size[i] % a != 0 || total * a > max_acc) continue;
+        am[i] = amt[i] * a;
+        visit(k + 1, total * a);
+      }
+      am[i] = amt[i];
+    };
+    visit(0, upcast);
+    // opts: the other axes by decreasing amount, then the vectorised axis's widening
+    std::vector<std::pair<int64_t, size_t>> order;
+    for (size_t i : cand)
+      if (best_am[i] != amt[i] && int(i) != vec) order.emplace_back(-best_am[i], i);
+    std::sort(order.begin(), order.end());
+    if (vec >= 0 && size_t(vec) < n_out && best_am[size_t(vec)] != amt[size_t(vec)]) order.emplace_back(0, size_t(vec));
+    for (auto [neg, i] : order) {
+      int64_t a = best_am[i] / amt[i];
+      opts.push_back({OptOp::UPCAST, int(i), a});
+      size[i] /= a;
+      upcast *= a;
+      amt[i] = best_am[i];
     }
     // 3. No output tile: independent accumulators over the reduce axis that a load is contiguous in.
     if (upcast == 1) {
