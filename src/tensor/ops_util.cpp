@@ -91,6 +91,29 @@ Tensor pool_windows(const Tensor& x, const std::vector<int64_t>& k, const std::v
     o[j] = ceildiv(in[j] - dilation[j] * (k[j] - 1), stride[j]);
     f[j] = std::max<int64_t>(1, ceildiv(o[j] * stride[j] - dilation[j], in[j]));
   }
+  // Windows that do not overlap (kernel <= stride, no dilation, as a 2x2 max pool): each spatial dim fitted to o*s
+  // (the cut or added tail lies in no window), split into (o, s) and cut to (o, k). Plain views: the gradient is
+  // a broadcast, not the sum over repeats the general path below needs.
+  bool disjoint = true;
+  for (size_t j = 0; j < nk; j++) disjoint &= k[j] <= stride[j] && dilation[j] == 1;
+  if (disjoint) {
+    std::vector<std::pair<int64_t, int64_t>> cut, pad, win;
+    Shape split = pre;
+    for (size_t j = 0; j < noop; j++) cut.push_back({0, pre[j]}), pad.push_back({0, 0}), win.push_back({0, pre[j]});
+    for (size_t j = 0; j < nk; j++) {
+      int64_t n = o[j] * stride[j];
+      cut.push_back({0, std::min(in[j], n)});
+      pad.push_back({0, std::max<int64_t>(0, n - in[j])});
+      split.insert(split.end(), {o[j], stride[j]});
+      win.insert(win.end(), {{0, o[j]}, {0, k[j]}});
+    }
+    Tensor t = x.shrink(cut).pad(pad).reshape(split).shrink(win);
+    std::vector<int64_t> perm;
+    for (size_t j = 0; j < noop; j++) perm.push_back(int64_t(j));
+    for (size_t j = 0; j < nk; j++) perm.push_back(int64_t(noop + 2 * j));
+    for (size_t j = 0; j < nk; j++) perm.push_back(int64_t(noop + 2 * j + 1));
+    return t.permute(perm);
+  }
   // Repeat each spatial dim so that a reshape to (k, i*f + d) puts window element j at column j*d + o*s.
   std::vector<int64_t> rep(noop, 1);
   Shape s1 = pre, s2 = pre, s3 = pre, s4 = pre, s5 = pre, s6 = pre;

@@ -65,6 +65,7 @@ UOpRef order_chain(const UOp* root);
 UOpRef divmod_const(const UOp* root);
 UOpRef divmod_neg(const UOp* root);
 UOpRef mod_div_nested(const UOp* root);
+UOpRef fold_split_index(const UOp* root);
 UOpRef lt_mul(const UOp* root);
 UOpRef gt_mul(const UOp* root);
 UOpRef lt_div(const UOp* root);
@@ -102,6 +103,7 @@ inline constexpr auto do_order = [](auto& m) { return order_chain(m.root); };
 inline constexpr auto do_divmod_const = [](auto& m) { return divmod_const(m.root); };
 inline constexpr auto do_divmod_neg = [](auto& m) { return divmod_neg(m.root); };
 inline constexpr auto do_mod_div_nested = [](auto& m) { return mod_div_nested(m.root); };
+inline constexpr auto do_fold_split_index = [](auto& m) { return fold_split_index(m.root); };
 inline constexpr auto do_lt_mul = [](auto& m) { return lt_mul(m.root); };
 inline constexpr auto do_gt_mul = [](auto& m) { return gt_mul(m.root); };
 inline constexpr auto do_lt_div = [](auto& m) { return lt_div(m.root); };
@@ -288,6 +290,7 @@ inline constexpr auto sym_divmod = table(
       return a != 0 && b != 0 && (is_signed(m[x]->dtype) || (a > 0 && b > 0)) && a % b == 0;
     }),
     rule(idiv(xi % c0, c1), do_mod_div_nested),                                    // (x%(a*b))//a -> (x//a)%b
+    rule(xi + y, do_fold_split_index),  // (x%a)*m + ((x//a)%b)*(a*m) -> (x%(a*b))*m anywhere in a sum
     rule(xi % y, x, [](auto& m) {                                                  // x%y -> x when |x| < |y|
       const UOp *a = m[x], *b = m[y];
       if (!known(a) || !known(b) || !nonzero(b)) return false;

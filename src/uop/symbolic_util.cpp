@@ -446,6 +446,48 @@ UOpRef mod_div_nested(const UOp* r) {
   return m->src(0)->alu(Ops::IDIV, cst(d, b))->alu(Ops::MOD, cst(d, a / b));
 }
 
+// A sum holding the pieces of a split index, in any order: (x%a)*m + ((x//a)%b)*(a*m) -> (x%(a*b))*m and
+// (x%a)*m + (x//a)*(a*m) -> x*m, for x >= 0, repeated while pieces meet (a view re-split over the same shape
+// collapses back to its flat index; the result's bounds then fold a last x%N to x).
+UOpRef fold_split_index(const UOp* r) {
+  DType d = r->dtype;
+  if (!dtypes::is_int(d)) return {};
+  Linear L;
+  if (!linear(r, L, 64)) return {};
+  auto is_mod = [](const UOp* u) { return u->op == Ops::MOD && u->src(1)->op == Ops::CONST && cv(u->src(1)) > 0; };
+  size_t mods = 0;
+  for (auto& t : L.terms) mods += is_mod(t.base);
+  if (mods == 0) return {};
+  std::vector<std::pair<const UOp*, i128>> ts;
+  for (auto& t : L.terms) ts.push_back({t.base, t.f});
+  std::vector<UOpRef> keep;  // new bases stay alive while ts points at them
+  bool changed = false;
+  for (bool again = true; again;) {
+    again = false;
+    for (size_t i = 0; i < ts.size() && !again; i++) {
+      const UOp* lo = ts[i].first;  // x % a, factor m
+      if (ts[i].second == 0 || !is_mod(lo)) continue;
+      const UOp* x = lo->src(0);
+      i128 a = cv(lo->src(1)), m = ts[i].second;
+      if (!known(x) || x->vmin() < 0) continue;
+      for (size_t j = 0; j < ts.size(); j++) {
+        const UOp* hi = ts[j].first;
+        if (j == i || ts[j].second != a * m) continue;
+        const UOp* q = is_mod(hi) ? hi->src(0) : hi;  // (x//a)%b or x//a
+        if (q->op != Ops::IDIV || q->src(0) != x || q->src(1)->op != Ops::CONST || cv(q->src(1)) != a) continue;
+        UOpRef nb = is_mod(hi) ? x->alu(Ops::MOD, cst(d, a * cv(hi->src(1)))) : x->ref();
+        keep.push_back(nb);
+        ts[i] = {nb.get(), m};
+        ts[j].second = 0;
+        again = changed = true;
+        break;
+      }
+    }
+  }
+  if (!changed) return {};
+  return build(d, ts, L.k);
+}
+
 // ------------------------------------------------------------------ comparisons
 
 UOpRef lt_mul(const UOp* r) {
