@@ -263,6 +263,29 @@ TEST_CASE("the memory planner reuses a dead intermediate buffer") {
   for (size_t i = 0; i < 256; i++) CHECK(rv[i] == doctest::Approx(((xv[i] + 1) * 2) * 3 + 1));
 }
 
+TEST_CASE("a reduce over a reduce's results (a max pool over a convolution) is two kernels, and a 2x2 pool a view") {
+  Tensor x = Tensor::rand({2, 3, 8, 8}), w = Tensor::rand({4, 3, 3, 3});
+  x.realize(), w.realize();
+  Tensor y = x.conv2d(w).max_pool2d(2);
+  UOpRef root = y.uop();
+  Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+  REQUIRE(s.items.size() == 2);  // the convolution into a buffer, then the pool
+  int reduces = 0;
+  for (const UOp* u : toposort(s.items[1].ast.get())) reduces += u->op == Ops::REDUCE;
+  CHECK(reduces == 1);
+  // the values: the max of each 2x2 window of the convolution
+  std::vector<float> c = x.conv2d(w).to_vector<float>(), p = y.to_vector<float>();
+  REQUIRE(p.size() == size_t(2 * 4 * 3 * 3));
+  for (int n = 0; n < 2; n++)
+    for (int k = 0; k < 4; k++)
+      for (int i = 0; i < 3; i++)
+        for (int j = 0; j < 3; j++) {
+          auto at = [&](int a, int b) { return c[size_t(((n * 4 + k) * 6 + a) * 6 + b)]; };
+          float m = std::max(std::max(at(2 * i, 2 * j), at(2 * i, 2 * j + 1)), std::max(at(2 * i + 1, 2 * j), at(2 * i + 1, 2 * j + 1)));
+          CHECK(p[size_t(((n * 4 + k) * 3 + i) * 3 + j)] == m);
+        }
+}
+
 TEST_CASE("to(device) copies between devices") {
   auto a = Tensor::from_vector(iota_f(5));
   Tensor b = Tensor(a * 2).to("CPU:1");

@@ -449,9 +449,13 @@ Template build_template(std::span<const UOpRef> roots_in) {
     if (u->op == Ops::CONTIGUOUS || u->op == Ops::COPY || u->op == Ops::ASSIGN) realized.insert(u);
     if (u->op == Ops::REDUCE_AXIS && consumers[u] > 1) realized.insert(u);
     bool hr = u->op == Ops::REDUCE_AXIS && !realized.count(u);
+    bool inner = false;  // an unrealised reduce below
     for (auto& s : u->src())
-      if (!realized.count(s.get()) && has_reduce[s.get()]) hr = true;
-    if (u->op == Ops::EXPAND && hr) {
+      if (!realized.count(s.get()) && has_reduce[s.get()]) hr = inner = true;
+    // A reduce over a reduce's results (a max pool over a convolution): the inner one is computed into a buffer.
+    // Nested inside the outer reduce's loops it gets no register tile or vectors of its own (a pool over an eval
+    // mode conv ran 20x slower fused).
+    if ((u->op == Ops::EXPAND && hr) || (u->op == Ops::REDUCE_AXIS && inner)) {
       // an expanded reduce would be recomputed for every output element: materialise the reduces below
       std::vector<const UOp*> st{u->src(0)};
       std::unordered_set<const UOp*> seen;
@@ -465,7 +469,7 @@ Template build_template(std::span<const UOpRef> roots_in) {
         }
         for (auto& s : v->src()) st.push_back(s.get());
       }
-      hr = false;
+      hr = u->op == Ops::REDUCE_AXIS && !realized.count(u);  // the outer reduce itself stays
     }
     if (u->op == Ops::EXPAND) {
       // Fusion cost: computation under a broadcast runs again for every copy. When the copies' work (ALU ops
