@@ -255,7 +255,7 @@ std::vector<Opt> hand_coded_optimizations(const UOpRef& ast_in, const OptConfig&
           any = true;
           all_contiguous &= c && *c == 1;
         }
-      int64_t a = any && all_contiguous ? pick(size[i], {int64_t(w), int64_t(w / 2), 4}) : 0;
+      int64_t a = any && all_contiguous ? pick(size[i], {int64_t(2 * w), int64_t(w), int64_t(w / 2), 4}) : 0;
       if (a) {
         opts.push_back({OptOp::UNROLL, int(i), a});
         size[i] /= a;
