@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "tg/opt.hpp"
+#include "tg/pattern.hpp"
 
 namespace tg {
 
@@ -108,6 +109,21 @@ class Expander {
   std::map<std::pair<const UOp*, std::vector<int64_t>>, UOpRef> memo_;
 };
 
+bool is_lane(const UOpRef& r) { return r->op == Ops::RANGE && range_type(r.get()) == AxisType::Lane; }
+
+// REDUCE(x, ..., lane, r...) -> REDUCE(x, ..., r..., lane): the lane loop innermost.
+const PatternMatcher& pm_lanes_last() {
+  using namespace pat;
+  static const PatternMatcher pm(table(rule(op_any<opset<Ops::REDUCE>>, [](auto& m) -> UOpRef {
+    const UOp* r = m.root;
+    std::vector<UOpRef> src(r->src().begin(), r->src().end());
+    if (src.size() < 3 || is_lane(src.back()) || std::none_of(src.begin() + 1, src.end(), is_lane)) return {};
+    std::stable_partition(src.begin() + 1, src.end(), [](const UOpRef& x) { return !is_lane(x); });
+    return r->replace_src(src);
+  })));
+  return pm;
+}
+
 // An UNROLL range whose REDUCEs have no other UNROLL and no REDUCE inside becomes a Lane range (not copied),
 // moved last among each REDUCE's ranges (the innermost loop; each lane still sums in the same order).
 UOpRef lanes_from_unrolls(const UOpRef& ast) {
@@ -128,26 +144,8 @@ UOpRef lanes_from_unrolls(const UOpRef& ast) {
     if (ok) lane[u] = UOp::range(UOpRef(u->src()[0]), range_id(u), AxisType::Lane);
   }
   if (lane.empty()) return ast;
-  std::unordered_map<const UOp*, UOpRef> m;
-  for (const UOp* n : toposort(ast.get())) {
-    if (auto it = lane.find(n); it != lane.end()) {
-      m[n] = it->second;
-      continue;
-    }
-    std::vector<UOpRef> src;
-    bool changed = false;
-    for (const UOpRef& x : n->src()) {
-      auto it = m.find(x.get());
-      src.push_back(it == m.end() ? x : it->second);
-      changed |= it != m.end();
-    }
-    if (n->op == Ops::REDUCE && changed)  // Lane ranges last
-      std::stable_partition(src.begin() + 1, src.end(), [](const UOpRef& r) {
-        return !(r->op == Ops::RANGE && range_type(r.get()) == AxisType::Lane);
-      });
-    if (changed) m[n] = n->replace_src(src);
-  }
-  return m.count(ast.get()) ? m[ast.get()] : ast;
+  std::vector<std::pair<const UOp*, UOpRef>> map(lane.begin(), lane.end());
+  return graph_rewrite(substitute(ast, map), pm_lanes_last(), nullptr, false, "lanes last");
 }
 
 }  // namespace
