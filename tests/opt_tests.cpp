@@ -102,6 +102,11 @@ TEST_CASE("the heuristic gives a matmul a register tile, vectorised along the co
   CHECK(opts[3].op == OptOp::THREAD);
   CHECK(hand_coded_optimizations(k.ast, OptConfig{1, 16}).size() == 3);  // one thread: no split
   CHECK(hand_coded_optimizations(k.ast, OptConfig{2, 8}).size() == 3);   // AVX2: 8x8 = 64 of 128 floats, no room
+  // a 2048 matmul: B (16 MiB) would be streamed whole by both threads per row tile: its columns are split instead
+  Kern big = last_kernel(Tensor::rand({2048, 2048}).matmul(Tensor::rand({2048, 2048})));
+  auto bo = hand_coded_optimizations(big.ast, OptConfig{2, 16});
+  REQUIRE(!bo.empty());
+  CHECK(bo.back() == Opt{OptOp::THREAD, 1, 2});
 }
 
 TEST_CASE("on the CPU a lone UNROLL stays a Lane loop that LLVM is told to vectorise, with the same sums") {
