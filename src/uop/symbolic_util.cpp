@@ -452,9 +452,16 @@ UOpRef mod_div_nested(const UOp* r) {
 UOpRef fold_split_index(const UOp* r) {
   DType d = r->dtype;
   if (!dtypes::is_int(d)) return {};
+  auto is_mod = [](const UOp* u) { return u->op == Ops::MOD && u->src(1)->op == Ops::CONST && cv(u->src(1)) > 0; };
+  // Only where a piece joins the chain (every pair meets at the ADD that adds its later piece): a long sum of
+  // other terms is not flattened at each of its nodes.
+  auto piece = [&](const UOp* t) {
+    if (t->op == Ops::MUL && t->src(1)->op == Ops::CONST) t = t->src(0);
+    return is_mod(t) || (t->op == Ops::IDIV && t->src(1)->op == Ops::CONST);
+  };
+  if (!piece(r->src(1)) && !piece(r->src(0))) return {};
   Linear L;
   if (!linear(r, L, 64)) return {};
-  auto is_mod = [](const UOp* u) { return u->op == Ops::MOD && u->src(1)->op == Ops::CONST && cv(u->src(1)) > 0; };
   size_t mods = 0;
   for (auto& t : L.terms) mods += is_mod(t.base);
   if (mods == 0) return {};
