@@ -129,8 +129,8 @@ TEST_CASE("on the CPU a lone UNROLL stays a Lane loop that LLVM is told to vecto
   for (int r = 0; r < 12; r++) {
     std::vector<float> part(16, 0.0f);
     for (int k = 0; k < 64; k++) part[size_t(k % 16)] += v[size_t(r * 64 + k)];
-    for (size_t w = 16; w > 1; w /= 2)
-      for (size_t i = 0; i < w / 2; i++) part[i] = part[2 * i] + part[2 * i + 1];
+    for (size_t w = 16; w > 1; w /= 2)  // halving: lane i with lane i + w/2
+      for (size_t i = 0; i < w / 2; i++) part[i] = part[i] + part[i + w / 2];
     CHECK(got[size_t(r)] == part[0]);
   }
 }

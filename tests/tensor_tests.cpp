@@ -4,6 +4,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "scoped_env.hpp"
 #include "tg/schedule.hpp"
 #include "tg/tensor.hpp"
 
@@ -139,12 +140,12 @@ TEST_CASE("kernel counts of known programs") {
   auto b = Tensor::from_vector(iota_f(64, 1), {8, 8});
   CHECK(count_kernels(Tensor(a + b).sum()) == 1);
   CHECK(count_kernels((a.reshape({8, 1, 8}) * b.T().reshape({1, 8, 8})).sum(2)) == 1);
-  CHECK(count_kernels(Tensor(a.sum() + a.sum(1))) == 2);
+  CHECK(count_kernels(Tensor(a.sum() + a.sum(1))) == 1);  // the full sum runs once, before the row loop
   Tensor x = a;
   for (int i = 0; i < 50; i++) x = x * 1.01 + 0.5;
   CHECK(count_kernels(x) == 1);
   Tensor e = Tensor(a - a.max(1, true)).exp();
-  CHECK(count_kernels(Tensor(e / e.sum(1, true))) == 3);  // softmax: the reciprocal of the sum stays fused
+  CHECK(count_kernels(Tensor(e / e.sum(1, true))) == 1);  // softmax: one row kernel (row fusion, below)
   // Fusion cost: relu(a + b) broadcast 8 times into a matmul-shaped reduce is computed once (its own kernel);
   // a plain buffer broadcast the same way is not.
   Tensor h = Tensor(a + b).relu();
@@ -153,6 +154,42 @@ TEST_CASE("kernel counts of known programs") {
   // A reduce result used twice is computed once.
   Tensor s = a.sum(1, true) + 1;
   CHECK(count_kernels(Tensor(s * a + s.exp())) == 2);
+}
+
+TEST_CASE("row fusion: a reduce broadcast back over its innermost axes stays in its consumer's kernel") {
+  std::vector<float> v(6 * 40);
+  for (size_t i = 0; i < v.size(); i++) v[i] = float((i * 37) % 23) * 0.25f - 2.0f;
+  auto a = Tensor::from_vector(v, {6, 40});
+  // The reference: each row by hand, in double.
+  std::vector<double> sm(v.size()), ln(v.size());
+  for (size_t r = 0; r < 6; r++) {
+    double mx = -1e30, s = 0, mean = 0, var = 0;
+    for (size_t c = 0; c < 40; c++) mx = std::max(mx, double(v[r * 40 + c])), mean += v[r * 40 + c] / 40.0;
+    for (size_t c = 0; c < 40; c++) s += std::exp(double(v[r * 40 + c]) - mx), var += std::pow(v[r * 40 + c] - mean, 2) / 40;
+    for (size_t c = 0; c < 40; c++)
+      sm[r * 40 + c] = std::exp(double(v[r * 40 + c]) - mx) / s, ln[r * 40 + c] = (v[r * 40 + c] - mean) / std::sqrt(var + 1e-5);
+  }
+  auto check = [&](Tensor t, const std::vector<double>& want, size_t kernels) {
+    CHECK(count_kernels(t) == kernels);
+    std::vector<float> got = t.to_vector<float>();
+    for (size_t i = 0; i < want.size(); i++) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-5).scale(1));
+  };
+  check(a.softmax(1), sm, 1);                    // max, sum and the output loop: one pass each over a row
+  check(a.layer_norm({40}), ln, 1);              // mean, variance, output
+  check(a.T().softmax(0).T().contiguous(), sm, 1);  // the same rows reached through a transpose
+  // The reduced axis is not the inner one of the output (a transposed result, a batch statistic): the reduce
+  // would run again for every output element, so it is computed into a buffer first.
+  Tensor t = a.softmax(1).T().contiguous();
+  CHECK(count_kernels(t) > 1);
+  std::vector<float> tv = t.to_vector<float>();
+  for (size_t r = 0; r < 6; r++)
+    for (size_t c = 0; c < 40; c++) CHECK(tv[c * 6 + r] == doctest::Approx(sm[r * 40 + c]).epsilon(1e-5));
+  CHECK(count_kernels(Tensor(a - a.mean(0, true))) == 2);
+  {
+    ScopedEnv off("FUSE_REDUCE_ROWS", "0");
+    Tensor b = Tensor::from_vector(v, {40, 6});
+    CHECK(count_kernels(b.softmax(1)) == 3);  // max, sum, output
+  }
 }
 
 TEST_CASE("a reduce many times larger than its output splits into partial sums and a sum of them") {

@@ -8,6 +8,9 @@
 #include <llvm/Config/llvm-config.h>
 #include <llvm/ExecutionEngine/Orc/Core.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
+#include <llvm/IR/DiagnosticHandler.h>
+#include <llvm/IR/DiagnosticInfo.h>
+#include <llvm/IR/DiagnosticPrinter.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
@@ -97,6 +100,20 @@ class LLVMCompiler : public Compiler {
       throw Error("[llvm] " + what + " of kernel " + name + " failed:\n" + msg + "\n--- source ---\n" + src);
     };
     llvm::LLVMContext ctx;
+    // Optimisation remarks and warnings (a Lane loop LLVM declined to vectorise) go to stderr only with DEBUG>=4:
+    // the kernel is still correct, only slower. Errors still fail the compile.
+    struct Quiet : llvm::DiagnosticHandler {
+      bool handleDiagnostics(const llvm::DiagnosticInfo& di) override {
+        if (di.getSeverity() == llvm::DS_Error) return false;
+        if (debug_level() >= 4) {
+          llvm::DiagnosticPrinterRawOStream dp(llvm::errs());
+          di.print(dp);
+          llvm::errs() << "\n";
+        }
+        return true;
+      }
+    };
+    ctx.setDiagnosticHandler(std::make_unique<Quiet>());
     llvm::SMDiagnostic diag;
     std::unique_ptr<llvm::Module> m = llvm::parseIR(llvm::MemoryBufferRef(src, name), diag, ctx);
     if (!m) {

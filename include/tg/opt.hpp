@@ -59,6 +59,12 @@ std::vector<const UOp*> kernel_axes(const UOpRef& ast);
 /** Apply one opt (shift_to); throws OptError where it does not apply. The result is not simplified. */
 UOpRef apply_opt(const UOpRef& ast, const Opt& opt);
 
+/** Split a reduce RANGE of size n that the kernel takes modulo c (c divides n) into an outer range of n/c and
+ *  an inner one of c (innermost of the reduce loops): r % c and r // c become plain ranges, so an index such as
+ *  a transposed-and-reshaped operand's (r//64)*8192 + r%64 is linear in the inner one (vectorisable). As
+ *  tinygrad's split ranges. Run before opts (lower_kernel and BEAM see the same axes). */
+UOpRef split_ranges(const UOpRef& ast);
+
 /** The default opts for a kernel (no search): register tiles for matmul-shaped kernels, vectorised loops
  *  for elementwise and reduce kernels, and the thread split. */
 std::vector<Opt> hand_coded_optimizations(const UOpRef& ast, const OptConfig& cfg);
@@ -95,6 +101,10 @@ UOpRef reduce_tree(Ops op, std::vector<UOpRef> xs);
 
 /** Replace nodes (keys of `map`) throughout the graph under `root`. */
 UOpRef substitute(const UOpRef& root, const std::vector<std::pair<const UOp*, UOpRef>>& map);
+
+/** The coefficient of RANGE `r` in an index expression linear in it (0 when it does not occur); nullopt when it
+ *  enters non-linearly (a division, a modulo, a product of ranges). */
+std::optional<int64_t> index_coef(const UOp* e, const UOp* r);
 
 /** Range id and axis type of a RANGE node. */
 int64_t range_id(const UOp* r);

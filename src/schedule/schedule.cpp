@@ -13,6 +13,7 @@
 #include <unordered_set>
 
 #include "tg/env.hpp"
+#include "tg/opt.hpp"
 #include "tg/symbolic.hpp"
 #include "tg/tensor.hpp"
 
@@ -56,7 +57,9 @@ struct KernelBuilder {
   const ShapeMap& shapes;
   const std::unordered_set<const UOp*>& realized;
   const UOp* root;
+  const std::unordered_set<const UOp*>& row_fused;  // EXPANDs of reduces that may stay in the kernel (see below)
   std::vector<const UOp*> params;  // realised nodes read (param i+1) ; param 0 is the output
+  std::vector<const UOp*> not_hoisted;  // row_fused EXPANDs whose value would be recomputed in this kernel
   int next_range = 0;
   std::unordered_map<AccessKey, UOpRef, AccessKeyHash> memo;
   std::vector<Access> keep;
@@ -144,6 +147,28 @@ struct KernelBuilder {
     return c;
   }
 
+  // Whether a value read at access `a` is computed once per value it depends on: `a` uses only output loops, and
+  // they are the outermost ones (the loop nest runs them outside the others, so the code that computes it is
+  // hoisted out of the inner output loops and of every reduce loop).
+  bool hoisted(const Access& a) const {
+    const Shape& s = shapes.at(root);
+    std::vector<bool> used(s.size(), false);
+    std::vector<UOpRef> exprs(a.idx.begin(), a.idx.end());
+    if (a.valid) exprs.push_back(a.valid);
+    for (const UOp* n : toposort(exprs))
+      if (n->op == Ops::RANGE) {
+        if (range_type(n) != AxisType::Loop) return false;
+        used[size_t(range_id(n))] = true;
+      }
+    bool gap = false;
+    for (size_t i = 0; i < s.size(); i++) {
+      if (s[i] == 1) continue;
+      if (!used[i]) gap = true;
+      else if (gap) return false;
+    }
+    return true;
+  }
+
   // Iterative post-order over (node, access) pairs.
   UOpRef build(const UOp* start, const Access& start_access) {
     struct Frame {
@@ -182,6 +207,7 @@ struct KernelBuilder {
         if (is_movement(n->op)) {
           f.child.push_back(child_access(n, f.a));
           if (n->op == Ops::PAD) f.pad_valid = f.child[0].valid;
+          if (n->op == Ops::EXPAND && row_fused.count(n) && !hoisted(f.child[0])) not_hoisted.push_back(n);
         } else if (n->op == Ops::REDUCE_AXIS) {
           const Shape& in = shapes.at(n->src(0));
           Access c;
@@ -440,164 +466,196 @@ Template build_template(std::span<const UOpRef> roots_in) {
     }
     shapes[u] = infer_shape(u->op, in, u->arg, u->dtype);
   }
-  std::unordered_set<const UOp*> realized;
-  for (auto& r : roots)
-    if (!contiguous_buffer(r.get())) realized.insert(r.get());
-  // Materialisation rules.
-  std::unordered_map<const UOp*, bool> has_reduce;  // an unrealised reduce lies below (within the kernel)
-  for (const UOp* u : topo) {
-    if (u->op == Ops::CONTIGUOUS || u->op == Ops::COPY || u->op == Ops::ASSIGN) realized.insert(u);
-    if (u->op == Ops::REDUCE_AXIS && consumers[u] > 1) realized.insert(u);
-    bool hr = u->op == Ops::REDUCE_AXIS && !realized.count(u);
-    bool inner = false;  // an unrealised reduce below
-    for (auto& s : u->src())
-      if (!realized.count(s.get()) && has_reduce[s.get()]) hr = inner = true;
-    // A reduce over a reduce's results (a max pool over a convolution): the inner one is computed into a buffer.
-    // Nested inside the outer reduce's loops it gets no register tile or vectors of its own (a pool over an eval
-    // mode conv ran 20x slower fused).
-    if ((u->op == Ops::EXPAND && hr) || (u->op == Ops::REDUCE_AXIS && inner)) {
-      // an expanded reduce would be recomputed for every output element: materialise the reduces below
-      std::vector<const UOp*> st{u->src(0)};
-      std::unordered_set<const UOp*> seen;
-      while (!st.empty()) {
-        const UOp* v = st.back();
-        st.pop_back();
-        if (!seen.insert(v).second || v->op == Ops::BUFFER || (realized.count(v) && v != u->src(0))) continue;
-        if (v->op == Ops::REDUCE_AXIS) {
-          realized.insert(v);
-          continue;
+  // Row fusion: on devices whose output loops run in order (the CPU), a reduce broadcast back over the axes it
+  // reduced (softmax's max and sum, layernorm's mean and variance) stays in the kernel of its consumer when those
+  // axes are its innermost output loops: the reduce runs once per row, before the row's output loop, and the
+  // row's second and third passes read it from cache. Kernels where the broadcast value would be recomputed (the
+  // axes are not the inner ones after the movement ops above) are found when the kernels are built, and those
+  // EXPANDs materialise as before. FUSE_REDUCE_ROWS=0 turns it off.
+  const bool fuse_rows = getenv_int("FUSE_REDUCE_ROWS", 1) != 0;
+  std::unordered_map<std::string, bool> serial;
+  auto row_fusable = [&](const UOp* u) {
+    const Shape& in = shapes.at(u->src(0));
+    const Shape& out = shapes.at(u);
+    double copies = 1;
+    for (size_t i = 0; i < in.size(); i++)
+      if (in[i] == 1) copies *= double(out[i]);
+    if (copies > double(1 << 15)) return false;  // a row re-read from cache: at most 128 KiB of floats
+    std::string dev = device_of(u);
+    if (!serial.count(dev)) serial[dev] = get_device(dev).renderer().grid_limits().threads == 0;
+    return serial[dev];
+  };
+  std::unordered_set<const UOp*> no_row_fuse;  // EXPANDs a kernel would recompute
+  for (;;) {
+    std::unordered_set<const UOp*> realized, row_fused;
+    for (auto& r : roots)
+      if (!contiguous_buffer(r.get())) realized.insert(r.get());
+    // Materialisation rules.
+    std::unordered_map<const UOp*, bool> has_reduce;  // an unrealised reduce lies below (within the kernel)
+    for (const UOp* u : topo) {
+      if (u->op == Ops::CONTIGUOUS || u->op == Ops::COPY || u->op == Ops::ASSIGN) realized.insert(u);
+      if (u->op == Ops::REDUCE_AXIS && consumers[u] > 1) realized.insert(u);
+      bool hr = u->op == Ops::REDUCE_AXIS && !realized.count(u);
+      bool inner = false;  // an unrealised reduce below
+      for (auto& s : u->src())
+        if (!realized.count(s.get()) && has_reduce[s.get()]) hr = inner = true;
+      // A reduce over a reduce's results (a max pool over a convolution): the inner one is computed into a buffer.
+      // Nested inside the outer reduce's loops it gets no register tile or vectors of its own (a pool over an eval
+      // mode conv ran 20x slower fused).
+      const bool row = fuse_rows && u->op == Ops::EXPAND && hr && !no_row_fuse.count(u) && row_fusable(u);
+      if (row) {
+        row_fused.insert(u);
+        hr = false;  // computed once per row: no recompute for the rules below
+      } else if ((u->op == Ops::EXPAND && hr) || (u->op == Ops::REDUCE_AXIS && inner)) {
+        // an expanded reduce would be recomputed for every output element: materialise the reduces below
+        std::vector<const UOp*> st{u->src(0)};
+        std::unordered_set<const UOp*> seen;
+        while (!st.empty()) {
+          const UOp* v = st.back();
+          st.pop_back();
+          if (!seen.insert(v).second || v->op == Ops::BUFFER || (realized.count(v) && v != u->src(0))) continue;
+          if (v->op == Ops::REDUCE_AXIS) {
+            realized.insert(v);
+            continue;
+          }
+          for (auto& s : v->src()) st.push_back(s.get());
         }
-        for (auto& s : v->src()) st.push_back(s.get());
+        hr = u->op == Ops::REDUCE_AXIS && !realized.count(u);  // the outer reduce itself stays
       }
-      hr = u->op == Ops::REDUCE_AXIS && !realized.count(u);  // the outer reduce itself stays
-    }
-    if (u->op == Ops::EXPAND) {
-      // Fusion cost: computation under a broadcast runs again for every copy. When the copies' work (ALU ops
-      // and reads, times the copies) clearly exceeds a write and a read of the value, it is computed once into
-      // a buffer instead (e.g. relu(conv + bias) feeding the next conv, or a normalisation feeding a reduce).
-      // One op on a reduce's result (softmax's reciprocal of the sum) stays fused.
-      const UOp* v = u->src(0);
-      while (is_movement(v->op) && !realized.count(v)) v = v->src(0);
-      double in_n = 1, out_n = 1;
-      for (int64_t d : shapes.at(u->src(0))) in_n *= double(d);
-      for (int64_t d : shapes.at(u)) out_n *= double(d);
-      double copies = out_n / std::max(in_n, 1.0);
-      int cost = (is_alu(v->op) || v->op == Ops::CAST) && !realized.count(v) ? recompute_cost(v, realized) : 0;
-      if (copies >= 4 && cost >= 4) {
-        realized.insert(v);
+      if (u->op == Ops::EXPAND && !row) {
+        // Fusion cost: computation under a broadcast runs again for every copy. When the copies' work (ALU ops
+        // and reads, times the copies) clearly exceeds a write and a read of the value, it is computed once into
+        // a buffer instead (e.g. relu(conv + bias) feeding the next conv, or a normalisation feeding a reduce).
+        // One op on a reduce's result (softmax's reciprocal of the sum) stays fused.
+        const UOp* v = u->src(0);
+        while (is_movement(v->op) && !realized.count(v)) v = v->src(0);
+        double in_n = 1, out_n = 1;
+        for (int64_t d : shapes.at(u->src(0))) in_n *= double(d);
+        for (int64_t d : shapes.at(u)) out_n *= double(d);
+        double copies = out_n / std::max(in_n, 1.0);
+        int cost = (is_alu(v->op) || v->op == Ops::CAST) && !realized.count(v) ? recompute_cost(v, realized) : 0;
+        if (copies >= 4 && cost >= 4) {
+          realized.insert(v);
+          hr = false;
+        }
+      }
+      if (hr && consumers[u] > 1 && !is_movement(u->op) && !realized.count(u)) {
+        // A value with a reduce inside and several users would run its reduce once per user: computed once.
+        realized.insert(u);
         hr = false;
       }
+      has_reduce[u] = hr;
     }
-    if (hr && consumers[u] > 1 && !is_movement(u->op) && !realized.count(u)) {
-      // A value with a reduce inside and several users would run its reduce once per user: computed once.
-      realized.insert(u);
-      hr = false;
-    }
-    has_reduce[u] = hr;
-  }
-  Template t;
-  std::unordered_map<const UOp*, int> slot_of;  // BUFFERs and realised nodes
-  for (const UOp* u : topo)
-    if (u->op == Ops::BUFFER) {
-      slot_of[u] = int(t.slots.size());
-      t.slots.push_back({int(t.slots.size()), std::get<std::string>(u->src(0)->arg), u->dtype,
-                         std::get<std::vector<int64_t>>(u->arg)[1]});
-    }
-  int n_inputs = int(t.slots.size());
-  auto value_slot = [&](const UOp* u) -> int {  // the slot holding u's value (contiguous)
-    if (auto it = slot_of.find(u); it != slot_of.end()) return it->second;
-    if (const UOp* b = contiguous_buffer(u)) return slot_of.at(b);
-    throw Error(std::string("[schedule] internal: no buffer for ") + op_name(u->op));
-  };
-  std::vector<int> assign_items;
-  for (const UOp* u : topo) {
-    if (!realized.count(u) || contiguous_buffer(u)) continue;
-    if (u->op == Ops::CONTIGUOUS && contiguous_buffer(u->src(0))) {  // already contiguous: same buffer
-      slot_of[u] = value_slot(u->src(0));
-      continue;
-    }
-    const Shape& sh = shapes.at(u);
-    int64_t n = 1;
-    for (int64_t d : sh) n *= d;
-    int out;
-    if (u->op == Ops::ASSIGN) {
-      const UOp* tb = contiguous_buffer(u->src(0));
-      if (!tb) throw Error("[assign] the target must be a realised buffer");
-      out = slot_of.at(tb);
-    } else {
-      out = int(t.slots.size());
-      t.slots.push_back({-1, device_of(u), u->dtype, n});
-    }
-    slot_of[u] = out;
-    if (n == 0) continue;  // nothing to compute
-    Template::Item item{ScheduleItem::Kind::Kernel, {}, {out}, t.slots[size_t(out)].device, {}};
-    if (u->op == Ops::COPY) {
-      item.kind = ScheduleItem::Kind::Copy;
-      item.slots.push_back(value_slot(u->src(0)));
-      item.ast = UOpRef(u);
-    } else {
-      KernelBuilder kb{shapes, realized, u, {}, 0, {}, {}};
-      item.ast = kb.kernel_ast();
-      for (const UOp* p : kb.params) {
-        item.slots.push_back(value_slot(p));
-        if (p->op == Ops::BUFFER) item.old_reads.push_back(item.slots.back());
+    Template t;
+    std::unordered_map<const UOp*, int> slot_of;  // BUFFERs and realised nodes
+    for (const UOp* u : topo)
+      if (u->op == Ops::BUFFER) {
+        slot_of[u] = int(t.slots.size());
+        t.slots.push_back({int(t.slots.size()), std::get<std::string>(u->src(0)->arg), u->dtype,
+                           std::get<std::vector<int64_t>>(u->arg)[1]});
       }
-    }
-    if (u->op == Ops::ASSIGN) assign_items.push_back(int(t.items.size()));
-    t.items.push_back(std::move(item));
-  }
-  for (size_t i = 0; i < roots.size(); i++) {
-    t.root_shapes.push_back(shapes.at(roots[i].get()));
-    if (!contiguous_buffer(roots[i].get())) t.becomes.emplace_back(i, slot_of.at(roots[i].get()));
-  }
-  // An in-place write (ASSIGN) waits for every kernel that reads the old contents of its buffer (WAR);
-  // read-after-write order comes from the topological order.
-  for (int ai : assign_items) {
-    int target = t.items[size_t(ai)].slots[0];
-    size_t last = size_t(ai);
-    for (size_t j = size_t(ai) + 1; j < t.items.size(); j++)
-      for (int r : t.items[j].old_reads)
-        if (r == target) last = j;
-    if (last != size_t(ai)) {
-      Template::Item it = std::move(t.items[size_t(ai)]);
-      t.items.erase(t.items.begin() + ai);
-      t.items.insert(t.items.begin() + int64_t(last), std::move(it));
-    }
-  }
-  // Memory planner: an intermediate buffer (not a root's, not an input) whose last reader has run can be
-  // reused by a later intermediate of the same device, dtype and size.
-  std::vector<bool> exposed(t.slots.size(), false);
-  for (auto& [r, sl] : t.becomes) exposed[size_t(sl)] = true;
-  std::vector<size_t> last_use(t.slots.size(), 0);
-  for (size_t i = 0; i < t.items.size(); i++)
-    for (int sl : t.items[i].slots) last_use[size_t(sl)] = i;
-  std::vector<int> remap(t.slots.size());
-  for (size_t i = 0; i < remap.size(); i++) remap[i] = int(i);
-  std::vector<int> free_slots;
-  for (size_t i = 0; i < t.items.size(); i++) {
-    int out = t.items[i].slots[0];
-    if (out >= n_inputs && !exposed[size_t(out)] && remap[size_t(out)] == out) {
-      const Slot& so = t.slots[size_t(out)];
-      for (auto it = free_slots.begin(); it != free_slots.end(); ++it) {
-        const Slot& sf = t.slots[size_t(*it)];
-        if (sf.device == so.device && sf.dtype == so.dtype && sf.size == so.size) {
-          remap[size_t(out)] = *it;
-          free_slots.erase(it);
-          break;
+    int n_inputs = int(t.slots.size());
+    auto value_slot = [&](const UOp* u) -> int {  // the slot holding u's value (contiguous)
+      if (auto it = slot_of.find(u); it != slot_of.end()) return it->second;
+      if (const UOp* b = contiguous_buffer(u)) return slot_of.at(b);
+      throw Error(std::string("[schedule] internal: no buffer for ") + op_name(u->op));
+    };
+    std::vector<int> assign_items;
+    std::unordered_set<const UOp*> retry;
+    for (const UOp* u : topo) {
+      if (!realized.count(u) || contiguous_buffer(u)) continue;
+      if (u->op == Ops::CONTIGUOUS && contiguous_buffer(u->src(0))) {  // already contiguous: same buffer
+        slot_of[u] = value_slot(u->src(0));
+        continue;
+      }
+      const Shape& sh = shapes.at(u);
+      int64_t n = 1;
+      for (int64_t d : sh) n *= d;
+      int out;
+      if (u->op == Ops::ASSIGN) {
+        const UOp* tb = contiguous_buffer(u->src(0));
+        if (!tb) throw Error("[assign] the target must be a realised buffer");
+        out = slot_of.at(tb);
+      } else {
+        out = int(t.slots.size());
+        t.slots.push_back({-1, device_of(u), u->dtype, n});
+      }
+      slot_of[u] = out;
+      if (n == 0) continue;  // nothing to compute
+      Template::Item item{ScheduleItem::Kind::Kernel, {}, {out}, t.slots[size_t(out)].device, {}};
+      if (u->op == Ops::COPY) {
+        item.kind = ScheduleItem::Kind::Copy;
+        item.slots.push_back(value_slot(u->src(0)));
+        item.ast = UOpRef(u);
+      } else {
+        KernelBuilder kb{shapes, realized, u, row_fused, {}, {}, 0, {}, {}};
+        item.ast = kb.kernel_ast();
+        retry.insert(kb.not_hoisted.begin(), kb.not_hoisted.end());
+        for (const UOp* p : kb.params) {
+          item.slots.push_back(value_slot(p));
+          if (p->op == Ops::BUFFER) item.old_reads.push_back(item.slots.back());
         }
       }
+      if (u->op == Ops::ASSIGN) assign_items.push_back(int(t.items.size()));
+      t.items.push_back(std::move(item));
     }
-    for (int sl : t.items[i].slots)
-      if (sl >= n_inputs && !exposed[size_t(sl)] && last_use[size_t(sl)] == i && remap[size_t(sl)] == sl &&
-          std::find(free_slots.begin(), free_slots.end(), sl) == free_slots.end())
-        free_slots.push_back(sl);
-  }
-  for (auto& it : t.items)
-    for (int& sl : it.slots) sl = remap[size_t(sl)];
-  if (debug_level() >= 3)
+    if (!retry.empty()) {
+      no_row_fuse.insert(retry.begin(), retry.end());
+      continue;
+    }
+    for (size_t i = 0; i < roots.size(); i++) {
+      t.root_shapes.push_back(shapes.at(roots[i].get()));
+      if (!contiguous_buffer(roots[i].get())) t.becomes.emplace_back(i, slot_of.at(roots[i].get()));
+    }
+    // An in-place write (ASSIGN) waits for every kernel that reads the old contents of its buffer (WAR);
+    // read-after-write order comes from the topological order.
+    for (int ai : assign_items) {
+      int target = t.items[size_t(ai)].slots[0];
+      size_t last = size_t(ai);
+      for (size_t j = size_t(ai) + 1; j < t.items.size(); j++)
+        for (int r : t.items[j].old_reads)
+          if (r == target) last = j;
+      if (last != size_t(ai)) {
+        Template::Item it = std::move(t.items[size_t(ai)]);
+        t.items.erase(t.items.begin() + ai);
+        t.items.insert(t.items.begin() + int64_t(last), std::move(it));
+      }
+    }
+    // Memory planner: an intermediate buffer (not a root's, not an input) whose last reader has run can be
+    // reused by a later intermediate of the same device, dtype and size.
+    std::vector<bool> exposed(t.slots.size(), false);
+    for (auto& [r, sl] : t.becomes) exposed[size_t(sl)] = true;
+    std::vector<size_t> last_use(t.slots.size(), 0);
+    for (size_t i = 0; i < t.items.size(); i++)
+      for (int sl : t.items[i].slots) last_use[size_t(sl)] = i;
+    std::vector<int> remap(t.slots.size());
+    for (size_t i = 0; i < remap.size(); i++) remap[i] = int(i);
+    std::vector<int> free_slots;
+    for (size_t i = 0; i < t.items.size(); i++) {
+      int out = t.items[i].slots[0];
+      if (out >= n_inputs && !exposed[size_t(out)] && remap[size_t(out)] == out) {
+        const Slot& so = t.slots[size_t(out)];
+        for (auto it = free_slots.begin(); it != free_slots.end(); ++it) {
+          const Slot& sf = t.slots[size_t(*it)];
+          if (sf.device == so.device && sf.dtype == so.dtype && sf.size == so.size) {
+            remap[size_t(out)] = *it;
+            free_slots.erase(it);
+            break;
+          }
+        }
+      }
+      for (int sl : t.items[i].slots)
+        if (sl >= n_inputs && !exposed[size_t(sl)] && last_use[size_t(sl)] == i && remap[size_t(sl)] == sl &&
+            std::find(free_slots.begin(), free_slots.end(), sl) == free_slots.end())
+          free_slots.push_back(sl);
+    }
     for (auto& it : t.items)
-      if (it.kind == ScheduleItem::Kind::Kernel) std::fprintf(stderr, "kernel AST:\n%s", print_graph(it.ast.get()).c_str());
-  return t;
+      for (int& sl : it.slots) sl = remap[size_t(sl)];
+    if (debug_level() >= 3)
+      for (auto& it : t.items)
+        if (it.kind == ScheduleItem::Kind::Kernel) std::fprintf(stderr, "kernel AST:\n%s", print_graph(it.ast.get()).c_str());
+    return t;
+  }
 }
 
 /** Templates by normalised graph (every BUFFER replaced by its order of appearance). Bounded LRU. */

@@ -703,8 +703,9 @@ Tensor Tensor::mean(std::vector<int64_t> axes, bool keepdim) const {
   return Tensor(s / double(n)).cast(out);
 }
 Tensor Tensor::softmax(int64_t axis) const {
+  // times the sum's reciprocal (one division per row, as torch's CPU kernel), not a division per element
   Tensor m = Tensor(*this - max(axis, true)).exp();
-  return Tensor(m / m.sum(axis, true));
+  return Tensor(m * m.sum(axis, true).reciprocal());
 }
 
 // ---------------------------------------------------------------- realize, read back, devices

@@ -124,7 +124,7 @@ const PatternMatcher& pm_lanes_last() {
   return pm;
 }
 
-// An UNROLL range whose REDUCEs have no other UNROLL and no REDUCE inside becomes a Lane range (not copied),
+// An UNROLL range whose REDUCEs have no other UNROLL and no REDUCE over it inside becomes a Lane range (not copied),
 // moved last among each REDUCE's ranges (the innermost loop; each lane still sums in the same order).
 UOpRef lanes_from_unrolls(const UOpRef& ast) {
   std::unordered_map<const UOp*, std::vector<const UOp*>> reduces_of;
@@ -139,9 +139,43 @@ UOpRef lanes_from_unrolls(const UOpRef& ast) {
       int expanded = 0;
       for (size_t k = 1; k < r->nsrc(); k++) expanded += is_expanded(r->src(k));
       ok &= expanded == 1;
-      for (const UOp* b : toposort(r->src(0))) ok &= b->op != Ops::REDUCE;
+      for (const UOp* b : toposort(r->src(0)))  // a REDUCE inside may only be one computed outside this loop
+        if (b->op == Ops::REDUCE) {
+          auto in = toposort(b);
+          ok &= std::find(in.begin(), in.end(), u) == in.end();
+        }
     }
     if (ok) lane[u] = UOp::range(UOpRef(u->src()[0]), range_id(u), AxisType::Lane);
+  }
+  // The UPCAST every store is contiguous in, when no REDUCE depends on it (an elementwise kernel, the output loop
+  // of a row kernel): an innermost Lane loop around the stores. SLP packing of its copies failed on some
+  // kernels (a softmax's exp ran as 16 scalar copies).
+  {
+    std::vector<const UOp*> reduces, upcasts;
+    for (const UOp* n : toposort(ast.get())) {
+      if (n->op == Ops::REDUCE) reduces.push_back(n);
+      if (n->op == Ops::RANGE && range_type(n) == AxisType::Upcast) upcasts.push_back(n);
+    }
+    const UOp* pick = nullptr;
+    int found = 0;
+    for (const UOp* u : upcasts) {
+      bool ok = !ast->src().empty();
+      for (const UOpRef& st : ast->src()) {
+        if (st->op != Ops::STORE || st->src(0)->op != Ops::INDEX) {
+          ok = false;
+          break;
+        }
+        auto c = index_coef(st->src(0)->src(1), u);
+        ok &= c && *c == 1;
+      }
+      for (const UOp* r : reduces) {
+        if (!ok) break;
+        auto in = toposort(r);
+        ok &= std::find(in.begin(), in.end(), u) == in.end();
+      }
+      if (ok) pick = u, found++;
+    }
+    if (found == 1) lane[pick] = UOp::range(UOpRef(pick->src()[0]), range_id(pick), AxisType::Lane);
   }
   if (lane.empty()) return ast;
   std::vector<std::pair<const UOp*, UOpRef>> map(lane.begin(), lane.end());
@@ -151,9 +185,12 @@ UOpRef lanes_from_unrolls(const UOpRef& ast) {
 }  // namespace
 
 UOpRef reduce_tree(Ops op, std::vector<UOpRef> xs) {
+  // Halving: x[i] with x[i + n/2], so each level is one vector op on the halves of a vector of lanes (a pairwise
+  // tree of neighbours needs a shuffle per level; LLVM left it scalar).
   while (xs.size() > 1) {
+    size_t h = xs.size() / 2;
     std::vector<UOpRef> next;
-    for (size_t i = 0; i + 1 < xs.size(); i += 2) next.push_back(xs[i]->alu(op, xs[i + 1]));
+    for (size_t i = 0; i < h; i++) next.push_back(xs[i]->alu(op, xs[i + h]));
     if (xs.size() % 2) next.push_back(xs.back());
     xs = std::move(next);
   }

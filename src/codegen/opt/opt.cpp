@@ -27,25 +27,28 @@ bool depends_on(const UOp* e, const UOp* r) {
   return false;
 }
 
-// The coefficient of `r` in an index expression that is linear in it; nullopt when it enters non-linearly.
-std::optional<int64_t> coef(const UOp* e, const UOp* r) {
+}  // namespace
+
+std::optional<int64_t> index_coef(const UOp* e, const UOp* r) {
   if (e == r) return 1;
   if (!depends_on(e, r)) return 0;
   if (e->op == Ops::ADD) {
-    auto a = coef(e->src(0), r), b = coef(e->src(1), r);
+    auto a = index_coef(e->src(0), r), b = index_coef(e->src(1), r);
     if (!a || !b) return std::nullopt;
     return *a + *b;
   }
   if (e->op == Ops::MUL) {
     for (int k = 0; k < 2; k++)
       if (e->src(size_t(1 - k))->op == Ops::CONST) {
-        auto a = coef(e->src(size_t(k)), r);
+        auto a = index_coef(e->src(size_t(k)), r);
         if (!a) return std::nullopt;
         return *a * e->src(size_t(1 - k))->const_int();
       }
   }
   return std::nullopt;
 }
+
+namespace {
 
 struct Accesses {
   std::vector<const UOp*> stores, loads;  // index expressions into PARAM buffers
@@ -175,6 +178,45 @@ UOpRef apply_opt(const UOpRef& ast, const Opt& opt) {
   return m.count(ast.get()) ? m[ast.get()] : ast;
 }
 
+UOpRef split_ranges(const UOpRef& ast) {
+  UOpRef k = ast;
+  for (int round = 0; round < 8; round++) {
+    int64_t max_id = 0;
+    const UOp* r = nullptr;
+    int64_t c = 0;
+    for (const UOp* n : toposort(k.get())) {
+      if (n->op == Ops::RANGE) max_id = std::max(max_id, range_id(n));
+      if (r || n->op != Ops::MOD || n->src(0)->op != Ops::RANGE || n->src(1)->op != Ops::CONST) continue;
+      const UOp* x = n->src(0);
+      auto size = range_size(x);
+      int64_t m = n->src(1)->const_int();
+      if (range_type(x) == AxisType::Reduce && size && m > 1 && m < *size && *size % m == 0) r = x, c = m;
+    }
+    if (!r) return k;
+    UOpRef outer = UOp::range(ci(*range_size(r) / c), range_id(r), AxisType::Reduce);
+    UOpRef inner = UOp::range(ci(c), max_id + 1, AxisType::Reduce);
+    // A REDUCE over r reduces over both parts (in the same order: outer * c + inner runs r's values in order).
+    std::unordered_map<const UOp*, UOpRef> m{{r, outer->alu(Ops::MUL, ci(c))->alu(Ops::ADD, inner)}};
+    for (const UOp* u : toposort(k.get())) {
+      if (u == r) continue;
+      std::vector<UOpRef> src;
+      bool changed = false;
+      for (size_t i = 0; i < u->nsrc(); i++) {
+        if (u->op == Ops::REDUCE && i > 0 && u->src(i) == r) {
+          src.push_back(outer), src.push_back(inner), changed = true;
+          continue;
+        }
+        auto it = m.find(u->src(i));
+        src.push_back(it == m.end() ? UOpRef(u->src(i)) : it->second);
+        changed |= it != m.end();
+      }
+      if (changed) m[u] = u->replace_src(src);
+    }
+    k = graph_rewrite(m.count(k.get()) ? m[k.get()] : k, symbolic(), nullptr, false, "split ranges");
+  }
+  return k;
+}
+
 std::vector<Opt> hand_coded_optimizations(const UOpRef& ast_in, const OptConfig& cfg) {
   // Index expressions are read for strides: simplified first (a no-op on lower_kernel's already simplified AST).
   UOpRef ast = graph_rewrite(ast_in, symbolic(), nullptr, false, "simplify for opts");
@@ -208,7 +250,7 @@ std::vector<Opt> hand_coded_optimizations(const UOpRef& ast_in, const OptConfig&
   int64_t vec_amt = 1;     // its amount (the vector width used)
   bool short_vec = false;  // vec is a short output axis unrolled whole, no vector
   for (size_t i = 0; i < n_out; i++) {
-    auto c = coef(st, axes[i]);
+    auto c = index_coef(st, axes[i]);
     if (c && *c == 1 && size[i] > 1) vec = int(i);
   }
   // In a reduce kernel the copies must not gather: every load inside the reduce loop that depends on the axis is
@@ -217,14 +259,14 @@ std::vector<Opt> hand_coded_optimizations(const UOpRef& ast_in, const OptConfig&
     for (const UOp* l : acc.loads) {
       bool inner = false;
       for (size_t j = n_out; j < axes.size(); j++) inner |= depends_on(l, axes[j]);
-      auto c = coef(l, axes[i]);
+      auto c = index_coef(l, axes[i]);
       if (inner && depends_on(l, axes[i]) && !(c && *c == 1)) return false;
     }
     return true;
   };
   if (vec >= 0 && (!reduce || (no_gather(size_t(vec)) && (shares(size_t(vec)) || [&] {
                                  for (const UOp* l : acc.loads)
-                                   if (auto c = coef(l, axes[size_t(vec)]); c && *c == 1) return true;
+                                   if (auto c = index_coef(l, axes[size_t(vec)]); c && *c == 1) return true;
                                  return false;
                                }())))) {
     // an axis of w/2..2w elements is taken whole (20 = a vector of 16 and one of 4: a 5x5 conv's 20-wide output rows
@@ -245,15 +287,36 @@ std::vector<Opt> hand_coded_optimizations(const UOpRef& ast_in, const OptConfig&
   } else {
     vec = -1;
   }
+  // A row kernel (the scheduler's row fusion: softmax, layernorm): some reduce is computed once per row, outside
+  // the output loops inside it. Every reduce axis the loads are contiguous in gets vector lanes; no register tile
+  // (the loads of a row are not shared between rows).
+  bool rows = false;
+  for (const UOp* n : toposort(ast.get()))
+    if (n->op == Ops::REDUCE)
+      for (size_t i = 0; i < n_out; i++) rows |= depends_on(st, axes[i]) && !depends_on(n, axes[i]);
+  if (rows) {
+    for (size_t i = n_out; i < axes.size(); i++) {
+      bool all_contiguous = true;
+      for (const UOp* l : acc.loads)
+        if (depends_on(l, axes[i])) {
+          auto c = index_coef(l, axes[i]);
+          all_contiguous &= c && *c == 1;
+        }
+      if (int64_t a = all_contiguous ? pick(size[i], {int64_t(2 * w), int64_t(w), int64_t(w / 2), 4}) : 0) {
+        opts.push_back({OptOp::UNROLL, int(i), a});
+        size[i] /= a;
+      }
+    }
+  }
   // 1b. A reduce kernel with no vectorised output axis (a convolution's weight gradient: the output is the small
   //     kernel): vector accumulators along a reduce axis that every load depending on it is contiguous in
   //     (UNROLL: one partial sum per lane, combined after the loop), if the loads share it.
-  if (reduce && (vec < 0 || short_vec)) {
+  if (reduce && !rows && (vec < 0 || short_vec)) {
     for (size_t i = axes.size(); i-- > n_out;) {
       bool all_contiguous = true, any = false;
       for (const UOp* l : acc.loads)
         if (depends_on(l, axes[i])) {
-          auto c = coef(l, axes[i]);
+          auto c = index_coef(l, axes[i]);
           any = true;
           all_contiguous &= c && *c == 1;
         }
@@ -271,7 +334,7 @@ std::vector<Opt> hand_coded_optimizations(const UOpRef& ast_in, const OptConfig&
   //    with the fewest loads per accumulator (a load is repeated for every copy of the axes it depends on; one
   //    contiguous along the vectorised axis is one vector load per vector; one contiguous along a reduce loop
   //    counts a quarter: the next iterations find its cache line loaded).
-  if (reduce) {
+  if (reduce && !rows) {
     std::vector<int64_t> amt(axes.size(), 1);
     if (vec >= 0) amt[size_t(vec)] = vec_amt;
     // loads per accumulator of a tile: amounts `am` per axis (am[vec] includes the vector itself)
@@ -282,7 +345,7 @@ std::vector<Opt> hand_coded_optimizations(const UOpRef& ast_in, const OptConfig&
         double copies = 1;
         bool streams = false;  // contiguous along a reduce loop: successive iterations read the same cache line
         for (size_t j = 0; j < axes.size(); j++) {
-          auto c = coef(l, axes[j]);
+          auto c = index_coef(l, axes[j]);
           if (j >= n_out && size[j] > 1 && c && *c == 1 && depends_on(l, axes[j])) streams = true;
           if (am[j] == 1 || !depends_on(l, axes[j])) continue;
           // contiguous along the vectorised axis: one load per register of it
@@ -311,7 +374,7 @@ std::vector<Opt> hand_coded_optimizations(const UOpRef& ast_in, const OptConfig&
         if (am[i] > (int(i) == vec ? vec_amt : 1))
           for (const UOp* l : acc.loads)
             if (depends_on(l, axes[i])) {
-              auto c = coef(l, axes[i]);
+              auto c = index_coef(l, axes[i]);
               st += c ? double(std::llabs(*c)) : 1e18;
             }
       return st;
@@ -352,7 +415,7 @@ std::vector<Opt> hand_coded_optimizations(const UOpRef& ast_in, const OptConfig&
       for (size_t i = n_out; i < axes.size(); i++) {
         bool contiguous = false;
         for (const UOp* l : acc.loads)
-          if (auto c = coef(l, axes[i]); c && *c == 1) contiguous = true;
+          if (auto c = index_coef(l, axes[i]); c && *c == 1) contiguous = true;
         int64_t a = contiguous ? pick(size[i], {int64_t(w), int64_t(w / 2), 4}) : 0;
         if (a) {
           opts.push_back({OptOp::UNROLL, int(i), a});

@@ -236,7 +236,7 @@ BeamResult beam_search(const UOpRef& ast, std::span<Buffer* const> bufs, const s
   Device& dev = get_device(device);
   BeamKey key{ast->key(), dev.name(), dev.compiler().id(), o.width};
   const bool host = dev.name().rfind("CPU", 0) == 0;  // kernels run in this process: probe them in a child first
-  UOpRef base = graph_rewrite(ast, symbolic(), nullptr, false, "simplify for beam");
+  UOpRef base = split_ranges(graph_rewrite(ast, symbolic(), nullptr, false, "simplify for beam"));
   LowerOptions lo;
   lo.config.threads = dev.threads();
   lo.index64 = dev.index64();

@@ -405,11 +405,12 @@ class LLVMEmitter {
         // r < end <= max of the dtype, so r + 1 wraps neither way
         ins(rv + ".next = add nuw " + std::string(is_signed_int(rng->dtype) ? "nsw " : "") + T + " " + rv + ", 1");
         if (range_type(rng) == AxisType::Lane && rng->src(0)->is_const()) {
-          // Lane loops: vectorised across the lanes even with the loop vectoriser off (forced by metadata).
+          // Lane loops: vectorised across the lanes even with the loop vectoriser off (forced by metadata), and
+          // not unrolled first (the full unroll of a short loop runs before the vectoriser, which then sees none).
           std::string md = "!" + std::to_string(meta_.size() + 1);
           meta_.push_back(md + " = distinct !{" + md + ", !{!\"llvm.loop.vectorize.enable\", i1 true}, " +
                           "!{!\"llvm.loop.vectorize.width\", i32 " + std::to_string(rng->src(0)->const_int()) +
-                          "}, !{!\"llvm.loop.interleave.count\", i32 1}}");
+                          "}, !{!\"llvm.loop.interleave.count\", i32 1}, !{!\"llvm.loop.unroll.disable\"}}");
           ins("br label %" + L + ".hdr, !llvm.loop " + md);
         } else {
           ins("br label %" + L + ".hdr");
