@@ -132,6 +132,13 @@ std::vector<Case> nn_cases() {
                   [](TH& x) { return torch::conv2d(x[0], x[1], {}, {2, 1}, {1, 2}, {1, 2}); }).tol(kSum, kSum));
   c.push_back(op2("conv2d_groups", {F({2, 4, 5, 5}), F({6, 2, 3, 3}), F({6})}, [](TG& x) { return x[0].conv2d(x[1], x[2], 1, 1, 1, 2); },
                   [](TH& x) { return torch::conv2d(x[0], x[1], x[2], 1, 1, 1, 2); }).tol(kSum, kSum));
+  // 16 input channels or more: the weight gradient is summed from channels-last copies (ops_nn.cpp)
+  c.push_back(op2("conv2d_wide_cin", {F({2, 16, 9, 8}), F({5, 16, 3, 3}), F({5})}, [](TG& x) { return x[0].conv2d(x[1], x[2], 1, 1); },
+                  [](TH& x) { return torch::conv2d(x[0], x[1], x[2], 1, 1); }).tol(kSum, kSum));
+  c.push_back(op2("conv2d_wide_cin_strided", {F({2, 17, 11, 10}), F({4, 17, 3, 2})}, [](TG& x) { return x[0].conv2d(x[1], {}, 2, {1, 0}, {1, 2}); },
+                  [](TH& x) { return torch::conv2d(x[0], x[1], {}, 2, {1, 0}, {1, 2}); }).tol(kSum, kSum));
+  c.push_back(op2("conv1d_wide_cin", {F({3, 20, 12}), F({6, 20, 3})}, [](TG& x) { return x[0].conv1d(x[1], {}, 1, 2); },
+                  [](TH& x) { return torch::conv1d(x[0], x[1], {}, 1, 2); }).tol(kSum, kSum));
   c.push_back(op2("conv2d_depthwise", {F({1, 3, 5, 6}), F({3, 1, 3, 3})}, [](TG& x) { return x[0].conv2d(x[1], {}, 1, 0, 1, 3); },
                   [](TH& x) { return torch::conv2d(x[0], x[1], {}, 1, at::IntArrayRef{0}, 1, 3); }).tol(kSum, kSum));
   c.push_back(op2("conv2d_same", {F({1, 2, 6, 5}), F({3, 2, 4, 3})}, [](TG& x) { return x[0].conv2d(x[1], {}, 1, "same", {2, 1}); },

@@ -148,31 +148,38 @@ UOpRef lanes_from_unrolls(const UOpRef& ast) {
     if (ok) lane[u] = UOp::range(UOpRef(u->src()[0]), range_id(u), AxisType::Lane);
   }
   // The UPCAST every store is contiguous in, when no REDUCE depends on it (an elementwise kernel, the output loop
-  // of a row kernel): an innermost Lane loop around the stores. SLP packing of its copies failed on some
-  // kernels (a softmax's exp ran as 16 scalar copies).
+  // of a row kernel), every memory access is contiguous in it or does not use it, no gate depends on it and its
+  // size is a power of two: an innermost Lane loop around the stores (SLP left a softmax's output loop as 16
+  // scalar exps). Index arithmetic that is not linear in it (a pool's gradient, with divisions and gates) stays
+  // with copies, where each copy's index folds to constants (as a Lane loop such a kernel ran 15x slower).
   {
-    std::vector<const UOp*> reduces, upcasts;
+    std::vector<const UOp*> reduces, upcasts, indexes, gates;
     for (const UOp* n : toposort(ast.get())) {
       if (n->op == Ops::REDUCE) reduces.push_back(n);
       if (n->op == Ops::RANGE && range_type(n) == AxisType::Upcast) upcasts.push_back(n);
+      if (n->op == Ops::INDEX && n->src(0)->op == Ops::PARAM) indexes.push_back(n->src(1));
+      if (n->op == Ops::LOAD && n->nsrc() == 3) gates.push_back(n->src(2));
+      if (n->op == Ops::STORE && n->nsrc() == 3) gates.push_back(n->src(2));
     }
+    auto uses = [](const UOp* e, const UOp* r) {
+      auto in = toposort(e);
+      return std::find(in.begin(), in.end(), r) != in.end();
+    };
     const UOp* pick = nullptr;
     int found = 0;
     for (const UOp* u : upcasts) {
-      bool ok = !ast->src().empty();
+      int64_t n = u->src(0)->const_int();
+      bool ok = !ast->src().empty() && (n & (n - 1)) == 0;
       for (const UOpRef& st : ast->src()) {
-        if (st->op != Ops::STORE || st->src(0)->op != Ops::INDEX) {
-          ok = false;
-          break;
-        }
-        auto c = index_coef(st->src(0)->src(1), u);
+        auto c = st->op == Ops::STORE ? index_coef(st->src(0)->src(1), u) : std::nullopt;
         ok &= c && *c == 1;
       }
-      for (const UOp* r : reduces) {
-        if (!ok) break;
-        auto in = toposort(r);
-        ok &= std::find(in.begin(), in.end(), u) == in.end();
+      for (const UOp* i : indexes) {
+        auto c = ok ? index_coef(i, u) : std::nullopt;
+        ok &= c && (*c == 0 || *c == 1);
       }
+      for (const UOp* g : gates) ok &= ok && !uses(g, u);
+      for (const UOp* r : reduces) ok &= ok && !uses(r, u);
       if (ok) pick = u, found++;
     }
     if (found == 1) lane[pick] = UOp::range(UOpRef(pick->src()[0]), range_id(pick), AxisType::Lane);
