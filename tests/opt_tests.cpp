@@ -5,6 +5,7 @@
 #include <cmath>
 #include <random>
 
+#include "scoped_env.hpp"
 #include "tg/codegen.hpp"
 #include "tg/device.hpp"
 #include "tg/opt.hpp"
@@ -103,10 +104,49 @@ TEST_CASE("the heuristic gives a matmul a register tile, vectorised along the co
   CHECK(hand_coded_optimizations(k.ast, OptConfig{1, 16}).size() == 3);  // one thread: no split
   CHECK(hand_coded_optimizations(k.ast, OptConfig{2, 8}).size() == 3);   // AVX2: 8x8 = 64 of 128 floats, no room
   // a 2048 matmul: B (16 MiB) would be streamed whole by both threads per row tile: its columns are split instead
-  Kern big = last_kernel(Tensor::rand({2048, 2048}).matmul(Tensor::rand({2048, 2048})));
+  Kern big = [] {
+    ScopedEnv plain("PACKED_MATMUL", "0");  // the plain kernel (not B packed into panels)
+    return last_kernel(Tensor::rand({2048, 2048}).matmul(Tensor::rand({2048, 2048})));
+  }();
   auto bo = hand_coded_optimizations(big.ast, OptConfig{2, 16});
   REQUIRE(!bo.empty());
   CHECK(bo.back() == Opt{OptOp::THREAD, 1, 2});
+}
+
+TEST_CASE("a large CPU matmul packs B into 32-column panels: the same values as the plain kernel, plain gradients") {
+  Tensor a = randn({256, 512}, 5), b = randn({512, 2048}, 6);  // B: 4 MiB
+  a.realize(), b.realize();
+  size_t before = kernels_run();
+  Tensor c = a.matmul(b);
+  c.realize();
+  CHECK(kernels_run() - before == 3);  // pack B, the product in panels, back to row-major
+  std::vector<float> plain;
+  {
+    ScopedEnv off("PACKED_MATMUL", "0");
+    size_t b0 = kernels_run();
+    plain = a.matmul(b).to_vector<float>();
+    CHECK(kernels_run() - b0 == 1);
+  }
+  CHECK(c.to_vector<float>() == plain);  // the sum over k in the same order
+  // gradients through custom_gradient: those of the plain product
+  Tensor g = randn({256, 2048}, 7);
+  auto grads = [&](bool packed) {
+    ScopedEnv env("PACKED_MATMUL", packed ? "1" : "0");
+    Tensor x = a.detach(), y = b.detach();
+    x.requires_grad_(), y.requires_grad_();
+    Tensor(x.matmul(y) * g).sum().backward();
+    return std::make_pair(x.grad().to_vector<float>(), y.grad().to_vector<float>());
+  };
+  auto [pa, pb] = grads(true);
+  auto [qa, qb] = grads(false);
+  // sums of 2048 (dA) and 256 (dB) unit-scale products, in another order than the plain gradient's lanes: K * eps
+  check_close(pa, qa, 2048 * 1.2e-7f);
+  check_close(pb, qb, 256 * 1.2e-7f);
+  // a small B (here 16 KiB) is not packed
+  Tensor s1 = randn({256, 64}, 8), s2 = randn({64, 64}, 9);
+  size_t b1 = kernels_run();
+  s1.matmul(s2).realize();
+  CHECK(kernels_run() - b1 == 1);
 }
 
 TEST_CASE("on the CPU a lone UNROLL stays a Lane loop that LLVM is told to vectorise, with the same sums") {
