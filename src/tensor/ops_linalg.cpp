@@ -5,7 +5,6 @@
 #include <optional>
 
 #include "ops_util.hpp"
-#include "tg/device.hpp"
 #include "tg/env.hpp"
 
 namespace tg {
@@ -27,8 +26,7 @@ std::optional<Tensor> packed_matmul(const Tensor& a, const Tensor& b) {
     return std::nullopt;
   int64_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
   if (n % P || m < 256 || k * n * 4 < (int64_t(4) << 20)) return std::nullopt;
-  Device& dev = get_device(a.device());
-  if (!dev.runs_kernels() || dev.renderer().grid_limits().threads != 0) return std::nullopt;  // GPUs tile in the kernel
+  if (!serial_device(a.device())) return std::nullopt;  // GPUs tile in the kernel
   Tensor bp = b.reshape({k, n / P, P}).permute({1, 0, 2}).contiguous();
   Tensor c = Tensor(Tensor(a.reshape({1, m, k, 1}) * bp.reshape({n / P, 1, k, P})).sum(2)).contiguous();
   Tensor out = c.reshape({n / P, m, P}).permute({1, 0, 2}).reshape({m, n});

@@ -1,6 +1,8 @@
 // Helpers shared by the ops_*.cpp files.
 #include "ops_util.hpp"
 
+#include "tg/device.hpp"
+
 #include <algorithm>
 
 namespace tg::detail {
@@ -135,6 +137,18 @@ Tensor pool_windows(const Tensor& x, const std::vector<int64_t>& k, const std::v
   for (size_t j = 0; j < nk; j++) perm.push_back(int64_t(noop + 2 * j + 1));
   for (size_t j = 0; j < nk; j++) perm.push_back(int64_t(noop + 2 * j));
   return t.permute(perm);
+}
+
+bool serial_device(const std::string& device) {
+  Device& dev = get_device(device);
+  return dev.runs_kernels() && dev.renderer().grid_limits().threads == 0;
+}
+
+Tensor channels_last(const Tensor& t) {
+  std::vector<int64_t> to_last{0}, to_first{0, t.ndim() - 1};
+  for (int64_t i = 2; i < t.ndim(); i++) to_last.push_back(i), to_first.push_back(i - 1);
+  to_last.push_back(1);
+  return t.permute(to_last).contiguous().permute(to_first);
 }
 
 Tensor pad_last(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& pads, double value) {

@@ -37,6 +37,11 @@ std::vector<int64_t> expand_arg(const IntArg& a, size_t n, const std::string& op
 /** Sliding windows over the last k.size() dims: (..., o_1..o_n, k_1..k_n) (tinygrad's _pool, movement ops only). */
 Tensor pool_windows(const Tensor& x, const std::vector<int64_t>& k, const std::vector<int64_t>& stride,
                     const std::vector<int64_t>& dilation, const std::string& op);
+/** Whether kernels on `device` run their output loops in order on the CPU (no GPU grid): loop-order-dependent
+ *  choices (packed matmul panels, channels-last convolutions) pay there. */
+bool serial_device(const std::string& device);
+/** t (N, C, *sp) with its memory in channels-last order (N, *sp, C), viewed as (N, C, *sp) again. */
+Tensor channels_last(const Tensor& t);
 /** Constant-pad the last pads.size() dims with (begin, end) pairs. */
 Tensor pad_last(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& pads, double value = 0);
 /** (index == arange(n)) with the class axis appended last: (*index.shape, n) bool. */
