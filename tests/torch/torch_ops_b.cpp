@@ -137,6 +137,14 @@ std::vector<Case> nn_cases() {
                   [](TH& x) { return torch::conv2d(x[0], x[1], x[2], 1, 1); }).tol(kSum, kSum));
   c.push_back(op2("conv2d_wide_cin_strided", {F({2, 17, 11, 10}), F({4, 17, 3, 2})}, [](TG& x) { return x[0].conv2d(x[1], {}, 2, {1, 0}, {1, 2}); },
                   [](TH& x) { return torch::conv2d(x[0], x[1], {}, 2, {1, 0}, {1, 2}); }).tol(kSum, kSum));
+  // 16+ channels on both sides: the forward, the transposed convolution of the input gradient and the weight
+  // gradient all take the channels-last paths (a 3-d one too)
+  c.push_back(op2("conv2d_wide_both", {F({2, 16, 7, 6}), F({18, 16, 3, 3}), F({18})}, [](TG& x) { return x[0].conv2d(x[1], x[2], 1, 1); },
+                  [](TH& x) { return torch::conv2d(x[0], x[1], x[2], 1, 1); }).tol(kSum, kSum));
+  c.push_back(op2("conv_transpose2d_wide", {F({2, 16, 4, 5}), F({16, 17, 3, 3})}, [](TG& x) { return x[0].conv_transpose2d(x[1], {}, 2, 1, 1); },
+                  [](TH& x) { return torch::conv_transpose2d(x[0], x[1], {}, 2, 1, 1); }).tol(kSum, kSum));
+  c.push_back(op2("conv3d_wide", {F({1, 16, 4, 5, 4}), F({16, 16, 2, 3, 2})}, [](TG& x) { return x[0].conv3d(x[1], {}, 1, {1, 0, 1}); },
+                  [](TH& x) { return torch::conv3d(x[0], x[1], {}, 1, {1, 0, 1}); }).tol(kSum, kSum));
   c.push_back(op2("conv1d_wide_cin", {F({3, 20, 12}), F({6, 20, 3})}, [](TG& x) { return x[0].conv1d(x[1], {}, 1, 2); },
                   [](TH& x) { return torch::conv1d(x[0], x[1], {}, 1, 2); }).tol(kSum, kSum));
   c.push_back(op2("conv2d_depthwise", {F({1, 3, 5, 6}), F({3, 1, 3, 3})}, [](TG& x) { return x[0].conv2d(x[1], {}, 1, 0, 1, 3); },
