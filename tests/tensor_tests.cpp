@@ -162,6 +162,15 @@ TEST_CASE("kernel counts of known programs") {
   CHECK(count_kernels(Tensor(s * a + s.exp())) == 2);
 }
 
+TEST_CASE("a slice inside one input of a cat: the other input's buffer is unread but stays a kernel parameter") {
+  // (the gated load of `a` folds away; the kernel once failed to render with "PARAM 2 is missing")
+  Tensor buf = Tensor::from_vector(iota_f(8), {8});
+  Tensor a = Tensor::full({4}, 1.0), b = Tensor::full({4}, 2.0);
+  a.realize(), b.realize();
+  CHECK(Tensor(buf + cat({a, b}, 0)).shrink({{4, 8}}).to_vector<float>() == std::vector<float>{6, 7, 8, 9});
+  CHECK(Tensor(buf + cat({a, b}, 0)).shrink({{0, 4}}).to_vector<float>() == std::vector<float>{1, 2, 3, 4});
+}
+
 TEST_CASE("row fusion: a reduce broadcast back over its innermost axes stays in its consumer's kernel") {
   std::vector<float> v(6 * 40);
   for (size_t i = 0; i < v.size(); i++) v[i] = float((i * 37) % 23) * 0.25f - 2.0f;

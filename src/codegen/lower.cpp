@@ -385,6 +385,17 @@ CompiledKernel lower_kernel(const UOpRef& ast, const std::string& name, Renderer
   ck.name = name;
   ck.sink = k;
   ck.dims = dims;
+  // Every buffer of the AST stays a parameter, read or not: a load whose gate folded to false (a slice that falls
+  // inside one input of a cat) leaves its buffer unread, and the launch still passes buffers by position.
+  {
+    std::vector<UOpRef> src(k->src().begin(), k->src().end());
+    std::unordered_set<const UOp*> have;
+    for (const UOp* u : toposort(k.get()))
+      if (u->op == Ops::PARAM) have.insert(u);
+    for (const UOp* u : toposort(ast.get()))
+      if (u->op == Ops::PARAM && !have.count(u)) src.push_back(UOpRef(u));
+    if (src.size() != k->nsrc()) k = k->replace_src(src);
+  }
   ck.program = linearize(k);
   for (const UOp* u : ck.program) {
     if (u->op == Ops::PARAM) ck.n_params = std::max(ck.n_params, int(std::get<int64_t>(u->arg)) + 1);
