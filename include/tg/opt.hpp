@@ -102,6 +102,9 @@ UOpRef reduce_tree(Ops op, std::vector<UOpRef> xs);
 /** Replace nodes (keys of `map`) throughout the graph under `root`. */
 UOpRef substitute(const UOpRef& root, const std::vector<std::pair<const UOp*, UOpRef>>& map);
 
+/** Whether node `r` occurs in the graph under `e`. */
+bool depends_on(const UOp* e, const UOp* r);
+
 /** The coefficient of RANGE `r` in an index expression linear in it (0 when it does not occur); nullopt when it
  *  enters non-linearly (a division, a modulo, a product of ranges). */
 std::optional<int64_t> index_coef(const UOp* e, const UOp* r);

@@ -27,7 +27,7 @@ Tensor conv_impl(const Tensor& x0, const Tensor& w, const std::optional<Tensor>&
     // padded input is copied once into (N, *sp, Cin) order and the weight read as (*k, Cin, Cout): each input
     // value is broadcast against a vector of output channels, rows of output positions share the weight
     // vectors (a register tile); the result is computed in (N, *o, Cout) order and viewed as (N, Cout, *o).
-    // In NCHW the only vector axis is the output row (mnist's 6- and 8-wide rows: 40 GFLOPS).
+    // In NCHW the only vector axis is the output row (mnist's 6-wide rows: 24-26 GFLOPS in DEBUG=2).
     Tensor xw = pool_windows(channels_last(pad_last(x0, pads)), k, st, dl, op);  // (N, Cin, *o, *k)
     std::vector<int64_t> o(xw.shape().begin() + 2, xw.shape().begin() + 2 + int64_t(nd));
     std::vector<int64_t> xperm{0}, wperm, red, back{0, int64_t(nd) + 1};

@@ -140,10 +140,7 @@ UOpRef lanes_from_unrolls(const UOpRef& ast) {
       for (size_t k = 1; k < r->nsrc(); k++) expanded += is_expanded(r->src(k));
       ok &= expanded == 1;
       for (const UOp* b : toposort(r->src(0)))  // a REDUCE inside may only be one computed outside this loop
-        if (b->op == Ops::REDUCE) {
-          auto in = toposort(b);
-          ok &= std::find(in.begin(), in.end(), u) == in.end();
-        }
+        if (b->op == Ops::REDUCE) ok &= !depends_on(b, u);
     }
     if (ok) lane[u] = UOp::range(UOpRef(u->src()[0]), range_id(u), AxisType::Lane);
   }
@@ -151,7 +148,7 @@ UOpRef lanes_from_unrolls(const UOpRef& ast) {
   // of a row kernel), every memory access is contiguous in it or does not use it, no gate depends on it and its
   // size is a power of two: an innermost Lane loop around the stores (SLP left a softmax's output loop as 16
   // scalar exps). Index arithmetic that is not linear in it (a pool's gradient, with divisions and gates) stays
-  // with copies, where each copy's index folds to constants (as a Lane loop such a kernel ran 15x slower).
+  // with copies, where each copy's index folds to constants (as a Lane loop it is computed per lane at run time).
   {
     std::vector<const UOp*> reduces, upcasts, indexes, gates;
     for (const UOp* n : toposort(ast.get())) {
@@ -161,10 +158,6 @@ UOpRef lanes_from_unrolls(const UOpRef& ast) {
       if (n->op == Ops::LOAD && n->nsrc() == 3) gates.push_back(n->src(2));
       if (n->op == Ops::STORE && n->nsrc() == 3) gates.push_back(n->src(2));
     }
-    auto uses = [](const UOp* e, const UOp* r) {
-      auto in = toposort(e);
-      return std::find(in.begin(), in.end(), r) != in.end();
-    };
     const UOp* pick = nullptr;
     int found = 0;
     for (const UOp* u : upcasts) {
@@ -178,8 +171,8 @@ UOpRef lanes_from_unrolls(const UOpRef& ast) {
         auto c = ok ? index_coef(i, u) : std::nullopt;
         ok &= c && (*c == 0 || *c == 1);
       }
-      for (const UOp* g : gates) ok &= ok && !uses(g, u);
-      for (const UOp* r : reduces) ok &= ok && !uses(r, u);
+      for (const UOp* g : gates) ok &= ok && !depends_on(g, u);
+      for (const UOp* r : reduces) ok &= ok && !depends_on(r, u);
       if (ok) pick = u, found++;
     }
     if (found == 1) lane[pick] = UOp::range(UOpRef(pick->src()[0]), range_id(pick), AxisType::Lane);

@@ -17,12 +17,6 @@ UOpRef ci(int64_t v) { return UOp::cnst_int(dtypes::index, v); }
 
 bool is_out(AxisType t) { return t == AxisType::Loop || t == AxisType::Global; }
 
-bool depends_on(const UOp* e, const UOp* r) {
-  for (const UOp* n : toposort(e))
-    if (n == r) return true;
-  return false;
-}
-
 // Whether `r` enters the index expression `e` with coefficient 1 (neighbouring values of r: neighbouring
 // addresses); only sums and constant multiples are followed.
 bool unit_stride(const UOp* e, const UOp* r) {

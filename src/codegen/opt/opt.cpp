@@ -21,13 +21,37 @@ std::optional<int64_t> range_size(const UOp* r) {
   return r->src(0)->const_int();
 }
 
+// Uses of RANGE r become `repl`; a REDUCE over r reduces over `outer` and `inner` instead (apply_opt, split_ranges).
+UOpRef split_range(const UOpRef& ast, const UOp* r, const UOpRef& repl, const UOpRef& outer, const UOpRef& inner) {
+  std::unordered_map<const UOp*, UOpRef> m{{r, repl}};
+  for (const UOp* u : toposort(ast.get())) {
+    if (u == r) continue;
+    std::vector<UOpRef> s;
+    bool changed = false;
+    for (size_t k = 0; k < u->nsrc(); k++) {
+      const UOp* x = u->src(k);
+      if (u->op == Ops::REDUCE && k > 0 && x == r) {
+        s.push_back(outer);
+        s.push_back(inner);
+        changed = true;
+        continue;
+      }
+      auto it = m.find(x);
+      s.push_back(it == m.end() ? UOpRef(x) : it->second);
+      changed |= it != m.end();
+    }
+    if (changed) m[u] = u->replace_src(s);
+  }
+  return m.count(ast.get()) ? m[ast.get()] : ast;
+}
+
+}  // namespace
+
 bool depends_on(const UOp* e, const UOp* r) {
   for (const UOp* n : toposort(e))
     if (n == r) return true;
   return false;
 }
-
-}  // namespace
 
 std::optional<int64_t> index_coef(const UOp* e, const UOp* r) {
   if (e == r) return 1;
@@ -155,27 +179,7 @@ UOpRef apply_opt(const UOpRef& ast, const Opt& opt) {
     repl = opt.op == OptOp::GROUPTOP ? inner->alu(Ops::MUL, ci(*n / opt.amt))->alu(Ops::ADD, outer)
                                      : outer->alu(Ops::MUL, ci(opt.amt))->alu(Ops::ADD, inner);
   }
-  // Rebuild: uses of r become `repl`; a REDUCE over r reduces over both parts instead.
-  std::unordered_map<const UOp*, UOpRef> m{{r, repl}};
-  for (const UOp* u : toposort(ast.get())) {
-    if (u == r) continue;
-    std::vector<UOpRef> s;
-    bool changed = false;
-    for (size_t k = 0; k < u->nsrc(); k++) {
-      const UOp* x = u->src(k);
-      if (u->op == Ops::REDUCE && k > 0 && x == r) {
-        s.push_back(outer);
-        s.push_back(inner);
-        changed = true;
-        continue;
-      }
-      auto it = m.find(x);
-      s.push_back(it == m.end() ? UOpRef(x) : it->second);
-      changed |= it != m.end();
-    }
-    if (changed) m[u] = u->replace_src(s);
-  }
-  return m.count(ast.get()) ? m[ast.get()] : ast;
+  return split_range(ast, r, repl, outer, inner);
 }
 
 UOpRef split_ranges(const UOpRef& ast) {
@@ -195,24 +199,9 @@ UOpRef split_ranges(const UOpRef& ast) {
     if (!r) return k;
     UOpRef outer = UOp::range(ci(*range_size(r) / c), range_id(r), AxisType::Reduce);
     UOpRef inner = UOp::range(ci(c), max_id + 1, AxisType::Reduce);
-    // A REDUCE over r reduces over both parts (in the same order: outer * c + inner runs r's values in order).
-    std::unordered_map<const UOp*, UOpRef> m{{r, outer->alu(Ops::MUL, ci(c))->alu(Ops::ADD, inner)}};
-    for (const UOp* u : toposort(k.get())) {
-      if (u == r) continue;
-      std::vector<UOpRef> src;
-      bool changed = false;
-      for (size_t i = 0; i < u->nsrc(); i++) {
-        if (u->op == Ops::REDUCE && i > 0 && u->src(i) == r) {
-          src.push_back(outer), src.push_back(inner), changed = true;
-          continue;
-        }
-        auto it = m.find(u->src(i));
-        src.push_back(it == m.end() ? UOpRef(u->src(i)) : it->second);
-        changed |= it != m.end();
-      }
-      if (changed) m[u] = u->replace_src(src);
-    }
-    k = graph_rewrite(m.count(k.get()) ? m[k.get()] : k, symbolic(), nullptr, false, "split ranges");
+    // (in the same order: outer * c + inner runs r's values in order)
+    UOpRef split = split_range(k, r, outer->alu(Ops::MUL, ci(c))->alu(Ops::ADD, inner), outer, inner);
+    k = graph_rewrite(split, symbolic(), nullptr, false, "split ranges");
   }
   return k;
 }

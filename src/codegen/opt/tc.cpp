@@ -22,12 +22,6 @@ namespace {
 
 UOpRef ci(int64_t v) { return UOp::cnst_int(dtypes::index, v); }
 
-bool depends_on(const UOp* e, const UOp* r) {
-  for (const UOp* n : toposort(e))
-    if (n == r) return true;
-  return false;
-}
-
 bool is_16bit_float(DType d) { return d.count == 1 && (d.scalar == Scalar::Float16 || d.scalar == Scalar::BFloat16); }
 
 struct TcMatch {
