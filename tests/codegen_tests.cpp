@@ -110,7 +110,7 @@ TEST_CASE("CPU exp2/log2 are decomposed into vectorisable ALU ops within about 1
     worst_e = std::max(worst_e, ulps(e[i], std::exp2(double(v[i]))));
     worst_l = std::max(worst_l, ulps(l[i], std::log2(double(v[i]))));
   }
-  CHECK(worst_e < 1.0);  // measured 0.87
+  CHECK(worst_e < 1.0);  // measured 0.91
   CHECK(worst_l < 1.1);  // measured 1.02
   // Exact special values.
   std::vector<float> sp{0.0f, INFINITY, -INFINITY, 1.0f, 3.0f, -1.0f, 128.0f, -149.0f};
