@@ -298,24 +298,33 @@ std::vector<Opt> hand_coded_optimizations(const UOpRef& ast_in, const OptConfig&
     }
   }
   // 1b. A reduce kernel with no vectorised output axis (a convolution's weight gradient: the output is the small
-  //     kernel): vector accumulators along a reduce axis that every load depending on it is contiguous in
-  //     (UNROLL: one partial sum per lane, combined after the loop), if the loads share it.
+  //     kernel; a batch norm's per-channel variance): vector accumulators along a reduce axis that every load
+  //     depending on it is contiguous in (UNROLL: one partial sum per lane, combined after the loop). Every REDUCE
+  //     gets its own lanes on its innermost such axis: a variance whose mean is computed in the same kernel has two
+  //     REDUCEs over different ranges, and the one left without lanes summed 4096 terms in one scalar chain (a
+  //     relative error of 1.5e-5 against 6e-8 for libtorch's, and no vectors).
   if (reduce && !rows && (vec < 0 || short_vec)) {
-    for (size_t i = axes.size(); i-- > n_out;) {
-      bool all_contiguous = true, any = false;
-      for (const UOp* l : acc.loads)
-        if (depends_on(l, axes[i])) {
-          auto c = index_coef(l, axes[i]);
-          any = true;
-          all_contiguous &= c && *c == 1;
+    bool first = true;
+    for (const UOp* n : toposort(ast.get())) {
+      if (n->op != Ops::REDUCE) continue;
+      for (size_t i = axes.size(); i-- > n_out;) {
+        if (std::find_if(n->src().begin() + 1, n->src().end(), [&](const UOpRef& r) { return r.get() == axes[i]; }) ==
+            n->src().end())
+          continue;  // not this REDUCE's axis
+        bool all_contiguous = true, any = false;
+        for (const UOp* l : acc.loads)
+          if (depends_on(l, axes[i])) {
+            auto c = index_coef(l, axes[i]);
+            any = true;
+            all_contiguous &= c && *c == 1;
+          }
+        int64_t a = any && all_contiguous ? pick(size[i], {int64_t(2 * w), int64_t(w), int64_t(w / 2), 4}) : 0;
+        if (a) {
+          opts.push_back({OptOp::UNROLL, int(i), a});
+          size[i] /= a;
+          if (first) upcast *= a, vec = int(i), vec_amt = a, first = false;
+          break;
         }
-      int64_t a = any && all_contiguous ? pick(size[i], {int64_t(2 * w), int64_t(w), int64_t(w / 2), 4}) : 0;
-      if (a) {
-        opts.push_back({OptOp::UNROLL, int(i), a});
-        size[i] /= a;
-        upcast *= a;
-        vec = int(i), vec_amt = a;
-        break;
       }
     }
   }
