@@ -7,19 +7,18 @@
 #include <torch/torch.h>
 
 #include <sched.h>
-#include <sys/resource.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <fstream>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "../examples/beautiful_mnist_model.hpp"
+#include "bench_util.hpp"
 #include "tg/jit.hpp"
 #include "tg/nn/nn.hpp"
 #include "tg/nn/optim.hpp"
@@ -61,19 +60,6 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-double machine_busy_s() {
-  std::ifstream f("/proc/stat");
-  std::string cpu;
-  double user = 0, nice = 0, sys = 0, idle = 0, iowait = 0, irq = 0, softirq = 0;
-  f >> cpu >> user >> nice >> sys >> idle >> iowait >> irq >> softirq;
-  return (user + nice + sys + irq + softirq) / double(sysconf(_SC_CLK_TCK));
-}
-double own_cpu_s() {
-  rusage r{};
-  getrusage(RUSAGE_SELF, &r);
-  return double(r.ru_utime.tv_sec + r.ru_stime.tv_sec) + 1e-6 * double(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
-}
-
 }  // namespace
 
 int main() {
@@ -83,8 +69,7 @@ int main() {
     if (sched_getaffinity(0, sizeof set, &set) == 0) torch::set_num_threads(std::max(1, CPU_COUNT(&set)));
     std::printf("libtorch %s, %d intra-op threads; tg on CPU; %ld cores\n", TORCH_VERSION, torch::get_num_threads(),
                 sysconf(_SC_NPROCESSORS_ONLN));
-    double busy0 = machine_busy_s(), own0 = own_cpu_s();
-    auto t_run = clk::now();
+    bench::LoadReport load;
 
     // a fixed batch: pixel values 0..255 as the example feeds them, labels 0..9
     std::mt19937 g(7);
@@ -152,10 +137,6 @@ int main() {
     std::printf("{\"case\": \"mnist_step_bs512\", \"variant\": \"default\", \"tg_ms\": %.3f, \"peer\": \"libtorch\", "
                 "\"peer_ms\": %.3f, \"speedup\": %.4f}\n",
                 tg_med, th_med, th_med / tg_med);
-    double wall = std::chrono::duration<double>(clk::now() - t_run).count();
-    double others = (machine_busy_s() - busy0) - (own_cpu_s() - own0);
-    std::printf("other processes used %.1f CPU-seconds during the %.1f s run (%.0f%% of one core): %s\n", others, wall,
-                100 * others / wall, others / wall > 0.2 ? "a busy machine, timings are noisy" : "a quiet machine");
     return 0;
   } catch (const tg::Error& e) {
     std::fprintf(stderr, "mnist_step: %s\n", e.what());

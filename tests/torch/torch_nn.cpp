@@ -1,5 +1,6 @@
-// nn layers and optimisers against libtorch: ConvTranspose1d/2d/3d layers (forward, gradients, initialisation)
-// and SGD / Adam / AdamW (unfused and fused) against torch.optim over several steps from the same weights.
+// nn layers and optimisers against libtorch: ConvTranspose1d/2d/3d layers (forward, gradients, initialisation),
+// SGD / Adam / AdamW (unfused and fused) against torch.optim over several steps from the same weights, and the
+// main job's model (examples/beautiful_mnist_model.hpp): its gradients against libtorch in float64.
 // (torch's headers bring glog's CHECK macro: the doctest macros are spelled DOCTEST_CHECK here.)
 #include <doctest/doctest.h>
 #include <torch/torch.h>
@@ -8,6 +9,7 @@
 #include <random>
 #include <string>
 
+#include "../../examples/beautiful_mnist_model.hpp"
 #include "tg/nn/nn.hpp"
 #include "tg/nn/optim.hpp"
 
@@ -183,4 +185,63 @@ TEST_CASE("Adam and AdamW match torch.optim.Adam / AdamW over 5 steps, unfused a
         });
     DOCTEST_CHECK(w <= 1);
   }
+}
+
+// The main job's model: 4 convolutions (two of them channels-last on the CPU), 2 batch norms in training mode, max
+// pools and a linear layer, with the cross-entropy loss. Its gradients are ill-conditioned where a relu or a pool
+// decides near a tie, so libtorch's own float32 gradients are not an exact reference (they differ from float64 by
+// up to 4e-4 in norm for the first layers); tg's must be at least as close to float64 as libtorch's float32 are.
+TEST_CASE("beautiful_mnist's gradients are within twice libtorch float32's distance of libtorch's float64 ones") {
+  const int64_t batch = 64;
+  std::mt19937 g(7);
+  std::vector<float> xv(static_cast<size_t>(batch * 28 * 28));
+  std::vector<int32_t> yv(static_cast<size_t>(batch));
+  for (auto& v : xv) v = float(g() % 256);  // pixel values as the example feeds them
+  for (auto& v : yv) v = int32_t(g() % 10);
+  tg::Tensor::manual_seed(1337);
+  auto model = tg::examples::beautiful_mnist_model();
+  model->train(true);
+  tg::Tensor loss = (*model)(tg::Tensor::from_vector(xv, {batch, 1, 28, 28})).sparse_categorical_crossentropy(
+      tg::Tensor::from_vector(yv));
+  loss.backward();
+
+  torch::Tensor hx = torch::from_blob(xv.data(), {batch, 1, 28, 28}, torch::kFloat).clone();
+  torch::Tensor hy = torch::from_blob(yv.data(), {batch}, torch::kInt).to(torch::kLong);
+  auto state = model->state_dict();
+  auto torch_grads = [&](torch::ScalarType dt) {
+    std::map<std::string, torch::Tensor> t;
+    for (auto& [name, v] : state)
+      t[name] = to_torch(v).to(dt).requires_grad_(name.find("running") == std::string::npos);
+    auto bn = [&](const torch::Tensor& h, const std::string& n) {
+      return torch::batch_norm(h, t[n + ".weight"], t[n + ".bias"], t[n + ".running_mean"], t[n + ".running_var"], true,
+                               0.1, 1e-5, false);
+    };
+    torch::Tensor h = torch::relu(torch::conv2d(hx.to(dt), t["0.weight"], t["0.bias"]));
+    h = torch::max_pool2d(bn(torch::relu(torch::conv2d(h, t["2.weight"], t["2.bias"])), "4"), 2);
+    h = torch::relu(torch::conv2d(h, t["6.weight"], t["6.bias"]));
+    h = torch::max_pool2d(bn(torch::relu(torch::conv2d(h, t["8.weight"], t["8.bias"])), "10"), 2);
+    torch::Tensor l = torch::cross_entropy_loss(torch::linear(h.flatten(1), t["13.weight"], t["13.bias"]), hy);
+    l.backward();
+    std::map<std::string, torch::Tensor> grads{{"loss", l.detach().to(torch::kDouble)}};
+    for (auto& [name, v] : t)
+      if (v.requires_grad()) grads[name] = v.grad().to(torch::kDouble);
+    return grads;
+  };
+  auto g32 = torch_grads(torch::kFloat), g64 = torch_grads(torch::kDouble);
+  DOCTEST_CHECK(std::abs(loss.item<float>() - g64["loss"].item<double>()) <= 2e-6 * g64["loss"].item<double>());
+  int checked = 0;
+  for (auto& [name, v] : state) {
+    if (name.find("running") != std::string::npos || name.find("num_batches") != std::string::npos) continue;
+    CAPTURE(name);
+    DOCTEST_REQUIRE(v.has_grad());
+    torch::Tensor ref = g64[name];
+    double norm = ref.norm().item<double>();
+    double err_tg = (to_torch(v.grad()).to(torch::kDouble) - ref).norm().item<double>() / norm;
+    double err_torch = (g32[name] - ref).norm().item<double>() / norm;
+    CAPTURE(err_tg);
+    CAPTURE(err_torch);
+    DOCTEST_CHECK(err_tg <= std::max(2 * err_torch, 2e-6));
+    checked++;
+  }
+  DOCTEST_CHECK(checked == 14);  // 4 convolutions, 2 batch norms and the linear layer, weight and bias each
 }
