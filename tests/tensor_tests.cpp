@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <numeric>
+#include <random>
 
 #include "scoped_env.hpp"
 #include "tg/device.hpp"
@@ -371,4 +372,40 @@ TEST_CASE("two tensors with equal graphs stay distinct under assign") {
   c.realize();
   CHECK(d.to_vector<float>() == std::vector<float>{1, 2, 3, 4});
   CHECK(c.to_vector<float>() == std::vector<float>{0, 0, 0, 0});
+}
+
+// torch computes the statistics of 16-bit floats in float32 ("opmath") and rounds the result once: a float16 sum
+// or square overflows at 65504 (squares of values above 256), and bfloat16 keeps 8 bits.
+TEST_CASE("float16 and bfloat16 statistics are computed in float32 and rounded once") {
+  // 70000 ones: their float16 sum is inf, their mean 1; a softmax over 70000 equal values is 1/70000 each
+  CHECK(Tensor::ones({70000}).cast(dtypes::float16).mean().cast(dtypes::float32).item<float>() == 1.0f);
+  Tensor sm = Tensor::zeros({70000}).cast(dtypes::float16).softmax(-1);
+  CHECK(sm.dtype() == dtypes::float16);
+  CHECK(sm.cast(dtypes::float32).max().item<float>() == float(truncate_float(1.0 / 70000, dtypes::float16)));
+  std::mt19937 g(11);
+  std::normal_distribution<float> nd(300.0f, 20.0f);
+  std::vector<float> v(8 * 512);
+  for (float& x : v) x = nd(g);
+  for (DType d : {dtypes::float16, dtypes::bfloat16}) {
+    CAPTURE(d.name());
+    Tensor x = Tensor::from_vector(v, {8, 512}).cast(d), xf = x.cast(dtypes::float32);
+    auto same = [&](const Tensor& low, const Tensor& f32, const std::string& what) {
+      CAPTURE(what);
+      CHECK(low.dtype() == d);
+      std::vector<float> a = low.cast(dtypes::float32).to_vector<float>(), b = f32.cast(d).cast(dtypes::float32).to_vector<float>();
+      CHECK(std::all_of(a.begin(), a.end(), [](float e) { return std::isfinite(e); }));
+      CHECK(a == b);
+    };
+    same(x.mean({1}), xf.mean({1}), "mean");
+    same(x.var({1}), xf.var({1}), "var");
+    same(x.std({1}), xf.std({1}), "std");
+    same(x.layer_norm({512}), xf.layer_norm({512}), "layer_norm");
+    same(x.reshape({8, 4, 128}).group_norm(2), xf.reshape({8, 4, 128}).group_norm(2), "group_norm");
+    same(x.rms_norm({512}, std::nullopt, 1e-6), xf.rms_norm({512}, std::nullopt, 1e-6), "rms_norm");
+    same(x.reshape({8, 512, 1}).batch_norm({}, {}, {}, {}, true), xf.reshape({8, 512, 1}).batch_norm({}, {}, {}, {}, true),
+         "batch_norm");
+    same(x.softmax(1), xf.softmax(1), "softmax");
+    same(x.log_softmax(1), xf.log_softmax(1), "log_softmax");
+    same(x.logsumexp({1}), xf.logsumexp({1}), "logsumexp");
+  }
 }

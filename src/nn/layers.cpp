@@ -174,30 +174,13 @@ BatchNorm::BatchNorm(int64_t n, double eps, bool affine, bool track, double mome
 Tensor BatchNorm::forward(const Tensor& x) {
   if (x.ndim() < 2 || x.shape()[1] != n_)
     throw Error("[BatchNorm] expects (N, " + std::to_string(n_) + ", ...), got " + shape_str(x.shape()));
-  std::vector<int64_t> axes{0};
-  for (int64_t i = 2; i < x.ndim(); i++) axes.push_back(i);
-  Shape bshape(size_t(x.ndim()), 1);
-  bshape[1] = n_;
-  Tensor mean, invstd;
-  if (training_ || !running_mean) {
-    mean = x.mean(axes, true);
-    Tensor centered = x - mean;
-    Tensor var = Tensor(centered * centered).mean(axes, true);
-    invstd = Tensor(var + eps_).rsqrt();
-    if (running_mean && training_) {
-      double n = double(x.numel() / n_);
-      NoGrad ng;
-      Tensor m = mean.detach().reshape({n_}), v = var.detach().reshape({n_}) * (n / std::max(n - 1, 1.0));
-      running_mean->assign(Tensor(*running_mean * (1 - momentum_) + m * momentum_));
-      running_var->assign(Tensor(*running_var * (1 - momentum_) + v * momentum_));
-    }
-  } else {
-    mean = running_mean->reshape(bshape);
-    invstd = Tensor(running_var->reshape(bshape) + eps_).rsqrt();
-  }
-  Tensor y = Tensor(x - mean) * invstd;
-  if (weight) y = y * weight->reshape(bshape) + bias->reshape(bshape);
-  return y;
+  // Tensor::batch_norm: batch statistics when training or without running ones (then updated in place), else the
+  // running ones; 16-bit floats in float32.
+  std::optional<Tensor> w, b, rm, rv;
+  if (weight) w = *weight, b = *bias;
+  bool batch_stats = training_ || !running_mean;
+  if (running_mean && (training_ || !batch_stats)) rm = *running_mean, rv = *running_var;
+  return x.batch_norm(rm, rv, w, b, batch_stats, momentum_, eps_);
 }
 
 LayerNorm::LayerNorm(std::vector<int64_t> shape, double eps, bool affine) : shape_(std::move(shape)), eps_(eps) {

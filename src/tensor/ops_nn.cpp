@@ -479,7 +479,9 @@ Tensor Tensor::batch_norm(const std::optional<Tensor>& running_mean, const std::
   check_param(bias, cs, "bias", "batch_norm");
   if (!training && (!running_mean || !running_var))
     fail("batch_norm", "evaluation (training=false) needs running_mean and running_var");
-  Tensor x = to_float(*this), mean, invstd;
+  // 16-bit floats in float32 (opmath_dtype), rounded once at the end
+  DType out = to_float(*this).dtype();
+  Tensor x = to_opmath(*this), mean, invstd;
   std::vector<int64_t> axes{0};
   for (int64_t i = 2; i < ndim(); i++) axes.push_back(i);
   if (training) {
@@ -492,8 +494,8 @@ Tensor Tensor::batch_norm(const std::optional<Tensor>& running_mean, const std::
     if (running_mean && running_var) {  // in-place update like torch (unbiased variance), outside autograd
       Tensor m = mean.detach().reshape(cs), v = Tensor(var.detach().reshape(cs) * (double(n) / double(n - 1)));
       Tensor rm = *running_mean, rv = *running_var;
-      rm.assign(Tensor(rm * (1 - momentum) + m * momentum));
-      rv.assign(Tensor(rv * (1 - momentum) + v * momentum));
+      rm.assign(Tensor(rm * (1 - momentum) + m * momentum).cast(rm.dtype()));
+      rv.assign(Tensor(rv * (1 - momentum) + v * momentum).cast(rv.dtype()));
     }
   } else {
     mean = per_channel(*running_mean, ndim());
@@ -502,7 +504,7 @@ Tensor Tensor::batch_norm(const std::optional<Tensor>& running_mean, const std::
   Tensor y = Tensor(x - mean) * invstd;
   if (weight) y = y * per_channel(*weight, ndim());
   if (bias) y = y + per_channel(*bias, ndim());
-  return y;
+  return y.cast(out);
 }
 
 Tensor Tensor::layer_norm(const std::vector<int64_t>& normalized_shape, const std::optional<Tensor>& weight,
@@ -514,12 +516,12 @@ Tensor Tensor::layer_norm(const std::vector<int64_t>& normalized_shape, const st
   check_param(bias, normalized_shape, "bias", "layer_norm");
   std::vector<int64_t> axes;
   for (size_t i = 0; i < k; i++) axes.push_back(ndim() - int64_t(k) + int64_t(i));
-  Tensor x = to_float(*this);
+  Tensor x = to_opmath(*this);  // 16-bit floats in float32, rounded once at the end
   Tensor d = x - x.mean(axes, true);
   Tensor y = d * Tensor(Tensor(d * d).mean(axes, true) + eps).rsqrt();
   if (weight) y = y * *weight;
   if (bias) y = y + *bias;
-  return y;
+  return y.cast(to_float(*this).dtype());
 }
 
 Tensor Tensor::group_norm(int64_t num_groups, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
@@ -531,12 +533,12 @@ Tensor Tensor::group_norm(int64_t num_groups, const std::optional<Tensor>& weigh
                            std::to_string(num_groups) + " groups");
   check_param(weight, {c}, "weight", "group_norm");
   check_param(bias, {c}, "bias", "group_norm");
-  Tensor x = to_float(*this).reshape({shape()[0], num_groups, -1});
+  Tensor x = to_opmath(*this).reshape({shape()[0], num_groups, -1});  // 16-bit floats in float32
   Tensor d = x - x.mean(-1, true);
   Tensor y = Tensor(d * Tensor(Tensor(d * d).mean(-1, true) + eps).rsqrt()).reshape(shape());
   if (weight) y = y * per_channel(*weight, ndim());
   if (bias) y = y + per_channel(*bias, ndim());
-  return y;
+  return y.cast(to_float(*this).dtype());
 }
 
 Tensor Tensor::rms_norm(const std::vector<int64_t>& normalized_shape, const std::optional<Tensor>& weight,
@@ -547,10 +549,15 @@ Tensor Tensor::rms_norm(const std::vector<int64_t>& normalized_shape, const std:
   check_param(weight, normalized_shape, "weight", "rms_norm");
   std::vector<int64_t> axes;
   for (size_t i = 0; i < k; i++) axes.push_back(ndim() - int64_t(k) + int64_t(i));
-  Tensor x = to_float(*this);
-  double e = eps.value_or(x.dtype() == dtypes::float64 ? 2.220446049250313e-16 : 1.1920928955078125e-07);
+  // 16-bit floats in float32, rounded once at the end; the default eps is the input dtype's epsilon (torch's)
+  DType out = to_float(*this).dtype();
+  Tensor x = to_opmath(*this);
+  double e = eps.value_or(out == dtypes::float64    ? 0x1p-52
+                          : out == dtypes::float16  ? 0x1p-10
+                          : out == dtypes::bfloat16 ? 0x1p-7
+                                                    : 0x1p-23);
   Tensor y = x * Tensor(Tensor(x * x).mean(axes, true) + e).rsqrt();
-  return weight ? Tensor(y * *weight) : y;
+  return (weight ? Tensor(y * *weight) : y).cast(out);
 }
 
 // ---------------------------------------------------------------- dropout, attention, embedding, interpolate

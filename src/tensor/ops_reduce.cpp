@@ -21,15 +21,16 @@ int64_t count_of(const Shape& s, const std::vector<int64_t>& axes) {
 }
 }  // namespace
 
+// 16-bit floats are computed in float32 and rounded once (opmath_dtype): their squares overflow float16 at 256.
 Tensor Tensor::var(std::vector<int64_t> axes, bool keepdim, double correction) const {
   axes = norm_axes(axes, ndim(), "var");
-  Tensor x = to_float(*this);
+  Tensor x = to_opmath(*this);
   Tensor d = x - x.mean(axes, true);
   double n = double(count_of(shape(), axes));
-  return Tensor(Tensor(d * d).sum(axes, keepdim) / std::max(n - correction, 0.0));
+  return Tensor(Tensor(d * d).sum(axes, keepdim) / std::max(n - correction, 0.0)).cast(to_float(*this).dtype());
 }
 Tensor Tensor::std(std::vector<int64_t> axes, bool keepdim, double correction) const {
-  return var(std::move(axes), keepdim, correction).sqrt();
+  return to_opmath(*this).var(std::move(axes), keepdim, correction).sqrt().cast(to_float(*this).dtype());
 }
 std::pair<Tensor, Tensor> Tensor::var_mean(std::vector<int64_t> axes, bool keepdim, double correction) const {
   return {var(axes, keepdim, correction), to_float(*this).mean(axes, keepdim)};
@@ -150,11 +151,11 @@ std::pair<Tensor, Tensor> Tensor::cummin(int64_t axis) const {
 
 Tensor Tensor::logsumexp(std::vector<int64_t> axes, bool keepdim) const {
   axes = norm_axes(axes, ndim(), "logsumexp");
-  Tensor x = to_float(*this);
+  Tensor x = to_opmath(*this);
   Tensor m = x.max(axes, true).detach();
   m = m.isinf().where(Tensor(0.0), m);  // all -inf (or +inf) rows: no shift
   Tensor r = Tensor(x - m).exp().sum(axes, keepdim).log();
-  return Tensor(r + (keepdim ? m : m.reshape(squeezed(m.shape(), axes))));
+  return Tensor(r + (keepdim ? m : m.reshape(squeezed(m.shape(), axes)))).cast(to_float(*this).dtype());
 }
 
 Tensor Tensor::logcumsumexp(int64_t axis) const {
@@ -171,11 +172,12 @@ Tensor Tensor::logcumsumexp(int64_t axis) const {
 }
 
 Tensor Tensor::log_softmax(int64_t axis) const {
-  Tensor x = to_float(*this);
+  DType out = to_float(*this).dtype();
+  Tensor x = to_opmath(*this);
   axis = norm_dim(axis, ndim(), "log_softmax");
-  if (ndim() == 0) return Tensor(x * 0.0);
+  if (ndim() == 0) return Tensor(x * 0.0).cast(out);
   Tensor m = x - x.max(axis, true).detach();
-  return Tensor(m - m.exp().sum(axis, true).log());
+  return Tensor(m - m.exp().sum(axis, true).log()).cast(out);
 }
 Tensor Tensor::softmin(int64_t axis) const { return to_float(*this).neg().softmax(axis); }
 

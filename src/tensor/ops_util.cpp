@@ -49,6 +49,16 @@ Tensor to_float(const Tensor& t) {
   return t.cast(least_upper_float(dtypes::strong(t.dtype())));
 }
 
+DType opmath_dtype(DType d) {
+  DType f = least_upper_float(dtypes::strong(d));
+  return f.scalar == Scalar::Float64 ? f : dtypes::float32;
+}
+
+Tensor to_opmath(const Tensor& t) {
+  DType o = opmath_dtype(t.dtype());
+  return t.dtype() == o ? t : t.cast(o);
+}
+
 Tensor arange_at(int64_t n, int64_t dim, int64_t ndim, const std::string& device, DType d) {
   Shape s(size_t(ndim), 1);
   s[size_t(dim)] = n;

@@ -28,6 +28,11 @@ double dtype_min(DType d);
 double dtype_max(DType d);
 /** t as a float tensor (itself when already float). */
 Tensor to_float(const Tensor& t);
+/** The float type statistics of t are computed in (torch's "opmath" type): float32 for float16, bfloat16 and the
+ *  fp8 types, whose sums and squares overflow at 65504 (float16) or keep 8 bits (bfloat16); else least_upper_float. */
+DType opmath_dtype(DType d);
+/** t cast to opmath_dtype (itself when already that type). */
+Tensor to_opmath(const Tensor& t);
 /** arange(n) reshaped to n at position `dim` of an ndim-shaped view (ones elsewhere). */
 Tensor arange_at(int64_t n, int64_t dim, int64_t ndim, const std::string& device, DType d = dtypes::int32);
 /** Expand an IntArg to n values (one value repeats); an empty IntArg gives `dflt`. */

@@ -697,15 +697,19 @@ Tensor Tensor::min(std::vector<int64_t> axes, bool keepdim) const {
   return Tensor(-Tensor(-*this).max(std::move(axes), keepdim));
 }
 Tensor Tensor::mean(std::vector<int64_t> axes, bool keepdim) const {
+  // The sum stays in float32 for 16-bit floats until divided (70000 float16 ones: 1, not inf / 70000).
   DType out = least_upper_float(dtypes::strong(dtype()));
-  Tensor s = cast(out).sum(axes, keepdim);
+  Tensor s = detail::to_opmath(*this).sum(axes, keepdim);
   int64_t n = numel() == 0 ? 0 : numel() / std::max<int64_t>(1, s.numel());
   return Tensor(s / double(n)).cast(out);
 }
 Tensor Tensor::softmax(int64_t axis) const {
-  // times the sum's reciprocal (one division per row, as torch's CPU kernel), not a division per element
-  Tensor m = Tensor(*this - max(axis, true)).exp();
-  return Tensor(m * m.sum(axis, true).reciprocal());
+  // times the sum's reciprocal (one division per row, as torch's CPU kernel), not a division per element; 16-bit
+  // floats in float32 (a float16 row of more than 65504 elements would sum to inf)
+  DType out = least_upper_float(dtypes::strong(dtype()));
+  Tensor x = detail::to_opmath(*this);
+  Tensor m = Tensor(x - x.max(axis, true)).exp();
+  return Tensor(m * m.sum(axis, true).reciprocal()).cast(out);
 }
 
 // ---------------------------------------------------------------- realize, read back, devices
