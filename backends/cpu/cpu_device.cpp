@@ -4,8 +4,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <thread>
 
+#include <oneapi/tbb/global_control.h>
+#include <oneapi/tbb/info.h>
 #include <oneapi/tbb/parallel_for.h>
 #include <oneapi/tbb/partitioner.h>
 #include <oneapi/tbb/task_arena.h>
@@ -89,8 +92,14 @@ const bool g_registered =
 void run_kernel(KernelFn fn, void* const* bufs, const int64_t* vars, const LaunchDims& dims) {
   int64_t n = dims.global[0];
   if (n <= 1 || dims.core_var < 0 || dims.core_var >= dims.n_vars) return fn(bufs, vars);
-  // Persistent worker threads (oneTBB's pool); each call gets its own copy of the variables.
-  static tbb::task_arena arena(std::max(1, cpu_threads()));
+  // Persistent worker threads (oneTBB's pool); each call gets its own copy of the variables. THREADS above the
+  // machine's concurrency raises oneTBB's limit first (else it warns on stderr and runs fewer workers).
+  static const int threads = std::max(1, cpu_threads());
+  static const std::unique_ptr<tbb::global_control> allow =
+      threads > tbb::info::default_concurrency()
+          ? std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, size_t(threads))
+          : nullptr;
+  static tbb::task_arena arena(threads);
   size_t nv = size_t(dims.n_vars);
   arena.execute([&] {
     tbb::parallel_for(
