@@ -396,9 +396,9 @@ TEST_CASE("float16 and bfloat16 statistics are computed in float32 and rounded o
       CHECK(std::all_of(a.begin(), a.end(), [](float e) { return std::isfinite(e); }));
       CHECK(a == b);
     };
-    same(x.mean({1}), xf.mean({1}), "mean");
-    same(x.var({1}), xf.var({1}), "var");
-    same(x.std({1}), xf.std({1}), "std");
+    same(x.mean(std::vector<int64_t>{1}), xf.mean(std::vector<int64_t>{1}), "mean");
+    same(x.var(std::vector<int64_t>{1}), xf.var(std::vector<int64_t>{1}), "var");
+    same(x.std(std::vector<int64_t>{1}), xf.std(std::vector<int64_t>{1}), "std");
     same(x.layer_norm({512}), xf.layer_norm({512}), "layer_norm");
     same(x.reshape({8, 4, 128}).group_norm(2), xf.reshape({8, 4, 128}).group_norm(2), "group_norm");
     same(x.rms_norm({512}, std::nullopt, 1e-6), xf.rms_norm({512}, std::nullopt, 1e-6), "rms_norm");
@@ -406,6 +406,6 @@ TEST_CASE("float16 and bfloat16 statistics are computed in float32 and rounded o
          "batch_norm");
     same(x.softmax(1), xf.softmax(1), "softmax");
     same(x.log_softmax(1), xf.log_softmax(1), "log_softmax");
-    same(x.logsumexp({1}), xf.logsumexp({1}), "logsumexp");
+    same(x.logsumexp(std::vector<int64_t>{1}), xf.logsumexp(std::vector<int64_t>{1}), "logsumexp");
   }
 }

@@ -338,7 +338,7 @@ const PatternMatcher& pm_lower_index_dtype() {
 
 // ---------------------------------------------------------------- linearise
 
-using RangeSet = std::bitset<128>;
+using RangeSet = std::bitset<512>;
 
 }  // namespace
 
@@ -348,7 +348,7 @@ std::vector<const UOp*> linearize(const UOpRef& sink) {
   std::vector<const UOp*> ranges;
   for (const UOp* u : topo)
     if (u->op == Ops::RANGE) {
-      if (ranges.size() >= 128) throw Error("[linearize] more than 128 loops in one kernel");
+      if (ranges.size() >= 512) throw Error("[linearize] more than 512 loops in one kernel");
       rid[u] = int(ranges.size());
       ranges.push_back(u);
     }

@@ -302,11 +302,14 @@ std::vector<Opt> hand_coded_optimizations(const UOpRef& ast_in, const OptConfig&
   //     depending on it is contiguous in (UNROLL: one partial sum per lane, combined after the loop). Every REDUCE
   //     gets its own lanes on its innermost such axis: a variance whose mean is computed in the same kernel has two
   //     REDUCEs over different ranges, and the one left without lanes summed 4096 terms in one scalar chain (a
-  //     relative error of 1.5e-5 against 6e-8 for libtorch's, and no vectors).
+  //     relative error of 1.5e-5 against 6e-8 for libtorch's, and no vectors). Only the first when a short output
+  //     axis was unrolled into copies: each copy's REDUCEs get lane loops of their own (ONNX GridSample's kernel,
+  //     6 copies x 4 REDUCEs, went past the linearizer's limit, then 128 loops).
   if (reduce && !rows && (vec < 0 || short_vec)) {
     bool first = true;
+    int given = 0;  // at most 4 REDUCEs get lanes (each is ~5 lane loops: init, update, halving combine)
     for (const UOp* n : toposort(ast.get())) {
-      if (n->op != Ops::REDUCE) continue;
+      if (n->op != Ops::REDUCE || (!first && short_vec) || given >= 4) continue;
       for (size_t i = axes.size(); i-- > n_out;) {
         if (std::find_if(n->src().begin() + 1, n->src().end(), [&](const UOpRef& r) { return r.get() == axes[i]; }) ==
             n->src().end())
@@ -323,6 +326,7 @@ std::vector<Opt> hand_coded_optimizations(const UOpRef& ast_in, const OptConfig&
           opts.push_back({OptOp::UNROLL, int(i), a});
           size[i] /= a;
           if (first) upcast *= a, vec = int(i), vec_amt = a, first = false;
+          given++;
           break;
         }
       }
