@@ -171,3 +171,32 @@ TEST_CASE("long float sums with few accumulators are summed in blocks, more accu
     CHECK(worst < worst_chain / 2);  // measured 3.4e-8 and 2.6e-7; one chain gives the same as `chain`
   }
 }
+
+TEST_CASE("softmax's row kernel computes exp once per element, bit-identical to computing it twice") {
+  // The sum pass stores exp(x - max) into the output and the output loop scales it in place (reuse_row_values).
+  Tensor x = Tensor(Tensor::randn({8, 512}) * 4);
+  x.realize();
+  auto exps = [&] {
+    ScopedEnv t("TRANSCENDENTAL", "0");  // exp2 stays one op, to be counted
+    int n = 0;
+    for (const UOp* u : lower_first(x.softmax(-1)).program) n += u->op == Ops::EXP2;
+    return n;
+  };
+  if (get_device(default_device()).renderer().grid_limits().threads == 0 && getenv_int("FUSE_REDUCE_ROWS", 1)) {
+    // row fusion: the whole softmax is one kernel (on GPU-style devices each reduce keeps its own kernel)
+    CHECK(exps() == 1);
+    ScopedEnv off("ROW_REUSE", "0");
+    CHECK(exps() == 2);
+  }
+  for (std::vector<int64_t> s : {std::vector<int64_t>{8, 512}, {3, 7, 33}, {5, 1000}, {2, 4096}}) {
+    CAPTURE(s.size());
+    Tensor y = Tensor(Tensor::randn(Shape(s.begin(), s.end())) * 4);
+    y.realize();
+    std::vector<float> once = y.softmax(-1).to_vector<float>(), twice;
+    {
+      ScopedEnv off("ROW_REUSE", "0");
+      twice = y.softmax(-1).to_vector<float>();
+    }
+    CHECK(once == twice);
+  }
+}

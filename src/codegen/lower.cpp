@@ -50,6 +50,124 @@ std::unordered_map<const UOp*, std::vector<const UOp*>> open_ranges(const UOpRef
   return open;
 }
 
+// The ranges an index expression depends on, each with its coefficient, if it is a sum of range * coefficient
+// terms over `rs` that runs over 0 .. n-1 exactly once (a mixed radix: sorted by coefficient, each coefficient is
+// the product of the extents below it); n, else 0.
+int64_t dense_extent(const UOp* idx, const std::vector<const UOp*>& rs) {
+  std::vector<std::pair<int64_t, int64_t>> terms;  // (coefficient, extent)
+  for (const UOp* r : rs) {
+    if (!depends_on(idx, r)) continue;
+    auto c = index_coef(idx, r);
+    if (!c || *c <= 0 || r->src(0)->op != Ops::CONST) return 0;
+    terms.emplace_back(*c, r->src(0)->const_int());
+  }
+  std::sort(terms.begin(), terms.end());
+  int64_t n = 1;
+  for (auto [c, e] : terms) {
+    if (c != n) return 0;
+    n *= e;
+  }
+  return n;
+}
+
+// Row kernels (the scheduler's row fusion, serial devices): softmax sums E = exp(x - max) over its row and then
+// computes E again for every output element. Where the output's value contains the summed value E at the output's
+// own position, E is stored into the output buffer inside the sum's loop and read back in the output loop: one
+// exp per element instead of two. The stored and the recomputed E are the same value, so results are
+// bit-identical (ROW_REUSE=0 turns this off). Conditions: one STORE, ungated; E contains a transcendental and one
+// load of a buffer other than the output at an index that runs densely over the row, as the output's does, with a
+// fixed offset between the two; the output buffer is not read, and the input not read by the output otherwise.
+UOpRef reuse_row_values(const UOpRef& k) {
+  if (!getenv_int("ROW_REUSE", 1) || k->nsrc() != 1 || k->src(0)->op != Ops::STORE) return k;
+  const UOp* st = k->src(0);
+  const UOp* oidx = st->src(0);
+  if (oidx->op != Ops::INDEX || oidx->nsrc() != 2 || oidx->src(0)->op != Ops::PARAM) return k;
+  const UOp* pout = oidx->src(0);
+  const UOp* value = st->src(1);
+  std::vector<const UOp*> topo = toposort(k.get());
+  std::vector<const UOp*> ranges;
+  for (const UOp* n : topo) {
+    if (n->op == Ops::RANGE) ranges.push_back(n);
+    if (n->op == Ops::INDEX && n->src(0) == pout && n != oidx) return k;  // the output is read somewhere
+  }
+  std::vector<const UOp*> vtopo = toposort(value);
+  std::unordered_set<const UOp*> in_value(vtopo.begin(), vtopo.end());
+  auto transcendental = [](const UOp* e) {
+    for (const UOp* n : toposort(e))
+      if (n->op == Ops::EXP2 || n->op == Ops::LOG2 || n->op == Ops::SIN) return true;
+    return false;
+  };
+  for (const UOp* red : vtopo) {
+    if (red->op != Ops::REDUCE || Ops(std::get<int64_t>(red->arg)) != Ops::ADD || !dtypes::is_float(red->dtype) ||
+        red->dtype.count != 1 || !transcendental(red->src(0)))
+      continue;
+    std::vector<const UOp*> rr;
+    for (size_t i = 1; i < red->nsrc(); i++) rr.push_back(red->src(i));
+    auto in_row = [&](const UOp* e) {
+      for (const UOp* r : rr)
+        if (depends_on(e, r)) return true;
+      return false;
+    };
+    const UOp* es = red->src(0);
+    const UOp* ls = nullptr;  // the one load of E that moves with the sum's ranges
+    bool ok = true;
+    for (const UOp* n : toposort(es))
+      if (n->op == Ops::LOAD && in_row(n)) ok &= !ls, ls = n;
+    if (!ok || !ls || ls->src(0)->op != Ops::INDEX || ls->src(0)->nsrc() != 2) continue;
+    const UOp* xbuf = ls->src(0)->src(0);
+    if (xbuf->op != Ops::PARAM || xbuf == pout) continue;
+    const UOp* as = ls->src(0)->src(1);
+    // The output's ranges: those of its index that the REDUCE does not run inside.
+    std::vector<const UOp*> outr;
+    for (const UOp* r : ranges)
+      if (depends_on(oidx, r) && !depends_on(red, r) && std::find(rr.begin(), rr.end(), r) == rr.end()) outr.push_back(r);
+    for (const UOp* lo : vtopo) {
+      if (lo->op != Ops::LOAD || lo->src(0)->op != Ops::INDEX || lo->src(0)->nsrc() != 2 || lo->src(0)->src(0) != xbuf ||
+          in_row(lo))
+        continue;
+      const UOp* ao = lo->src(0)->src(1);
+      UOpRef eo = substitute(UOpRef(es), {{ls->src(0), UOpRef(lo->src(0))}});
+      if (!in_value.count(eo.get())) continue;
+      // Both indices run densely over the same n elements from the same base, and the output's index is the
+      // input's plus a fixed offset.
+      int64_t n_s = dense_extent(as, rr), n_o = dense_extent(ao, outr);
+      if (n_s == 0 || n_s != n_o || dense_extent(oidx->src(1), outr) != n_o) continue;
+      std::vector<std::pair<const UOp*, UOpRef>> zs, zo;
+      for (const UOp* r : rr) zs.emplace_back(r, ci(0));
+      for (const UOp* r : outr) zo.emplace_back(r, ci(0));
+      auto simp = [](const UOpRef& e) { return graph_rewrite(e, symbolic(), nullptr, false, "row reuse"); };
+      if (simp(substitute(UOpRef(as), zs)) != simp(substitute(UOpRef(ao), zo))) continue;
+      UOpRef delta = simp(UOpRef(oidx->src(1))->alu(Ops::SUB, UOpRef(ao)));
+      bool fixed = true;
+      for (const UOp* r : outr) fixed &= !depends_on(delta.get(), r);
+      if (!fixed) continue;
+      // Build: the sum stores E at its position; the output loads it back after the sum's loop.
+      UOpRef es_ref(es);
+      UOpRef inner_store = UOp::make(
+          Ops::STORE, dtypes::void_,
+          {UOp::make(Ops::INDEX, oidx->dtype, {UOpRef(pout), simp(UOpRef(as)->alu(Ops::ADD, delta))}), es_ref});
+      std::vector<UOpRef> rs{UOp::make(Ops::AFTER, es->dtype, {es_ref, inner_store})};
+      for (const UOp* r : rr) rs.emplace_back(r);
+      UOpRef red2 = UOp::make(Ops::REDUCE, red->dtype, rs, red->arg);
+      UOpRef back = UOp::make(
+          Ops::LOAD, es->dtype,
+          {UOp::make(Ops::INDEX, oidx->dtype,
+                     {UOp::make(Ops::AFTER, pout->dtype, {UOpRef(pout), red2}), UOpRef(oidx->src(1))})});
+      UOpRef v2 = substitute(UOpRef(value), {{red, red2}, {eo.get(), back}});
+      // The output reads the input at its position only through E (the store above may overwrite it in place).
+      bool other_reads = false;
+      for (const UOp* n : toposort(v2.get()))
+        if (n->op == Ops::LOAD && n->src(0)->op == Ops::INDEX && n->src(0)->src(0) == xbuf && !in_row(n) &&
+            !depends_on(n, red2.get()) && !outr.empty() && depends_on(n, outr[0]))
+          other_reads = true;
+      if (other_reads) continue;
+      std::vector<UOpRef> sink{UOp::make(Ops::STORE, dtypes::void_, {UOpRef(oidx), v2})};
+      return k->replace_src(sink);
+    }
+  }
+  return k;
+}
+
 // Float sums over many terms with few accumulators (a batch norm's statistics: one per channel, or 16 vectorised
 // channels of a channels-last activation) are summed in blocks: REDUCE(x, outer..., inner...) ->
 // REDUCE(REDUCE(x, inner...), outer...), about sqrt(n) terms each way (a single range is split). The rounding error
@@ -444,6 +562,7 @@ CompiledKernel lower_kernel(const UOpRef& ast, const std::string& name, Renderer
   k = expand_upcasts(k, renderer.vector_lanes());
   trace("opts + expand", k);
   k = graph_rewrite(k, symbolic(), nullptr, false, "simplify after opts");
+  if (lim.threads == 0) k = reuse_row_values(k);
   LaunchDims dims;
   if (lim.threads > 0) {
     k = lower_group_reduces(k);
