@@ -158,8 +158,8 @@ UOpRef reuse_row_values(const UOpRef& k) {
       bool other_reads = false;
       for (const UOp* n : toposort(v2.get()))
         if (n->op == Ops::LOAD && n->src(0)->op == Ops::INDEX && n->src(0)->src(0) == xbuf && !in_row(n) &&
-            !depends_on(n, red2.get()) && !outr.empty() && depends_on(n, outr[0]))
-          other_reads = true;
+            !depends_on(n, red2.get()))
+          for (const UOp* r : outr) other_reads |= depends_on(n, r);
       if (other_reads) continue;
       std::vector<UOpRef> sink{UOp::make(Ops::STORE, dtypes::void_, {UOpRef(oidx), v2})};
       return k->replace_src(sink);

@@ -480,7 +480,7 @@ Tensor Tensor::batch_norm(const std::optional<Tensor>& running_mean, const std::
   if (!training && (!running_mean || !running_var))
     fail("batch_norm", "evaluation (training=false) needs running_mean and running_var");
   // 16-bit floats in float32 (opmath_dtype), rounded once at the end
-  DType out = to_float(*this).dtype();
+  DType out = float_dtype(dtype());
   Tensor x = to_opmath(*this), mean, invstd;
   std::vector<int64_t> axes{0};
   for (int64_t i = 2; i < ndim(); i++) axes.push_back(i);
@@ -521,7 +521,7 @@ Tensor Tensor::layer_norm(const std::vector<int64_t>& normalized_shape, const st
   Tensor y = d * Tensor(Tensor(d * d).mean(axes, true) + eps).rsqrt();
   if (weight) y = y * *weight;
   if (bias) y = y + *bias;
-  return y.cast(to_float(*this).dtype());
+  return y.cast(float_dtype(dtype()));
 }
 
 Tensor Tensor::group_norm(int64_t num_groups, const std::optional<Tensor>& weight, const std::optional<Tensor>& bias,
@@ -538,7 +538,7 @@ Tensor Tensor::group_norm(int64_t num_groups, const std::optional<Tensor>& weigh
   Tensor y = Tensor(d * Tensor(Tensor(d * d).mean(-1, true) + eps).rsqrt()).reshape(shape());
   if (weight) y = y * per_channel(*weight, ndim());
   if (bias) y = y + per_channel(*bias, ndim());
-  return y.cast(to_float(*this).dtype());
+  return y.cast(float_dtype(dtype()));
 }
 
 Tensor Tensor::rms_norm(const std::vector<int64_t>& normalized_shape, const std::optional<Tensor>& weight,
@@ -550,7 +550,7 @@ Tensor Tensor::rms_norm(const std::vector<int64_t>& normalized_shape, const std:
   std::vector<int64_t> axes;
   for (size_t i = 0; i < k; i++) axes.push_back(ndim() - int64_t(k) + int64_t(i));
   // 16-bit floats in float32, rounded once at the end; the default eps is the input dtype's epsilon (torch's)
-  DType out = to_float(*this).dtype();
+  DType out = float_dtype(dtype());
   Tensor x = to_opmath(*this);
   double e = eps.value_or(out == dtypes::float64    ? 0x1p-52
                           : out == dtypes::float16  ? 0x1p-10

@@ -27,10 +27,10 @@ Tensor Tensor::var(std::vector<int64_t> axes, bool keepdim, double correction) c
   Tensor x = to_opmath(*this);
   Tensor d = x - x.mean(axes, true);
   double n = double(count_of(shape(), axes));
-  return Tensor(Tensor(d * d).sum(axes, keepdim) / std::max(n - correction, 0.0)).cast(to_float(*this).dtype());
+  return Tensor(Tensor(d * d).sum(axes, keepdim) / std::max(n - correction, 0.0)).cast(float_dtype(dtype()));
 }
 Tensor Tensor::std(std::vector<int64_t> axes, bool keepdim, double correction) const {
-  return to_opmath(*this).var(std::move(axes), keepdim, correction).sqrt().cast(to_float(*this).dtype());
+  return to_opmath(*this).var(std::move(axes), keepdim, correction).sqrt().cast(float_dtype(dtype()));
 }
 std::pair<Tensor, Tensor> Tensor::var_mean(std::vector<int64_t> axes, bool keepdim, double correction) const {
   return {var(axes, keepdim, correction), to_float(*this).mean(axes, keepdim)};
@@ -155,7 +155,7 @@ Tensor Tensor::logsumexp(std::vector<int64_t> axes, bool keepdim) const {
   Tensor m = x.max(axes, true).detach();
   m = m.isinf().where(Tensor(0.0), m);  // all -inf (or +inf) rows: no shift
   Tensor r = Tensor(x - m).exp().sum(axes, keepdim).log();
-  return Tensor(r + (keepdim ? m : m.reshape(squeezed(m.shape(), axes)))).cast(to_float(*this).dtype());
+  return Tensor(r + (keepdim ? m : m.reshape(squeezed(m.shape(), axes)))).cast(float_dtype(dtype()));
 }
 
 Tensor Tensor::logcumsumexp(int64_t axis) const {
@@ -172,7 +172,7 @@ Tensor Tensor::logcumsumexp(int64_t axis) const {
 }
 
 Tensor Tensor::log_softmax(int64_t axis) const {
-  DType out = to_float(*this).dtype();
+  DType out = float_dtype(dtype());
   Tensor x = to_opmath(*this);
   axis = norm_dim(axis, ndim(), "log_softmax");
   if (ndim() == 0) return Tensor(x * 0.0).cast(out);

@@ -44,9 +44,11 @@ double dtype_max(DType d) {
   return double(dtypes::max_uint(d));
 }
 
+DType float_dtype(DType d) { return dtypes::is_float(d) ? d : least_upper_float(dtypes::strong(d)); }
+
 Tensor to_float(const Tensor& t) {
   if (dtypes::is_float(t.dtype())) return t;
-  return t.cast(least_upper_float(dtypes::strong(t.dtype())));
+  return t.cast(float_dtype(t.dtype()));
 }
 
 DType opmath_dtype(DType d) {

@@ -26,6 +26,8 @@ inline Tensor const_like(const Tensor& t, double v) { return const_of(t, v, t.dt
 /** The smallest / largest value of a dtype (-inf / inf for floats). */
 double dtype_min(DType d);
 double dtype_max(DType d);
+/** The dtype to_float gives: d itself when float, else the smallest float that holds it. */
+DType float_dtype(DType d);
 /** t as a float tensor (itself when already float). */
 Tensor to_float(const Tensor& t);
 /** The float type statistics of t are computed in (torch's "opmath" type): float32 for float16, bfloat16 and the
