@@ -96,6 +96,9 @@ int main() {
       tg::Tensor loss = (*model)(in[0]).sparse_categorical_crossentropy(in[1]);
       loss.backward();
       std::vector<tg::Tensor> out = opt->schedule_step();
+      // BatchNorm's running statistics with this batch, as examples/beautiful_mnist does: a step that leaves them
+      // pending makes each replay first realise the previous step's update, recomputing its convolutions.
+      for (tg::Tensor& b : model->buffers()) out.push_back(b);
       out.push_back(loss);
       return out;
     });

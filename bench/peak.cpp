@@ -5,11 +5,13 @@
 #include <sched.h>
 
 #include <algorithm>
+#include <string>
 #include <cstdio>
 #include <thread>
 #include <vector>
 
 #include "bench_util.hpp"
+#include "tg/device.hpp"
 
 namespace {
 
@@ -61,9 +63,17 @@ double gflops(int threads, bool avx512) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  // --model: tg's machine model of the CPU (the host's, or TG_CPU's), one line, for bench/run
+  std::string model = tg::device_info("CPU");
+  if (argc > 1 && std::string(argv[1]) == "--model") {
+    std::printf("%s\n", model.c_str());
+    return 0;
+  }
+  std::printf("tg machine model: %s\n", model.c_str());
   __builtin_cpu_init();
-  bool avx512 = __builtin_cpu_supports("avx512f");
+  // the ISA tg compiles for: under TG_CPU=haswell on an AVX-512 machine, the AVX2 peak is the limit
+  bool avx512 = __builtin_cpu_supports("avx512f") && model.find("AVX-512") != std::string::npos;
   if (!avx512 && !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))) {
     std::printf("FMA peak: the CPU has neither AVX-512 nor AVX2+FMA; not measured\n");
     return 0;

@@ -12,6 +12,7 @@
 #include "../backends/cpu/cpu.hpp"
 #include "scoped_env.hpp"
 #include "tg/env.hpp"
+#include "tg/opt.hpp"
 #include "tg/render.hpp"
 #include "tg/uop.hpp"
 
@@ -388,4 +389,90 @@ TEST_CASE("kernels compile, cache and load from several threads at once") {
     for (int t = 0; t < T; t++)
       for (int j = 0; j < J; j++) CHECK(got[size_t(t * J + j)] == (j == 0 ? 1000 : t * 10 + j));
   }
+}
+
+TEST_CASE("the CPU machine model comes from LLVM's target info for the host or TG_CPU") {
+  MachineModel m = get_device("CPU").machine();
+  CHECK(m.cores == get_device("CPU").threads());
+  CHECK((m.vector_bits == 128 || m.vector_bits == 256 || m.vector_bits == 512));
+  CHECK((m.vector_registers == 16 || m.vector_registers == 32));
+  CHECK(m.cpu == cpu::cpu_target().cpu);
+  CHECK(m.source == cpu::cpu_target().source);
+  CHECK(device_info("CPU").find(m.cpu + " (" + m.source + "): " + m.isa) != std::string::npos);
+  // AVX-512 code uses the full registers (LLVM's prefer-256-bit tuning is turned off)
+  if (m.isa == "AVX-512") CHECK(m.vector_bits == 512);
+  if (m.l1d_bytes > 0) CHECK(m.l1d_bytes >= 8 << 10);
+
+  // A host feature map with AVX2 and FMA but no AVX-512 (an AMD Zen 3, say):
+  std::map<std::string, bool> zen3;
+  for (const char* f : {"sse", "sse2", "sse3", "ssse3", "sse4.1", "sse4.2", "avx", "avx2", "fma", "f16c", "bmi", "bmi2",
+                        "lzcnt", "popcnt", "movbe", "xsave", "cx16", "aes", "pclmul", "adx", "sha", "rdrnd", "rdseed"})
+    zen3[f] = true;
+  for (const char* f : {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd", "amx-tile"}) zen3[f] = false;
+  cpu::CpuTarget native = cpu::resolve_cpu_target("", &zen3);
+  CHECK(native.source == "host");
+  CHECK(native.features.find("+avx2") != std::string::npos);
+  MachineModel nm = cpu::machine_model_of(native, 2);
+  CHECK(nm.isa == "AVX2+FMA");
+  CHECK(nm.vector_bits == 256);
+  CHECK(nm.vector_registers == 16);
+
+  cpu::CpuTarget hsw = cpu::resolve_cpu_target("haswell", &zen3);
+  CHECK(hsw.cpu == "haswell");
+  CHECK(hsw.source == "TG_CPU");
+  CHECK(hsw.features.find("-avx512f") != std::string::npos);
+  MachineModel hm = cpu::machine_model_of(hsw, 1);
+  CHECK(hm.isa == "AVX2+FMA");
+  CHECK(hm.vector_bits == 256);
+  CHECK(hm.vector_registers == 16);
+  CHECK(to_string(hm).find("haswell (TG_CPU): AVX2+FMA, 256-bit x 16 vector registers") == 0);
+
+  MachineModel v2 = cpu::machine_model_of(cpu::resolve_cpu_target("x86-64-v2", &zen3), 1);
+  CHECK(v2.isa == "SSE4.2");
+  CHECK(v2.vector_bits == 128);
+
+  // an AVX-512 CPU on a host without AVX-512, an unknown name: tg::EnvError naming the value and what is expected
+  auto msg = [&](const std::string& cpu) {
+    try {
+      cpu::resolve_cpu_target(cpu, &zen3);
+    } catch (const EnvError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  std::string e1 = msg("skylake-avx512");
+  CHECK(e1.find("TG_CPU=skylake-avx512 needs") != std::string::npos);
+  CHECK(e1.find("avx512f") != std::string::npos);
+  std::string e2 = msg("pentium9000");
+  CHECK(e2.find("TG_CPU=pentium9000 is not a CPU LLVM knows") != std::string::npos);
+  CHECK(e2.find("haswell") != std::string::npos);  // the list of known names
+
+  // With every feature the AVX-512 CPU needs, it resolves and uses 512-bit registers (not LLVM's 256-bit preference).
+  std::map<std::string, bool> all = zen3;
+  for (auto& [f, on] : all) on = true;
+  for (const char* f : {"avx512f", "avx512bw", "avx512vl", "avx512dq", "avx512cd", "clwb", "clflushopt", "pku", "xsavec",
+                        "xsaveopt", "xsaves", "prfchw", "fsgsbase", "invpcid", "rtm", "sahf", "mmx", "fxsr", "cmov",
+                        "cx8", "x87", "64bit", "crc32"})
+    all[f] = true;
+  MachineModel sk = cpu::machine_model_of(cpu::resolve_cpu_target("skylake-avx512", &all), 1);
+  CHECK(sk.isa == "AVX-512");
+  CHECK(sk.vector_bits == 512);
+  CHECK(sk.vector_registers == 32);
+  // LLVM's own preference kept by a feature after the name: the model says what the code uses
+  cpu::CpuTarget pref = cpu::resolve_cpu_target("skylake-avx512,+prefer-256-bit", &all);
+  CHECK(pref.features.find("-prefer-256-bit") == std::string::npos);
+  CHECK(cpu::machine_model_of(pref, 1).vector_bits == 256);
+  CHECK(cpu::resolve_cpu_target("native,-avx512f", &all).source == "host+TG_CPU");
+  CHECK(msg("haswell,avx2").find("'avx2' is not a feature") != std::string::npos);
+  CHECK(msg("haswell,+avx512f").find("turns on avx512f, which this CPU") != std::string::npos);
+}
+
+TEST_CASE("opt_config sizes the optimiser from the device's machine model") {
+  Device& d = get_device("CPU");
+  OptConfig c = opt_config(d);
+  MachineModel m = d.machine();
+  CHECK(c.threads == d.threads());
+  CHECK(c.vector_width == m.vector_bits / 32);
+  CHECK(c.vector_registers == m.vector_registers);
+  CHECK(c.l2_bytes == m.l2_bytes);
 }

@@ -1,5 +1,7 @@
 // Kernel optimisations: shift_to legality, the heuristic's choices, and that every opt list computes the same
 // values as the plain loops (explicit opts through lower_kernel, run on the CPU device).
+#include <algorithm>
+#include <map>
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -102,7 +104,21 @@ TEST_CASE("the heuristic gives a matmul a register tile, vectorised along the co
   CHECK(opts[2] == Opt{OptOp::UPCAST, 1, 2});   // two vectors share each A broadcast: 16 accumulator registers
   CHECK(opts[3].op == OptOp::THREAD);
   CHECK(hand_coded_optimizations(k.ast, OptConfig{1, 16}).size() == 3);  // one thread: no split
-  CHECK(hand_coded_optimizations(k.ast, OptConfig{2, 8}).size() == 3);   // AVX2: 8x8 = 64 of 128 floats, no room
+  // AVX2 (8 floats x 16 registers): 8 accumulator registers of the 16, 8 rows x 1 vector (B's rows are 96 floats
+  // apart: only A's loads stream along k)
+  OptConfig avx2{2, 8};
+  avx2.vector_registers = 16;
+  auto o2 = hand_coded_optimizations(k.ast, avx2);
+  REQUIRE(o2.size() == 3);
+  CHECK(o2[0] == Opt{OptOp::UPCAST, 1, 8});
+  CHECK(o2[1] == Opt{OptOp::UPCAST, 0, 8});
+  // the next-best tiles, for BEAM's seeds: distinct, the first being the heuristic's
+  auto alts = hand_coded_alternatives(k.ast, avx2, 4);
+  REQUIRE(alts.size() == 4);
+  CHECK(alts[0] == o2);
+  for (size_t i = 1; i < alts.size(); i++)
+    for (size_t j = 0; j < i; j++) CHECK(alts[i] != alts[j]);
+  CHECK(hand_coded_alternatives(k.ast, avx2, 100).size() < 100);  // as many as the kernel has
   // a 2048 matmul: B (16 MiB) would be streamed whole by both threads per row tile: its columns are split instead
   Kern big = [] {
     ScopedEnv plain("PACKED_MATMUL", "0");  // the plain kernel (not B packed into panels)
@@ -111,6 +127,29 @@ TEST_CASE("the heuristic gives a matmul a register tile, vectorised along the co
   auto bo = hand_coded_optimizations(big.ast, OptConfig{2, 16});
   REQUIRE(!bo.empty());
   CHECK(bo.back() == Opt{OptOp::THREAD, 1, 2});
+  // B packed into panels of 32 columns: a tile 32 columns wide reads each panel row whole per k step, so B streams
+  // like A: AVX2 takes 2 rows x 4 vectors (2 broadcasts + 4 loads per 8 FMAs) over 8 rows x 1 vector (8 + 1)
+  Tensor pa = Tensor::rand({256, 512}), pb = Tensor::rand({512, 2048});
+  pa.realize(), pb.realize();
+  UOpRef root = pa.matmul(pb).uop();
+  Schedule ps = create_schedule(std::span<const UOpRef>(&root, 1));
+  REQUIRE(ps.items.size() == 3);  // pack B, the product in panels, back to row-major
+  Kern packed{ps.items[1].ast, ps.items[1].bufs};
+  auto po = hand_coded_optimizations(packed.ast, avx2);
+  std::map<int, int64_t> tile;
+  for (const Opt& o : po)
+    if (o.op == OptOp::UPCAST) tile[o.axis] = tile.count(o.axis) ? tile[o.axis] * o.amt : o.amt;
+  std::vector<int64_t> amounts;
+  for (auto& [ax, a] : tile) amounts.push_back(a);
+  std::sort(amounts.begin(), amounts.end());
+  CHECK(amounts == std::vector<int64_t>{2, 32});
+  // AVX-512 keeps 8 rows x 2 vectors there
+  amounts.clear(), tile.clear();
+  for (const Opt& o : hand_coded_optimizations(packed.ast, OptConfig{2, 16}))
+    if (o.op == OptOp::UPCAST) tile[o.axis] = tile.count(o.axis) ? tile[o.axis] * o.amt : o.amt;
+  for (auto& [ax, a] : tile) amounts.push_back(a);
+  std::sort(amounts.begin(), amounts.end());
+  CHECK(amounts == std::vector<int64_t>{8, 32});
 }
 
 TEST_CASE("a large CPU matmul packs B into 32-column panels: the same values as the plain kernel, plain gradients") {

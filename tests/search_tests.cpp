@@ -1,6 +1,8 @@
 // BEAM search and its SQLite cache: the winner applies and computes what the plain loops compute, the user's
 // buffers are never written, a second search is served from the cache, and bad input (environment values, a
 // corrupt or locked database, a candidate that fails to compile) never crashes or changes a result.
+#include <algorithm>
+#include <mutex>
 #include <doctest/doctest.h>
 #include <sqlite3.h>
 #include <unistd.h>
@@ -359,8 +361,29 @@ TEST_CASE("a candidate that fails to compile is skipped and the search goes on")
   BeamResult none = beam_search(mm.ast, mm.raw(), "CPU", o);
   CHECK(none.compiled == 0);
   CHECK(none.opts == hand_coded_optimizations(graph_rewrite(mm.ast, symbolic(), nullptr, false, "s"),
-                                              OptConfig{get_device("CPU").threads(), 16}));
+                                              opt_config(get_device("CPU"))));
   CHECK(empty.rows() == 0);
+}
+
+TEST_CASE("BEAM starts from the heuristic's best register tiles, not only its first choice") {
+  TempDir dir;
+  BeamCache cache(dir.db());
+  Tensor a = randn({64, 48}, 21), b = randn({48, 96}, 22);
+  a.realize(), b.realize();
+  Kern mm = last_kernel(a.matmul(b));
+  UOpRef base = split_ranges(graph_rewrite(mm.ast, symbolic(), nullptr, false, "s"));
+  auto alts = hand_coded_alternatives(base, opt_config(get_device("CPU")), 4);
+  REQUIRE(alts.size() >= 2);  // the first tile already fills the copy budget; the others are other shapes
+  std::mutex mu;
+  std::vector<std::vector<Opt>> compiled;
+  BeamOptions o = opts_with(&cache, 2, 20);
+  o.before_compile = [&](const std::vector<Opt>& opts) {
+    std::lock_guard lk(mu);
+    compiled.push_back(opts);
+  };
+  BeamResult r = beam_search(mm.ast, mm.raw(), "CPU", o);
+  for (const auto& alt : alts) CHECK(std::find(compiled.begin(), compiled.end(), alt) != compiled.end());
+  check_close(run_with(mm, r.opts), run_with(mm, {}), 1e-5f);
 }
 
 TEST_CASE("a candidate that crashes is skipped and reported; the search goes on and the process lives") {

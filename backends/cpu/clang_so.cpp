@@ -27,9 +27,13 @@ namespace {
 // Flags beyond the usual: -fwrapv gives signed overflow exec_alu's wrap-around, -ffp-contract=off keeps every
 // rounding step of the program, -fno-math-errno lets sqrt and friends inline, -fno-vectorize leaves the upcast
 // copies to the SLP vectoriser (see llvm_jit.cpp: the loop vectoriser turns them into gathers).
-const std::vector<std::string> kFlags = {"-O2",      "-march=native",     "-fPIC",           "-shared",
-                                         "-fwrapv",  "-ffp-contract=off", "-fno-math-errno", "-fno-vectorize",
-                                         "-x",       "c"};
+// -march names cpu_target(): the host, or TG_CPU's CPU.
+const std::vector<std::string>& flags() {
+  static const std::vector<std::string> f = {"-O2",     "-march=" + (cpu_target().source == "host" ? std::string("native") : cpu_target().cpu),
+                                             "-fPIC",   "-shared", "-fwrapv", "-ffp-contract=off", "-fno-math-errno",
+                                             "-fno-vectorize", "-x", "c"};
+  return f;
+}
 
 // A private temporary folder, removed with everything in it.
 class TempDir {
@@ -101,7 +105,7 @@ class ClangCompiler : public Compiler {
  public:
   std::string id() const override {
     std::string s = "clang";
-    for (const std::string& f : kFlags) s += " " + f;
+    for (const std::string& f : flags()) s += " " + f;
     return s + " " + host_id();
   }
 
@@ -112,7 +116,7 @@ class ClangCompiler : public Compiler {
     fs::path c = dir / "kernel.c", so = dir / "kernel.so", log = dir / "clang.log";
     write_file(c, src.data(), src.size());
     std::vector<std::string> args{clang};
-    args.insert(args.end(), kFlags.begin(), kFlags.end());
+    args.insert(args.end(), flags().begin(), flags().end());
     args.insert(args.end(), {c.string(), "-o", so.string(), "-lm"});
     int rc = run_process(args, log);
     if (rc != 0)

@@ -3,6 +3,7 @@
 // compiled by clang into a shared object (CPU_COMPILER=clang). Registered as "CPU".
 // Thread-safety: compilers and loaders may be used from several threads; a Program runs on the calling thread.
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -33,7 +34,20 @@ std::unique_ptr<Compiler> make_clang_compiler();
 /** dlopen a shared object (written to a temporary file that is deleted once loaded). */
 std::unique_ptr<Program> load_shared_object(const std::vector<uint8_t>& so, const std::string& name);
 
-/** "<cpu name>-<hash of its features>": part of every CPU compiler id (binaries are host-specific). */
+/** The CPU kernels are compiled for: the host's (source "host") or the one TG_CPU names (source "TG_CPU"; an LLVM
+ *  CPU name whose instruction set this CPU has, else a tg::EnvError). Features: LLVM's "+avx2,-avx512f,..." list. */
+struct CpuTarget {
+  std::string triple, cpu, features, source;
+};
+const CpuTarget& cpu_target();
+/** What cpu_target() does for a TG_CPU value ("" or "native": the host), with the host's features as LLVM reads
+ *  them from cpuid, or the given ones (tests). */
+CpuTarget resolve_cpu_target(const std::string& tg_cpu, const std::map<std::string, bool>* host_features = nullptr);
+
+/** The machine model of a target: LLVM's vector width and register count, cache sizes (sysfs, else cpuid). */
+MachineModel machine_model_of(const CpuTarget& t, int cores);
+
+/** "<cpu name>-<hash of its features>": part of every CPU compiler id (binaries are target-specific). */
 const std::string& host_id();
 
 }  // namespace tg::cpu

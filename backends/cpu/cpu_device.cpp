@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <thread>
 
 #include <oneapi/tbb/global_control.h>
@@ -61,6 +62,10 @@ class CpuDevice : public Device {
   Renderer& renderer() override { return *renderer_; }
   Compiler& compiler() override { return *compiler_; }
   int threads() const override { return threads_; }
+  MachineModel machine() const override {
+    std::call_once(model_once_, [&] { model_ = machine_model_of(cpu_target(), threads_); });
+    return model_;
+  }
   bool index64() const override { return true; }
   std::unique_ptr<Program> load(const std::vector<uint8_t>& binary, const std::string& name) override {
     return kind_ == CompilerKind::LLVM ? load_llvm_object(binary, name) : load_shared_object(binary, name);
@@ -70,6 +75,8 @@ class CpuDevice : public Device {
   std::string name_;
   CompilerKind kind_;
   int threads_ = cpu_threads();
+  mutable std::once_flag model_once_;
+  mutable MachineModel model_;
   CpuAllocator allocator_;
   std::unique_ptr<Renderer> renderer_;
   std::unique_ptr<Compiler> compiler_;

@@ -63,16 +63,12 @@ struct HostTarget {
   const llvm::Target* target = nullptr;
 };
 
+// cpu_target() (the host's CPU or TG_CPU's) and its LLVM target.
 const HostTarget& host() {
   static const HostTarget h = [] {
     init_llvm();
-    HostTarget t;
-    t.triple = llvm::sys::getProcessTriple();
-    t.cpu = llvm::sys::getHostCPUName().str();
-    std::vector<std::string> feats;
-    for (const auto& kv : llvm::sys::getHostCPUFeatures()) feats.push_back((kv.second ? "+" : "-") + kv.first().str());
-    std::sort(feats.begin(), feats.end());
-    for (const std::string& f : feats) t.features += (t.features.empty() ? "" : ",") + f;
+    const CpuTarget& c = cpu_target();
+    HostTarget t{c.triple, c.cpu, c.features, nullptr};
     std::string err;
     t.target = llvm::TargetRegistry::lookupTarget(t.triple, err);
     if (!t.target) throw Error("[llvm] no LLVM target for " + t.triple + ": " + err);

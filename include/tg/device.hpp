@@ -98,6 +98,23 @@ class Renderer {
   virtual GridLimits grid_limits() const { return {}; }
 };
 
+/** What the optimiser knows of a device's processor. CPU: LLVM's target info for the host's CPU, or for the one
+ *  TG_CPU names (an LLVM CPU name such as haswell, znver3, skylake-avx512, whose ISA this CPU must have), and the
+ *  cache sizes from sysfs (else glibc's cpuid reading). Read once per device; immutable afterwards. */
+struct MachineModel {
+  std::string cpu = "unknown";  // LLVM's CPU name ("znver3", "sapphirerapids"), or a GPU's device name
+  std::string isa;              // the vector ISA in words ("AVX-512", "AVX2+FMA", "SSE4.2")
+  std::string source = "default";  // where the ISA came from: "host", "TG_CPU", or "default" (nothing read)
+  int vector_bits = 512;        // width of the vector registers generated code uses
+  int vector_registers = 32;    // how many of them
+  int64_t l1d_bytes = 0, l2_bytes = 0, l3_bytes = 0;  // data cache per core (L1, L2) and shared (L3); 0: unknown
+  std::string cache_source;     // "sysfs", "cpuid" (glibc), or "" when unknown
+  int cores = 1;                // parallel calls of one kernel (THREADS overrides)
+};
+/** One line: "znver3 (host): AVX2+FMA, 256-bit x 16 vector registers, L1d 32 KiB, L2 512 KiB, L3 32 MiB (sysfs), 2
+ *  cores". */
+std::string to_string(const MachineModel& m);
+
 /** A device: a name ("CPU", "CL:1", ...) and its four parts. */
 class Device {
  public:
@@ -110,6 +127,12 @@ class Device {
   virtual std::unique_ptr<Program> load(const std::vector<uint8_t>& binary, const std::string& name) = 0;
   /** How many parallel calls of one kernel the device runs well (CPU: threads; THREADS=N overrides). */
   virtual int threads() const { return 1; }
+  /** The processor the optimiser sizes kernels for (register tiles, vector widths, cache blocking). */
+  virtual MachineModel machine() const {
+    MachineModel m;
+    m.cpu = name(), m.cores = threads();
+    return m;
+  }
   /** Whether kernels index memory with 64-bit arithmetic even where 32 bits would do (64-bit CPUs). */
   virtual bool index64() const { return false; }
   /** Wait for all launched work to finish. */
@@ -134,6 +157,8 @@ bool register_device(const std::string& base, DeviceFactory f, int priority = 0)
 Device& get_device(const std::string& name);
 /** The default device: DEVICE env var, or CPU=1 / CL=1 / CUDA=1, else the highest-priority registered one. */
 const std::string& default_device();
+/** The machine model of a device (the default device when empty) as one line: what `DEBUG=1` prints. */
+std::string device_info(const std::string& device = "");
 /** Names of registered backends. */
 std::vector<std::string> device_names();
 

@@ -25,6 +25,7 @@
 #include <utility>
 #include <vector>
 
+#include "tg/device.hpp"
 #include "tg/error.hpp"
 #include "tg/uop.hpp"
 
@@ -45,13 +46,18 @@ struct OptError : Error {
   using Error::Error;
 };
 
-/** What the optimiser may use on the target device. */
+/** What the optimiser may use on the target device (opt_config(): from its machine model). */
 struct OptConfig {
   int threads = 1;        // CPU threads a kernel may be split across
-  int vector_width = 16;  // float lanes of the widest SIMD register (AVX-512: 16)
+  int vector_width = 16;  // float lanes of the vector registers kernels use (AVX-512: 16, AVX2: 8)
   int64_t local_threads = 0;  // GPU: most work items per group (0: a CPU, no LOCAL/GROUP)
   bool tensor_cores = false;  // GPU: the renderer has TC (CUDA mma.sync)
+  int vector_registers = 32;  // how many vector registers (AVX-512: 32, AVX2: 16); register tiles fit in them
+  int64_t l2_bytes = 0;       // per-core L2 cache (0: unknown)
 };
+
+/** The OptConfig of a device: threads, vector width and registers, caches from Device::machine(). */
+OptConfig opt_config(const Device& dev);
 
 /** The splittable RANGEs of a (simplified) kernel AST: output axes in id order, then reduce axes. */
 std::vector<const UOp*> kernel_axes(const UOpRef& ast);
@@ -68,6 +74,10 @@ UOpRef split_ranges(const UOpRef& ast);
 /** The default opts for a kernel (no search): register tiles for matmul-shaped kernels, vectorised loops
  *  for elementwise and reduce kernels, and the thread split. */
 std::vector<Opt> hand_coded_optimizations(const UOpRef& ast, const OptConfig& cfg);
+
+/** The heuristic's opts with its n best register tiles (by its load model; the first is hand_coded_optimizations'
+ *  choice), distinct, fewer where the kernel has fewer tiles: the seeds of BEAM's search. */
+std::vector<std::vector<Opt>> hand_coded_alternatives(const UOpRef& ast, const OptConfig& cfg, size_t n);
 
 /** The default opts for a GPU kernel: TC for fitting half matmuls (when the renderer has tensor cores), GROUP
  *  for large reductions into few outputs, LOCAL on output axes, small UPCASTs for matmul-shaped kernels. */

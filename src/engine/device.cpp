@@ -177,7 +177,28 @@ Device& get_device(const std::string& name) {
   std::string base = full.substr(0, full.find(':'));
   std::unique_ptr<Device> d = r.backends.at(base).factory(full);
   if (!d) throw Error("[get_device] the " + base + " backend could not open '" + full + "'");
-  return *r.devices.emplace(full, std::move(d)).first->second;
+  Device& dev = *r.devices.emplace(full, std::move(d)).first->second;
+  if (debug_level() >= 1 && dev.runs_kernels()) std::fprintf(stderr, "%s: %s\n", full.c_str(), to_string(dev.machine()).c_str());
+  return dev;
+}
+
+std::string to_string(const MachineModel& m) {
+  auto size = [](int64_t b) {
+    if (b <= 0) return std::string("?");
+    if (b % (1 << 20) == 0) return std::to_string(b >> 20) + " MiB";
+    return std::to_string(b >> 10) + " KiB";
+  };
+  std::string s = m.cpu + " (" + m.source + "): " + (m.isa.empty() ? "" : m.isa + ", ") + std::to_string(m.vector_bits) +
+                  "-bit x " + std::to_string(m.vector_registers) + " vector registers";
+  if (m.l1d_bytes || m.l2_bytes || m.l3_bytes)
+    s += ", L1d " + size(m.l1d_bytes) + ", L2 " + size(m.l2_bytes) + ", L3 " + size(m.l3_bytes) + " (" + m.cache_source + ")";
+  return s + ", " + std::to_string(m.cores) + (m.cores == 1 ? " core" : " cores");
+}
+
+std::string device_info(const std::string& device) {
+  const std::string& name = device.empty() ? default_device() : device;
+  Device& d = get_device(name);
+  return d.name() + ": " + to_string(d.machine());
 }
 
 const std::string& default_device() {

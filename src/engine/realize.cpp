@@ -83,7 +83,7 @@ std::shared_ptr<Runner> compile_item(const ScheduleItem& it) {
   auto r = std::make_shared<Runner>();
   r->device = it.device;
   LowerOptions lo;
-  lo.config.threads = dev.threads();
+  lo.config = opt_config(dev);
   lo.index64 = dev.index64();
   BeamResult beam;  // BEAM=N: the searched opts (cached across runs) replace the heuristic's
   if (BeamOptions bo = beam_options_from_env(); bo.width > 0 && getenv_int("NOOPT", 0) == 0) {

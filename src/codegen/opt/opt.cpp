@@ -5,6 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "tg/env.hpp"
 #include "tg/opt.hpp"
 #include "tg/symbolic.hpp"
 
@@ -206,7 +207,21 @@ UOpRef split_ranges(const UOpRef& ast) {
   return k;
 }
 
-std::vector<Opt> hand_coded_optimizations(const UOpRef& ast_in, const OptConfig& cfg) {
+OptConfig opt_config(const Device& dev) {
+  MachineModel m = dev.machine();
+  OptConfig c;
+  c.threads = dev.threads();
+  c.vector_width = std::max(4, m.vector_bits / 32);
+  c.vector_registers = std::max(8, m.vector_registers);
+  c.l2_bytes = m.l2_bytes;
+  return c;
+}
+
+namespace {
+
+// The heuristic with the register tile of the given rank (0: the best by its load model); nullopt when the kernel
+// has fewer tiles than that.
+std::optional<std::vector<Opt>> heuristic_opts(const UOpRef& ast_in, const OptConfig& cfg, size_t tile_rank) {
   // Index expressions are read for strides: simplified first (a no-op on lower_kernel's already simplified AST).
   UOpRef ast = graph_rewrite(ast_in, symbolic(), nullptr, false, "simplify for opts");
   auto axes = kernel_axes(ast);
@@ -218,7 +233,10 @@ std::vector<Opt> hand_coded_optimizations(const UOpRef& ast_in, const OptConfig&
     work *= double(std::max<int64_t>(size[i], 1));
   }
   Accesses acc = accesses(ast);
-  if (acc.stores.size() != 1) return {};  // multi-output kernels keep their plain loops
+  if (acc.stores.size() != 1) {  // multi-output kernels keep their plain loops
+    if (tile_rank > 0) return std::nullopt;
+    return std::vector<Opt>{};
+  }
   const UOp* st = acc.stores[0];
   bool reduce = n_out < axes.size();
   std::vector<Opt> opts;
@@ -332,6 +350,7 @@ std::vector<Opt> hand_coded_optimizations(const UOpRef& ast_in, const OptConfig&
       }
     }
   }
+  bool ranked = false;  // the register tile was chosen by rank (step 2)
   // 2. Reduce kernels: a register tile over output axes whose loads are shared (matmul and conv shaped): the one
   //    with the fewest loads per accumulator (a load is repeated for every copy of the axes it depends on; one
   //    contiguous along the vectorised axis is one vector load per vector; one contiguous along a reduce loop
@@ -345,10 +364,21 @@ std::vector<Opt> hand_coded_optimizations(const UOpRef& ast_in, const OptConfig&
       for (int64_t x : am) total *= double(x);
       for (const UOp* l : acc.loads) {
         double copies = 1;
-        bool streams = false;  // contiguous along a reduce loop: successive iterations read the same cache line
+        // Streams: successive iterations of a reduce loop read adjacent memory: contiguous along it, or (the tile
+        // reading a whole block per iteration) strided by exactly the block the tile reads along the vectorised
+        // axis: B packed in panels of 32 columns, read 32 columns at a time. Such loads are served by lines already
+        // fetched; a tile that reads part of each panel row instead (8 of 32) skips through memory. Only one block
+        // stream: the packing keeps one panel (K x 128 bytes, 512 KiB at K=4096) in L2 while A streams past it, and
+        // a tile reading several panels at once multiplies that.
+        bool streams = false;
+        std::optional<int64_t> cvec = vec >= 0 ? index_coef(l, axes[size_t(vec)]) : std::nullopt;
+        for (size_t o = 0; o < n_out && cvec; o++)
+          if (int(o) != vec && am[o] > 1 && depends_on(l, axes[o])) cvec.reset();
         for (size_t j = 0; j < axes.size(); j++) {
           auto c = index_coef(l, axes[j]);
-          if (j >= n_out && size[j] > 1 && c && *c == 1 && depends_on(l, axes[j])) streams = true;
+          if (j >= n_out && size[j] > 1 && c && depends_on(l, axes[j]) &&
+              (*c == 1 || (cvec && *cvec == 1 && *c == am[size_t(vec)])))
+            streams = true;
           if (am[j] == 1 || !depends_on(l, axes[j])) continue;
           // contiguous along the vectorised axis: one load per register of it
           copies *= int(j) == vec && c && *c == 1 ? double((am[j] + w - 1) / w) : double(am[j]);
@@ -361,7 +391,7 @@ std::vector<Opt> hand_coded_optimizations(const UOpRef& ast_in, const OptConfig&
     // AVX2's 16 (64 floats); vectors narrower than the registers (lanes of 4 along a short reduce axis) may take
     // three quarters. A 1024 matmul: a 32x8 tile runs at 1.2-1.5x the speed of a 16x8 one; a 5x5 conv weight
     // gradient: 5x4 copies of 4 lanes at 1.7x 5x8x2 scalar copies.
-    const int64_t regs = cfg.vector_width >= 16 ? 32 : 16;
+    const int64_t regs = cfg.vector_registers;
     const int64_t vec_regs = (vec_amt + w - 1) / w;  // registers one copy of the vector takes
     const int64_t max_acc = vec < 0 ? 16 : vec_amt < w ? regs * 3 / 4 * vec_amt : regs / 2 / vec_regs * vec_amt;
     // Every tile within max_acc (amounts 1, 2, 4, 8 on each output axis whose loads are shared; the vectorised
@@ -381,12 +411,12 @@ std::vector<Opt> hand_coded_optimizations(const UOpRef& ast_in, const OptConfig&
             }
       return st;
     };
-    std::vector<int64_t> best_am = amt, am = amt;
-    std::tuple<double, double, double> best_key{loads_per_acc(amt), 0, -double(upcast)};
+    using Key = std::tuple<double, double, double>;
+    std::vector<std::pair<Key, std::vector<int64_t>>> tiles{{Key{loads_per_acc(amt), 0, -double(upcast)}, amt}};
+    std::vector<int64_t> am = amt;
     std::function<void(size_t, int64_t)> visit = [&](size_t k, int64_t total) {
       if (k == cand.size()) {
-        std::tuple<double, double, double> key{loads_per_acc(am), strides_of(am), -double(total)};
-        if (key < best_key) best_key = key, best_am = am;
+        if (am != amt) tiles.emplace_back(Key{loads_per_acc(am), strides_of(am), -double(total)}, am);
         return;
       }
       size_t i = cand[k];
@@ -399,6 +429,11 @@ std::vector<Opt> hand_coded_optimizations(const UOpRef& ast_in, const OptConfig&
       am[i] = amt[i];
     };
     visit(0, upcast);
+    // ranked by the key (ties: the order of enumeration); BEAM seeds its search with the first few
+    std::stable_sort(tiles.begin(), tiles.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    if (tile_rank >= tiles.size()) return std::nullopt;
+    ranked = true;
+    const std::vector<int64_t>& best_am = tiles[tile_rank].second;
     // opts: the other axes by decreasing amount, then the vectorised axis's widening
     std::vector<std::pair<int64_t, size_t>> order;
     for (size_t i : cand)
@@ -455,7 +490,24 @@ std::vector<Opt> hand_coded_optimizations(const UOpRef& ast_in, const OptConfig&
     }
     if (pick_axis) opts.push_back({OptOp::THREAD, int(*pick_axis), cfg.threads});
   }
+  if (tile_rank > 0 && !ranked) return std::nullopt;
   return opts;
+}
+
+}  // namespace
+
+std::vector<Opt> hand_coded_optimizations(const UOpRef& ast, const OptConfig& cfg) {
+  return *heuristic_opts(ast, cfg, 0);
+}
+
+std::vector<std::vector<Opt>> hand_coded_alternatives(const UOpRef& ast, const OptConfig& cfg, size_t n) {
+  std::vector<std::vector<Opt>> out;
+  for (size_t r = 0; r < n; r++) {
+    auto o = heuristic_opts(ast, cfg, r);
+    if (!o) break;
+    if (std::find(out.begin(), out.end(), *o) == out.end()) out.push_back(std::move(*o));
+  }
+  return out;
 }
 
 }  // namespace tg

@@ -35,6 +35,7 @@ constexpr int64_t kMaxUpcast = 256;   // most copies of one node the expander ma
 constexpr int64_t kMaxExpanded = 8192;  // most nodes after expansion (an LLVM compile of 3,500 takes ~2 s here)
 constexpr double kMinProgress = 0.01;  // a round must beat the best by 1%
 constexpr double kEarlyStop = 3;       // a first run this many times slower than the best is not repeated
+constexpr size_t kTileSeeds = 4;        // the heuristic's best register tiles that seed the search
 
 std::atomic<size_t> g_compiled{0};
 std::mutex g_search_mu;  // one search at a time: timings must not overlap
@@ -238,7 +239,7 @@ BeamResult beam_search(const UOpRef& ast, std::span<Buffer* const> bufs, const s
   const bool host = dev.name().rfind("CPU", 0) == 0;  // kernels run in this process: probe them in a child first
   UOpRef base = split_ranges(graph_rewrite(ast, symbolic(), nullptr, false, "simplify for beam"));
   LowerOptions lo;
-  lo.config.threads = dev.threads();
+  lo.config = opt_config(dev);
   lo.index64 = dev.index64();
   auto lookup = [&](bool report) -> std::optional<BeamResult> {
     if (!o.cache) return std::nullopt;
@@ -294,6 +295,10 @@ BeamResult beam_search(const UOpRef& ast, std::span<Buffer* const> bufs, const s
   for (const Opt& op : dflt)
     if (op.op != OptOp::THREAD) serial.push_back(op);
   for (const std::vector<Opt>* seed : {&dflt, &serial}) add(cands, *seed, apply_all(base, *seed));
+  // The heuristic's next-best register tiles too (its load model ranks them): the search can leave its first
+  // choice, which already uses the whole copy budget (so no action could change the tile).
+  if (dev.renderer().grid_limits().threads == 0)
+    for (const std::vector<Opt>& alt : hand_coded_alternatives(base, lo.config, kTileSeeds)) add(cands, alt, apply_all(base, alt));
 
   static std::atomic<uint64_t> name_counter{0};
   Candidate best;

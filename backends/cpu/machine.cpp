@@ -1,0 +1,240 @@
+// The CPU kernels are compiled for, and the machine model the optimiser reads: the host's CPU as LLVM names it, or
+// the one TG_CPU names (so an AVX-512 machine builds, tests and times the AVX2 code paths); vector width and register
+// count from LLVM's target transform info for that CPU; cache sizes from sysfs, else from glibc (cpuid).
+#include <unistd.h>
+
+#include <llvm/ADT/StringMap.h>
+#include <llvm/Analysis/TargetTransformInfo.h>
+#include <llvm/IR/BasicBlock.h>
+#include <llvm/IR/Function.h>
+#include <llvm/IR/Instructions.h>
+#include <llvm/IR/LLVMContext.h>
+#include <llvm/IR/Module.h>
+#include <llvm/MC/MCSubtargetInfo.h>
+#include <llvm/MC/TargetRegistry.h>
+#include <llvm/Support/TargetSelect.h>
+#include <llvm/Target/TargetMachine.h>
+#include <llvm/Target/TargetOptions.h>
+#include <llvm/TargetParser/Host.h>
+
+#include <algorithm>
+#include <cctype>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+
+#include "cpu.hpp"
+#include "tg/env.hpp"
+#include "tg/error.hpp"
+
+namespace tg::cpu {
+
+namespace {
+
+void init_llvm() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    llvm::InitializeNativeTarget();
+    llvm::InitializeNativeTargetAsmPrinter();
+    llvm::InitializeNativeTargetAsmParser();
+  });
+}
+
+// "+a,+b,-c" for the host's ISA features as LLVM reads them from cpuid (sorted: the string is part of cache keys).
+std::string feature_string(const std::map<std::string, bool>& host) {
+  std::vector<std::string> feats;
+  for (const auto& [name, on] : host) feats.push_back((on ? "+" : "-") + name);
+  std::sort(feats.begin(), feats.end());
+  std::string s;
+  for (const std::string& f : feats) s += (s.empty() ? "" : ",") + f;
+  return s;
+}
+
+// Features whose instructions LLVM may put in a kernel's code: vector and scalar arithmetic extensions.
+bool user_instructions(llvm::StringRef f) {
+  for (const char* p : {"sse", "ssse3", "avx", "fma", "f16c", "bmi", "lzcnt", "popcnt", "amx", "gfni", "vaes", "vpclmulqdq",
+                        "aes", "pclmul", "sha", "movbe", "adx", "xop", "cx16", "sahf", "neon", "sve", "fp-armv8", "fullfp16",
+                        "dotprod", "i8mm", "bf16"})
+    if (f.starts_with(p)) return true;
+  return false;
+}
+
+// TG_CPU=NAME: LLVM's default ISA for NAME, which this CPU must be able to run (every feature NAME enables that the
+// host's cpuid reports is present on the host). Features are spelled out, with NAME's absent ones off, so that the
+// kernels use exactly NAME's instruction set.
+std::string override_features(const llvm::Target& t, const std::string& triple, const std::string& cpu,
+                              const std::map<std::string, bool>& host, const std::string& host_cpu) {
+  // (asked of a generic subtarget first: LLVM prints a warning when given an unknown name)
+  std::unique_ptr<llvm::MCSubtargetInfo> generic(t.createMCSubtargetInfo(triple, "", ""));
+  std::unique_ptr<llvm::MCSubtargetInfo> sti;
+  if (generic && generic->isCPUStringValid(cpu)) sti.reset(t.createMCSubtargetInfo(triple, cpu, ""));
+  if (!sti) {
+    std::string names;
+    if (generic)
+      for (const auto& p : generic->getAllProcessorDescriptions()) names += (names.empty() ? "" : " ") + std::string(p.Key);
+    throw EnvError("[CPU] TG_CPU=" + cpu + " is not a CPU LLVM knows for " + triple +
+                   "; expected one of: " + (names.empty() ? "(none)" : names));
+  }
+  std::vector<std::string> lacking, feats;
+  for (const auto& kv : sti->getAllProcessorFeatures()) {
+    auto h = host.find(std::string(kv.Key));
+    if (h == host.end()) continue;  // a tuning flag, not an instruction-set feature
+    bool on = sti->getFeatureBits().test(kv.Value);
+    // Only instructions kernels can contain must be on the host; system ones (invpcid, rtm, xsaves: often hidden by
+    // VMs) are turned off instead.
+    if (on && !h->second) {
+      if (!user_instructions(kv.Key)) on = false;
+      else lacking.push_back(kv.Key);
+    }
+    feats.push_back((on ? "+" : "-") + std::string(kv.Key));
+  }
+  if (!lacking.empty()) {
+    std::string l;
+    for (size_t i = 0; i < lacking.size() && i < 8; i++) l += (l.empty() ? "" : ", ") + lacking[i];
+    if (lacking.size() > 8) l += " and " + std::to_string(lacking.size() - 8) + " more";
+    throw EnvError("[CPU] TG_CPU=" + cpu + " needs " + l + ", which this CPU (" + host_cpu +
+                   ") lacks; expected a CPU whose instruction set this one has (x86-64-v2, x86-64-v3 and x86-64-v4 name "
+                   "the SSE4.2, AVX2 and AVX-512 levels)");
+  }
+  std::sort(feats.begin(), feats.end());
+  std::string s;
+  for (const std::string& f : feats) s += (s.empty() ? "" : ",") + f;
+  return s;
+}
+
+// A cache size in bytes from sysfs ("32K", "1024K", "32M"); 0 when absent.
+int64_t sysfs_size(const std::string& path) {
+  std::ifstream f(path);
+  std::string v;
+  if (!(f >> v) || v.empty()) return 0;
+  char unit = v.back();
+  int64_t mult = unit == 'K' ? 1024 : unit == 'M' ? 1 << 20 : unit == 'G' ? int64_t(1) << 30 : 1;
+  if (mult != 1) v.pop_back();
+  try {
+    return std::stoll(v) * mult;
+  } catch (...) {
+    return 0;
+  }
+}
+
+void read_caches(MachineModel& m) {
+  for (int i = 0; i < 8; i++) {
+    std::string d = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
+    std::ifstream lf(d + "level"), tf(d + "type");
+    int level = 0;
+    std::string type;
+    if (!(lf >> level) || !(tf >> type)) continue;
+    int64_t size = sysfs_size(d + "size");
+    if (type == "Instruction" || size <= 0) continue;
+    (level == 1 ? m.l1d_bytes : level == 2 ? m.l2_bytes : m.l3_bytes) = size;
+    m.cache_source = "sysfs";
+  }
+  if (!m.cache_source.empty()) return;
+  // No sysfs cache folders (some VMs): glibc's reading of cpuid.
+  long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE), l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+  if (l1 > 0 || l2 > 0) {
+    m.l1d_bytes = std::max(0L, l1), m.l2_bytes = std::max(0L, l2), m.l3_bytes = std::max(0L, l3);
+    m.cache_source = "cpuid";
+  }
+}
+
+std::string isa_words(const std::string& features) {
+  std::set<std::string> on;
+  for (size_t b = 0; b < features.size();) {
+    size_t e = std::min(features.find(',', b), features.size());
+    if (features[b] == '+') on.insert(features.substr(b + 1, e - b - 1));
+    b = e + 1;
+  }
+  auto has = [&](const char* f) { return on.count(f) > 0; };
+  if (has("avx512f")) return "AVX-512";
+  if (has("avx2")) return has("fma") ? "AVX2+FMA" : "AVX2";
+  if (has("avx")) return "AVX";
+  if (has("sse4.2")) return "SSE4.2";
+  if (has("neon") || has("sve")) return has("sve") ? "SVE" : "NEON";
+  return "scalar";
+}
+
+}  // namespace
+
+CpuTarget resolve_cpu_target(const std::string& tg_cpu, const std::map<std::string, bool>* host_features) {
+  init_llvm();
+  CpuTarget c;
+  c.triple = llvm::sys::getProcessTriple();
+  std::string err;
+  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(c.triple, err);
+  if (!target) throw Error("[llvm] no LLVM target for " + c.triple + ": " + err);
+  std::map<std::string, bool> host;
+  if (host_features) {
+    host = *host_features;
+  } else {
+    for (const auto& kv : llvm::sys::getHostCPUFeatures()) host[kv.first().str()] = kv.second;
+  }
+  std::string host_cpu = llvm::sys::getHostCPUName().str();
+  // TG_CPU=NAME[,+feature,-feature...]: LLVM's spelling of features after the CPU name (e.g. +prefer-256-bit)
+  std::string name = tg_cpu.substr(0, tg_cpu.find(','));
+  std::vector<std::string> extra;
+  for (size_t b = name.size(); b < tg_cpu.size();) {
+    size_t e = std::min(tg_cpu.find(',', b + 1), tg_cpu.size());
+    std::string f = tg_cpu.substr(b + 1, e - b - 1);
+    bool ok = f.size() > 1 && (f[0] == '+' || f[0] == '-') &&
+              std::all_of(f.begin() + 1, f.end(), [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '-' || ch == '.' || ch == '_'; });
+    if (!ok) throw EnvError("[CPU] TG_CPU=" + tg_cpu + ": '" + f + "' is not a feature; expected NAME[,+feature,-feature...], e.g. TG_CPU=haswell or TG_CPU=native,+prefer-256-bit");
+    auto h = host.find(f.substr(1));
+    if (f[0] == '+' && h != host.end() && !h->second && user_instructions(f.substr(1)))
+      throw EnvError("[CPU] TG_CPU=" + tg_cpu + " turns on " + f.substr(1) + ", which this CPU (" + host_cpu + ") lacks");
+    extra.push_back(f);
+    b = e;
+  }
+  if (name.empty() || name == "native" || name == "host") {
+    c.cpu = host_cpu;
+    c.features = feature_string(host);
+    c.source = extra.empty() ? "host" : "host+TG_CPU";
+  } else {
+    c.cpu = name;
+    c.features = override_features(*target, c.triple, name, host, host_cpu);
+    c.source = "TG_CPU";
+  }
+  // Vector registers are used at their full width: LLVM's tuning of some AVX-512 CPUs (Intel's server parts)
+  // prefers 256-bit vectors, and a register tile sized for 32 zmm registers then becomes 64 ymm ones and spills.
+  // (TG_CPU=...,+prefer-256-bit keeps LLVM's preference; the machine model then says 256 bits.)
+  bool own = std::any_of(extra.begin(), extra.end(), [](const std::string& f) { return f.substr(1) == "prefer-256-bit"; });
+  if (isa_words(c.features) == "AVX-512" && !own) c.features += ",-prefer-256-bit";
+  for (const std::string& f : extra) c.features += "," + f;
+  return c;
+}
+
+const CpuTarget& cpu_target() {
+  static const CpuTarget t = resolve_cpu_target(getenv_str("TG_CPU"));
+  return t;
+}
+
+MachineModel machine_model_of(const CpuTarget& c, int cores) {
+  MachineModel m;
+  m.cpu = c.cpu, m.source = c.source, m.isa = isa_words(c.features), m.cores = cores;
+  std::string err;
+  const llvm::Target* target = llvm::TargetRegistry::lookupTarget(c.triple, err);
+  std::unique_ptr<llvm::TargetMachine> tm(target ? target->createTargetMachine(c.triple, c.cpu, c.features, llvm::TargetOptions(),
+                                                                              llvm::Reloc::PIC_)
+                                                 : nullptr);
+  if (tm) {
+    // LLVM's cost model for a function compiled as kernels are: the vector width it uses and the register count.
+    llvm::LLVMContext ctx;
+    llvm::Module mod("machine_model", ctx);
+    auto* f = llvm::Function::Create(llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), false),
+                                     llvm::Function::ExternalLinkage, "probe", mod);
+    f->addFnAttr("target-cpu", c.cpu);
+    f->addFnAttr("target-features", c.features);
+    llvm::ReturnInst::Create(ctx, llvm::BasicBlock::Create(ctx, "entry", f));
+    llvm::TargetTransformInfo tti = tm->getTargetTransformInfo(*f);
+    m.vector_bits = int(tti.getRegisterBitWidth(llvm::TargetTransformInfo::RGK_FixedWidthVector).getFixedValue());
+    m.vector_registers = int(tti.getNumberOfRegisters(tti.getRegisterClassForType(true)));
+  }
+  if (m.vector_bits < 128) m.vector_bits = 128;  // no SIMD: the tile model still wants a width of 4 floats
+  if (m.vector_registers < 8) m.vector_registers = 16;
+  read_caches(m);
+  return m;
+}
+
+}  // namespace tg::cpu
