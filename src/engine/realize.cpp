@@ -1,8 +1,13 @@
 // The engine: lower and compile each kernel of a schedule (cached, in parallel when several are new), then
 // run them in order. DEBUG=2 prints one line per kernel launched.
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <future>
 #include <list>
 #include <mutex>
@@ -78,6 +83,22 @@ std::function<void(const UOpRef&, const std::string&)>& compile_hook() {
   return *h;
 }
 
+// TG_PROCESS_REPLAY=DIR: every kernel compiled is recorded as one JSON line in DIR/<pid>.jsonl (its AST's content
+// key, device, compiler, name, opts and rendered source), for scripts/process_replay to compare two captures.
+void record_for_replay(const ScheduleItem& it, Device& dev, const CompiledKernel& k) {
+  static const std::string dir = getenv_str("TG_PROCESS_REPLAY");
+  if (dir.empty()) return;
+  static std::mutex mu;
+  std::string opts;
+  for (const Opt& o : k.opts) opts += (opts.empty() ? "" : ", ") + to_string(o);
+  nlohmann::json j = {{"key", it.ast->key()}, {"device", dev.name()},  {"compiler", dev.compiler().id()},
+                      {"name", k.name},       {"opts", opts},          {"src", k.src}};
+  std::lock_guard lk(mu);
+  std::ofstream f(dir + "/" + std::to_string(::getpid()) + ".jsonl", std::ios::app);
+  if (!(f << j.dump() << "\n"))
+    throw EnvError("[process_replay] TG_PROCESS_REPLAY=" + dir + ": cannot write a record there; expected a writable folder");
+}
+
 std::shared_ptr<Runner> compile_item(const ScheduleItem& it) {
   Device& dev = get_device(it.device);
   auto r = std::make_shared<Runner>();
@@ -94,6 +115,7 @@ std::shared_ptr<Runner> compile_item(const ScheduleItem& it) {
     lo.opts = &beam.opts;
   }
   r->kernel = lower_kernel(it.ast, kernel_name(it.ast.get()), dev.renderer(), lo);
+  record_for_replay(it, dev, r->kernel);
   if (auto& hook = compile_hook()) hook(it.ast, r->kernel.name);
   r->program = dev.get_program(r->kernel.src, r->kernel.name);
   return r;
