@@ -529,59 +529,102 @@ std::vector<const UOp*> linearize(const UOpRef& sink) {
   return out;
 }
 
-CompiledKernel lower_kernel(const UOpRef& ast, const std::string& name, Renderer& renderer, const LowerOptions& opt) {
-  int dbg = debug_level();
-  auto trace = [&](const char* pass, const UOpRef& u) {
-    if (dbg >= 5) std::fprintf(stderr, "--- %s: %s\n%s", name.c_str(), pass, print_graph(u.get()).c_str());
-  };
-  trace("input", ast);
-  UOpRef k = split_ranges(graph_rewrite(ast, symbolic(), nullptr, false, "simplify"));
-  trace("simplify", k);
-  // Optimisations: the given opts, or the heuristic's (none with NOOPT=1): the CPU one (LLVM vectorises the
-  // copies, threads split the outer loop) or, for GPU renderers (grid limits), the GPU one (work groups, local
-  // memory, tensor cores).
-  Renderer::GridLimits lim = renderer.grid_limits();
-  OptConfig cfg = opt.config;
-  if (lim.threads > 0) cfg.local_threads = lim.threads, cfg.tensor_cores = lim.tensor_cores;
-  std::vector<Opt> opts = opt.opts                   ? *opt.opts
-                          : getenv_int("NOOPT", 0)   ? std::vector<Opt>{}
-                          : lim.threads > 0          ? gpu_hand_coded_optimizations(k, cfg)
-                                                     : hand_coded_optimizations(k, cfg);
-  for (const Opt& o : opts) {
+namespace {
+
+// What the lowering stages share: the renderer (its capabilities decide which stages apply), the options, and what
+// the stages decide (the opts applied, a GPU kernel's launch dimensions).
+struct LowerCtx {
+  Renderer& renderer;
+  const LowerOptions& opt;
+  const std::string& name;
+  Renderer::GridLimits lim;
+  std::vector<Opt> opts;
+  LaunchDims dims;
+  bool gpu() const { return lim.threads > 0; }
+};
+
+UOpRef simplify(const UOpRef& k, const char* why) { return graph_rewrite(k, symbolic(), nullptr, false, why); }
+
+// Optimisations: the given opts, or the heuristic's (none with NOOPT=1): the CPU one (LLVM vectorises the copies,
+// threads split the outer loop) or, for GPU renderers (grid limits), the GPU one (work groups, local memory, tensor
+// cores).
+UOpRef do_apply_opts(const UOpRef& k0, LowerCtx& c) {
+  OptConfig cfg = c.opt.config;
+  if (c.gpu()) cfg.local_threads = c.lim.threads, cfg.tensor_cores = c.lim.tensor_cores;
+  c.opts = c.opt.opts                 ? *c.opt.opts
+           : getenv_int("NOOPT", 0)   ? std::vector<Opt>{}
+           : c.gpu()                  ? gpu_hand_coded_optimizations(k0, cfg)
+                                      : hand_coded_optimizations(k0, cfg);
+  UOpRef k = k0;
+  for (const Opt& o : c.opts) {
     bool gpu_only = o.op == OptOp::LOCAL || o.op == OptOp::GROUP || o.op == OptOp::GROUPTOP || o.op == OptOp::TC;
-    if (gpu_only && (lim.threads == 0 || !renderer.has_local()))
+    if (gpu_only && (!c.gpu() || !c.renderer.has_local()))
       throw OptError("[opt] " + to_string(o) + " needs a GPU renderer with work groups and local memory");
-    if (o.op == OptOp::TC && !lim.tensor_cores) throw OptError("[opt] Opt(TC): this renderer has no tensor cores");
+    if (o.op == OptOp::TC && !c.lim.tensor_cores) throw OptError("[opt] Opt(TC): this renderer has no tensor cores");
     k = apply_opt(k, o);
   }
-  if (dbg >= 3 && !opts.empty()) {
+  if (debug_level() >= 3 && !c.opts.empty()) {
     std::string s;
-    for (const Opt& o : opts) s += (s.empty() ? "" : ", ") + to_string(o);
-    std::fprintf(stderr, "opts %s: [%s]\n", name.c_str(), s.c_str());
+    for (const Opt& o : c.opts) s += (s.empty() ? "" : ", ") + to_string(o);
+    std::fprintf(stderr, "opts %s: [%s]\n", c.name.c_str(), s.c_str());
   }
-  k = expand_upcasts(k, renderer.vector_lanes());
-  trace("opts + expand", k);
-  k = graph_rewrite(k, symbolic(), nullptr, false, "simplify after opts");
-  if (lim.threads == 0) k = reuse_row_values(k);
-  LaunchDims dims;
-  if (lim.threads > 0) {
-    k = lower_group_reduces(k);
-    k = add_gpu_dims(k, lim, dims);
-    trace("group reduces + gpu dims", k);
-  }
-  k = expand_reduces(block_long_sums(k));
-  k = fuse_wmma_accumulators(k);
-  k = add_ends(k);
-  trace("expand reduce", k);
-  k = graph_rewrite(k, symbolic(), nullptr, false, "simplify after reduce");
-  if (want_transcendental_decomposition(renderer)) k = decompose_transcendentals(k);
-  // Pick the index width from the bounds of every index value.
+  return k;
+}
+
+// Index arithmetic in int32 where every index value's bounds fit (and the device does not ask for int64).
+UOpRef do_lower_index_dtype(const UOpRef& k, LowerCtx& c) {
   bool wide = false;
   for (const UOp* u : toposort(k.get()))
     if (u->dtype.scalar == Scalar::Index && (!u->bounds().known || u->vmin() < INT32_MIN || u->vmax() > INT32_MAX)) wide = true;
-  IndexCtx ictx{wide || opt.index64 ? dtypes::int64 : dtypes::int32};
-  k = graph_rewrite(k, pm_lower_index_dtype(), &ictx, false, "lower index dtype");
-  trace("lower index dtype", k);
+  IndexCtx ictx{wide || c.opt.index64 ? dtypes::int64 : dtypes::int32};
+  return graph_rewrite(k, pm_lower_index_dtype(), &ictx, false, "lower index dtype");
+}
+
+struct LowerStage {
+  const char* name;
+  UOpRef (*run)(const UOpRef&, LowerCtx&);
+};
+
+// The lowering of one kernel, as tinygrad's full_rewrite_to_sink: one list of named stages in order, each a rewrite
+// of the whole kernel (a stage that does not apply to the renderer returns its input). DEBUG=5 prints each output.
+const std::vector<LowerStage>& lowering_stages() {
+  static const std::vector<LowerStage> stages = {
+      {"simplify", [](const UOpRef& k, LowerCtx&) { return simplify(k, "simplify"); }},
+      {"split ranges", [](const UOpRef& k, LowerCtx&) { return split_ranges(k); }},
+      {"apply opts", do_apply_opts},
+      {"expand upcasts", [](const UOpRef& k, LowerCtx& c) { return expand_upcasts(k, c.renderer.vector_lanes()); }},
+      {"simplify after opts", [](const UOpRef& k, LowerCtx&) { return simplify(k, "simplify after opts"); }},
+      {"reuse row values", [](const UOpRef& k, LowerCtx& c) { return c.gpu() ? k : reuse_row_values(k); }},
+      {"group reduces", [](const UOpRef& k, LowerCtx& c) { return c.gpu() ? lower_group_reduces(k) : k; }},
+      {"gpu dims", [](const UOpRef& k, LowerCtx& c) { return c.gpu() ? add_gpu_dims(k, c.lim, c.dims) : k; }},
+      {"block long sums", [](const UOpRef& k, LowerCtx&) { return block_long_sums(k); }},
+      {"expand reduces", [](const UOpRef& k, LowerCtx&) { return expand_reduces(k); }},
+      {"fuse wmma accumulators", [](const UOpRef& k, LowerCtx&) { return fuse_wmma_accumulators(k); }},
+      {"add ends", [](const UOpRef& k, LowerCtx&) { return add_ends(k); }},
+      {"simplify after reduce", [](const UOpRef& k, LowerCtx&) { return simplify(k, "simplify after reduce"); }},
+      {"decompose transcendentals",
+       [](const UOpRef& k, LowerCtx& c) { return want_transcendental_decomposition(c.renderer) ? decompose_transcendentals(k) : k; }},
+      {"lower index dtype", do_lower_index_dtype},
+  };
+  return stages;
+}
+
+}  // namespace
+
+CompiledKernel lower_kernel(const UOpRef& ast, const std::string& name, Renderer& renderer, const LowerOptions& opt) {
+  int dbg = debug_level();
+  if (dbg >= 5) std::fprintf(stderr, "--- %s: input\n%s", name.c_str(), print_graph(ast.get()).c_str());
+  LowerCtx ctx{renderer, opt, name, renderer.grid_limits(), {}, {}};
+  UOpRef k = ast;
+  for (const LowerStage& st : lowering_stages()) {
+    UOpRef next = st.run(k, ctx);
+    if (dbg >= 5)
+      std::fprintf(stderr, "--- %s: %s%s\n%s", name.c_str(), st.name, next == k ? " (unchanged)" : "",
+                   next == k ? "" : print_graph(next.get()).c_str());
+    k = next;
+  }
+  std::vector<Opt>& opts = ctx.opts;
+  LaunchDims& dims = ctx.dims;
   CompiledKernel ck;
   ck.name = name;
   ck.sink = k;
