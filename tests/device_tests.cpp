@@ -2,6 +2,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -14,6 +15,7 @@
 #include "tg/env.hpp"
 #include "tg/opt.hpp"
 #include "tg/render.hpp"
+#include "tg/tensor.hpp"
 #include "tg/uop.hpp"
 
 using namespace tg;
@@ -475,4 +477,28 @@ TEST_CASE("opt_config sizes the optimiser from the device's machine model") {
   CHECK(c.vector_width == m.vector_bits / 32);
   CHECK(c.vector_registers == m.vector_registers);
   CHECK(c.l2_bytes == m.l2_bytes);
+}
+
+TEST_CASE("TG_PROCESS_REPLAY records each compiled kernel's key, opts and source as a JSON line") {
+  TempDir dir;
+  Tensor a = Tensor::arange(0, 331, 1).cast(dtypes::float32);
+  a.realize();
+  Tensor b = a * 3.0f + 1.0f;  // a kernel no other test compiles
+  {
+    ScopedEnv rec("TG_PROCESS_REPLAY", dir.path.string());
+    b.realize();
+  }
+  std::string lines;
+  for (const auto& e : fs::directory_iterator(dir.path)) {
+    CHECK(e.path().filename().string() == std::to_string(getpid()) + ".jsonl");
+    std::ifstream f(e.path());
+    lines += std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+  }
+  REQUIRE(std::count(lines.begin(), lines.end(), '\n') == 1);  // one kernel
+  CHECK(lines.find("\"device\":\"CPU\"") != std::string::npos);
+  CHECK(lines.find("\"name\":\"E_331\"") != std::string::npos);
+  CHECK(lines.find("\"opts\":\"Opt(UPCAST") == std::string::npos);  // 331 is prime: no split divides it
+  CHECK(lines.find("define void @E_331") != std::string::npos);      // the LLVM source
+  CHECK(lines.find("\"key\":\"") != std::string::npos);
+  CHECK(std::vector<float>(b.to_vector<float>())[330] == 991.0f);
 }

@@ -86,7 +86,7 @@ std::function<void(const UOpRef&, const std::string&)>& compile_hook() {
 // TG_PROCESS_REPLAY=DIR: every kernel compiled is recorded as one JSON line in DIR/<pid>.jsonl (its AST's content
 // key, device, compiler, name, opts and rendered source), for scripts/process_replay to compare two captures.
 void record_for_replay(const ScheduleItem& it, Device& dev, const CompiledKernel& k) {
-  static const std::string dir = getenv_str("TG_PROCESS_REPLAY");
+  std::string dir = getenv_str("TG_PROCESS_REPLAY");  // read per kernel compiled: a cost next to lowering it
   if (dir.empty()) return;
   static std::mutex mu;
   std::string opts;
