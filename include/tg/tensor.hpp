@@ -4,6 +4,8 @@
 // non-elementwise op, or realised. Nothing computes until realize().
 // Thread-safety: a Tensor may be read from several threads; realize() and assign() on tensors that share
 // a graph must not run concurrently.
+#include "tg/config.hpp"
+
 #include <cstdint>
 #include <functional>
 #include <initializer_list>

@@ -2,6 +2,8 @@
 // nn: layers with parameters (initialised as in tinygrad/PyTorch), a Module base with named parameters and
 // train/eval mode, Sequential. Layers are callables Tensor -> Tensor.
 // Thread-safety: a module is used from one thread.
+#include "tg/config.hpp"
+
 #include <functional>
 #include <map>
 #include <memory>

@@ -9,6 +9,8 @@
 // on a per-parameter norm (LAMB, LARS with a trust ratio, Muon) refuse fused mode: over one flat buffer the norm
 // would mix all layers.
 // Thread-safety: an optimiser is used from one thread.
+#include "tg/config.hpp"
+
 #include <memory>
 #include <utility>
 #include <vector>
