@@ -86,6 +86,9 @@ constexpr DType dtype_of() {
 
 struct TensorImpl;
 
+/** Values and their indices (int64) along a reduced dim: `auto [v, i] = t.max_with_indices(1);`. */
+struct ValuesIndices;
+
 /** A lazy tensor. Copies share the same node (like torch): realize() on one is seen by all. */
 class Tensor {
  public:
@@ -115,6 +118,11 @@ class Tensor {
     } else {
       return from_blob(v.data(), s, dtype_of<T>(), device).check_numel(v.size(), "from_vector");
     }
+  }
+  /** From a braced list, the dtype deduced from the elements: `Tensor::from_vector({1.f, 2.f})` is float32. */
+  template <class T>
+  static Tensor from_vector(std::initializer_list<T> v, const Shape& shape = {}, const std::string& device = "") {
+    return from_vector(std::vector<T>(v), shape, device);
   }
   /** Seed the counter-based (threefry) generator; the same seed gives the same numbers on every backend. */
   static void manual_seed(uint64_t seed);
@@ -207,6 +215,10 @@ class Tensor {
   Tensor max(int64_t axis, bool keepdim = false) const { return max(std::vector<int64_t>{axis}, keepdim); }
   Tensor min(std::vector<int64_t> axes = {}, bool keepdim = false) const;
   Tensor min(int64_t axis, bool keepdim = false) const { return min(std::vector<int64_t>{axis}, keepdim); }
+  /** The maximum along dim and the index (int64) of its first occurrence, as torch.max(dim). */
+  ValuesIndices max_with_indices(int64_t dim, bool keepdim = false) const;
+  /** The minimum along dim and the index (int64) of its first occurrence, as torch.min(dim). */
+  ValuesIndices min_with_indices(int64_t dim, bool keepdim = false) const;
   Tensor prod(std::vector<int64_t> axes = {}, bool keepdim = false) const;
   Tensor prod(int64_t axis, bool keepdim = false) const { return prod(std::vector<int64_t>{axis}, keepdim); }
   Tensor mean(std::vector<int64_t> axes = {}, bool keepdim = false) const;
@@ -524,6 +536,10 @@ struct TensorImpl {
   bool weak = false;           // a Python-like scalar (weakly typed)
   bool requires_grad = false;  // a leaf whose gradient is wanted, or computed from one
   std::shared_ptr<TensorImpl> grad;
+};
+
+struct ValuesIndices {
+  Tensor values, indices;
 };
 
 /** One entry of Tensor::index: an int, a Slice, an integer Tensor (advanced indexing), NewAxis or Ellipsis. */

@@ -1,0 +1,89 @@
+// What a user embedding tg reaches for first (issue 23): the umbrella header, from_vector with a braced list,
+// max/min with indices, activation modules, optimiser classes.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "tg/tg.hpp"
+
+using namespace tg;
+
+TEST_CASE("from_vector deduces the dtype from a braced list") {
+  CHECK(Tensor::from_vector({1.f, 2.f}).dtype() == dtypes::float32);
+  CHECK(Tensor::from_vector({1.0, 2.0}).dtype() == dtypes::float64);
+  CHECK(Tensor::from_vector({1, 2, 3}).dtype() == dtypes::int32);
+  CHECK(Tensor::from_vector({true, false}).dtype() == dtypes::bool_);
+  Tensor m = Tensor::from_vector({1.f, 2.f, 3.f, 4.f, 5.f, 6.f}, {2, 3});
+  CHECK(m.shape() == Shape{2, 3});
+  CHECK(m.to_vector<float>() == std::vector<float>{1, 2, 3, 4, 5, 6});
+}
+
+TEST_CASE("max_with_indices / min_with_indices give values and first indices; max(dim) still gives values") {
+  Tensor t = Tensor::from_vector({1.f, 5.f, 5.f, 7.f, 0.f, 7.f}, {2, 3});
+  auto [v, i] = t.max_with_indices(1);
+  CHECK(v.to_vector<float>() == std::vector<float>{5, 7});
+  CHECK(i.dtype() == dtypes::int64);
+  CHECK(i.to_vector<int64_t>() == std::vector<int64_t>{1, 0});
+  auto mn = t.min_with_indices(0, true);
+  CHECK(mn.values.shape() == Shape{1, 3});
+  CHECK(mn.values.to_vector<float>() == std::vector<float>{1, 0, 5});
+  CHECK(mn.indices.to_vector<int64_t>() == std::vector<int64_t>{0, 1, 0});
+  CHECK(t.max(1).to_vector<float>() == std::vector<float>{5, 7});
+  CHECK_THROWS_AS(t.max_with_indices(2), Error);
+}
+
+TEST_CASE("activation and Flatten modules compose in Sequential") {
+  nn::Sequential seq({std::make_shared<nn::Flatten>(), std::make_shared<nn::ReLU>()});
+  Tensor x = Tensor::from_vector({-1.f, 2.f, 3.f, -4.f}, {2, 1, 2});
+  Tensor y = seq(x);
+  CHECK(y.shape() == Shape{2, 2});
+  CHECK(y.to_vector<float>() == std::vector<float>{0, 2, 3, 0});
+  CHECK(seq.parameters().empty());
+
+  Tensor a = Tensor::from_vector({-1.f, 0.f, 2.f});
+  auto near = [](const Tensor& t, std::vector<double> want) {
+    auto got = t.to_vector<float>();
+    REQUIRE(got.size() == want.size());
+    for (size_t k = 0; k < got.size(); k++) CHECK(got[k] == doctest::Approx(want[k]).epsilon(1e-6));
+  };
+  near(nn::Sigmoid()(a), {1 / (1 + std::exp(1.0)), 0.5, 1 / (1 + std::exp(-2.0))});
+  near(nn::Tanh()(a), {std::tanh(-1.0), 0, std::tanh(2.0)});
+  near(nn::SiLU()(a), {-1 / (1 + std::exp(1.0)), 0, 2 / (1 + std::exp(-2.0))});
+  near(nn::GELU()(a), {-0.5 * (1 + std::erf(-1 / std::sqrt(2.0))), 0, 2 * 0.5 * (1 + std::erf(2 / std::sqrt(2.0)))});
+  near(nn::LeakyReLU(0.1)(a), {-0.1, 0, 2});
+  near(nn::Identity()(a), {-1, 0, 2});
+  near(nn::Softmax()(a).sum(), {1});
+
+  nn::Sequential mlp({std::make_shared<nn::Linear>(4, 3), std::make_shared<nn::GELU>("tanh"), std::make_shared<nn::Linear>(3, 2)});
+  CHECK(mlp.parameters().size() == 4);
+  CHECK(mlp(Tensor::rand({5, 4})).shape() == Shape{5, 2});
+}
+
+TEST_CASE("Adam and AdamW are classes like SGD; the former factory spelling still works") {
+  // Adam's first step moves each parameter by lr against the gradient's sign (m_hat / sqrt(v_hat) = g / |g|).
+  Tensor w = Tensor::from_vector({1.f, -2.f}).requires_grad_();
+  nn::optim::Adam opt({w}, 0.1);
+  opt.zero_grad();
+  (w * w).sum().backward();
+  opt.step();
+  auto got = w.to_vector<float>();
+  CHECK(got[0] == doctest::Approx(0.9).epsilon(1e-6));
+  CHECK(got[1] == doctest::Approx(-1.9).epsilon(1e-6));
+
+  // AdamW: p -= lr * (g / |g| + weight_decay * p)
+  Tensor u = Tensor::from_vector({1.f, -2.f}).requires_grad_();
+  std::unique_ptr<nn::optim::Optimizer> adamw = std::make_unique<nn::optim::AdamW>(std::vector<Tensor>{u}, 0.1, 0.9, 0.999, 1e-8, 0.5);
+  adamw->zero_grad();
+  (u * u).sum().backward();
+  adamw->step();
+  got = u.to_vector<float>();
+  CHECK(got[0] == doctest::Approx(0.85).epsilon(1e-6));
+  CHECK(got[1] == doctest::Approx(-1.8).epsilon(1e-6));
+
+  Tensor z = Tensor::from_vector({3.f}).requires_grad_();
+  auto old_style = nn::optim::Adam({z}, 0.5);  // `auto opt = Adam(...); opt->step()`, as with the factory
+  old_style->zero_grad();
+  (z * z).sum().backward();
+  old_style->step();
+  CHECK(z.item<float>() == doctest::Approx(2.5).epsilon(1e-6));
+}
