@@ -1,12 +1,69 @@
-// What a user embedding tg reaches for first (issue 23): the umbrella header, from_vector with a braced list,
-// max/min with indices, activation modules, optimiser classes.
+// What a user embedding tg reaches for first (issue 23): the umbrella header, printing, from_vector with a braced
+// list, max/min with indices, activation modules, optimiser classes.
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <limits>
+#include <sstream>
 
 #include "tg/tg.hpp"
 
 using namespace tg;
+
+namespace {
+Tensor iota(const Shape& s, DType dt = dtypes::float32) {
+  int64_t n = 1;
+  for (auto d : s) n *= d;
+  return Tensor::arange(0, double(n), 1, dt).reshape(s);
+}
+// The suffix to_string ends with: shape, dtype and the device the suite runs on (CPU, CL, ...).
+std::string tail(const Tensor& t, const std::string& shape, const std::string& dtype) {
+  return ", shape=" + shape + ", dtype=" + dtype + ", device=" + t.device() + ")";
+}
+}  // namespace
+
+TEST_CASE("to_string prints values torch-like, with shape, dtype and device") {
+  Tensor f = Tensor::from_vector({1.f, 2.f, 3.f, 4.f}, {2, 2});
+  CHECK(to_string(f) == "tensor([[1., 2.],\n        [3., 4.]]" + tail(f, "(2, 2)", "float32"));
+  Tensor g = Tensor::from_vector({0.5f, -1.25f, 3.f});
+  CHECK(to_string(g) == "tensor([ 0.5000, -1.2500,  3.0000]" + tail(g, "(3,)", "float32"));
+  Tensor sci = Tensor::from_vector({1e-5, 1.0});
+  CHECK(to_string(sci) == "tensor([1.0000e-05, 1.0000e+00]" + tail(sci, "(2,)", "float64"));
+  const float inf = std::numeric_limits<float>::infinity();
+  Tensor special = Tensor::from_vector({std::nanf(""), inf, -inf, 1.f});
+  CHECK(to_string(special) == "tensor([ nan,  inf, -inf,   1.]" + tail(special, "(4,)", "float32"));
+  Tensor i = Tensor::from_vector<int32_t>({1, -20, 300});
+  CHECK(to_string(i) == "tensor([  1, -20, 300]" + tail(i, "(3,)", "int32"));
+  Tensor b = Tensor::from_vector({true, false});
+  CHECK(to_string(b) == "tensor([ True, False]" + tail(b, "(2,)", "bool"));
+  Tensor s = Tensor::full({}, 2.5);
+  CHECK(to_string(s) == "tensor(2.5000" + tail(s, "()", "float32"));
+  Tensor e = Tensor::zeros({0, 3});
+  CHECK(to_string(e) == "tensor([]" + tail(e, "(0, 3)", "float32"));
+  Tensor c = iota({2, 2, 2}, dtypes::int32);
+  CHECK(to_string(c) == "tensor([[[0, 1],\n         [2, 3]],\n\n        [[4, 5],\n         [6, 7]]]" +
+                            tail(c, "(2, 2, 2)", "int32"));
+  std::ostringstream os;
+  os << f << (f + 1);  // an expression prints as its tensor
+  CHECK(os.str() == to_string(f) + to_string(Tensor(f + 1)));
+}
+
+TEST_CASE("to_string summarises more than 1000 elements with the first and last 3 of each dim") {
+  Tensor v = Tensor::arange(1001);
+  CHECK(to_string(v) == "tensor([   0,    1,    2, ...,  998,  999, 1000]" + tail(v, "(1001,)", "int32"));
+  Tensor m = iota({40, 30}, dtypes::int32);
+  CHECK(to_string(m) ==
+        "tensor([[   0,    1,    2, ...,   27,   28,   29],\n"
+        "        [  30,   31,   32, ...,   57,   58,   59],\n"
+        "        [  60,   61,   62, ...,   87,   88,   89],\n"
+        "        ...,\n"
+        "        [1110, 1111, 1112, ..., 1137, 1138, 1139],\n"
+        "        [1140, 1141, 1142, ..., 1167, 1168, 1169],\n"
+        "        [1170, 1171, 1172, ..., 1197, 1198, 1199]]" +
+            tail(m, "(40, 30)", "int32"));
+  Tensor small = iota({10, 100});  // exactly 1000 elements: printed in full
+  CHECK(to_string(small).find("...") == std::string::npos);
+}
 
 TEST_CASE("from_vector deduces the dtype from a braced list") {
   CHECK(Tensor::from_vector({1.f, 2.f}).dtype() == dtypes::float32);

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <iosfwd>
 #include <memory>
 #include <optional>
 #include <string>
@@ -541,6 +542,12 @@ struct TensorImpl {
 struct ValuesIndices {
   Tensor values, indices;
 };
+
+/** Printing, like torch: `tensor([[1., 2.],\n        [3., 4.]], shape=(2, 2), dtype=float32, device=CPU)`. Realises
+ *  the tensor. Floats print with 4 decimals ("1." when every value is integral, scientific when the magnitudes
+ *  need it), all with one width; more than 1000 elements print the first and last 3 of each dim around "...". */
+std::string to_string(const Tensor& t);
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 /** One entry of Tensor::index: an int, a Slice, an integer Tensor (advanced indexing), NewAxis or Ellipsis. */
 struct TensorIndex {

@@ -5,10 +5,11 @@
 #include <iostream>
 
 int main() {
-  tg::Tensor a = tg::Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, {2, 2});
+  tg::Tensor a = tg::Tensor::from_vector({1.f, 2.f, 3.f, 4.f}, {2, 2});
   tg::Tensor b = tg::Tensor::ones({2, 2});
   tg::Tensor c = a.matmul(b) + 2;  // [[5, 5], [9, 9]]
   float sum = c.sum().item<float>();
+  std::cout << c << "\n";
   if (sum != 28.f) {
     std::cerr << "expected a sum of 28, got " << sum << "\n";
     return 1;
