@@ -1,5 +1,5 @@
-// What a user embedding tg reaches for first (issue 23): the umbrella header, printing, from_vector with a braced
-// list, max/min with indices, activation modules, optimiser classes.
+// What a user embedding tg reaches for first (issue 23): the umbrella header, printing, compound assignment,
+// operator[], from_vector with a braced list, max/min with indices, activation modules, optimiser classes.
 #include <doctest/doctest.h>
 
 #include <cmath>
@@ -63,6 +63,60 @@ TEST_CASE("to_string summarises more than 1000 elements with the first and last 
             tail(m, "(40, 30)", "int32"));
   Tensor small = iota({10, 100});  // exactly 1000 elements: printed in full
   CHECK(to_string(small).find("...") == std::string::npos);
+}
+
+TEST_CASE("compound assignment updates the tensor, and every handle on it sees the new value") {
+  Tensor x = Tensor::from_vector({1.f, 2.f}) * 2;  // lazy
+  Tensor alias = x;
+  x += Tensor::from_vector({10.f, 20.f});
+  x -= 1;
+  x *= 2;
+  x /= 4;
+  CHECK(x.to_vector<float>() == std::vector<float>{5.5f, 11.5f});
+  CHECK(alias.to_vector<float>() == std::vector<float>{5.5f, 11.5f});
+
+  Tensor buf = Tensor::from_vector({1.f, 2.f, 3.f}).realize();  // a realised buffer: written with assign
+  Tensor other = buf;
+  buf += 1.5;
+  CHECK(buf.to_vector<float>() == std::vector<float>{2.5f, 3.5f, 4.5f});
+  CHECK(other.to_vector<float>() == std::vector<float>{2.5f, 3.5f, 4.5f});
+
+  Tensor m = Tensor::zeros({2, 3});
+  m += Tensor::from_vector({1.f, 2.f, 3.f});  // the operand broadcasts to the target
+  CHECK(m.to_vector<float>() == std::vector<float>{1, 2, 3, 1, 2, 3});
+  Tensor n = Tensor::from_vector<int32_t>({1, 2});
+  n *= 3;
+  CHECK(n.dtype() == dtypes::int32);
+  CHECK(n.to_vector<int32_t>() == std::vector<int32_t>{3, 6});
+}
+
+TEST_CASE("compound assignment refuses a broadcast target, a float result in an int tensor, a grad leaf") {
+  Tensor v = Tensor::zeros({3});
+  CHECK_THROWS_AS(v += Tensor::zeros({2, 3}), Error);
+  Tensor n = Tensor::from_vector<int32_t>({1, 2});
+  CHECK_THROWS_AS(n /= 2, Error);
+  CHECK_THROWS_AS(n += 0.5, Error);
+  Tensor w = Tensor::ones({2}).requires_grad_();
+  CHECK_THROWS_AS(w -= 1, Error);
+  {
+    NoGrad ng;
+    w -= 1;
+  }
+  CHECK(w.to_vector<float>() == std::vector<float>{0, 0});
+}
+
+TEST_CASE("operator[] selects (dropping the dim), slices and indexes several dims") {
+  Tensor t = iota({2, 3});
+  CHECK(t[1].shape() == Shape{3});
+  CHECK(t[1].to_vector<float>() == std::vector<float>{3, 4, 5});
+  CHECK(t[-2].to_vector<float>() == std::vector<float>{0, 1, 2});
+  CHECK(t[Slice{0, 1}].shape() == Shape{1, 3});
+  CHECK(t[{1, 2}].shape() == Shape{});
+  CHECK(t[{1, 2}].item<float>() == 5);
+  CHECK(t[{Slice::all(), 1}].to_vector<float>() == std::vector<float>{1, 4});
+  CHECK(t[{Ellipsis, NewAxis}].shape() == Shape{2, 3, 1});
+  CHECK(t[1][2].item<float>() == 5);
+  CHECK_THROWS_AS(t[2], Error);
 }
 
 TEST_CASE("from_vector deduces the dtype from a braced list") {
@@ -143,4 +197,16 @@ TEST_CASE("Adam and AdamW are classes like SGD; the former factory spelling stil
   (z * z).sum().backward();
   old_style->step();
   CHECK(z.item<float>() == doctest::Approx(2.5).epsilon(1e-6));
+}
+
+TEST_CASE("reading a pending assign twice writes it once") {
+  Tensor buf = Tensor::from_vector({1.f, 2.f}).realize();
+  buf.assign(buf + 1);
+  CHECK(buf.to_vector<float>() == std::vector<float>{2, 3});
+  CHECK(buf.to_vector<float>() == std::vector<float>{2, 3});
+  Tensor acc = Tensor::zeros({2}).contiguous().realize();
+  for (int i = 0; i < 3; i++) {
+    acc += 1;
+    CHECK(acc.to_vector<float>() == std::vector<float>{float(i + 1), float(i + 1)});
+  }
 }

@@ -168,6 +168,14 @@ class Tensor {
   Tensor to(const std::string& device) const;
   /** Write x's values into this tensor's buffer (shapes must match; dtype is converted). */
   Tensor& assign(const Tensor& x);
+  /** In place, like torch's `t += x`: x broadcasts to this shape, the result keeps this dtype (a float result into
+   *  an int or bool tensor is an error). Every handle sharing this tensor sees the new value: a realised buffer is
+   *  updated with assign(), a lazy tensor's graph is replaced. Refused on a tensor that requires grad (outside
+   *  NoGrad), as torch refuses it on a leaf. */
+  Tensor& operator+=(const Tensor& x);
+  Tensor& operator-=(const Tensor& x);
+  Tensor& operator*=(const Tensor& x);
+  Tensor& operator/=(const Tensor& x);
 
   // ---- elementwise (see also the operators below)
   Tensor alu(Ops op, const Tensor& b) const;  // broadcasting + promotion
@@ -208,6 +216,10 @@ class Tensor {
   Tensor squeeze(std::optional<int64_t> dim = std::nullopt) const;
   Tensor unsqueeze(int64_t dim) const;
   Tensor slice(const std::vector<Slice>& s) const;
+  /** `t[i]` selects along dim 0 and drops it (negative counts from the end); `t[Slice{1, 3}]` slices dim 0;
+   *  `t[{0, Slice::all(), NewAxis}]` indexes several dims, as index(). */
+  Tensor operator[](const TensorIndex& i) const;
+  Tensor operator[](std::initializer_list<TensorIndex> idx) const;
 
   // ---- reductions (axes empty = all)
   Tensor sum(std::vector<int64_t> axes = {}, bool keepdim = false) const;

@@ -7,7 +7,8 @@
 int main() {
   tg::Tensor a = tg::Tensor::from_vector({1.f, 2.f, 3.f, 4.f}, {2, 2});
   tg::Tensor b = tg::Tensor::ones({2, 2});
-  tg::Tensor c = a.matmul(b) + 2;  // [[5, 5], [9, 9]]
+  tg::Tensor c = a.matmul(b) + 1;  // [[4, 4], [8, 8]]
+  c += 1;
   float sum = c.sum().item<float>();
   std::cout << c << "\n";
   if (sum != 28.f) {
