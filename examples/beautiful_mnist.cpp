@@ -29,8 +29,8 @@ const char* const kOptimizers[] = {"adam", "adamw", "sgd", "lamb", "lars", "muon
 
 std::unique_ptr<nn::optim::Optimizer> make_optimizer(const std::string& name, std::vector<Tensor> params) {
   using namespace nn::optim;
-  if (name == "adam") return Adam(std::move(params));
-  if (name == "adamw") return AdamW(std::move(params));
+  if (name == "adam") return std::make_unique<Adam>(std::move(params));
+  if (name == "adamw") return std::make_unique<AdamW>(std::move(params));
   if (name == "sgd") return std::make_unique<SGD>(std::move(params));
   if (name == "lamb") return std::make_unique<LAMB>(std::move(params));
   if (name == "lars") return std::make_unique<LARS>(std::move(params));

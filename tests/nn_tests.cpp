@@ -112,7 +112,9 @@ TEST_CASE("Adam and AdamW match torch.optim's update rule") {
   for (double wd : {0.0, 0.1}) {
     std::vector<float> w0{1, -2, 3, 0.25f}, target{0.5f, 0.5f, -1, 2};
     Tensor w = Tensor::from_vector(w0);
-    auto opt = wd == 0 ? nn::optim::Adam({w}, 0.01) : nn::optim::AdamW({w}, 0.01, 0.9, 0.999, 1e-8, wd);
+    std::unique_ptr<nn::optim::Optimizer> opt;
+    if (wd == 0) opt = std::make_unique<nn::optim::Adam>(std::vector<Tensor>{w}, 0.01);
+    else opt = std::make_unique<nn::optim::AdamW>(std::vector<Tensor>{w}, 0.01, 0.9, 0.999, 1e-8, wd);
     std::vector<double> ref(w0.begin(), w0.end()), m(4, 0), v(4, 0);
     for (int t = 1; t <= 6; t++) {
       opt->zero_grad();
@@ -570,8 +572,8 @@ TEST_CASE("fused optimisers update all parameters as one flat buffer: the same n
       {"SGD", 1, [](std::vector<Tensor> p, bool f) { return std::make_unique<nn::optim::SGD>(p, 0.1, 0.9, 0.01, true, false, f); }},
       {"SGD classic", 1,
        [](std::vector<Tensor> p, bool f) { return std::make_unique<nn::optim::SGD>(p, 0.1, 0.9, 0.0, false, true, f); }},
-      {"Adam", 2, [](std::vector<Tensor> p, bool f) { return nn::optim::Adam(p, 0.01, 0.9, 0.999, 1e-8, f); }},
-      {"AdamW", 2, [](std::vector<Tensor> p, bool f) { return nn::optim::AdamW(p, 0.01, 0.9, 0.999, 1e-8, 0.1, f); }},
+      {"Adam", 2, [](std::vector<Tensor> p, bool f) { return std::make_unique<nn::optim::Adam>(p, 0.01, 0.9, 0.999, 1e-8, f); }},
+      {"AdamW", 2, [](std::vector<Tensor> p, bool f) { return std::make_unique<nn::optim::AdamW>(p, 0.01, 0.9, 0.999, 1e-8, 0.1, f); }},
   };
   for (const Opt& o : opts) {  // plain variables, not bindings: clang 14 cannot capture bindings in lambdas
     std::string name = o.name;
@@ -615,8 +617,8 @@ TEST_CASE("every optimiser trains a small conv net under TinyJit exactly as it d
       {"LARS", [](std::vector<Tensor> p) { return std::make_unique<nn::optim::LARS>(p, 0.5, 0.9, 1e-4, false, true, 0.02); }},
       {"Muon", [](std::vector<Tensor> p) { return std::make_unique<nn::optim::Muon>(p, 0.05); }},
       {"LAMB", [](std::vector<Tensor> p) { return std::make_unique<nn::optim::LAMB>(p, 0.05); }},
-      {"AdamW", [](std::vector<Tensor> p) { return nn::optim::AdamW(p, 0.02); }},
-      {"Adam fused", [](std::vector<Tensor> p) { return nn::optim::Adam(p, 0.02, 0.9, 0.999, 1e-8, true); }},
+      {"AdamW", [](std::vector<Tensor> p) { return std::make_unique<nn::optim::AdamW>(p, 0.02); }},
+      {"Adam fused", [](std::vector<Tensor> p) { return std::make_unique<nn::optim::Adam>(p, 0.02, 0.9, 0.999, 1e-8, true); }},
   };
   Tensor x = Tensor::uniform({6, 1, 6, 6}, 0, 1).contiguous().realize();
   Tensor y = Tensor::from_vector(std::vector<int32_t>{0, 1, 2, 0, 1, 2});

@@ -31,6 +31,8 @@
 //   SINK        last; ignored by renderers.
 // No `index` dtype reaches a renderer: index arithmetic is int32 or int64 by then.
 // Kernel ABI on the CPU: `extern "C" void NAME(void* const* bufs, const int64_t* vars)`.
+#include "tg/config.hpp"
+
 #include <string>
 #include <vector>
 

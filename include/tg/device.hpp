@@ -3,6 +3,8 @@
 // the registry that finds backends by name, and Buffer.
 // Thread-safety: the registry and the compile caches are internally locked; a Device may be used from
 // several threads; a Buffer is not synchronised (the engine orders all work on it).
+#include "tg/config.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <functional>

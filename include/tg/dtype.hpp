@@ -1,6 +1,8 @@
 #pragma once
 // dtypes: scalar kinds, vector and pointer types, the promotion lattice, exact conversions.
 // Thread-safety: all functions are pure; DType is a trivially copyable value.
+#include "tg/config.hpp"
+
 #include <cstdint>
 #include <initializer_list>
 #include <string>

@@ -1,6 +1,8 @@
 #pragma once
 // Environment knobs (DEBUG, SPEC, BEAM, ...). Values are read once per process and cached.
 // Thread-safety: safe; the cache is filled under a lock.
+#include "tg/config.hpp"
+
 #include <cstdint>
 #include <string>
 #include <string_view>

@@ -1,5 +1,7 @@
 #pragma once
 // tg::Error: every refusal of bad input. Messages start with the operation in brackets.
+#include "tg/config.hpp"
+
 #include <stdexcept>
 #include <string>
 

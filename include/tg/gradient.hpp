@@ -2,6 +2,8 @@
 // Symbolic autograd: the gradient of each primitive op is a rule (pattern -> TUPLE of source gradients)
 // in one table, so a backward pass is just another UOp graph that fuses and compiles like the forward one.
 // Thread-safety: the table is immutable; compute_gradient builds new nodes only.
+#include "tg/config.hpp"
+
 #include <span>
 #include <vector>
 

@@ -6,6 +6,8 @@
 // Random numbers drawn inside the function would repeat on replay, so capturing such a function is an error:
 // draw them outside and pass them in.
 // Thread-safety: one TinyJit is called from one thread; capture state is per thread.
+#include "tg/config.hpp"
+
 #include <functional>
 #include <memory>
 #include <vector>

@@ -2,6 +2,8 @@
 // ONNX: load a model (.onnx) and run it by mapping each ONNX operator onto tg Tensor ops (no per-operator kernels).
 // Thread-safety: a Model is immutable after load; run() may be called from one thread at a time (tg's realize is
 // not reentrant across threads). load/load_tensor are safe to call concurrently.
+#include "tg/config.hpp"
+
 #include <cstdint>
 #include <map>
 #include <memory>

@@ -12,6 +12,8 @@
 // Every type-level mistake is a static_assert: an unbound capture in a replacement, a wrong source count,
 // a capture bound twice with different meanings, a duplicated rule, a dtype predicate on a void op.
 // Thread-safety: tables are constexpr values; a PatternMatcher is immutable after construction.
+#include "tg/config.hpp"
+
 #include <array>
 #include <boost/hana.hpp>
 #include <cstdint>

@@ -9,6 +9,8 @@
 // (wrapping to the target width; uint64 also takes [2^63, 2^64)); integer division by zero is undefined;
 // MULACC on floats is one fused multiply-add.
 // Thread-safety: render() keeps all state on its stack; a renderer may be used from several threads.
+#include "tg/config.hpp"
+
 #include <array>
 #include <functional>
 #include <memory>

@@ -7,6 +7,8 @@
 // least once), verified (compared at a defined point) or skipped (their pattern could not be instantiated).
 // ExprFuzzer: random integer expressions (index and int32, wrap-around included) checked against simplify().
 // Thread-safety: objects are single-threaded; separate objects may run on separate threads.
+#include "tg/config.hpp"
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -154,7 +156,7 @@ struct Gen {
   DType idt = dtypes::index;  // dtype of int operands of comparisons
   DType fdt = dtypes::void_;  // float dtype of this instantiation (void: ints and bools only)
   std::array<UOpRef, pat::kMaxSlots> slot{};
-  std::vector<UOpRef> vars;
+  std::vector<UOpRef> vars{};
   int nvar = 0;
   int nrange = 0;
 

@@ -1,6 +1,8 @@
 #pragma once
 // The scheduler: from tensor-graph UOps to a list of kernels (rangeify + fusion), and the engine that runs them.
 // Thread-safety: scheduling and running are not reentrant; call from one thread at a time.
+#include "tg/config.hpp"
+
 #include <functional>
 #include <memory>
 #include <span>

@@ -20,6 +20,8 @@
 //
 // Thread-safety: beam_search may be called from several threads (searches run one at a time, so that their
 // timings do not disturb each other); BeamCache is internally locked.
+#include "tg/config.hpp"
+
 #include <functional>
 #include <memory>
 #include <optional>

@@ -5,6 +5,8 @@
 // wraps); float rules are IEEE-exact. The tables live in src/uop/symbolic_rules.hpp and are checked rule by rule by
 // tg/rule_check.hpp.
 // Thread-safety: the matchers are built once (thread-safe statics) and are immutable.
+#include "tg/config.hpp"
+
 #include "tg/pattern.hpp"
 
 namespace tg {

@@ -4,9 +4,12 @@
 // non-elementwise op, or realised. Nothing computes until realize().
 // Thread-safety: a Tensor may be read from several threads; realize() and assign() on tensors that share
 // a graph must not run concurrently.
+#include "tg/config.hpp"
+
 #include <cstdint>
 #include <functional>
 #include <initializer_list>
+#include <iosfwd>
 #include <memory>
 #include <optional>
 #include <string>
@@ -84,6 +87,9 @@ constexpr DType dtype_of() {
 
 struct TensorImpl;
 
+/** Values and their indices (int64) along a reduced dim: `auto [v, i] = t.max_with_indices(1);`. */
+struct ValuesIndices;
+
 /** A lazy tensor. Copies share the same node (like torch): realize() on one is seen by all. */
 class Tensor {
  public:
@@ -113,6 +119,11 @@ class Tensor {
     } else {
       return from_blob(v.data(), s, dtype_of<T>(), device).check_numel(v.size(), "from_vector");
     }
+  }
+  /** From a braced list, the dtype deduced from the elements: `Tensor::from_vector({1.f, 2.f})` is float32. */
+  template <class T>
+  static Tensor from_vector(std::initializer_list<T> v, const Shape& shape = {}, const std::string& device = "") {
+    return from_vector(std::vector<T>(v), shape, device);
   }
   /** Seed the counter-based (threefry) generator; the same seed gives the same numbers on every backend. */
   static void manual_seed(uint64_t seed);
@@ -157,6 +168,14 @@ class Tensor {
   Tensor to(const std::string& device) const;
   /** Write x's values into this tensor's buffer (shapes must match; dtype is converted). */
   Tensor& assign(const Tensor& x);
+  /** In place, like torch's `t += x`: x broadcasts to this shape, the result keeps this dtype (a float result into
+   *  an int or bool tensor is an error). Every handle sharing this tensor sees the new value: a realised buffer is
+   *  updated with assign(), a lazy tensor's graph is replaced. Refused on a tensor that requires grad (outside
+   *  NoGrad), as torch refuses it on a leaf. */
+  Tensor& operator+=(const Tensor& x);
+  Tensor& operator-=(const Tensor& x);
+  Tensor& operator*=(const Tensor& x);
+  Tensor& operator/=(const Tensor& x);
 
   // ---- elementwise (see also the operators below)
   Tensor alu(Ops op, const Tensor& b) const;  // broadcasting + promotion
@@ -197,6 +216,10 @@ class Tensor {
   Tensor squeeze(std::optional<int64_t> dim = std::nullopt) const;
   Tensor unsqueeze(int64_t dim) const;
   Tensor slice(const std::vector<Slice>& s) const;
+  /** `t[i]` selects along dim 0 and drops it (negative counts from the end); `t[Slice{1, 3}]` slices dim 0;
+   *  `t[{0, Slice::all(), NewAxis}]` indexes several dims, as index(). */
+  Tensor operator[](const TensorIndex& i) const;
+  Tensor operator[](std::initializer_list<TensorIndex> idx) const;
 
   // ---- reductions (axes empty = all)
   Tensor sum(std::vector<int64_t> axes = {}, bool keepdim = false) const;
@@ -205,6 +228,10 @@ class Tensor {
   Tensor max(int64_t axis, bool keepdim = false) const { return max(std::vector<int64_t>{axis}, keepdim); }
   Tensor min(std::vector<int64_t> axes = {}, bool keepdim = false) const;
   Tensor min(int64_t axis, bool keepdim = false) const { return min(std::vector<int64_t>{axis}, keepdim); }
+  /** The maximum along dim and the index (int64) of its first occurrence, as torch.max(dim). */
+  ValuesIndices max_with_indices(int64_t dim, bool keepdim = false) const;
+  /** The minimum along dim and the index (int64) of its first occurrence, as torch.min(dim). */
+  ValuesIndices min_with_indices(int64_t dim, bool keepdim = false) const;
   Tensor prod(std::vector<int64_t> axes = {}, bool keepdim = false) const;
   Tensor prod(int64_t axis, bool keepdim = false) const { return prod(std::vector<int64_t>{axis}, keepdim); }
   Tensor mean(std::vector<int64_t> axes = {}, bool keepdim = false) const;
@@ -523,6 +550,16 @@ struct TensorImpl {
   bool requires_grad = false;  // a leaf whose gradient is wanted, or computed from one
   std::shared_ptr<TensorImpl> grad;
 };
+
+struct ValuesIndices {
+  Tensor values, indices;
+};
+
+/** Printing, like torch: `tensor([[1., 2.],\n        [3., 4.]], shape=(2, 2), dtype=float32, device=CPU)`. Realises
+ *  the tensor. Floats print with 4 decimals ("1." when every value is integral, scientific when the magnitudes
+ *  need it), all with one width; more than 1000 elements print the first and last 3 of each dim around "...". */
+std::string to_string(const Tensor& t);
+std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 /** One entry of Tensor::index: an int, a Slice, an integer Tensor (advanced indexing), NewAxis or Ellipsis. */
 struct TensorIndex {

@@ -2,6 +2,8 @@
 // The IR: Ops, UOp (immutable, interned), arguments, toposort, printing, integer bounds.
 // Thread-safety: UOps are immutable and may be shared and built from any thread; interning is
 // lock-sharded. A UOpRef is like a shared_ptr: copying one from several threads is safe.
+#include "tg/config.hpp"
+
 #include <atomic>
 #include <cstdint>
 #include <functional>

@@ -229,12 +229,10 @@ Optimizer::Step LAMB::compute_step(const std::vector<Tensor>& ps, const std::vec
   return s;
 }
 
-std::unique_ptr<Optimizer> Adam(std::vector<Tensor> params, double lr, double b1, double b2, double eps, bool fused) {
-  return std::make_unique<LAMB>(std::move(params), lr, b1, b2, eps, 0.0, true, fused);
-}
-std::unique_ptr<Optimizer> AdamW(std::vector<Tensor> params, double lr, double b1, double b2, double eps, double wd, bool fused) {
-  return std::make_unique<LAMB>(std::move(params), lr, b1, b2, eps, wd, true, fused);
-}
+Adam::Adam(std::vector<Tensor> params, double lr, double b1, double b2, double eps, bool fused)
+    : LAMB(std::move(params), lr, b1, b2, eps, 0.0, true, fused) {}
+AdamW::AdamW(std::vector<Tensor> params, double lr, double b1, double b2, double eps, double wd, bool fused)
+    : LAMB(std::move(params), lr, b1, b2, eps, wd, true, fused) {}
 
 // ---------------------------------------------------------------- schedules
 

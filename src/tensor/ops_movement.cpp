@@ -496,6 +496,9 @@ Prepared prepare(const Tensor& self, const std::vector<TensorIndex>& idx, const 
 }
 }  // namespace
 
+Tensor Tensor::operator[](const TensorIndex& i) const { return index({i}); }
+Tensor Tensor::operator[](std::initializer_list<TensorIndex> idx) const { return index(std::vector<TensorIndex>(idx)); }
+
 Tensor Tensor::index(const std::vector<TensorIndex>& idx) const {
   Prepared p = prepare(*this, idx, "index");
   const Tensor& x = p.x;

@@ -55,6 +55,12 @@ Tensor Tensor::argmax(std::optional<int64_t> axis, bool keepdim) const {
   Tensor best = is_max.where(rev, full({}, 0, dtypes::int64, device())).max(a, keepdim);
   return Tensor(full({}, double(n), dtypes::int64, device()) - best);
 }
+ValuesIndices Tensor::max_with_indices(int64_t dim, bool keepdim) const {
+  return {max(dim, keepdim), argmax(dim, keepdim)};
+}
+ValuesIndices Tensor::min_with_indices(int64_t dim, bool keepdim) const {
+  return {min(dim, keepdim), argmin(dim, keepdim)};
+}
 Tensor Tensor::argmin(std::optional<int64_t> axis, bool keepdim) const {
   Tensor inv = dtypes::is_float(dtype()) ? neg() : bitwise_not();
   return inv.argmax(axis, keepdim);

@@ -736,6 +736,9 @@ void Tensor::realize_all(std::vector<Tensor*> ts) {
 
 void Tensor::copy_to_host(void* dst, size_t bytes) const {
   Tensor t = *this;
+  // A pending assign (t.assign(x), t += x) is realised on the handle itself, which every copy shares: realised
+  // only inside the CONTIGUOUS copy below, the handle would keep the ASSIGN and a second read would write again.
+  if (t.uop()->op == Ops::ASSIGN) t.realize();
   if (!contiguous_buffer(t.uop().get()) && !get_device(device()).runs_kernels()) t = t.to(default_device());  // DISK views
   if (!contiguous_buffer(t.uop().get())) {
     t = Tensor(UOp::make(Ops::CONTIGUOUS, t.dtype(), {t.uop()}), t.shape(), t.device());
@@ -882,5 +885,37 @@ void Tensor::backward(const Tensor& seed) {
     leaves[i]->grad = gi.impl_;
   }
 }
+
+}  // namespace tg
+
+namespace tg {
+
+// ---------------------------------------------------------------- compound assignment
+
+namespace {
+// t op= x: the result keeps t's shape and dtype; a realised buffer is written with assign (every handle on the
+// buffer sees it), a lazy tensor's shared impl takes the new graph (every copy of the handle sees it).
+Tensor& in_place(Tensor& t, const Tensor& r, const char* op) {
+  const std::string name = std::string("[") + op + "] ";
+  if (t.impl()->requires_grad && !NoGrad::active())
+    throw Error(name + "a tensor that requires grad cannot be updated in place; use `t = t " + std::string(op, 1) +
+                " x`, or wrap the update in tg::NoGrad");
+  if (r.shape() != t.shape())
+    throw Error(name + "the operand broadcasts the target " + shape_str(t.shape()) + " to " + shape_str(r.shape()) +
+                ": an in-place op keeps the target's shape");
+  DType own = dtypes::strong(t.dtype()), got = dtypes::strong(r.dtype());
+  if ((dtypes::is_float(got) && !dtypes::is_float(own)) || (dtypes::is_int(got) && dtypes::is_bool(own)))
+    throw Error(name + "the result is " + got.name() + " and cannot be stored in this " + own.name() +
+                " tensor; cast the target first");
+  if (contiguous_buffer(t.uop().get())) return t.assign(r);
+  t.impl()->uop = r.cast(t.dtype()).uop();
+  return t;
+}
+}  // namespace
+
+Tensor& Tensor::operator+=(const Tensor& x) { return in_place(*this, *this + x, "+="); }
+Tensor& Tensor::operator-=(const Tensor& x) { return in_place(*this, *this - x, "-="); }
+Tensor& Tensor::operator*=(const Tensor& x) { return in_place(*this, *this * x, "*="); }
+Tensor& Tensor::operator/=(const Tensor& x) { return in_place(*this, *this / x, "/="); }
 
 }  // namespace tg

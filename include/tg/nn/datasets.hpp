@@ -1,6 +1,8 @@
 #pragma once
 // Datasets from local files: the IDX format (MNIST, Fashion-MNIST), gzip or plain.
 // Thread-safety: the loaders share no state.
+#include "tg/config.hpp"
+
 #include <cstddef>
 #include <cstdint>
 #include <string>

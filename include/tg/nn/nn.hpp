@@ -2,6 +2,8 @@
 // nn: layers with parameters (initialised as in tinygrad/PyTorch), a Module base with named parameters and
 // train/eval mode, Sequential. Layers are callables Tensor -> Tensor.
 // Thread-safety: a module is used from one thread.
+#include "tg/config.hpp"
+
 #include <functional>
 #include <map>
 #include <memory>
@@ -205,6 +207,71 @@ class Dropout : public Module {
 
  private:
   double p_;
+};
+
+/** Activations as layers, for Sequential (torch's nn.ReLU, nn.GELU, ...). */
+class ReLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x.relu(); }
+};
+class LeakyReLU : public Module {
+ public:
+  explicit LeakyReLU(double negative_slope = 0.01) : slope_(negative_slope) {}
+  Tensor forward(const Tensor& x) override { return x.leaky_relu(slope_); }
+
+ private:
+  double slope_;
+};
+/** approximate: "none" (erf) or "tanh", as torch. */
+class GELU : public Module {
+ public:
+  explicit GELU(std::string approximate = "none") : approximate_(std::move(approximate)) {}
+  Tensor forward(const Tensor& x) override { return x.gelu(approximate_); }
+
+ private:
+  std::string approximate_;
+};
+class SiLU : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x.silu(); }
+};
+class Sigmoid : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x.sigmoid(); }
+};
+class Tanh : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x.tanh(); }
+};
+/** softmax / log_softmax along dim (default the last). */
+class Softmax : public Module {
+ public:
+  explicit Softmax(int64_t dim = -1) : dim_(dim) {}
+  Tensor forward(const Tensor& x) override { return x.softmax(dim_); }
+
+ private:
+  int64_t dim_;
+};
+class LogSoftmax : public Module {
+ public:
+  explicit LogSoftmax(int64_t dim = -1) : dim_(dim) {}
+  Tensor forward(const Tensor& x) override { return x.log_softmax(dim_); }
+
+ private:
+  int64_t dim_;
+};
+/** Flattens dims start..end; the default keeps the batch dim, as torch's nn.Flatten. */
+class Flatten : public Module {
+ public:
+  explicit Flatten(int64_t start_dim = 1, int64_t end_dim = -1) : start_(start_dim), end_(end_dim) {}
+  Tensor forward(const Tensor& x) override { return x.flatten(start_, end_); }
+
+ private:
+  int64_t start_, end_;
+};
+class Identity : public Module {
+ public:
+  Tensor forward(const Tensor& x) override { return x; }
 };
 
 /** A function as a layer (relu, flatten, ...). */

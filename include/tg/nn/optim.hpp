@@ -9,6 +9,8 @@
 // on a per-parameter norm (LAMB, LARS with a trust ratio, Muon) refuse fused mode: over one flat buffer the norm
 // would mix all layers.
 // Thread-safety: an optimiser is used from one thread.
+#include "tg/config.hpp"
+
 #include <memory>
 #include <utility>
 #include <vector>
@@ -117,12 +119,21 @@ class LAMB : public Optimizer {
   std::vector<Tensor> m_, v_;
 };
 
-/** Adam (torch defaults): LAMB without the trust ratio and without weight decay. */
-std::unique_ptr<Optimizer> Adam(std::vector<Tensor> params, double lr = 0.001, double b1 = 0.9, double b2 = 0.999,
-                                double eps = 1e-8, bool fused = false);
+/** Adam (torch defaults): LAMB without the trust ratio and without weight decay. `nn::optim::Adam opt(params, lr)`.
+ *  operator-> keeps code written for the former factory function (`auto opt = Adam(...); opt->step();`) working. */
+class Adam : public LAMB {
+ public:
+  Adam(std::vector<Tensor> params, double lr = 0.001, double b1 = 0.9, double b2 = 0.999, double eps = 1e-8,
+       bool fused = false);
+  Adam* operator->() { return this; }
+};
 /** AdamW: Adam with decoupled weight decay. */
-std::unique_ptr<Optimizer> AdamW(std::vector<Tensor> params, double lr = 0.001, double b1 = 0.9, double b2 = 0.999,
-                                 double eps = 1e-8, double weight_decay = 0.01, bool fused = false);
+class AdamW : public LAMB {
+ public:
+  AdamW(std::vector<Tensor> params, double lr = 0.001, double b1 = 0.9, double b2 = 0.999, double eps = 1e-8,
+        double weight_decay = 0.01, bool fused = false);
+  AdamW* operator->() { return this; }
+};
 
 /** Learning-rate schedules: call step() once per optimiser step; they set the optimiser's lr. A step count that
  *  is not positive is an error. */

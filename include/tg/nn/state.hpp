@@ -4,6 +4,8 @@
 // Loaders check every size and offset against the file before reading or allocating: a truncated or corrupt file
 // is a tg::Error naming the file and what is wrong. Each loader also reads bytes in memory (the fuzz targets do).
 // Thread-safety: functions share no state.
+#include "tg/config.hpp"
+
 #include <cstdint>
 #include <map>
 #include <string>
