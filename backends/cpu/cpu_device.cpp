@@ -1,5 +1,6 @@
 // The CPU device: 64-byte aligned host memory, the LLVM (default) or clang compiler, registered as "CPU".
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -26,6 +27,17 @@ class CpuAllocator : public Allocator {
   ~CpuAllocator() override { clear_cache(); }
   void copyin(void* dst, const void* host_src, size_t bytes) override { std::memcpy(dst, host_src, bytes); }
   void copyout(void* host_dst, const void* src, size_t bytes) override { std::memcpy(host_dst, src, bytes); }
+  void copyin_at(void* dst, size_t offset, const void* host_src, size_t bytes) override {
+    std::memcpy(static_cast<char*>(dst) + offset, host_src, bytes);
+  }
+  // Physical memory: Linux overcommits, so a larger malloc can succeed and the process be killed on first touch.
+  size_t capacity() const override {
+    static const size_t cap = [] {
+      long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+      return pages > 0 && page > 0 ? size_t(pages) * size_t(page) : SIZE_MAX;
+    }();
+    return cap;
+  }
 
  protected:
   void* alloc_raw(size_t bytes) override {

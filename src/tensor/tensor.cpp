@@ -148,6 +148,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, const std::string& device)
   for (int64_t d : shape)
     if (d < 0) throw Error("[empty] negative dimension in shape " + shape_str(shape));
   std::string dev = dev_or_default(device);
+  checked_nbytes("empty", shape, dtypes::strong(dtype), dev);
   auto buf = new_buffer_uop(dev, dtypes::strong(dtype), size_t(numel_of(shape)));
   return Tensor(UOp::make(Ops::RESHAPE, buf->dtype, {buf}, std::vector<int64_t>(shape)), shape, dev);
 }
@@ -170,26 +171,40 @@ Tensor Tensor::from_blob(const void* data, const Shape& shape, DType dtype, cons
 
 Tensor Tensor::arange(double start, double stop, double step, DType dtype, const std::string& device) {
   if (step == 0) throw Error("[arange] step must not be 0");
-  int64_t n = std::max<int64_t>(0, int64_t(std::ceil((stop - start) / step)));
+  double count = std::ceil((stop - start) / step);
+  if (std::isnan(count) || count >= 0x1p63)
+    throw Error("[arange] (" + std::to_string(start) + ", " + std::to_string(stop) + ", " + std::to_string(step) +
+                ") does not give a finite count below 2^63");
+  int64_t n = std::max<int64_t>(0, int64_t(count));
   DType d = dtypes::strong(dtype);
   if (d.ptr || d.count != 1 || d.itemsize() > 8) throw Error("[arange] unsupported dtype " + d.name());
-  // Filled on the host in the target dtype (no kernel): each value converted with the C semantics of a CAST.
-  std::vector<uint8_t> bytes(static_cast<size_t>(n) * size_t(d.itemsize()));
-  for (int64_t i = 0; i < n; i++) {
-    Value v{0, start + double(i) * step};
-    Value r = exec_alu(Ops::CAST, d, std::span<const Value>(&v, 1), dtypes::float64);
-    uint64_t bits;
-    switch (d.scalar) {
-      case Scalar::Float16: bits = float_to_half_bits(float(r.f)); break;
-      case Scalar::BFloat16: bits = float_to_bf16_bits(float(r.f)); break;
-      case Scalar::Float32: bits = std::bit_cast<uint32_t>(float(r.f)); break;
-      case Scalar::Float64: bits = std::bit_cast<uint64_t>(r.f); break;
-      case Scalar::Fp8E4M3: case Scalar::Fp8E5M2: bits = double_to_fp8_bits(r.f, d.scalar); break;
-      default: bits = uint64_t(r.i);
+  std::string dev = dev_or_default(device);
+  checked_nbytes("arange", {n}, d, dev);  // before any host memory
+  Tensor t = empty({n}, d, dev);
+  auto buf = buffer_of(contiguous_buffer(t.uop().get()));
+  // Filled on the host in the target dtype (no kernel): each value converted with the C semantics of a CAST;
+  // staged in chunks, so the host holds at most 1 MiB beside the buffer.
+  size_t isz = size_t(d.itemsize()), chunk = (size_t(1) << 20) / isz;
+  std::vector<uint8_t> bytes(std::min(size_t(n), chunk) * isz);
+  for (int64_t i0 = 0; i0 < n; i0 += int64_t(chunk)) {
+    int64_t i1 = std::min(n, i0 + int64_t(chunk));
+    for (int64_t i = i0; i < i1; i++) {
+      Value v{0, start + double(i) * step};
+      Value r = exec_alu(Ops::CAST, d, std::span<const Value>(&v, 1), dtypes::float64);
+      uint64_t bits;
+      switch (d.scalar) {
+        case Scalar::Float16: bits = float_to_half_bits(float(r.f)); break;
+        case Scalar::BFloat16: bits = float_to_bf16_bits(float(r.f)); break;
+        case Scalar::Float32: bits = std::bit_cast<uint32_t>(float(r.f)); break;
+        case Scalar::Float64: bits = std::bit_cast<uint64_t>(r.f); break;
+        case Scalar::Fp8E4M3: case Scalar::Fp8E5M2: bits = double_to_fp8_bits(r.f, d.scalar); break;
+        default: bits = uint64_t(r.i);
+      }
+      std::memcpy(&bytes[size_t(i - i0) * isz], &bits, isz);  // little endian
     }
-    std::memcpy(&bytes[size_t(i) * size_t(d.itemsize())], &bits, size_t(d.itemsize()));  // little endian
+    buf->copyin_at(size_t(i0) * isz, bytes.data(), size_t(i1 - i0) * isz);
   }
-  return from_blob(bytes.data(), {n}, d, device);
+  return t;
 }
 
 Tensor Tensor::eye(int64_t n, int64_t m, DType dtype, const std::string& device) {
@@ -231,6 +246,8 @@ Tensor threefry(Tensor x0, Tensor x1, uint32_t k0, uint32_t k1) {
 Tensor Tensor::rand(const Shape& shape, DType dtype, const std::string& device) {
   if (!dtypes::is_float(dtype)) throw Error("[rand] needs a float dtype, got " + dtype.name());
   int64_t n = numel_of(shape);
+  if (n > (int64_t(1) << 32))  // the counter is 32 bits: more values would repeat
+    throw Error("[rand] shape " + shape_str(shape) + " has more than 2^32 elements, the most one call draws");
   uint64_t call = g_rng_counter++;
   g_rand_calls++;
   Tensor ctr = arange(0, double(n), 1, dtypes::uint32, device);
@@ -244,6 +261,8 @@ Tensor Tensor::rand(const Shape& shape, DType dtype, const std::string& device) 
 Tensor Tensor::randn(const Shape& shape, DType dtype, const std::string& device) {
   // Box-Muller: sqrt(-2 ln(1-u1)) * cos(2 pi u2).
   int64_t n = numel_of(shape);
+  if (n > (int64_t(1) << 31))  // two uniform values per element, at most 2^32 per rand call
+    throw Error("[randn] shape " + shape_str(shape) + " has more than 2^31 elements, the most one call draws");
   Tensor u = rand({2, n}, dtypes::float32, device);
   Tensor u1 = u.shrink({{0, 1}, {0, n}}), u2 = u.shrink({{1, 2}, {0, n}});
   Tensor r = Tensor(Tensor(1.0 - u1).log() * -2.0).sqrt() * Tensor(u2 * (2 * M_PI)).cos();
@@ -520,7 +539,9 @@ Tensor Tensor::pad(const std::vector<std::pair<int64_t, int64_t>>& p, double val
     arg.push_back(p[i].second);
     any |= p[i].first != 0 || p[i].second != 0;
     neg |= p[i].first < 0 || p[i].second < 0;
-    out[i] += p[i].first + p[i].second;
+    if (__builtin_add_overflow(out[i], p[i].first, &out[i]) || __builtin_add_overflow(out[i], p[i].second, &out[i]))
+      throw Error("[pad] padding dim " + std::to_string(i) + " of shape " + shape_str(shape()) + " by (" +
+                  std::to_string(p[i].first) + ", " + std::to_string(p[i].second) + ") overflows 64 bits");
   }
   if (neg) {  // negative padding shrinks
     std::vector<std::pair<int64_t, int64_t>> sh, pp;
