@@ -83,3 +83,39 @@ TEST_CASE("padding whose size overflows 64 bits is an error") {
   Tensor t = Tensor::ones({2});
   CHECK(contains(error_of([&] { t.pad({{0, std::numeric_limits<int64_t>::max()}}); }), "[pad]"));
 }
+
+// ---------------------------------------------------------------- integer division by zero
+
+TEST_CASE("integer // and % by zero give 0 on every path, and INT_MIN // -1 wraps") {
+  auto a = Tensor::from_vector(std::vector<int32_t>{7, -7, 0, 5, INT32_MIN, 9}, {6});
+  auto b = Tensor::from_vector(std::vector<int32_t>{0, 0, 0, 2, -1, -1}, {6});
+  CHECK(a.idiv(b).to_vector<int32_t>() == std::vector<int32_t>{0, 0, 0, 2, INT32_MIN, -9});
+  CHECK(a.mod(b).to_vector<int32_t>() == std::vector<int32_t>{0, 0, 0, 1, 0, 0});
+  CHECK(Tensor(a % b).to_vector<int32_t>() == std::vector<int32_t>{0, 0, 0, 1, 0, 0});
+  CHECK(a.alu(Ops::IDIV, b).to_vector<int32_t>() == std::vector<int32_t>{0, 0, 0, 2, INT32_MIN, -9});
+  CHECK(a.alu(Ops::MOD, b).to_vector<int32_t>() == std::vector<int32_t>{0, 0, 0, 1, 0, 0});
+  // a constant divisor 0 (the kernel used to divide by a literal 0) and -1
+  CHECK(a.idiv(Tensor(0)).to_vector<int32_t>() == std::vector<int32_t>(6, 0));
+  CHECK(a.mod(Tensor(0)).to_vector<int32_t>() == std::vector<int32_t>(6, 0));
+  CHECK(a.idiv(Tensor(-1)).to_vector<int32_t>() == std::vector<int32_t>{-7, 7, 0, -5, INT32_MIN, -9});
+  CHECK(a.mod(Tensor(-1)).to_vector<int32_t>() == std::vector<int32_t>(6, 0));
+  // other int dtypes: int64, int8 (INT8_MIN / -1), unsigned
+  auto l = Tensor::from_vector(std::vector<int64_t>{INT64_MIN, 3, -3}, {3});
+  auto ld = Tensor::from_vector(std::vector<int64_t>{-1, 0, 2}, {3});
+  CHECK(l.idiv(ld).to_vector<int64_t>() == std::vector<int64_t>{INT64_MIN, 0, -2});
+  CHECK(l.mod(ld).to_vector<int64_t>() == std::vector<int64_t>{0, 0, 1});
+  auto c = Tensor::from_vector(std::vector<int8_t>{-128, 100}, {2});
+  auto cd = Tensor::from_vector(std::vector<int8_t>{-1, 0}, {2});
+  CHECK(c.idiv(cd).to_vector<int8_t>() == std::vector<int8_t>{-128, 0});
+  auto u = Tensor::from_vector(std::vector<uint32_t>{7, 4000000000u}, {2});
+  auto ud = Tensor::from_vector(std::vector<uint32_t>{0, 3}, {2});
+  CHECK(u.idiv(ud).to_vector<uint32_t>() == std::vector<uint32_t>{0, 1333333333u});
+  CHECK(u.mod(ud).to_vector<uint32_t>() == std::vector<uint32_t>{0, 1});
+}
+
+TEST_CASE("a division by a nonzero constant stays one IDIV (no guard)") {
+  auto a = Tensor::from_vector(std::vector<int32_t>{7, -7}, {2});
+  Tensor q = a.alu(Ops::IDIV, Tensor(2));
+  CHECK(q.uop()->op == Ops::IDIV);
+  CHECK(q.to_vector<int32_t>() == std::vector<int32_t>{3, -3});
+}

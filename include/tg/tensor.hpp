@@ -159,7 +159,9 @@ class Tensor {
   Tensor& assign(const Tensor& x);
 
   // ---- elementwise (see also the operators below)
-  Tensor alu(Ops op, const Tensor& b) const;  // broadcasting + promotion
+  /** Broadcasting + promotion. Integer IDIV/MOD truncate, as C, and are defined for every divisor: x / 0 = 0,
+   *  x % 0 = 0, INT_MIN / -1 = INT_MIN (no kernel divides by 0 or by -1; see README "Semantics"). */
+  Tensor alu(Ops op, const Tensor& b) const;
   Tensor cast(DType d) const;
   Tensor bitcast(DType d) const;
   Tensor neg() const;
@@ -179,8 +181,8 @@ class Tensor {
   Tensor minimum(const Tensor& b) const;
   Tensor where(const Tensor& a, const Tensor& b) const;  // this is the condition
   Tensor div(const Tensor& b) const;                       // true division
-  Tensor idiv(const Tensor& b) const;                      // floor division (ints), like torch's //
-  Tensor mod(const Tensor& b) const;                       // floor remainder, like torch's %
+  Tensor idiv(const Tensor& b) const;                      // floor division (ints), like torch's //; x // 0 = 0
+  Tensor mod(const Tensor& b) const;                       // floor remainder, like torch's %; int x % 0 = 0
   Tensor pow(const Tensor& b) const;
   Tensor logical_not() const;
 

@@ -298,6 +298,30 @@ static Tensor broadcast_to(const Tensor& t, const Shape& s) {
   return t.reshape(padded).expand(s);
 }
 
+namespace {
+// A divisor the kernel may divide by as it is: a constant other than 0 (and -1 for signed ints).
+bool safe_divisor(const Tensor& b) {
+  const UOp* u = b.uop().get();
+  while (is_movement(u->op)) u = u->src(0);
+  if (u->op != Ops::CONST) return false;
+  int64_t v = u->const_int();
+  return v != 0 && (v != -1 || dtypes::is_unsigned(b.dtype()));
+}
+
+Tensor safe_divmod(Ops op, const Tensor& a, const Tensor& b, const std::string& dev) {
+  // Truncating IDIV/MOD with every divisor defined (tg's semantics, see the header): a / 0 = 0 and a % 0 = 0 (as
+  // numpy; torch raises on the CPU), INT_MIN / -1 wraps to INT_MIN (as torch). The kernel divides by 1 where the
+  // divisor is 0 or -1, so no kernel divides by zero (undefined in C and LLVM; x86 traps) or overflows.
+  bool sgn = !dtypes::is_unsigned(a.dtype());
+  Tensor zero = b == 0, bad = sgn ? Tensor(zero | Tensor(b == -1)) : zero;
+  Tensor d = bad.where(Tensor(1), b);
+  Tensor q(UOp::make(op, a.dtype(), {a.uop(), d.uop()}), a.shape(), dev);  // a / 1 = a, a % 1 = 0
+  if (op == Ops::MOD) return q;
+  if (sgn) q = Tensor(b == -1).where(Tensor(-a), q);
+  return zero.where(Tensor(0), q);
+}
+}  // namespace
+
 Tensor Tensor::alu(Ops op, const Tensor& b) const {
   const Tensor& a = *this;
   bool weak = a.impl_->weak && b.impl_->weak;
@@ -314,7 +338,9 @@ Tensor Tensor::alu(Ops op, const Tensor& b) const {
   std::string dev = a.impl_->weak ? b.device() : a.device();
   Tensor ca = broadcast_to(a.cast(out), s), cb = broadcast_to(b.cast(out), s);
   DType rd = is_comparison(op) ? dtypes::bool_ : out;
-  Tensor r(UOp::make(op, rd, {ca.uop(), cb.uop()}), s, dev);
+  Tensor r = (op == Ops::IDIV || op == Ops::MOD) && !safe_divisor(cb)
+                 ? safe_divmod(op, ca, cb, dev)
+                 : Tensor(UOp::make(op, rd, {ca.uop(), cb.uop()}), s, dev);
   r.impl_->weak = weak;
   return r;
 }
