@@ -119,3 +119,61 @@ TEST_CASE("a division by a nonzero constant stays one IDIV (no guard)") {
   CHECK(q.uop()->op == Ops::IDIV);
   CHECK(q.to_vector<int32_t>() == std::vector<int32_t>{3, -3});
 }
+
+// ---------------------------------------------------------------- NaN in orderings (torch's: NaN is the largest)
+
+namespace {
+const float kNan = std::numeric_limits<float>::quiet_NaN(), kInf = std::numeric_limits<float>::infinity();
+// Equal, NaN matching NaN.
+bool same_floats(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); i++)
+    if (!(a[i] == b[i] || (std::isnan(a[i]) && std::isnan(b[i])))) return false;
+  return true;
+}
+}  // namespace
+
+TEST_CASE("argmax and argmin of a row with NaN give the first NaN's index") {
+  auto x = Tensor::from_vector(std::vector<float>{1, kNan, 3, kNan}, {4});
+  CHECK(x.argmax().item<int64_t>() == 1);
+  CHECK(x.argmin().item<int64_t>() == 1);
+  auto m = Tensor::from_vector(std::vector<float>{1, 5, 3, 2, 7, kNan, kNan, 0, 4}, {3, 3});
+  CHECK(m.argmax(1).to_vector<int64_t>() == std::vector<int64_t>{1, 2, 0});
+  CHECK(m.argmin(1).to_vector<int64_t>() == std::vector<int64_t>{0, 2, 0});
+  CHECK(m.argmax(0).to_vector<int64_t>() == std::vector<int64_t>{2, 1, 1});
+  CHECK(m.argmax().item<int64_t>() == 5);
+  // rows without NaN are unchanged: the first maximum
+  CHECK(Tensor::from_vector(std::vector<float>{2, -kInf, 2}, {3}).argmax().item<int64_t>() == 0);
+}
+
+TEST_CASE("max and min propagate NaN, as torch") {
+  auto m = Tensor::from_vector(std::vector<float>{1, kNan, 3, 2, 0, -1}, {2, 3});
+  CHECK(same_floats(m.max(1).to_vector<float>(), {kNan, 2}));
+  CHECK(same_floats(m.min(1).to_vector<float>(), {kNan, -1}));
+  auto a = Tensor::from_vector(std::vector<float>{kNan, 1, 2}, {3}), b = Tensor::from_vector(std::vector<float>{0, kNan, 3}, {3});
+  CHECK(same_floats(a.maximum(b).to_vector<float>(), {kNan, kNan, 3}));
+  CHECK(same_floats(a.minimum(b).to_vector<float>(), {kNan, kNan, 2}));
+}
+
+TEST_CASE("sort and topk keep every value with NaN and infinities, NaN last ascending and first descending") {
+  auto x = Tensor::from_vector(std::vector<float>{1, kNan, -kInf, 3, kNan, kInf, -2}, {7});
+  auto [v, i] = x.sort();
+  CHECK(same_floats(v.to_vector<float>(), {-kInf, -2, 1, 3, kInf, kNan, kNan}));
+  CHECK(i.to_vector<int64_t>() == std::vector<int64_t>{2, 6, 0, 3, 5, 1, 4});
+  auto [vd, id] = x.sort(0, true);
+  CHECK(same_floats(vd.to_vector<float>(), {kNan, kNan, kInf, 3, 1, -2, -kInf}));
+  CHECK(id.to_vector<int64_t>() == std::vector<int64_t>{1, 4, 5, 3, 0, 6, 2});
+  auto [tv, ti] = x.topk(3);
+  CHECK(same_floats(tv.to_vector<float>(), {kNan, kNan, kInf}));
+  CHECK(ti.to_vector<int64_t>() == std::vector<int64_t>{1, 4, 5});
+  auto [sv, si] = x.topk(2, 0, false);
+  CHECK(same_floats(sv.to_vector<float>(), {-kInf, -2}));
+  CHECK(si.to_vector<int64_t>() == std::vector<int64_t>{2, 6});
+}
+
+TEST_CASE("cummax with NaN carries the NaN and the latest NaN's index, as torch") {
+  auto x = Tensor::from_vector(std::vector<float>{1, kNan, 3, kNan, 0}, {5});
+  auto [v, i] = x.cummax(0);
+  CHECK(same_floats(v.to_vector<float>(), {1, kNan, kNan, kNan, kNan}));
+  CHECK(i.to_vector<int64_t>() == std::vector<int64_t>{0, 1, 1, 3, 3});
+}
