@@ -177,3 +177,73 @@ TEST_CASE("cummax with NaN carries the NaN and the latest NaN's index, as torch"
   CHECK(same_floats(v.to_vector<float>(), {1, kNan, kNan, kNan, kNan}));
   CHECK(i.to_vector<int64_t>() == std::vector<int64_t>{0, 1, 1, 3, 3});
 }
+
+// ---------------------------------------------------------------- environment values
+
+namespace {
+// The message of the EnvError `f` throws ("" when it throws none or another error).
+template <class F>
+std::string env_error_of(F&& f) {
+  try {
+    f();
+  } catch (const EnvError& e) {
+    return e.what();
+  } catch (const Error&) {
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("DEBUG below 0 is an EnvError naming the variable, the value and the range") {
+  ScopedEnv e("DEBUG", "-1");
+  std::string m = env_error_of([] { (void)debug_level(); });
+  CHECK(contains(m, "DEBUG=-1"));
+  CHECK(contains(m, "expected an integer >= 0"));
+}
+
+TEST_CASE("THREADS=0 is an EnvError (unset means every CPU)") {
+  {
+    ScopedEnv e("THREADS", "0");
+    std::string m = env_error_of([] { get_device("CPU:9"); });  // a new CPU device reads THREADS
+    CHECK(contains(m, "THREADS=0"));
+    CHECK(contains(m, "expected 1..1024"));
+  }
+  {
+    ScopedEnv e("THREADS", "-3");
+    CHECK(contains(env_error_of([] { get_device("CPU:10"); }), "THREADS=-3"));
+  }
+  ScopedEnv e("THREADS", nullptr);
+  CHECK(get_device("CPU:9").threads() >= 1);
+}
+
+TEST_CASE("TG_ALLOC_CACHE_MB below 0 is an EnvError; 0 keeps no freed blocks") {
+  {
+    ScopedEnv e("TG_ALLOC_CACHE_MB", "-5");
+    std::string m = env_error_of([] { Tensor::from_vector(std::vector<float>{1, 2}); });
+    CHECK(contains(m, "TG_ALLOC_CACHE_MB=-5"));
+    CHECK(contains(m, "expected 0.."));
+  }
+  ScopedEnv e("TG_ALLOC_CACHE_MB", "0");
+  CHECK(Tensor::from_vector(std::vector<float>{1, 2}).to_vector<float>() == std::vector<float>{1, 2});
+}
+
+TEST_CASE("DEVICE naming no device, a missing device or a virtual CPU copy is an EnvError") {
+  std::string base = default_device();
+  {
+    ScopedEnv e("DEVICE", "CPU:5");
+    std::string m = env_error_of([] { (void)default_device(); });
+    CHECK(contains(m, "DEVICE=CPU:5"));
+    CHECK(contains(m, "expected DEVICE=CPU"));
+  }
+  {
+    ScopedEnv e("DEVICE", "NO_SUCH_DEVICE");
+    CHECK(contains(env_error_of([] { (void)default_device(); }), "DEVICE=NO_SUCH_DEVICE"));
+  }
+  {
+    ScopedEnv e("DEVICE", "CPU");
+    CHECK(default_device() == "CPU");
+  }
+  CHECK(default_device() == base);
+  CHECK(get_device("CPU:5").virtual_copy());  // still usable as a device of its own
+  CHECK(!get_device("CPU").virtual_copy());
+}

@@ -47,11 +47,9 @@ class CpuAllocator : public Allocator {
   void free_raw(void* p, size_t) override { std::free(p); }
 };
 
-// THREADS=N, else the CPUs this process may run on.
+// THREADS=N (1..1024; 0 is an error, not "auto"), else the CPUs this process may run on.
 int cpu_threads() {
-  int64_t n = getenv_int("THREADS", 0);
-  if (n < 0 || n > 1024) throw EnvError("[CPU] THREADS=" + std::to_string(n) + " is out of range; expected 1..1024");
-  if (n > 0) return int(n);
+  if (int64_t n = getenv_int("THREADS", 0, 1, 1024); n > 0) return int(n);
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
   return int(std::max(1u, std::thread::hardware_concurrency()));
@@ -74,6 +72,7 @@ class CpuDevice : public Device {
   Compiler& compiler() override { return *compiler_; }
   int threads() const override { return threads_; }
   bool index64() const override { return true; }
+  bool virtual_copy() const override { return name_.find(':') != std::string::npos; }  // CPU:N, N > 0
   std::unique_ptr<Program> load(const std::vector<uint8_t>& binary, const std::string& name) override {
     return kind_ == CompilerKind::LLVM ? load_llvm_object(binary, name) : load_shared_object(binary, name);
   }

@@ -122,6 +122,9 @@ class Device {
   /** False for a storage-only device (DISK: views of a mapped file): no kernel may run on it or read from it,
    *  and nothing is copied into it; its buffers are copied out (Tensor::to) before use. */
   virtual bool runs_kernels() const { return true; }
+  /** A virtual copy of another device (CPU:N for N > 0: the one CPU seen as several devices, for multi-device
+   *  code); it cannot be the default device (DEVICE=CPU:5 is an EnvError). */
+  virtual bool virtual_copy() const { return false; }
 
   /** Compile `src` (or fetch it from the in-memory cache, then the disk cache) and load it. Bounded caches. */
   std::shared_ptr<Program> get_program(const std::string& src, const std::string& name);
@@ -137,7 +140,8 @@ using DeviceFactory = std::function<std::unique_ptr<Device>(const std::string& f
 bool register_device(const std::string& base, DeviceFactory f, int priority = 0);
 /** The device for "CPU", "CL", "CL:1", ...; an unknown name throws tg::Error listing the known ones. */
 Device& get_device(const std::string& name);
-/** The default device: DEVICE env var, or CPU=1 / CL=1 / CUDA=1, else the highest-priority registered one. */
+/** The default device: DEVICE env var, or CPU=1 / CL=1 / CUDA=1, else the highest-priority registered one. A
+ *  DEVICE naming no device, a device that does not open, or a virtual copy (CPU:5) is a tg::EnvError. */
 const std::string& default_device();
 /** Names of registered backends. */
 std::vector<std::string> device_names();

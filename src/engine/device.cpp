@@ -28,11 +28,8 @@ namespace fs = std::filesystem;
 // ---------------------------------------------------------------- Allocator
 
 namespace {
-// Bytes of freed blocks kept for reuse (TG_ALLOC_CACHE_MB, default 1 GiB).
-size_t alloc_cache_limit() {
-  int64_t mb = getenv_int("TG_ALLOC_CACHE_MB", 1024);
-  return mb <= 0 ? 0 : size_t(mb) << 20;
-}
+// Bytes of freed blocks kept for reuse (TG_ALLOC_CACHE_MB, default 1 GiB; 0 keeps none).
+size_t alloc_cache_limit() { return size_t(getenv_int("TG_ALLOC_CACHE_MB", 1024, 0, INT64_MAX >> 20)) << 20; }
 }  // namespace
 
 void* Allocator::alloc(size_t bytes) {
@@ -191,21 +188,42 @@ Device& get_device(const std::string& name) {
 
 const std::string& default_device() {
   Registry& r = registry();
-  std::lock_guard lk(r.mu);
-  std::string chosen;
-  if (std::string env = getenv_str("DEVICE"); !env.empty()) {
-    chosen = canonical(r, env);
-  } else {
-    for (const std::string& n : by_priority(r))
-      if (getenv_int(n, 0) == 1) {
-        chosen = n;
-        break;
+  std::string chosen, env = getenv_str("DEVICE");
+  {
+    std::lock_guard lk(r.mu);
+    if (!env.empty()) {
+      try {
+        chosen = canonical(r, env);
+      } catch (const Error& e) {
+        throw EnvError("[getenv] DEVICE=" + env + ": " + e.what());
       }
-    if (chosen.empty()) {
-      if (r.backends.empty()) throw Error("[default_device] no device backends are registered");
-      chosen = by_priority(r).front();
+    } else {
+      for (const std::string& n : by_priority(r))
+        if (getenv_int(n, 0) == 1) {
+          chosen = n;
+          break;
+        }
+      if (chosen.empty()) {
+        if (r.backends.empty()) throw Error("[default_device] no device backends are registered");
+        chosen = by_priority(r).front();
+      }
     }
   }
+  if (!env.empty()) {  // the device must exist (CL:5 on a machine with one) and be a real one (not CPU:5)
+    Device* d = nullptr;
+    try {
+      d = &get_device(chosen);
+    } catch (const EnvError&) {
+      throw;
+    } catch (const Error& e) {
+      throw EnvError("[getenv] DEVICE=" + env + ": " + e.what());
+    }
+    if (d->virtual_copy())
+      throw EnvError("[getenv] DEVICE=" + env + " names a virtual copy of " + chosen.substr(0, chosen.find(':')) +
+                     " (one device seen as several, for multi-device code: .to(\"" + chosen + "\")); expected DEVICE=" +
+                     chosen.substr(0, chosen.find(':')));
+  }
+  std::lock_guard lk(r.mu);
   return *r.names.insert(chosen).first;
 }
 
