@@ -355,17 +355,22 @@ TEST_CASE("safe_save that fails to write keeps the old file and leaves no tempor
   std::string p = dir + "/m.safetensors";
   nn::safe_save({{"a", Tensor::from_vector(std::vector<float>{1, 2, 3})}}, p);
   Bytes good = read_bytes(p);
-  // A bool tensor is read back without a kernel (none runs in the forked child).
-  Tensor big = Tensor::from_vector(std::vector<bool>(1 << 16, true), {1 << 16});
+  // Bool tensors are read back without a kernel (none runs in the forked child). The limit falls in the last
+  // (small, buffered) tensor: only the final write fails, which an unchecked final flush would miss.
+  std::map<std::string, Tensor> sd{{"a", Tensor::from_vector(std::vector<bool>(1 << 16, true), {1 << 16})},
+                                   {"b", Tensor::from_vector(std::vector<bool>(100, true), {100})}};
+  nn::safe_save(sd, dir + "/size_probe");
+  rlim_t limit = rlim_t(std::filesystem::file_size(dir + "/size_probe")) - 50;
+  std::filesystem::remove(dir + "/size_probe");
   pid_t pid = fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {  // the file-size limit stands in for a full disk: the write fails with EFBIG
     signal(SIGXFSZ, SIG_IGN);
-    rlimit lim{4096, 4096};
+    rlimit lim{limit, limit};
     setrlimit(RLIMIT_FSIZE, &lim);
     int code = 1;
     try {
-      nn::safe_save({{"big", big}}, p);
+      nn::safe_save(sd, p);
     } catch (const Error& e) {
       std::string m = e.what();
       code = m.find("[safe_save]") == 0 && m.find(p) != std::string::npos && m.find("write failed") != std::string::npos ? 0 : 2;
