@@ -66,6 +66,8 @@ TEST_CASE("arange and rand of 2^62 elements are errors before any host memory is
   CHECK(contains(error_of([&] { Tensor::arange(0, n, 1, dtypes::int64); }), "2^64 bytes"));
   CHECK(contains(error_of([&] { Tensor::arange(0, std::numeric_limits<double>::infinity()); }), "[arange]"));
   CHECK(contains(error_of([&] { Tensor::arange(0, std::nan("")); }), "[arange]"));
+  CHECK(contains(error_of([&] { Tensor::arange(0, -std::numeric_limits<double>::infinity()); }), "[arange]"));
+  CHECK(Tensor::arange(0, -1e300).numel() == 0);  // a count far below 0 (was an out-of-range conversion)
   CHECK(contains(error_of([&] { Tensor::rand({int64_t(1) << 62}); }), "[rand]"));
   CHECK(contains(error_of([&] { Tensor::randn({int64_t(1) << 62}); }), "[randn]"));
 }

@@ -172,10 +172,10 @@ Tensor Tensor::from_blob(const void* data, const Shape& shape, DType dtype, cons
 Tensor Tensor::arange(double start, double stop, double step, DType dtype, const std::string& device) {
   if (step == 0) throw Error("[arange] step must not be 0");
   double count = std::ceil((stop - start) / step);
-  if (std::isnan(count) || count >= 0x1p63)
+  if (!std::isfinite(count) || count >= 0x1p63)
     throw Error("[arange] (" + std::to_string(start) + ", " + std::to_string(stop) + ", " + std::to_string(step) +
                 ") does not give a finite count below 2^63");
-  int64_t n = std::max<int64_t>(0, int64_t(count));
+  int64_t n = count > 0 ? int64_t(count) : 0;  // a huge negative count: empty (no out-of-range conversion)
   DType d = dtypes::strong(dtype);
   if (d.ptr || d.count != 1 || d.itemsize() > 8) throw Error("[arange] unsupported dtype " + d.name());
   std::string dev = dev_or_default(device);
