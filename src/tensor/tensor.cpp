@@ -410,10 +410,22 @@ Tensor Tensor::minimum(const Tensor& b) const {
   if (dtypes::is_bool(dtype()) && dtypes::is_bool(b.dtype())) return alu(Ops::AND, b);
   return Tensor(-Tensor(-*this).maximum(-b));
 }
-Tensor Tensor::relu() const { return maximum(Tensor(0)); }
+Tensor Tensor::relu() const {
+  Tensor r = maximum(Tensor(0));
+  if (!dtypes::is_float(dtype())) return r;
+  // d relu = [x > 0], 0 at x == 0 as torch (MAX's rule splits a tie: 0.5)
+  return r.custom_gradient({*this}, "relu", [](const Tensor& g, const Tensor&, const std::vector<Tensor>& in) {
+    return std::vector<std::optional<Tensor>>{Tensor(in[0] > 0.0).where(g, Tensor(0.0)).cast(g.dtype())};
+  });
+}
 Tensor Tensor::sigmoid() const {
   if (narrow_float(dtype())) return cast(dtypes::float32).sigmoid().cast(dtype());
-  return Tensor(Tensor(1.0) / Tensor(1.0 + Tensor(-*this).exp()));
+  Tensor s = Tensor(1.0) / Tensor(1.0 + Tensor(-*this).exp());
+  if (!dtypes::is_float(dtype())) return s;
+  // d sigmoid = s (1 - s): finite everywhere (through the graph, x < -88 gave exp' = inf times 0 = NaN; also tanh)
+  return s.custom_gradient({*this}, "sigmoid", [](const Tensor& g, const Tensor& v, const std::vector<Tensor>&) {
+    return std::vector<std::optional<Tensor>>{Tensor(g * Tensor(v * Tensor(1.0 - v)))};
+  });
 }
 Tensor Tensor::abs() const { return dtypes::is_unsigned(dtype()) || dtypes::is_bool(dtype()) ? *this : maximum(-*this); }
 Tensor Tensor::logical_not() const {
@@ -457,16 +469,25 @@ Tensor Tensor::mod(const Tensor& b) const {
 }
 
 Tensor Tensor::pow(const Tensor& b) const {
-  // x^y = exp2(y * log2|x|), with the sign for negative bases and integer exponents.
+  // x^y = exp2(y * log2|x|), with the sign for negative bases and integer exponents (C's pow: (-inf)^0.3 = inf).
   DType out = least_upper_float(dtypes::strong(least_upper_dtype({dtype(), b.dtype()})));
-  Tensor x = cast(out), y = b.cast(out);
+  Shape s = broadcast_shape(shape(), b.shape(), "pow");
+  Tensor x = broadcast_to(cast(out), s), y = broadcast_to(b.cast(out), s);
   Tensor mag = Tensor(y * x.abs().log2()).exp2();
   Tensor odd = Tensor(y.mod(Tensor(2.0)) == 1.0);
   Tensor neg = Tensor(x < 0.0);
   Tensor r = Tensor(neg & odd).where(-mag, mag);
-  Tensor nan_case = Tensor(neg & Tensor(y != y.trunc()));
+  Tensor nan_case = Tensor(neg & Tensor(y != y.trunc()) & Tensor(x != -INFINITY));
   r = nan_case.where(Tensor(NAN), r);
-  return Tensor(Tensor(y == 0.0).where(Tensor(1.0), r)).cast(out);
+  r = Tensor(Tensor(y == 0.0).where(Tensor(1.0), r)).cast(out);
+  if (impl_->weak && b.impl_->weak) return r;
+  // torch's gradients: d/dx = y x^(y-1) (0 where y == 0), d/dy = x^y ln x (0 where x == 0 and y >= 0; NaN for x < 0)
+  return r.custom_gradient({x, y}, "pow", [](const Tensor& g, const Tensor& v, const std::vector<Tensor>& in) {
+    const Tensor &x = in[0], &y = in[1];
+    Tensor gx = Tensor(y == 0.0).where(Tensor(0.0), Tensor(g * y * x.pow(Tensor(y - 1.0)))).cast(g.dtype());
+    Tensor gy = Tensor(Tensor(x == 0.0) & Tensor(y >= 0.0)).where(Tensor(0.0), Tensor(g * v * x.log())).cast(g.dtype());
+    return std::vector<std::optional<Tensor>>{gx, gy};
+  });
 }
 
 namespace {
