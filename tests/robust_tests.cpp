@@ -249,3 +249,26 @@ TEST_CASE("DEVICE naming no device, a missing device or a virtual CPU copy is an
   CHECK(get_device("CPU:5").virtual_copy());  // still usable as a device of its own
   CHECK(!get_device("CPU").virtual_copy());
 }
+
+// ---------------------------------------------------------------- scatter, arange dtypes
+
+TEST_CASE("scatter with repeated indices writes the last value, not the sum") {
+  auto self = Tensor::zeros({4});
+  auto idx = Tensor::from_vector(std::vector<int64_t>{1, 3, 1, 1}, {4});
+  auto src = Tensor::from_vector(std::vector<float>{10, 20, 30, 40}, {4});
+  CHECK(self.scatter(0, idx, src).to_vector<float>() == std::vector<float>{0, 40, 0, 20});
+  auto m = Tensor::zeros({2, 3}, dtypes::int32);
+  auto mi = Tensor::from_vector(std::vector<int64_t>{2, 2, 0, 0}, {2, 2});
+  auto ms = Tensor::from_vector(std::vector<int32_t>{1, 2, 3, 4}, {2, 2});
+  CHECK(m.scatter(1, mi, ms).to_vector<int32_t>() == std::vector<int32_t>{0, 0, 2, 4, 0, 0});
+  CHECK(m.scatter(1, mi, 7.0).to_vector<int32_t>() == std::vector<int32_t>{0, 0, 7, 7, 0, 0});
+}
+
+TEST_CASE("arange with a fractional argument is float32 unless a dtype is given") {
+  Tensor a = Tensor::arange(0.5, 3);
+  CHECK(a.dtype() == dtypes::float32);
+  CHECK(a.to_vector<float>() == std::vector<float>{0.5f, 1.5f, 2.5f});
+  CHECK(Tensor::arange(0, 1, 0.25).to_vector<float>() == std::vector<float>{0, 0.25f, 0.5f, 0.75f});
+  CHECK(Tensor::arange(0, 3).dtype() == dtypes::int32);
+  CHECK(Tensor::arange(0.5, 3, 1, dtypes::int32).to_vector<int32_t>() == std::vector<int32_t>{0, 1, 2});
+}

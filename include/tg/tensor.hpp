@@ -99,7 +99,8 @@ class Tensor {
   static Tensor full(const Shape& shape, double value, DType dtype = dtypes::float32, const std::string& device = "");
   static Tensor zeros(const Shape& shape, DType dtype = dtypes::float32, const std::string& device = "");
   static Tensor ones(const Shape& shape, DType dtype = dtypes::float32, const std::string& device = "");
-  static Tensor arange(double start, double stop, double step = 1, DType dtype = dtypes::int32, const std::string& device = "");
+  /** start, start + step, ... below stop. dtype unset: float32 if an argument is not a whole number, else int32. */
+  static Tensor arange(double start, double stop, double step = 1, DType dtype = dtypes::void_, const std::string& device = "");
   static Tensor arange(int64_t stop, DType dtype = dtypes::int32) { return arange(0, double(stop), 1, dtype); }
   static Tensor eye(int64_t n, int64_t m = -1, DType dtype = dtypes::float32, const std::string& device = "");
   /** A tensor from host memory: `nbytes` bytes of `dtype` elements (copied). */

@@ -171,6 +171,8 @@ Tensor Tensor::from_blob(const void* data, const Shape& shape, DType dtype, cons
 
 Tensor Tensor::arange(double start, double stop, double step, DType dtype, const std::string& device) {
   if (step == 0) throw Error("[arange] step must not be 0");
+  if (dtype == dtypes::void_)  // unset: float32 when an argument is not a whole number (tinygrad, torch), else int32
+    dtype = start == std::trunc(start) && stop == std::trunc(stop) && step == std::trunc(step) ? dtypes::int32 : dtypes::float32;
   double count = std::ceil((stop - start) / step);
   if (!std::isfinite(count) || count >= 0x1p63)
     throw Error("[arange] (" + std::to_string(start) + ", " + std::to_string(stop) + ", " + std::to_string(step) +
