@@ -180,3 +180,57 @@ TEST_CASE("a convolution's input gradient is a transposed convolution: one kerne
           REQUIRE(std::abs(s - xv[size_t(((n * 3 + c) * 9 + i) * 9 + j)]) <= 1e-5 * (1 + std::abs(s)));
         }
 }
+
+// ---------------------------------------------------------------- edges, as torch (issue 24)
+
+namespace {
+// d(sum f(x))/dx at the points `xs`.
+template <class F>
+std::vector<float> grad_at(const std::vector<float>& xs, F&& f) {
+  auto x = Tensor::from_vector(xs).requires_grad_();
+  Tensor(f(x)).sum().backward();
+  return x.grad().to_vector<float>();
+}
+}  // namespace
+
+TEST_CASE("relu's gradient at exactly 0 is 0, as torch") {
+  CHECK(grad_at({-1, 0, 2}, [](const Tensor& x) { return x.relu(); }) == std::vector<float>{0, 0, 1});
+  CHECK(grad_at({0, 7}, [](const Tensor& x) { return x.relu6(); }) == std::vector<float>{0, 0});
+}
+
+TEST_CASE("tanh and sigmoid gradients stay finite at large |x|") {
+  auto t = grad_at({-100, -20, 0, 20, 100}, [](const Tensor& x) { return x.tanh(); });
+  std::vector<float> want{0, 0, 1, 0, 0};
+  for (size_t i = 0; i < 5; i++) CHECK(t[i] == doctest::Approx(want[i]).epsilon(1e-6));  // was NaN at -100
+  auto s = grad_at({-1000, 0, 1000}, [](const Tensor& x) { return x.sigmoid(); });
+  CHECK(s == std::vector<float>{0, 0.25f, 0});
+  auto m = grad_at({-200, 200}, [](const Tensor& x) { return x.silu(); });
+  CHECK(m[0] == doctest::Approx(0.0));
+  CHECK(m[1] == doctest::Approx(1.0));
+}
+
+TEST_CASE("pow at its edges: torch's values and gradients") {
+  const float inf = INFINITY;
+  // (-inf) ** 0.3 = inf, (-inf) ** -0.3 = 0 (C's pow), (-8) ** (1/3) = NaN
+  auto v = Tensor::from_vector(std::vector<float>{-inf, -inf, -8}).pow(Tensor::from_vector(std::vector<float>{0.3f, -0.3f, 1.0f / 3}));
+  auto vv = v.to_vector<float>();
+  CHECK(vv[0] == inf);
+  CHECK(vv[1] == 0);
+  CHECK(std::isnan(vv[2]));
+  // base gradient y x^(y-1): zero exponent 0, zero base with y = 2 is 0, with y = 0.5 inf, negative base
+  auto x = Tensor::from_vector(std::vector<float>{0, 0, 0, -2, 3}).requires_grad_();
+  auto y = Tensor::from_vector(std::vector<float>{0, 2, 0.5f, 3, 0}).requires_grad_();
+  Tensor(x.pow(y)).sum().backward();
+  auto gx = x.grad().to_vector<float>(), gy = y.grad().to_vector<float>();
+  CHECK(gx[0] == 0);
+  CHECK(gx[1] == 0);
+  CHECK(gx[2] == inf);
+  CHECK(gx[3] == doctest::Approx(12));
+  CHECK(gx[4] == 0);
+  // exponent gradient x^y ln x: 0 where x == 0 and y >= 0, NaN for a negative base (torch), ln 3 at 3^0
+  CHECK(gy[0] == 0);
+  CHECK(gy[1] == 0);
+  CHECK(gy[2] == 0);
+  CHECK(std::isnan(gy[3]));
+  CHECK(gy[4] == doctest::Approx(std::log(3.0)));
+}

@@ -1,6 +1,10 @@
 // state: safetensors (round trips, the DISK device), GGUF (metadata, dequantisation), IDX from memory, module
 // state helpers, and every loader's refusal of bad input.
 #include <doctest/doctest.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -343,6 +347,71 @@ TEST_CASE("malformed safetensors files are errors naming the file and the proble
     CHECK_THROWS_AS(load(Bytes(raw.begin(), raw.begin() + int64_t(n))), Error);
   }
   CHECK(load(raw).size() == 2);
+}
+
+TEST_CASE("safe_save that fails to write keeps the old file and leaves no temporary file") {
+  std::string dir = tmp_path("atomic");
+  std::filesystem::create_directories(dir);
+  std::string p = dir + "/m.safetensors";
+  nn::safe_save({{"a", Tensor::from_vector(std::vector<float>{1, 2, 3})}}, p);
+  Bytes good = read_bytes(p);
+  // Bool tensors are read back without a kernel (none runs in the forked child). The limit falls in the last
+  // (small, buffered) tensor: only the final write fails, which an unchecked final flush would miss.
+  std::map<std::string, Tensor> sd{{"a", Tensor::from_vector(std::vector<bool>(1 << 16, true), {1 << 16})},
+                                   {"b", Tensor::from_vector(std::vector<bool>(100, true), {100})}};
+  nn::safe_save(sd, dir + "/size_probe");
+  rlim_t limit = rlim_t(std::filesystem::file_size(dir + "/size_probe")) - 50;
+  std::filesystem::remove(dir + "/size_probe");
+  pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {  // the file-size limit stands in for a full disk: the write fails with EFBIG
+    signal(SIGXFSZ, SIG_IGN);
+    rlimit lim{limit, limit};
+    setrlimit(RLIMIT_FSIZE, &lim);
+    int code = 1;
+    try {
+      nn::safe_save(sd, p);
+    } catch (const Error& e) {
+      std::string m = e.what();
+      code = m.find("[safe_save]") == 0 && m.find(p) != std::string::npos && m.find("write failed") != std::string::npos ? 0 : 2;
+    }
+    _exit(code);
+  }
+  int status = 0;
+  waitpid(pid, &status, 0);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);  // 1: reported success, 2: another error
+  CHECK(read_bytes(p) == good);
+  size_t files = 0;
+  for (auto& e : std::filesystem::directory_iterator(dir)) {
+    files++;
+    CHECK(e.path().filename() == "m.safetensors");
+  }
+  CHECK(files == 1);
+  CHECK(nn::safe_load(p).at("a").to_vector<float>() == std::vector<float>{1, 2, 3});
+}
+
+TEST_CASE("safe_save's temporary file is unique: a file named like another saver's temporary is left alone") {
+  std::string dir = tmp_path("unique");
+  std::filesystem::create_directories(dir);
+  std::string p = dir + "/m.safetensors";
+  write_bytes(p + ".tmp", Bytes{'o', 't', 'h', 'e', 'r'});
+  mode_t old_mask = umask(022);
+  nn::safe_save({{"a", Tensor::from_vector(std::vector<int32_t>{4, 5})}}, p);
+  umask(old_mask);
+  CHECK(read_bytes(p + ".tmp") == Bytes{'o', 't', 'h', 'e', 'r'});
+  CHECK(nn::safe_load(p).at("a").to_vector<int32_t>() == std::vector<int32_t>{4, 5});
+  CHECK((std::filesystem::status(p).permissions() & std::filesystem::perms::all) == std::filesystem::perms(0644));  // not mkstemp's 0600
+}
+
+TEST_CASE("safe_save into a directory that does not exist is an error naming the file") {
+  std::string p = tmp_path("no_such_dir") + "/m.safetensors";
+  try {
+    nn::safe_save({{"a", Tensor::from_vector(std::vector<float>{1})}}, p);
+    FAIL("no error");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()).find("[safe_save] " + p) == 0);
+  }
 }
 
 // ================================================================ GGUF

@@ -1,5 +1,6 @@
 // The CPU device: 64-byte aligned host memory, the LLVM (default) or clang compiler, registered as "CPU".
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdlib>
@@ -27,6 +28,17 @@ class CpuAllocator : public Allocator {
   ~CpuAllocator() override { clear_cache(); }
   void copyin(void* dst, const void* host_src, size_t bytes) override { std::memcpy(dst, host_src, bytes); }
   void copyout(void* host_dst, const void* src, size_t bytes) override { std::memcpy(host_dst, src, bytes); }
+  void copyin_at(void* dst, size_t offset, const void* host_src, size_t bytes) override {
+    std::memcpy(static_cast<char*>(dst) + offset, host_src, bytes);
+  }
+  // Physical memory: Linux overcommits, so a larger malloc can succeed and the process be killed on first touch.
+  size_t capacity() const override {
+    static const size_t cap = [] {
+      long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+      return pages > 0 && page > 0 ? size_t(pages) * size_t(page) : SIZE_MAX;
+    }();
+    return cap;
+  }
 
  protected:
   void* alloc_raw(size_t bytes) override {
@@ -36,11 +48,9 @@ class CpuAllocator : public Allocator {
   void free_raw(void* p, size_t) override { std::free(p); }
 };
 
-// THREADS=N, else the CPUs this process may run on.
+// THREADS=N (1..1024; 0 is an error, not "auto"), else the CPUs this process may run on.
 int cpu_threads() {
-  int64_t n = getenv_int("THREADS", 0);
-  if (n < 0 || n > 1024) throw EnvError("[CPU] THREADS=" + std::to_string(n) + " is out of range; expected 1..1024");
-  if (n > 0) return int(n);
+  if (int64_t n = getenv_int("THREADS", 0, 1, 1024); n > 0) return int(n);
   cpu_set_t set;
   if (sched_getaffinity(0, sizeof set, &set) == 0) return std::max(1, CPU_COUNT(&set));
   return int(std::max(1u, std::thread::hardware_concurrency()));
@@ -67,6 +77,7 @@ class CpuDevice : public Device {
     return model_;
   }
   bool index64() const override { return true; }
+  bool virtual_copy() const override { return name_.find(':') != std::string::npos; }  // CPU:N, N > 0
   std::unique_ptr<Program> load(const std::vector<uint8_t>& binary, const std::string& name) override {
     return kind_ == CompilerKind::LLVM ? load_llvm_object(binary, name) : load_shared_object(binary, name);
   }

@@ -114,6 +114,9 @@ class CudaAllocator : public Allocator {
     check(driver().CtxSetCurrent(ctx_), "cuCtxSetCurrent");
     check(driver().MemcpyHtoD(CUdeviceptr(dst), host_src, bytes), "cuMemcpyHtoD");
   }
+  void copyin_at(void* dst, size_t offset, const void* host_src, size_t bytes) override {
+    copyin(static_cast<char*>(dst) + offset, host_src, bytes);
+  }
   void copyout(void* host_dst, const void* src, size_t bytes) override {
     if (!bytes) return;
     check(driver().CtxSetCurrent(ctx_), "cuCtxSetCurrent");

@@ -102,6 +102,9 @@ class ClAllocator : public Allocator {
   void copyin(void* dst, const void* host_src, size_t bytes) override {
     if (bytes) check(clEnqueueWriteBuffer(q_, cl_mem(dst), CL_TRUE, 0, bytes, host_src, 0, nullptr, nullptr), "clEnqueueWriteBuffer");
   }
+  void copyin_at(void* dst, size_t offset, const void* host_src, size_t bytes) override {
+    if (bytes) check(clEnqueueWriteBuffer(q_, cl_mem(dst), CL_TRUE, offset, bytes, host_src, 0, nullptr, nullptr), "clEnqueueWriteBuffer");
+  }
   void copyout(void* host_dst, const void* src, size_t bytes) override {
     if (bytes) check(clEnqueueReadBuffer(q_, cl_mem(const_cast<void*>(src)), CL_TRUE, 0, bytes, host_dst, 0, nullptr, nullptr), "clEnqueueReadBuffer");
   }

@@ -48,6 +48,11 @@ class Allocator {
   size_t cached_bytes() const;
   virtual void copyin(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copyout(void* host_dst, const void* src, size_t bytes) = 0;
+  /** Copy `bytes` from the host into `dst` starting `offset` bytes in (the default handles offset 0 only). */
+  virtual void copyin_at(void* dst, size_t offset, const void* host_src, size_t bytes);
+  /** The most bytes one allocation may have; SIZE_MAX where alloc_raw reports out of memory itself (the CPU:
+   *  physical memory, since its allocator overcommits and the kernel would kill the process on first touch). */
+  virtual size_t capacity() const { return SIZE_MAX; }
 
  protected:
   virtual void* alloc_raw(size_t bytes) = 0;
@@ -142,6 +147,9 @@ class Device {
   /** False for a storage-only device (DISK: views of a mapped file): no kernel may run on it or read from it,
    *  and nothing is copied into it; its buffers are copied out (Tensor::to) before use. */
   virtual bool runs_kernels() const { return true; }
+  /** A virtual copy of another device (CPU:N for N > 0: the one CPU seen as several devices, for multi-device
+   *  code); it cannot be the default device (DEVICE=CPU:5 is an EnvError). */
+  virtual bool virtual_copy() const { return false; }
 
   /** Compile `src` (or fetch it from the in-memory cache, then the disk cache) and load it. Bounded caches. */
   std::shared_ptr<Program> get_program(const std::string& src, const std::string& name);
@@ -157,7 +165,8 @@ using DeviceFactory = std::function<std::unique_ptr<Device>(const std::string& f
 bool register_device(const std::string& base, DeviceFactory f, int priority = 0);
 /** The device for "CPU", "CL", "CL:1", ...; an unknown name throws tg::Error listing the known ones. */
 Device& get_device(const std::string& name);
-/** The default device: DEVICE env var, or CPU=1 / CL=1 / CUDA=1, else the highest-priority registered one. */
+/** The default device: DEVICE env var, or CPU=1 / CL=1 / CUDA=1, else the highest-priority registered one. A
+ *  DEVICE naming no device, a device that does not open, or a virtual copy (CPU:5) is a tg::EnvError. */
 const std::string& default_device();
 /** The machine model of a device (the default device when empty) as one line: what `DEBUG=1` prints. */
 std::string device_info(const std::string& device = "");
@@ -170,9 +179,15 @@ std::string cache_dir();
 bool disk_cache_get(const std::string& key, std::vector<uint8_t>& out);
 void disk_cache_put(const std::string& key, const std::vector<uint8_t>& data);
 
+/** The bytes of a buffer of `shape` (the caller's, for the message) of `dtype`, checked before anything is
+ *  allocated: throws tg::Error "[op] shape ... of dtype needs B bytes ..." when the count overflows 64 bits or,
+ *  given a `device`, is more than one allocation there can hold (Allocator::capacity). */
+size_t checked_nbytes(const std::string& op, const std::vector<int64_t>& shape, DType dtype, const std::string& device = "");
+
 /** Memory on a device: `size` elements of `dtype`. Allocated on first use; freed when the last holder drops it. */
 class Buffer {
  public:
+  /** Throws tg::Error when the bytes of `size` elements of `dtype` overflow 64 bits (nothing is allocated yet). */
   Buffer(std::string device, DType dtype, size_t size);
   /** A buffer over memory owned elsewhere (DISK: a range of a mapped file); `owner` keeps that memory alive for as
    *  long as the buffer lives, and the buffer never frees it. */
@@ -183,11 +198,13 @@ class Buffer {
   const std::string& device() const { return device_; }
   DType dtype() const { return dtype_; }
   size_t size() const { return size_; }
-  size_t nbytes() const { return size_ * size_t(dtype_.itemsize()); }
+  size_t nbytes() const { return size_ * size_t(dtype_.itemsize()); }  // checked by the constructor
   bool allocated() const { return ptr_ != nullptr; }
   void* ptr();  // allocates on first use
   void copyin(const void* host, size_t bytes);
   void copyout(void* host, size_t bytes);
+  /** Copy `bytes` from the host into the buffer starting at byte `offset`. */
+  void copyin_at(size_t offset, const void* host, size_t bytes);
   /** The buffer's device (looked up once). */
   Device& dev();
 

@@ -105,7 +105,8 @@ class Tensor {
   static Tensor full(const Shape& shape, double value, DType dtype = dtypes::float32, const std::string& device = "");
   static Tensor zeros(const Shape& shape, DType dtype = dtypes::float32, const std::string& device = "");
   static Tensor ones(const Shape& shape, DType dtype = dtypes::float32, const std::string& device = "");
-  static Tensor arange(double start, double stop, double step = 1, DType dtype = dtypes::int32, const std::string& device = "");
+  /** start, start + step, ... below stop. dtype unset: float32 if an argument is not a whole number, else int32. */
+  static Tensor arange(double start, double stop, double step = 1, DType dtype = dtypes::void_, const std::string& device = "");
   static Tensor arange(int64_t stop, DType dtype = dtypes::int32) { return arange(0, double(stop), 1, dtype); }
   static Tensor eye(int64_t n, int64_t m = -1, DType dtype = dtypes::float32, const std::string& device = "");
   /** A tensor from host memory: `nbytes` bytes of `dtype` elements (copied). */
@@ -178,7 +179,9 @@ class Tensor {
   Tensor& operator/=(const Tensor& x);
 
   // ---- elementwise (see also the operators below)
-  Tensor alu(Ops op, const Tensor& b) const;  // broadcasting + promotion
+  /** Broadcasting + promotion. Integer IDIV/MOD truncate, as C, and are defined for every divisor: x / 0 = 0,
+   *  x % 0 = 0, INT_MIN / -1 = INT_MIN (no kernel divides by 0 or by -1; see README "Semantics"). */
+  Tensor alu(Ops op, const Tensor& b) const;
   Tensor cast(DType d) const;
   Tensor bitcast(DType d) const;
   Tensor neg() const;
@@ -198,8 +201,8 @@ class Tensor {
   Tensor minimum(const Tensor& b) const;
   Tensor where(const Tensor& a, const Tensor& b) const;  // this is the condition
   Tensor div(const Tensor& b) const;                       // true division
-  Tensor idiv(const Tensor& b) const;                      // floor division (ints), like torch's //
-  Tensor mod(const Tensor& b) const;                       // floor remainder, like torch's %
+  Tensor idiv(const Tensor& b) const;                      // floor division (ints), like torch's //; x // 0 = 0
+  Tensor mod(const Tensor& b) const;                       // floor remainder, like torch's %; int x % 0 = 0
   Tensor pow(const Tensor& b) const;
   Tensor logical_not() const;
 

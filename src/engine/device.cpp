@@ -19,6 +19,7 @@
 #include <thread>
 
 #include "tg/env.hpp"
+#include "tg/tensor.hpp"
 
 namespace tg {
 
@@ -27,15 +28,15 @@ namespace fs = std::filesystem;
 // ---------------------------------------------------------------- Allocator
 
 namespace {
-// Bytes of freed blocks kept for reuse (TG_ALLOC_CACHE_MB, default 1 GiB).
-size_t alloc_cache_limit() {
-  int64_t mb = getenv_int("TG_ALLOC_CACHE_MB", 1024);
-  return mb <= 0 ? 0 : size_t(mb) << 20;
-}
+// Bytes of freed blocks kept for reuse (TG_ALLOC_CACHE_MB, default 1 GiB; 0 keeps none).
+size_t alloc_cache_limit() { return size_t(getenv_int("TG_ALLOC_CACHE_MB", 1024, 0, INT64_MAX >> 20)) << 20; }
 }  // namespace
 
 void* Allocator::alloc(size_t bytes) {
   alloc_cache_limit();  // a malformed TG_ALLOC_CACHE_MB surfaces here rather than in a destructor
+  if (bytes > capacity())
+    throw Error("[alloc] " + std::to_string(bytes) + " bytes is more than one allocation can hold (" +
+                std::to_string(capacity()) + " bytes)");
   {
     std::lock_guard lk(mu_);
     if (auto it = by_size_.find(bytes); it != by_size_.end()) {
@@ -59,6 +60,11 @@ void* Allocator::alloc(size_t bytes) {
   }
   if (!p) throw Error("[alloc] out of memory allocating " + std::to_string(bytes) + " bytes");
   return p;
+}
+
+void Allocator::copyin_at(void* dst, size_t offset, const void* host_src, size_t bytes) {
+  if (offset != 0) throw Error("[alloc] this device cannot copy into part of a buffer (offset " + std::to_string(offset) + ")");
+  copyin(dst, host_src, bytes);
 }
 
 void Allocator::free(void* p, size_t bytes) {
@@ -203,21 +209,42 @@ std::string device_info(const std::string& device) {
 
 const std::string& default_device() {
   Registry& r = registry();
-  std::lock_guard lk(r.mu);
-  std::string chosen;
-  if (std::string env = getenv_str("DEVICE"); !env.empty()) {
-    chosen = canonical(r, env);
-  } else {
-    for (const std::string& n : by_priority(r))
-      if (getenv_int(n, 0) == 1) {
-        chosen = n;
-        break;
+  std::string chosen, env = getenv_str("DEVICE");
+  {
+    std::lock_guard lk(r.mu);
+    if (!env.empty()) {
+      try {
+        chosen = canonical(r, env);
+      } catch (const Error& e) {
+        throw EnvError("[getenv] DEVICE=" + env + ": " + e.what());
       }
-    if (chosen.empty()) {
-      if (r.backends.empty()) throw Error("[default_device] no device backends are registered");
-      chosen = by_priority(r).front();
+    } else {
+      for (const std::string& n : by_priority(r))
+        if (getenv_int(n, 0) == 1) {
+          chosen = n;
+          break;
+        }
+      if (chosen.empty()) {
+        if (r.backends.empty()) throw Error("[default_device] no device backends are registered");
+        chosen = by_priority(r).front();
+      }
     }
   }
+  if (!env.empty()) {  // the device must exist (CL:5 on a machine with one) and be a real one (not CPU:5)
+    Device* d = nullptr;
+    try {
+      d = &get_device(chosen);
+    } catch (const EnvError&) {
+      throw;
+    } catch (const Error& e) {
+      throw EnvError("[getenv] DEVICE=" + env + ": " + e.what());
+    }
+    if (d->virtual_copy())
+      throw EnvError("[getenv] DEVICE=" + env + " names a virtual copy of " + chosen.substr(0, chosen.find(':')) +
+                     " (one device seen as several, for multi-device code: .to(\"" + chosen + "\")); expected DEVICE=" +
+                     chosen.substr(0, chosen.find(':')));
+  }
+  std::lock_guard lk(r.mu);
   return *r.names.insert(chosen).first;
 }
 
@@ -351,9 +378,34 @@ std::shared_ptr<Program> Device::get_program(const std::string& src, const std::
 
 // ---------------------------------------------------------------- Buffer
 
+namespace {
+std::string gib(size_t bytes) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.1f GiB", double(bytes) / double(1ull << 30));
+  return b;
+}
+}  // namespace
+
+size_t checked_nbytes(const std::string& op, const std::vector<int64_t>& shape, DType dtype, const std::string& device) {
+  size_t n = 1, bytes = 0;
+  bool over = false;
+  for (int64_t d : shape) over |= d < 0 || __builtin_mul_overflow(n, size_t(d), &n);
+  over |= __builtin_mul_overflow(n, size_t(dtype.itemsize()), &bytes);
+  std::string what = "[" + op + "] shape " + shape_str(shape) + " of " + dtype.name() + (device.empty() ? "" : " on " + device);
+  if (over) throw Error(what + " needs more than 2^64 bytes");
+  if (device.empty()) return bytes;
+  size_t cap = get_device(device).allocator().capacity();
+  if (bytes > cap)
+    throw Error(what + " needs " + std::to_string(bytes) + " bytes (" + gib(bytes) + "), more than one allocation there can hold (" +
+                gib(cap) + ")");
+  return bytes;
+}
+
 Buffer::Buffer(std::string device, DType dtype, size_t size) : device_(std::move(device)), dtype_(dtype), size_(size) {
   if (dtype.ptr || dtype == dtypes::void_ || dtypes::is_weak(dtype) || dtype.scalar == Scalar::Index)
     throw Error("[Buffer] cannot hold elements of dtype " + dtype.name() + " on " + device_);
+  if (size > size_t(INT64_MAX)) throw Error("[Buffer] " + std::to_string(size) + " elements is more than 2^63");
+  checked_nbytes("Buffer", {int64_t(size)}, dtype);  // the device's capacity is checked where it is allocated
 }
 
 Buffer::Buffer(std::string device, DType dtype, size_t size, void* memory, std::shared_ptr<const void> owner)
@@ -392,6 +444,14 @@ void Buffer::copyin(const void* host, size_t bytes) {
   check_size("copyin", *this, bytes);
   void* p = ptr();
   dev().allocator().copyin(p, host, bytes);
+}
+
+void Buffer::copyin_at(size_t offset, const void* host, size_t bytes) {
+  if (offset > nbytes() || bytes > nbytes() - offset)
+    throw Error("[Buffer::copyin_at] bytes [" + std::to_string(offset) + ", " + std::to_string(offset) + " + " +
+                std::to_string(bytes) + ") are outside the buffer's " + std::to_string(nbytes()) + " bytes");
+  void* p = ptr();
+  dev().allocator().copyin_at(p, offset, host, bytes);
 }
 
 void Buffer::copyout(void* host, size_t bytes) {

@@ -188,7 +188,11 @@ void jit_run(const JitItem& item, const std::vector<Buffer*>& bufs) {
 
 void run_schedule(Schedule& s) {
   int dbg = debug_level();
-  for (auto& it : s.items) check_devices(it);
+  for (auto& it : s.items) {
+    check_devices(it);
+    for (auto& b : it.bufs)  // a buffer more than its device can hold: an error before any kernel runs
+      if (!b->allocated()) checked_nbytes("realize", {int64_t(b->size())}, b->dtype(), b->device());
+  }
   // 1. Compile everything first: a kernel that fails to compile leaves every live tensor untouched.
   std::vector<std::shared_ptr<Runner>> runners(s.items.size());
   std::vector<size_t> missing;

@@ -8,8 +8,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <nlohmann/json.hpp>
 
 #include "mapped.hpp"
@@ -204,6 +206,51 @@ std::map<std::string, Tensor> load_entries(const Bytes& f, const std::string& pa
   return out;
 }
 
+// The process's umask (read from /proc: umask() itself changes it, racing other threads), else 022.
+mode_t current_umask() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("Umask:", 0) == 0) return mode_t(std::stoul(line.substr(6), nullptr, 8));
+  return 022;
+}
+
+// Write `path` all or nothing: into a unique temporary file beside it (mkstemp: concurrent savers never share
+// one), every write checked, fsync, then rename over `path`. On any failure the temporary file is removed, `path`
+// keeps its old contents, and a tg::Error names the file and the reason.
+void write_file_atomic(const std::string& path, const std::function<void(const std::function<void(const void*, size_t)>&)>& body) {
+  std::string tmp = path + ".tmp.XXXXXX";
+  int fd = mkstemp(tmp.data());
+  if (fd < 0) throw Error("[safe_save] " + path + ": cannot create a temporary file beside it (" + std::strerror(errno) + ")");
+  auto fail = [&](const std::string& what, int err) {
+    if (fd >= 0) ::close(fd);
+    fd = -1;
+    ::unlink(tmp.c_str());
+    throw Error("[safe_save] " + path + ": " + what + " (" + std::strerror(err) + "); the file is unchanged");
+  };
+  fchmod(fd, 0666 & ~current_umask());  // mkstemp makes 0600; a saved file gets the usual mode
+  try {
+    body([&](const void* data, size_t n) {
+      auto p = static_cast<const char*>(data);
+      while (n > 0) {
+        ssize_t w = ::write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) fail("write failed", w < 0 ? errno : ENOSPC);
+        p += w;
+        n -= size_t(w);
+      }
+    });
+  } catch (...) {
+    if (fd >= 0) ::close(fd), ::unlink(tmp.c_str());  // an error thrown by the body itself (fail() cleaned up)
+    throw;
+  }
+  if (::fsync(fd) != 0) fail("fsync failed", errno);
+  int c = ::close(fd);
+  fd = -1;
+  if (c != 0) fail("close failed", errno);
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename " + tmp + " over it", errno);
+}
+
 }  // namespace
 
 void safe_save(const std::map<std::string, Tensor>& tensors, const std::string& path,
@@ -238,17 +285,13 @@ void safe_save(const std::map<std::string, Tensor>& tensors, const std::string& 
   }
   std::string hs = h.dump();
   while ((8 + hs.size()) % 8) hs += ' ';
-  std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary);
-    if (!f) throw Error("[safe_save] " + path + ": cannot write " + tmp);
-    uint64_t hl = hs.size();
-    for (int i = 0; i < 8; i++) f.put(char((hl >> (8 * i)) & 0xff));
-    f.write(hs.data(), int64_t(hs.size()));
-    for (auto& b : blobs) f.write(reinterpret_cast<const char*>(b.data()), int64_t(b.size()));
-    if (!f) throw Error("[safe_save] " + path + ": write failed");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw Error("[safe_save] " + path + ": cannot rename the temporary file");
+  write_file_atomic(path, [&](const std::function<void(const void*, size_t)>& put) {
+    uint8_t hl[8];
+    for (int i = 0; i < 8; i++) hl[i] = uint8_t((uint64_t(hs.size()) >> (8 * i)) & 0xff);
+    put(hl, 8);
+    put(hs.data(), hs.size());
+    for (auto& b : blobs) put(b.data(), b.size());
+  });
 }
 
 std::map<std::string, Tensor> safe_load(const std::string& path, const std::string& device) {

@@ -727,6 +727,8 @@ Schedule create_schedule(std::span<const UOpRef> roots) {
   }
   // Instantiate: inputs are this graph's buffers, every other slot a new buffer.
   std::vector<UOpRef> slot_uop(t->slots.size());
+  for (const Slot& sl : t->slots)  // refuse a buffer whose bytes overflow before making any
+    if (sl.input < 0) checked_nbytes("realize", {int64_t(sl.size)}, sl.dtype);
   for (size_t i = 0; i < t->slots.size(); i++) {
     const Slot& sl = t->slots[i];
     slot_uop[i] = sl.input >= 0 ? UOpRef(inputs[size_t(sl.input)]) : new_buffer_uop(sl.device, sl.dtype, size_t(sl.size));

@@ -282,7 +282,12 @@ std::pair<Tensor, Tensor> pre_scatter(const Tensor& self, int64_t& dim, const Te
 Tensor Tensor::scatter(int64_t dim, const Tensor& index, const Tensor& src) const {
   auto [s, mask] = pre_scatter(*this, dim, index, src, "scatter");
   Tensor any = mask.any({-1});
-  Tensor vals = mask.where(s, const_like(*this, 0)).sum(-1).cast(dtype());
+  // a position several indices name takes the last one's value (as torch on the CPU), not their sum
+  int64_t k = mask.shape().back();
+  Tensor pos = arange_at(k, mask.ndim() - 1, mask.ndim(), device());
+  Tensor last = mask.where(pos, Tensor::full({}, -1, dtypes::int32, device())).max(-1, true);
+  Tensor sel = Tensor(mask & Tensor(pos == last));
+  Tensor vals = sel.where(s, const_like(*this, 0)).sum(-1).cast(dtype());
   return any.where(vals, *this);
 }
 

@@ -47,8 +47,10 @@ Tensor Tensor::argmax(std::optional<int64_t> axis, bool keepdim) const {
   if (ndim() == 0) return full({}, 0, dtypes::int64, device());
   int64_t a = norm_dim(*axis, ndim(), "argmax"), n = shape()[size_t(a)];
   if (n == 0) fail("argmax", "cannot take the argmax of an empty dim of " + shape_str(shape()));
-  // n - max((x == max) * (n, n-1, ..., 1)) is the first index of the maximum
+  // n - max((x == max) * (n, n-1, ..., 1)) is the first index of the maximum; NaN is the maximum (as torch): a row
+  // with NaN has max NaN, equal to nothing, and its first NaN is taken
   Tensor is_max = eq(max(a, true));
+  if (dtypes::is_float(dtype())) is_max = Tensor(is_max | isnan());
   Shape rs(size_t(ndim()), 1);
   rs[size_t(a)] = n;
   Tensor rev = arange(double(n), 0, -1, dtypes::int64, device()).reshape(rs);
@@ -144,7 +146,9 @@ std::pair<Tensor, Tensor> Tensor::cummax(int64_t axis) const {
   Tensor x = transpose(axis, -1), v = values.transpose(axis, -1);
   // index of value j: the last i <= j with x[i] == v[j]
   Tensor i_le_j = Tensor::ones({n, n}, dtypes::bool_, device()).triu();
-  Tensor match = Tensor(x.unsqueeze(-1).eq(v.unsqueeze(-2)) & i_le_j);  // (..., i, j)
+  Tensor same = x.unsqueeze(-1).eq(v.unsqueeze(-2));  // (..., i, j); a NaN maximum is matched by a NaN (as torch)
+  if (dtypes::is_float(dtype())) same = Tensor(same | Tensor(x.unsqueeze(-1).isnan() & v.unsqueeze(-2).isnan()));
+  Tensor match = Tensor(same & i_le_j);
   Tensor ii = arange(0, double(n), 1, dtypes::int64, device()).reshape({n, 1});
   Tensor idx = match.where(ii, full({}, -1, dtypes::int64, device())).max(-2);
   return {values, idx.transpose(-1, axis)};
@@ -196,10 +200,16 @@ std::pair<Tensor, Tensor> Tensor::sort(int64_t dim, bool descending) const {
   if (n <= 1) return {*this, zeros_like(dtypes::int64)};
   Tensor x = transpose(dim, -1);
   Tensor a = x.unsqueeze(-1), b = x.unsqueeze(-2);  // (..., i, 1), (..., 1, j)
-  // rank of i: how many j come first (strictly before in order, or equal with j < i: stable)
-  Tensor before = descending ? b.gt(a) : b.lt(a);
+  // rank of i: how many j come first (strictly before in order, or equal with j < i: stable). NaN is above every
+  // number and equal to NaN (torch's order: last ascending, first descending), so the ranks stay a permutation.
+  Tensor before = descending ? b.gt(a) : b.lt(a), same = b.eq(a);
+  if (dtypes::is_float(dtype())) {
+    Tensor na = a.isnan(), nb = b.isnan();
+    before = Tensor(before | (descending ? Tensor(nb & na.logical_not()) : Tensor(na & nb.logical_not())));
+    same = Tensor(same | Tensor(na & nb));
+  }
   Tensor j_lt_i = Tensor::ones({n, n}, dtypes::bool_, device()).tril(-1);
-  Tensor rank = Tensor(before | Tensor(b.eq(a) & j_lt_i)).cast(dtypes::int64).sum(-1);  // (..., i)
+  Tensor rank = Tensor(before | Tensor(same & j_lt_i)).cast(dtypes::int64).sum(-1);  // (..., i)
   Tensor at = one_hot_mask(rank, n);                                                       // (..., i, r)
   Tensor values = at.where(a, const_like(*this, 0)).sum(-2).cast(dtype());
   Tensor ii = arange(0, double(n), 1, dtypes::int64, device()).reshape({n, 1});

@@ -148,6 +148,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, const std::string& device)
   for (int64_t d : shape)
     if (d < 0) throw Error("[empty] negative dimension in shape " + shape_str(shape));
   std::string dev = dev_or_default(device);
+  checked_nbytes("empty", shape, dtypes::strong(dtype), dev);
   auto buf = new_buffer_uop(dev, dtypes::strong(dtype), size_t(numel_of(shape)));
   return Tensor(UOp::make(Ops::RESHAPE, buf->dtype, {buf}, std::vector<int64_t>(shape)), shape, dev);
 }
@@ -170,26 +171,42 @@ Tensor Tensor::from_blob(const void* data, const Shape& shape, DType dtype, cons
 
 Tensor Tensor::arange(double start, double stop, double step, DType dtype, const std::string& device) {
   if (step == 0) throw Error("[arange] step must not be 0");
-  int64_t n = std::max<int64_t>(0, int64_t(std::ceil((stop - start) / step)));
+  if (dtype == dtypes::void_)  // unset: float32 when an argument is not a whole number (tinygrad, torch), else int32
+    dtype = start == std::trunc(start) && stop == std::trunc(stop) && step == std::trunc(step) ? dtypes::int32 : dtypes::float32;
+  double count = std::ceil((stop - start) / step);
+  if (!std::isfinite(count) || count >= 0x1p63)
+    throw Error("[arange] (" + std::to_string(start) + ", " + std::to_string(stop) + ", " + std::to_string(step) +
+                ") does not give a finite count below 2^63");
+  int64_t n = count > 0 ? int64_t(count) : 0;  // a huge negative count: empty (no out-of-range conversion)
   DType d = dtypes::strong(dtype);
   if (d.ptr || d.count != 1 || d.itemsize() > 8) throw Error("[arange] unsupported dtype " + d.name());
-  // Filled on the host in the target dtype (no kernel): each value converted with the C semantics of a CAST.
-  std::vector<uint8_t> bytes(static_cast<size_t>(n) * size_t(d.itemsize()));
-  for (int64_t i = 0; i < n; i++) {
-    Value v{0, start + double(i) * step};
-    Value r = exec_alu(Ops::CAST, d, std::span<const Value>(&v, 1), dtypes::float64);
-    uint64_t bits;
-    switch (d.scalar) {
-      case Scalar::Float16: bits = float_to_half_bits(float(r.f)); break;
-      case Scalar::BFloat16: bits = float_to_bf16_bits(float(r.f)); break;
-      case Scalar::Float32: bits = std::bit_cast<uint32_t>(float(r.f)); break;
-      case Scalar::Float64: bits = std::bit_cast<uint64_t>(r.f); break;
-      case Scalar::Fp8E4M3: case Scalar::Fp8E5M2: bits = double_to_fp8_bits(r.f, d.scalar); break;
-      default: bits = uint64_t(r.i);
+  std::string dev = dev_or_default(device);
+  checked_nbytes("arange", {n}, d, dev);  // before any host memory
+  Tensor t = empty({n}, d, dev);
+  auto buf = buffer_of(contiguous_buffer(t.uop().get()));
+  // Filled on the host in the target dtype (no kernel): each value converted with the C semantics of a CAST;
+  // staged in chunks, so the host holds at most 1 MiB beside the buffer.
+  size_t isz = size_t(d.itemsize()), chunk = (size_t(1) << 20) / isz;
+  std::vector<uint8_t> bytes(std::min(size_t(n), chunk) * isz);
+  for (int64_t i0 = 0; i0 < n; i0 += int64_t(chunk)) {
+    int64_t i1 = std::min(n, i0 + int64_t(chunk));
+    for (int64_t i = i0; i < i1; i++) {
+      Value v{0, start + double(i) * step};
+      Value r = exec_alu(Ops::CAST, d, std::span<const Value>(&v, 1), dtypes::float64);
+      uint64_t bits;
+      switch (d.scalar) {
+        case Scalar::Float16: bits = float_to_half_bits(float(r.f)); break;
+        case Scalar::BFloat16: bits = float_to_bf16_bits(float(r.f)); break;
+        case Scalar::Float32: bits = std::bit_cast<uint32_t>(float(r.f)); break;
+        case Scalar::Float64: bits = std::bit_cast<uint64_t>(r.f); break;
+        case Scalar::Fp8E4M3: case Scalar::Fp8E5M2: bits = double_to_fp8_bits(r.f, d.scalar); break;
+        default: bits = uint64_t(r.i);
+      }
+      std::memcpy(&bytes[size_t(i - i0) * isz], &bits, isz);  // little endian
     }
-    std::memcpy(&bytes[size_t(i) * size_t(d.itemsize())], &bits, size_t(d.itemsize()));  // little endian
+    buf->copyin_at(size_t(i0) * isz, bytes.data(), size_t(i1 - i0) * isz);
   }
-  return from_blob(bytes.data(), {n}, d, device);
+  return t;
 }
 
 Tensor Tensor::eye(int64_t n, int64_t m, DType dtype, const std::string& device) {
@@ -231,6 +248,8 @@ Tensor threefry(Tensor x0, Tensor x1, uint32_t k0, uint32_t k1) {
 Tensor Tensor::rand(const Shape& shape, DType dtype, const std::string& device) {
   if (!dtypes::is_float(dtype)) throw Error("[rand] needs a float dtype, got " + dtype.name());
   int64_t n = numel_of(shape);
+  if (n > (int64_t(1) << 32))  // the counter is 32 bits: more values would repeat
+    throw Error("[rand] shape " + shape_str(shape) + " has more than 2^32 elements, the most one call draws");
   uint64_t call = g_rng_counter++;
   g_rand_calls++;
   Tensor ctr = arange(0, double(n), 1, dtypes::uint32, device);
@@ -244,6 +263,8 @@ Tensor Tensor::rand(const Shape& shape, DType dtype, const std::string& device) 
 Tensor Tensor::randn(const Shape& shape, DType dtype, const std::string& device) {
   // Box-Muller: sqrt(-2 ln(1-u1)) * cos(2 pi u2).
   int64_t n = numel_of(shape);
+  if (n > (int64_t(1) << 31))  // two uniform values per element, at most 2^32 per rand call
+    throw Error("[randn] shape " + shape_str(shape) + " has more than 2^31 elements, the most one call draws");
   Tensor u = rand({2, n}, dtypes::float32, device);
   Tensor u1 = u.shrink({{0, 1}, {0, n}}), u2 = u.shrink({{1, 2}, {0, n}});
   Tensor r = Tensor(Tensor(1.0 - u1).log() * -2.0).sqrt() * Tensor(u2 * (2 * M_PI)).cos();
@@ -279,6 +300,30 @@ static Tensor broadcast_to(const Tensor& t, const Shape& s) {
   return t.reshape(padded).expand(s);
 }
 
+namespace {
+// A divisor the kernel may divide by as it is: a constant other than 0 (and -1 for signed ints).
+bool safe_divisor(const Tensor& b) {
+  const UOp* u = b.uop().get();
+  while (is_movement(u->op)) u = u->src(0);
+  if (u->op != Ops::CONST) return false;
+  int64_t v = u->const_int();
+  return v != 0 && (v != -1 || dtypes::is_unsigned(b.dtype()));
+}
+
+Tensor safe_divmod(Ops op, const Tensor& a, const Tensor& b, const std::string& dev) {
+  // Truncating IDIV/MOD with every divisor defined (tg's semantics, see the header): a / 0 = 0 and a % 0 = 0 (as
+  // numpy; torch raises on the CPU), INT_MIN / -1 wraps to INT_MIN (as torch). The kernel divides by 1 where the
+  // divisor is 0 or -1, so no kernel divides by zero (undefined in C and LLVM; x86 traps) or overflows.
+  bool sgn = !dtypes::is_unsigned(a.dtype());
+  Tensor zero = b == 0, bad = sgn ? Tensor(zero | Tensor(b == -1)) : zero;
+  Tensor d = bad.where(Tensor(1), b);
+  Tensor q(UOp::make(op, a.dtype(), {a.uop(), d.uop()}), a.shape(), dev);  // a / 1 = a, a % 1 = 0
+  if (op == Ops::MOD) return q;
+  if (sgn) q = Tensor(b == -1).where(Tensor(-a), q);
+  return zero.where(Tensor(0), q);
+}
+}  // namespace
+
 Tensor Tensor::alu(Ops op, const Tensor& b) const {
   const Tensor& a = *this;
   bool weak = a.impl_->weak && b.impl_->weak;
@@ -295,7 +340,9 @@ Tensor Tensor::alu(Ops op, const Tensor& b) const {
   std::string dev = a.impl_->weak ? b.device() : a.device();
   Tensor ca = broadcast_to(a.cast(out), s), cb = broadcast_to(b.cast(out), s);
   DType rd = is_comparison(op) ? dtypes::bool_ : out;
-  Tensor r(UOp::make(op, rd, {ca.uop(), cb.uop()}), s, dev);
+  Tensor r = (op == Ops::IDIV || op == Ops::MOD) && !safe_divisor(cb)
+                 ? safe_divmod(op, ca, cb, dev)
+                 : Tensor(UOp::make(op, rd, {ca.uop(), cb.uop()}), s, dev);
   r.impl_->weak = weak;
   return r;
 }
@@ -365,10 +412,22 @@ Tensor Tensor::minimum(const Tensor& b) const {
   if (dtypes::is_bool(dtype()) && dtypes::is_bool(b.dtype())) return alu(Ops::AND, b);
   return Tensor(-Tensor(-*this).maximum(-b));
 }
-Tensor Tensor::relu() const { return maximum(Tensor(0)); }
+Tensor Tensor::relu() const {
+  Tensor r = maximum(Tensor(0));
+  if (!dtypes::is_float(dtype())) return r;
+  // d relu = [x > 0], 0 at x == 0 as torch (MAX's rule splits a tie: 0.5)
+  return r.custom_gradient({*this}, "relu", [](const Tensor& g, const Tensor&, const std::vector<Tensor>& in) {
+    return std::vector<std::optional<Tensor>>{Tensor(in[0] > 0.0).where(g, Tensor(0.0)).cast(g.dtype())};
+  });
+}
 Tensor Tensor::sigmoid() const {
   if (narrow_float(dtype())) return cast(dtypes::float32).sigmoid().cast(dtype());
-  return Tensor(Tensor(1.0) / Tensor(1.0 + Tensor(-*this).exp()));
+  Tensor s = Tensor(1.0) / Tensor(1.0 + Tensor(-*this).exp());
+  if (!dtypes::is_float(dtype())) return s;
+  // d sigmoid = s (1 - s): finite everywhere (through the graph, x < -88 gave exp' = inf times 0 = NaN; also tanh)
+  return s.custom_gradient({*this}, "sigmoid", [](const Tensor& g, const Tensor& v, const std::vector<Tensor>&) {
+    return std::vector<std::optional<Tensor>>{Tensor(g * Tensor(v * Tensor(1.0 - v)))};
+  });
 }
 Tensor Tensor::abs() const { return dtypes::is_unsigned(dtype()) || dtypes::is_bool(dtype()) ? *this : maximum(-*this); }
 Tensor Tensor::logical_not() const {
@@ -412,16 +471,25 @@ Tensor Tensor::mod(const Tensor& b) const {
 }
 
 Tensor Tensor::pow(const Tensor& b) const {
-  // x^y = exp2(y * log2|x|), with the sign for negative bases and integer exponents.
+  // x^y = exp2(y * log2|x|), with the sign for negative bases and integer exponents (C's pow: (-inf)^0.3 = inf).
   DType out = least_upper_float(dtypes::strong(least_upper_dtype({dtype(), b.dtype()})));
-  Tensor x = cast(out), y = b.cast(out);
+  Shape s = broadcast_shape(shape(), b.shape(), "pow");
+  Tensor x = broadcast_to(cast(out), s), y = broadcast_to(b.cast(out), s);
   Tensor mag = Tensor(y * x.abs().log2()).exp2();
   Tensor odd = Tensor(y.mod(Tensor(2.0)) == 1.0);
   Tensor neg = Tensor(x < 0.0);
   Tensor r = Tensor(neg & odd).where(-mag, mag);
-  Tensor nan_case = Tensor(neg & Tensor(y != y.trunc()));
+  Tensor nan_case = Tensor(neg & Tensor(y != y.trunc()) & Tensor(x != -INFINITY));
   r = nan_case.where(Tensor(NAN), r);
-  return Tensor(Tensor(y == 0.0).where(Tensor(1.0), r)).cast(out);
+  r = Tensor(Tensor(y == 0.0).where(Tensor(1.0), r)).cast(out);
+  if (impl_->weak && b.impl_->weak) return r;
+  // torch's gradients: d/dx = y x^(y-1) (0 where y == 0), d/dy = x^y ln x (0 where x == 0 and y >= 0; NaN for x < 0)
+  return r.custom_gradient({x, y}, "pow", [](const Tensor& g, const Tensor& v, const std::vector<Tensor>& in) {
+    const Tensor &x = in[0], &y = in[1];
+    Tensor gx = Tensor(y == 0.0).where(Tensor(0.0), Tensor(g * y * x.pow(Tensor(y - 1.0)))).cast(g.dtype());
+    Tensor gy = Tensor(Tensor(x == 0.0) & Tensor(y >= 0.0)).where(Tensor(0.0), Tensor(g * v * x.log())).cast(g.dtype());
+    return std::vector<std::optional<Tensor>>{gx, gy};
+  });
 }
 
 namespace {
@@ -520,7 +588,9 @@ Tensor Tensor::pad(const std::vector<std::pair<int64_t, int64_t>>& p, double val
     arg.push_back(p[i].second);
     any |= p[i].first != 0 || p[i].second != 0;
     neg |= p[i].first < 0 || p[i].second < 0;
-    out[i] += p[i].first + p[i].second;
+    if (__builtin_add_overflow(out[i], p[i].first, &out[i]) || __builtin_add_overflow(out[i], p[i].second, &out[i]))
+      throw Error("[pad] padding dim " + std::to_string(i) + " of shape " + shape_str(shape()) + " by (" +
+                  std::to_string(p[i].first) + ", " + std::to_string(p[i].second) + ") overflows 64 bits");
   }
   if (neg) {  // negative padding shrinks
     std::vector<std::pair<int64_t, int64_t>> sh, pp;
