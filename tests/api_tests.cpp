@@ -9,6 +9,8 @@
 #include "tg/schedule.hpp"
 #include "tg/tensor.hpp"
 
+#include "test_util.hpp"
+
 using namespace tg;
 
 namespace {
@@ -26,16 +28,7 @@ Tensor ints(std::vector<int64_t> v, Shape s = {}) {
   if (s.empty()) s = {int64_t(v.size())};
   return Tensor::from_vector(v, {int64_t(v.size())}).reshape(s);
 }
-// The message of the tg::Error f throws ("" when it does not throw).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 }  // namespace
 
 TEST_CASE("a 20-op operator expression builds the same UOp graph as the ops applied one by one") {

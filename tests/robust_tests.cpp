@@ -7,6 +7,7 @@
 #include <string>
 
 #include "scoped_env.hpp"
+#include "test_util.hpp"
 #include "tg/device.hpp"
 #include "tg/env.hpp"
 #include "tg/tensor.hpp"
@@ -14,16 +15,7 @@
 using namespace tg;
 
 namespace {
-// The message of the tg::Error `f` throws ("" when it throws none).
-template <class F>
-std::string error_of(F&& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::error_of;
 bool contains(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 }  // namespace
 

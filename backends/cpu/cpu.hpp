@@ -34,6 +34,9 @@ std::unique_ptr<Compiler> make_clang_compiler();
 /** dlopen a shared object (written to a temporary file that is deleted once loaded). */
 std::unique_ptr<Program> load_shared_object(const std::vector<uint8_t>& so, const std::string& name);
 
+/** LLVM's native target, asm printer and parser, initialised once (thread-safe). */
+void init_llvm();
+
 /** The CPU kernels are compiled for: the host's (source "host") or the one TG_CPU names (source "TG_CPU"; an LLVM
  *  CPU name whose instruction set this CPU has, else a tg::EnvError). Features: LLVM's "+avx2,-avx512f,..." list. */
 struct CpuTarget {

@@ -49,15 +49,6 @@ namespace tg::cpu {
 
 namespace {
 
-void init_llvm() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    llvm::InitializeNativeTarget();
-    llvm::InitializeNativeTargetAsmPrinter();
-    llvm::InitializeNativeTargetAsmParser();
-  });
-}
-
 struct HostTarget {
   std::string triple, cpu, features;
   const llvm::Target* target = nullptr;

@@ -31,8 +31,6 @@
 
 namespace tg::cpu {
 
-namespace {
-
 void init_llvm() {
   static std::once_flag once;
   std::call_once(once, [] {
@@ -41,6 +39,8 @@ void init_llvm() {
     llvm::InitializeNativeTargetAsmParser();
   });
 }
+
+namespace {
 
 // "+a,+b,-c" for the host's ISA features as LLVM reads them from cpuid (sorted: the string is part of cache keys).
 std::string feature_string(const std::map<std::string, bool>& host) {
