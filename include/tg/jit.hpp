@@ -27,26 +27,32 @@ struct JitItem {
 void jit_begin_capture(std::vector<JitItem>* sink);
 void jit_end_capture();
 /** Run one captured item on these buffers (same count and sizes as captured). */
-void jit_run(const JitItem& item, const std::vector<Buffer*>& bufs);
+void jit_run(const JitItem& item, const std::vector<Buffer*>& bufs, const VarVals& vals = {});
 /** How many times Tensor::rand (and friends) drew numbers, process-wide. */
 size_t rand_calls();
 
-/** Wraps a step function of tensors. Inputs must keep their shapes and dtypes across calls. */
+/** Wraps a step function of tensors. Inputs must keep their shapes and dtypes across calls; a symbolic dim (see
+ *  tg/variable.hpp) may take another value on each call, and so may the bound Variables passed beside the inputs:
+ *  a replay launches the captured kernels with the new values, compiling nothing. */
 class TinyJit {
  public:
   using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
-  explicit TinyJit(Fn fn) : fn_(std::move(fn)) {}
-  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs);
+  /** A step that also takes bound Variables: `jit({tok}, {pos.bind(p)})`, the function using `vars[0]` in shapes. */
+  using FnVars = std::function<std::vector<Tensor>(const std::vector<Tensor>&, const std::vector<sint>&)>;
+  explicit TinyJit(Fn fn) : fn_([f = std::move(fn)](const std::vector<Tensor>& in, const std::vector<sint>&) { return f(in); }) {}
+  explicit TinyJit(FnVars fn) : fn_(std::move(fn)) {}
+  std::vector<Tensor> operator()(const std::vector<Tensor>& inputs, const std::vector<sint>& vars = {});
   /** Number of calls so far, and whether the next call replays. */
   int calls() const { return calls_; }
   bool replaying() const { return calls_ >= 3; }
   size_t captured_kernels() const { return items_.size(); }
 
  private:
-  std::vector<Tensor> run_capture(const std::vector<Tensor>& inputs, std::vector<JitItem>& items);
-  Fn fn_;
+  std::vector<Tensor> run_capture(const std::vector<Tensor>& inputs, const std::vector<sint>& vars, std::vector<JitItem>& items);
+  FnVars fn_;
   int calls_ = 0;
-  std::vector<std::pair<Shape, DType>> specs_;
+  std::vector<std::pair<std::string, DType>> specs_;  // each input's shape (symbolic dims by expression) and dtype
+  std::vector<std::string> var_names_;
   std::vector<JitItem> items_;
   std::vector<const Buffer*> input_bufs_;  // the inputs' buffers during the capture that is replayed
   std::vector<Tensor> outputs_;

@@ -26,6 +26,8 @@ struct ScheduleItem {
 struct Schedule {
   std::vector<ScheduleItem> items;
   std::vector<std::pair<UOpRef, UOpRef>> becomes;
+  /** The values of the graph's bound variables (kernel parameters by name; the kernels themselves are unbound). */
+  std::vector<std::pair<std::string, int64_t>> var_vals;
 };
 
 /** Split the graphs under `roots` into kernels. Movement ops become index arithmetic; elementwise ops and

@@ -20,6 +20,7 @@
 #include "tg/dtype.hpp"
 #include "tg/error.hpp"
 #include "tg/uop.hpp"
+#include "tg/variable.hpp"
 
 namespace tg {
 
@@ -105,6 +106,15 @@ class Tensor {
   static Tensor full(const Shape& shape, double value, DType dtype = dtypes::float32, const std::string& device = "");
   static Tensor zeros(const Shape& shape, DType dtype = dtypes::float32, const std::string& device = "");
   static Tensor ones(const Shape& shape, DType dtype = dtypes::float32, const std::string& device = "");
+  /** Symbolic shapes: `Tensor::full({1, pos + 1}, 0.f)` (braced lists of ints take these too, as ints). */
+  static Tensor full(const SymShape& shape, double value, DType dtype = dtypes::float32, const std::string& device = "");
+  static Tensor full(std::initializer_list<sint> shape, double value, DType dtype = dtypes::float32, const std::string& device = "") {
+    return full(SymShape(shape), value, dtype, device);
+  }
+  static Tensor zeros(std::initializer_list<sint> s, DType d = dtypes::float32, const std::string& dev = "") { return full(s, 0, d, dev); }
+  static Tensor ones(std::initializer_list<sint> s, DType d = dtypes::float32, const std::string& dev = "") { return full(s, 1, d, dev); }
+  /** A 0-d tensor holding the value of `v` (a kernel parameter when `v` is symbolic: one kernel for every value). */
+  static Tensor from_sint(const sint& v, DType dtype = dtypes::int32, const std::string& device = "");
   /** start, start + step, ... below stop. dtype unset: float32 if an argument is not a whole number, else int32. */
   static Tensor arange(double start, double stop, double step = 1, DType dtype = dtypes::void_, const std::string& device = "");
   static Tensor arange(int64_t stop, DType dtype = dtypes::int32) { return arange(0, double(stop), 1, dtype); }
@@ -133,10 +143,16 @@ class Tensor {
   static Tensor randint(int64_t low, int64_t high, const Shape& shape, DType dtype = dtypes::int32, const std::string& device = "");
 
   // ---- properties
+  /** The shape; a tg::Error on a tensor with a symbolic dim (see sym_shape). */
   const Shape& shape() const;
+  /** Symbolic shapes (tg/variable.hpp): whether a dim depends on a Variable, the dims as sints, and the largest
+   *  value of each (how the tensor's buffer is laid out). For a tensor without variables, all three agree with shape(). */
+  bool is_symbolic() const { return uop()->sym() != nullptr; }
+  SymShape sym_shape() const;
+  const Shape& max_shape() const;
   DType dtype() const;
   const std::string& device() const;
-  int ndim() const { return int(shape().size()); }
+  int ndim() const { return int(max_shape().size()); }
   int64_t numel() const;
   const UOpRef& uop() const;
   int64_t size(int dim) const;
@@ -148,7 +164,7 @@ class Tensor {
   std::vector<T> to_vector() const {
     if (!(dtype_of<T>() == dtypes::strong(dtype())))
       throw Error("[to_vector] tensor is " + dtype().name() + ", asked for " + dtype_of<T>().name());
-    std::vector<T> out(static_cast<size_t>(numel()));
+    std::vector<T> out(read_count());  // a symbolic tensor reads its dims at their bound values
     if constexpr (std::is_same_v<T, bool>) {
       std::vector<uint8_t> b(static_cast<size_t>(out.size()));
       copy_to_host(b.data(), b.size());
@@ -208,10 +224,18 @@ class Tensor {
 
   // ---- movement
   Tensor reshape(Shape s) const;  // one -1 allowed
+  /** Symbolic dims (no -1): each symbolic dim stays a dim of its own, at the same place in the layout. */
+  Tensor reshape(const SymShape& s) const;
+  Tensor reshape(std::initializer_list<sint> s) const { return reshape(SymShape(s)); }
   Tensor permute(std::vector<int64_t> order) const;
   Tensor expand(Shape s) const;   // -1 keeps a dim
+  Tensor expand(const SymShape& s) const;
+  Tensor expand(std::initializer_list<sint> s) const { return expand(SymShape(s)); }
   Tensor pad(const std::vector<std::pair<int64_t, int64_t>>& p, double value = 0) const;
   Tensor shrink(const std::vector<std::pair<int64_t, int64_t>>& s) const;
+  /** Symbolic bounds: `cache.shrink({{0, 1}, {0, pos + 1}})`, `freqs.shrink({{pos, pos + 1}, {0, 64}})`. */
+  Tensor shrink(const std::vector<std::pair<sint, sint>>& s) const;
+  Tensor shrink(std::initializer_list<std::pair<sint, sint>> s) const { return shrink(std::vector<std::pair<sint, sint>>(s)); }
   Tensor flip(std::vector<int64_t> axes) const;
   Tensor transpose(int64_t a = 1, int64_t b = 0) const;
   Tensor T() const { return transpose(); }
@@ -538,6 +562,7 @@ class Tensor {
   friend void replace_realized(const std::vector<std::pair<const UOp*, UOpRef>>&);
   Tensor check_numel(size_t n, const char* op) const;
   void copy_to_host(void* dst, size_t bytes) const;
+  size_t read_count() const;
   Tensor reduce(Ops op, std::vector<int64_t> axes, bool keepdim, const char* name) const;
   Tensor mov(Ops op, Arg arg, Shape out) const;
   int64_t norm_axis(int64_t a, const char* op) const;

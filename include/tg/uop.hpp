@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <span>
 #include <string>
 #include <variant>
@@ -39,7 +40,9 @@ namespace tg {
   X(ADD) X(MUL) X(SUB) X(FDIV) X(IDIV) X(MOD) X(MAX) X(CMPLT) X(CMPNE) X(CMPEQ) X(XOR) X(OR) X(AND) \
   X(SHL) X(SHR) X(POW) X(THREEFRY)                                                                  \
   /* ternary */                                                                                     \
-  X(WHERE) X(MULACC)
+  X(WHERE) X(MULACC)                                                                                \
+  /* appended (op numbers are hashed into cache keys): a variable bound to a value, BIND(DEFINE_VAR, CONST) */ \
+  X(BIND)
 
 enum class Ops : uint8_t {
 #define TG_X(name) name,
@@ -74,7 +77,7 @@ constexpr int op_arity(Ops o) {
     case Ops::RANGE: case Ops::SPECIAL: case Ops::GETTUPLE: case Ops::DETACH: case Ops::CONTIGUOUS:
     case Ops::REDUCE_AXIS: case Ops::RESHAPE: case Ops::PERMUTE: case Ops::EXPAND: case Ops::PAD: case Ops::SHRINK:
     case Ops::FLIP: case Ops::GEP: case Ops::IF: return 1;
-    case Ops::ASSIGN: case Ops::COPY: return 2;
+    case Ops::ASSIGN: case Ops::COPY: case Ops::BIND: return 2;
     default: return -1;
   }
 }
@@ -182,6 +185,11 @@ class UOp {
   int64_t const_int() const;
   double const_float() const;
 
+  /** Symbolic extents of a tensor-graph node whose shape depends on a variable: one index expression per dim (a
+   *  CONST where the dim is concrete), computed at construction from the sources; null for every other node. The
+   *  node's arguments hold the largest value of each (its "max shape", how its buffer is laid out). */
+  const std::vector<UOpRef>* sym() const { return sym_.get(); }
+
   /** Exact integer bounds (vmin/vmax), computed at construction from the sources. */
   const Bounds& bounds() const { return bounds_; }
   int64_t vmin() const { return bounds_.min; }
@@ -206,6 +214,7 @@ class UOp {
   mutable std::atomic<uint32_t> rc_{1};
   uint32_t nsrc_;
   Bounds bounds_{0, 0, false};
+  std::unique_ptr<const std::vector<UOpRef>> sym_;
   UOpRef* srcs_;                       // trailing storage
   mutable const UOp* next_ = nullptr;  // intern table chain
 };

@@ -7,15 +7,39 @@
 namespace tg {
 
 namespace {
-std::string spec_str(const Shape& s, DType d) { return shape_str(s) + " " + d.name(); }
+std::string join(const std::vector<std::string>& v) {
+  std::string r;
+  for (auto& x : v) r += (r.empty() ? "" : ", ") + x;
+  return r;
+}
+
+// An input's shape with its symbolic dims unbound (the values may change between calls, the expressions may not).
+std::string shape_key(const Tensor& t) {
+  SymShape s;
+  for (const sint& d : t.sym_shape()) s.emplace_back(unbind(d.uop()));
+  return shape_str(s);
+}
+
+// This call's variable values: the bound Variables passed, then those bound in the inputs' symbolic dims.
+VarVals call_vals(const std::vector<Tensor>& inputs, const std::vector<sint>& vars) {
+  std::vector<UOpRef> roots;
+  for (const sint& v : vars) {
+    if (v.uop()->op != Ops::BIND) throw Error("[TinyJit] a variable argument must be a bound Variable (Variable::bind), got " + v.str());
+    roots.push_back(v.uop());
+  }
+  for (const Tensor& t : inputs)
+    if (t.is_symbolic()) roots.push_back(t.uop());
+  return bound_vars(roots, "TinyJit");
+}
 }  // namespace
 
-std::vector<Tensor> TinyJit::run_capture(const std::vector<Tensor>& inputs, std::vector<JitItem>& items) {
+std::vector<Tensor> TinyJit::run_capture(const std::vector<Tensor>& inputs, const std::vector<sint>& vars,
+                                         std::vector<JitItem>& items) {
   size_t r0 = rand_calls();
   jit_begin_capture(&items);
   std::vector<Tensor> out;
   try {
-    out = fn_(inputs);
+    out = fn_(inputs, vars);
     std::vector<Tensor*> ptrs;
     for (auto& t : out) ptrs.push_back(&t);
     Tensor::realize_all(ptrs);
@@ -30,7 +54,7 @@ std::vector<Tensor> TinyJit::run_capture(const std::vector<Tensor>& inputs, std:
   return out;
 }
 
-std::vector<Tensor> TinyJit::operator()(const std::vector<Tensor>& in) {
+std::vector<Tensor> TinyJit::operator()(const std::vector<Tensor>& in, const std::vector<sint>& vars) {
   std::vector<Tensor> inputs = in;
   // Inputs are realised buffers; their shapes and dtypes are fixed by the first call.
   std::vector<Tensor*> lazy;
@@ -40,20 +64,26 @@ std::vector<Tensor> TinyJit::operator()(const std::vector<Tensor>& in) {
       lazy.push_back(&t);
     }
   if (!lazy.empty()) Tensor::realize_all(lazy);
+  VarVals vals = call_vals(inputs, vars);
+  std::vector<std::string> names;
+  for (auto& [k, v] : vals) names.push_back(k);
   if (calls_ == 0) {
-    for (auto& t : inputs) specs_.emplace_back(t.shape(), t.dtype());
+    for (auto& t : inputs) specs_.emplace_back(shape_key(t), t.dtype());
+    var_names_ = names;
   } else {
+    if (names != var_names_)
+      throw Error("[TinyJit] called with the variables (" + join(names) + "), the first call had (" + join(var_names_) + ")");
     if (inputs.size() != specs_.size())
       throw Error("[TinyJit] called with " + std::to_string(inputs.size()) + " inputs, first call had " +
                   std::to_string(specs_.size()));
     for (size_t i = 0; i < inputs.size(); i++)
-      if (inputs[i].shape() != specs_[i].first || !(inputs[i].dtype() == specs_[i].second))
-        throw Error("[TinyJit] input " + std::to_string(i) + " changed from " + spec_str(specs_[i].first, specs_[i].second) +
-                    " to " + spec_str(inputs[i].shape(), inputs[i].dtype()));
+      if (shape_key(inputs[i]) != specs_[i].first || !(inputs[i].dtype() == specs_[i].second))
+        throw Error("[TinyJit] input " + std::to_string(i) + " changed from " + specs_[i].first + " " +
+                    specs_[i].second.name() + " to " + shape_key(inputs[i]) + " " + inputs[i].dtype().name());
   }
   if (calls_ == 0) {  // warm up: compile everything
     calls_++;
-    std::vector<Tensor> out = fn_(inputs);
+    std::vector<Tensor> out = fn_(inputs, vars);
     std::vector<Tensor*> ptrs;
     for (auto& t : out) ptrs.push_back(&t);
     Tensor::realize_all(ptrs);
@@ -61,7 +91,7 @@ std::vector<Tensor> TinyJit::operator()(const std::vector<Tensor>& in) {
   }
   if (calls_ == 1 || calls_ == 2) {  // capture twice: the kernel sequences must agree
     std::vector<JitItem> items;
-    std::vector<Tensor> out = run_capture(inputs, items);
+    std::vector<Tensor> out = run_capture(inputs, vars, items);
     if (calls_ == 2) {
       bool same = items.size() == items_.size();
       for (size_t i = 0; same && i < items.size(); i++) same = items[i].key == items_[i].key;
@@ -89,9 +119,12 @@ std::vector<Tensor> TinyJit::operator()(const std::vector<Tensor>& in) {
         if (input_bufs_[k] == b.get()) use = now[k].get();
       bufs.push_back(use);
     }
-    jit_run(it, bufs);
+    jit_run(it, bufs, vals);
   }
   calls_++;
+  // Symbolic outputs: the same buffers, their dims bound to this call's values.
+  for (Tensor& t : outputs_)
+    if (t.is_symbolic()) t.impl()->uop = rebind(t.uop(), vals);
   return outputs_;
 }
 

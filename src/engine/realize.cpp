@@ -121,14 +121,22 @@ std::shared_ptr<Runner> compile_item(const ScheduleItem& it) {
   return r;
 }
 
-// One launch: the kernel's variables (only core_id is bound at run time) and its parallel calls.
-void launch(Runner& r, void* const* bufs) {
+// One launch: the kernel's variables (core_id set per parallel call, the others from `vals` by name) and its calls.
+void launch(Runner& r, void* const* bufs, const VarVals& vals) {
   LaunchDims dims = r.kernel.dims;
   int64_t vars[8] = {0};
   std::vector<int64_t> big;
   int64_t* v = vars;
   size_t nv = r.kernel.var_names.size();
   if (nv > 8) big.assign(nv, 0), v = big.data();
+  for (size_t i = 0; i < nv; i++) {
+    if (int(i) == r.kernel.core_var) continue;
+    bool found = false;
+    for (auto& [k, x] : vals)
+      if (k == r.kernel.var_names[i]) v[i] = x, found = true;
+    if (!found)
+      throw Error("[realize] kernel " + r.kernel.name + " needs variable " + r.kernel.var_names[i] + ", which has no value");
+  }
   dims.n_vars = int(nv);
   if (r.kernel.core_var >= 0) dims.core_var = r.kernel.core_var, dims.global[0] = r.kernel.threads;
   r.program->run(bufs, v, dims);
@@ -172,7 +180,7 @@ void set_kernel_compile_hook(std::function<void(const UOpRef& ast, const std::st
 void jit_begin_capture(std::vector<JitItem>* sink) { g_capture = sink; }
 void jit_end_capture() { g_capture = nullptr; }
 
-void jit_run(const JitItem& item, const std::vector<Buffer*>& bufs) {
+void jit_run(const JitItem& item, const std::vector<Buffer*>& bufs, const VarVals& vals) {
   if (!item.runner) {  // a copy
     std::vector<uint8_t> host(bufs[1]->nbytes());
     bufs[1]->copyout(host.data(), host.size());
@@ -182,7 +190,7 @@ void jit_run(const JitItem& item, const std::vector<Buffer*>& bufs) {
   auto& r = *static_cast<Runner*>(item.runner.get());
   std::vector<void*> ptrs;
   for (Buffer* b : bufs) ptrs.push_back(b->ptr());
-  launch(r, ptrs.data());
+  launch(r, ptrs.data(), vals);
   g_kernels_run++;
 }
 
@@ -226,14 +234,19 @@ void run_schedule(Schedule& s) {
     std::vector<void*> ptrs;
     for (auto& b : it.bufs) ptrs.push_back(b->ptr());
     auto t0 = std::chrono::steady_clock::now();
-    launch(r, ptrs.data());
+    launch(r, ptrs.data(), s.var_vals);
     if (dbg >= 2) get_device(it.device).synchronize();
     double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
     size_t n = ++g_kernels_run;
-    if (dbg >= 2)
-      std::fprintf(stderr, "*** %-6s %4zu %-24s arg %2zu mem %8.4f GB tm %10.2fus %9.2f GFLOPS %8.2f GB/s\n",
+    if (dbg >= 2) {
+      std::string vs;  // the bound values this launch used
+      for (auto& name : r.kernel.var_names)
+        for (auto& [k, x] : s.var_vals)
+          if (k == name) vs += " " + k + "=" + std::to_string(x);
+      std::fprintf(stderr, "*** %-6s %4zu %-24s arg %2zu mem %8.4f GB tm %10.2fus %9.2f GFLOPS %8.2f GB/s%s\n",
                    it.device.c_str(), n, r.kernel.name.c_str(), it.bufs.size(), r.kernel.mem_bytes / 1e9, us,
-                   r.kernel.flops / us / 1e3, r.kernel.mem_bytes / us / 1e3);
+                   r.kernel.flops / us / 1e3, r.kernel.mem_bytes / us / 1e3, vs.c_str());
+    }
   }
 }
 

@@ -16,6 +16,7 @@
 #include "tg/opt.hpp"
 #include "tg/symbolic.hpp"
 #include "tg/tensor.hpp"
+#include "tg/variable.hpp"
 
 namespace tg {
 
@@ -33,6 +34,13 @@ UOpRef ci(int64_t v) { return UOp::cnst_int(dtypes::index, v); }
 UOpRef add(const UOpRef& a, const UOpRef& b) { return a->alu(Ops::ADD, b); }
 UOpRef mul(const UOpRef& a, int64_t c) { return c == 1 ? a : a->alu(Ops::MUL, ci(c)); }
 UOpRef land(const UOpRef& a, const UOpRef& b) { return !a ? b : !b ? a : a->alu(Ops::AND, b); }
+
+// The extent of dim i of node n: its symbolic expression (a DEFINE_VAR expression in a normalised graph) or the int.
+UOpRef extent(const UOp* n, const Shape& s, size_t i) {
+  if (const auto* sym = n->sym()) return (*sym)[i];
+  return ci(s[i]);
+}
+bool is_one(const UOpRef& e) { return e->is_const() && e->const_int() == 1; }
 
 struct Access {
   std::vector<UOpRef> idx;
@@ -128,19 +136,27 @@ struct KernelBuilder {
         UOpRef pv;
         for (size_t i = 0; i < in.size(); i++) {
           int64_t b = vec()[2 * i], e = vec()[2 * i + 1];
+          UOpRef ext = extent(n->src(0), in, i);
           c.idx.push_back(b ? a.idx[i]->alu(Ops::ADD, ci(-b)) : a.idx[i]);
           if (b > 0) pv = land(pv, ci(b - 1)->alu(Ops::CMPLT, a.idx[i]));
-          if (e > 0) pv = land(pv, a.idx[i]->alu(Ops::CMPLT, ci(b + in[i])));
+          if (e > 0 || !ext->is_const()) pv = land(pv, a.idx[i]->alu(Ops::CMPLT, b ? ext->alu(Ops::ADD, ci(b)) : ext));
         }
         c.valid = land(a.valid, pv);
         break;
       }
       case Ops::SHRINK:
-        for (size_t i = 0; i < in.size(); i++) c.idx.push_back(vec()[2 * i] ? add(a.idx[i], ci(vec()[2 * i])) : a.idx[i]);
+        for (size_t i = 0; i < in.size(); i++) {
+          if (n->nsrc() > 1) {  // symbolic bounds: the begin is an index source
+            const UOpRef& b = n->src()[1 + 2 * i];
+            c.idx.push_back(b->is_const() && b->const_int() == 0 ? a.idx[i] : add(a.idx[i], b));
+          } else {
+            c.idx.push_back(vec()[2 * i] ? add(a.idx[i], ci(vec()[2 * i])) : a.idx[i]);
+          }
+        }
         break;
       case Ops::FLIP:
         for (size_t i = 0; i < in.size(); i++)
-          c.idx.push_back(vec()[i] ? ci(in[i] - 1)->alu(Ops::SUB, a.idx[i]) : a.idx[i]);
+          c.idx.push_back(vec()[i] ? extent(n->src(0), in, i)->alu(Ops::ADD, ci(-1))->alu(Ops::SUB, a.idx[i]) : a.idx[i]);
         break;
       default: throw Error(std::string("[schedule] not a movement op: ") + op_name(n->op));
     }
@@ -215,10 +231,11 @@ struct KernelBuilder {
           auto& axes = std::get<ReduceArg>(n->arg).axes;
           for (size_t i = 0; i < in.size(); i++) {
             if (std::find(axes.begin(), axes.end(), int64_t(i)) != axes.end()) {
-              if (in[i] == 1) {
+              UOpRef ext = extent(n->src(0), in, i);
+              if (is_one(ext)) {
                 c.idx.push_back(ci(0));
               } else {
-                UOpRef r = UOp::range(ci(in[i]), 1000 + next_range++, AxisType::Reduce);
+                UOpRef r = UOp::range(ext, 1000 + next_range++, AxisType::Reduce);
                 f.ranges.push_back(r);
                 c.idx.push_back(r);
               }
@@ -273,8 +290,10 @@ struct KernelBuilder {
   UOpRef kernel_ast() {
     const Shape& s = shapes.at(root);
     Access out;
-    for (size_t i = 0; i < s.size(); i++)
-      out.idx.push_back(s[i] == 1 ? ci(0) : UOp::range(ci(s[i]), int64_t(i), AxisType::Loop));
+    for (size_t i = 0; i < s.size(); i++) {
+      UOpRef ext = extent(root, s, i);  // a symbolic dim loops to its variable's value
+      out.idx.push_back(is_one(ext) ? ci(0) : UOp::range(ext, int64_t(i), AxisType::Loop));
+    }
     UOpRef value = build(root, out);
     UOpRef param = UOp::make(Ops::PARAM, root->dtype.ptr_to(), {}, int64_t(0));
     UOpRef st = UOp::make(Ops::STORE, dtypes::void_, {UOp::make(Ops::INDEX, param->dtype, {param, linear(s, out)}), value});
@@ -416,7 +435,10 @@ std::vector<UOpRef> split_reduces(std::span<const UOpRef> roots) {
       int64_t dmax = int64_t(std::min(256.0, double(1 << 22) / std::max(out_n, 1.0)));
       std::vector<int64_t> axes = ra.axes;
       std::sort(axes.begin(), axes.end());
-      if (out_n >= 1 && in_n / out_n >= threshold && !axes.empty()) {
+      bool sym_axis = false;  // a symbolic reduce axis is not split (its size is not known here)
+      if (const auto* sy = u->src(0)->sym())
+        for (int64_t a : axes) sym_axis |= !(*sy)[size_t(a)]->is_const();
+      if (!sym_axis && out_n >= 1 && in_n / out_n >= threshold && !axes.empty()) {
         for (int64_t a : axes) {
           int64_t n = xs[size_t(a)], d = dmax;
           while (d >= 8 && n % d) d--;
@@ -691,6 +713,10 @@ Schedule create_schedule(std::span<const UOpRef> roots) {
       norm[u] = norm.at(u->src(0));
       continue;
     }
+    if (u->op == Ops::BIND) {  // the kernels take the variable; its value goes with the schedule
+      norm[u] = u->src(0)->ref();
+      continue;
+    }
     bool changed = false;
     std::vector<UOpRef> src;
     for (auto& s : u->src()) {
@@ -734,6 +760,14 @@ Schedule create_schedule(std::span<const UOpRef> roots) {
     slot_uop[i] = sl.input >= 0 ? UOpRef(inputs[size_t(sl.input)]) : new_buffer_uop(sl.device, sl.dtype, size_t(sl.size));
   }
   Schedule sched;
+  sched.var_vals = bound_vars(roots, "realize");
+  for (const UOp* u : topo)
+    if (u->op == Ops::DEFINE_VAR) {
+      const std::string& name = std::get<VarArg>(u->arg).name;
+      bool bound = false;
+      for (auto& [k, v] : sched.var_vals) bound |= k == name;
+      if (!bound) throw Error("[realize] variable " + name + " has no value: bind it (Variable::bind) before realising");
+    }
   for (auto& it : t->items) {
     ScheduleItem si;
     si.kind = it.kind;
@@ -745,6 +779,12 @@ Schedule create_schedule(std::span<const UOpRef> roots) {
   for (auto& [r, sl] : t->becomes) {
     const Shape& s = t->root_shapes[r];
     const UOpRef& bu = slot_uop[size_t(sl)];
+    if (const auto* sym = roots[r]->sym()) {  // the buffer at the largest dims, viewed with the root's symbolic ones
+      std::vector<UOpRef> src{bu};
+      src.insert(src.end(), sym->begin(), sym->end());
+      sched.becomes.emplace_back(roots[r], UOp::make(Ops::RESHAPE, bu->dtype, src, std::vector<int64_t>(s)));
+      continue;
+    }
     bool flat = s.size() == 1 && s[0] == std::get<std::vector<int64_t>>(bu->arg)[1];
     sched.becomes.emplace_back(roots[r], flat ? bu : UOp::make(Ops::RESHAPE, bu->dtype, {bu}, std::vector<int64_t>(s)));
   }

@@ -42,6 +42,21 @@ Tensor Tensor::matmul(const Tensor& b) const {
   if (dx == 0 || dw == 0)
     fail("matmul", "both operands need at least 1 dim, got " + shape_str(shape()) + " and " + shape_str(b.shape()));
   int64_t axis_w = dw - std::min<int64_t>(dw, 2);  // the contracted dim of b
+  if (is_symbolic() || b.is_symbolic()) {  // the same product on sints (a symbolic dim on either side, or contracted)
+    SymShape as = sym_shape(), bs = b.sym_shape();
+    sint k = as.back();
+    if (!(k == bs[size_t(axis_w)]))
+      fail("matmul", "cannot multiply " + shape_str(as) + " and " + shape_str(bs) + ": inner dims " + k.str() + " and " +
+                         bs[size_t(axis_w)].str() + " differ");
+    int64_t ones = std::min<int64_t>({dx - 1, dw - 1, 1});
+    SymShape xs(as.begin(), as.end() - 1), ws(bs.begin(), bs.begin() + axis_w);
+    xs.insert(xs.end(), size_t(ones), sint(1));
+    xs.push_back(k);
+    ws.insert(ws.end(), size_t(ones), sint(1));
+    ws.insert(ws.end(), bs.begin() + axis_w, bs.end());
+    Tensor x = reshape(xs), w = b.reshape(ws).transpose(-1, -std::min<int64_t>(dw, 2));
+    return Tensor(x * w).sum(-1).cast(dtypes::strong(least_upper_dtype({dtype(), b.dtype()})));
+  }
   int64_t k = shape().back();
   if (k != b.shape()[size_t(axis_w)])
     fail("matmul", "cannot multiply " + shape_str(shape()) + " and " + shape_str(b.shape()) + ": inner dims " +

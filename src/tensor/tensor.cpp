@@ -128,7 +128,28 @@ Tensor::Tensor(double v) : impl_(make_impl(UOp::cnst(dtypes::weakfloat, v), {}, 
 Tensor::Tensor(int v) : impl_(make_impl(UOp::cnst_int(dtypes::weakint, v), {}, "", true)) {}
 Tensor::Tensor(bool v) : impl_(make_impl(UOp::cnst_int(dtypes::bool_, v), {}, "", true)) {}
 
-const Shape& Tensor::shape() const { return impl_->shape; }
+const Shape& Tensor::shape() const {
+  if (is_symbolic())
+    throw Error("[shape] the tensor has the symbolic shape " + shape_str(sym_shape()) +
+                ": read sym_shape() (its dims as sints) or max_shape() (their largest values)");
+  return impl_->shape;
+}
+const Shape& Tensor::max_shape() const { return impl_->shape; }
+SymShape Tensor::sym_shape() const {
+  SymShape r;
+  if (const auto* sym = uop()->sym()) {
+    for (auto& e : *sym) r.emplace_back(e);
+  } else {
+    for (int64_t d : impl_->shape) r.emplace_back(d);
+  }
+  return r;
+}
+size_t Tensor::read_count() const {
+  if (!is_symbolic()) return size_t(numel());
+  size_t n = 1;
+  for (const sint& d : sym_shape()) n *= size_t(d.value());
+  return n;
+}
 DType Tensor::dtype() const { return impl_->uop->dtype; }
 const std::string& Tensor::device() const {
   if (impl_->device.empty()) impl_->device = default_device();
@@ -293,6 +314,34 @@ Shape Tensor::broadcast_shape(const Shape& a, const Shape& b, const char* op) {
   return out;
 }
 
+static Shape max_of(const SymShape& s) {
+  Shape r;
+  for (const sint& d : s) r.push_back(d.max());
+  return r;
+}
+
+static SymShape broadcast_sym(const SymShape& a, const SymShape& b, const char* op) {
+  size_t n = std::max(a.size(), b.size());
+  SymShape out(n);
+  for (size_t i = 0; i < n; i++) {
+    sint da = i < n - a.size() ? sint(1) : a[i - (n - a.size())];
+    sint db = i < n - b.size() ? sint(1) : b[i - (n - b.size())];
+    bool a1 = da.is_int() && da.value() == 1, b1 = db.is_int() && db.value() == 1;
+    if (!(da == db) && !a1 && !b1)
+      throw Error(std::string("[") + op + "] shapes " + shape_str(a) + " and " + shape_str(b) + " do not broadcast");
+    out[i] = a1 ? db : da;
+  }
+  return out;
+}
+
+static Tensor broadcast_to_sym(const Tensor& t, const SymShape& s) {
+  SymShape ts = t.sym_shape();
+  if (ts == s) return t;
+  SymShape padded(s.size() - ts.size(), sint(1));
+  padded.insert(padded.end(), ts.begin(), ts.end());
+  return t.reshape(padded).expand(s);
+}
+
 static Tensor broadcast_to(const Tensor& t, const Shape& s) {
   if (t.shape() == s) return t;
   Shape padded(s.size() - t.shape().size(), 1);
@@ -317,7 +366,7 @@ Tensor safe_divmod(Ops op, const Tensor& a, const Tensor& b, const std::string& 
   bool sgn = !dtypes::is_unsigned(a.dtype());
   Tensor zero = b == 0, bad = sgn ? Tensor(zero | Tensor(b == -1)) : zero;
   Tensor d = bad.where(Tensor(1), b);
-  Tensor q(UOp::make(op, a.dtype(), {a.uop(), d.uop()}), a.shape(), dev);  // a / 1 = a, a % 1 = 0
+  Tensor q(UOp::make(op, a.dtype(), {a.uop(), d.uop()}), a.max_shape(), dev);  // a / 1 = a, a % 1 = 0
   if (op == Ops::MOD) return q;
   if (sgn) q = Tensor(b == -1).where(Tensor(-a), q);
   return zero.where(Tensor(0), q);
@@ -336,9 +385,17 @@ Tensor Tensor::alu(Ops op, const Tensor& b) const {
   }
   if ((op == Ops::IDIV || op == Ops::MOD) && !dtypes::is_int(out))
     throw Error(std::string("[") + op_name(op) + "] needs int tensors, got " + out.name());
-  Shape s = broadcast_shape(a.shape(), b.shape(), op_name(op));
   std::string dev = a.impl_->weak ? b.device() : a.device();
-  Tensor ca = broadcast_to(a.cast(out), s), cb = broadcast_to(b.cast(out), s);
+  Shape s;
+  Tensor ca, cb;
+  if (a.is_symbolic() || b.is_symbolic()) {
+    SymShape ss = broadcast_sym(a.sym_shape(), b.sym_shape(), op_name(op));
+    s = max_of(ss);
+    ca = broadcast_to_sym(a.cast(out), ss), cb = broadcast_to_sym(b.cast(out), ss);
+  } else {
+    s = broadcast_shape(a.shape(), b.shape(), op_name(op));
+    ca = broadcast_to(a.cast(out), s), cb = broadcast_to(b.cast(out), s);
+  }
   DType rd = is_comparison(op) ? dtypes::bool_ : out;
   Tensor r = (op == Ops::IDIV || op == Ops::MOD) && !safe_divisor(cb)
                  ? safe_divmod(op, ca, cb, dev)
@@ -353,17 +410,17 @@ Tensor Tensor::cast(DType d) const {
     const UOp* c = impl_->uop.get();
     double v = dtypes::is_float(c->dtype) ? c->const_float() : double(c->const_int());
     UOpRef u = dtypes::is_float(d) || dtypes::is_bool(d) ? UOp::cnst(d, v) : UOp::cnst_int(d, c->const_int());
-    Tensor out(u, shape(), impl_->device);
+    Tensor out(u, max_shape(), impl_->device);
     out.impl_->weak = impl_->weak && dtypes::is_weak(d);
     return out;
   }
-  return Tensor(UOp::make(Ops::CAST, d, {uop()}), shape(), impl_->device);
+  return Tensor(UOp::make(Ops::CAST, d, {uop()}), max_shape(), impl_->device);
 }
 
 Tensor Tensor::bitcast(DType d) const {
   if (d.itemsize() != dtype().itemsize())
     throw Error("[bitcast] " + dtype().name() + " and " + d.name() + " have different sizes");
-  return Tensor(UOp::make(Ops::BITCAST, d, {uop()}), shape(), impl_->device);
+  return Tensor(UOp::make(Ops::BITCAST, d, {uop()}), max_shape(), impl_->device);
 }
 
 namespace {
@@ -378,11 +435,11 @@ Tensor unary(const Tensor& t, Ops op, bool needs_float = true) {
     else v.i = u->const_int();
     Value r = exec_alu(op, u->dtype, std::span<const Value>(&v, 1), u->dtype);
     UOpRef c = dtypes::is_float(u->dtype) ? UOp::cnst(u->dtype, r.f) : UOp::cnst_int(u->dtype, r.i);
-    Tensor out(c, x.shape(), x.impl()->device);
+    Tensor out(c, x.max_shape(), x.impl()->device);
     out.impl()->weak = x.impl()->weak;
     return out;
   }
-  return Tensor(UOp::make(op, x.dtype(), {x.uop()}), x.shape(), x.device());
+  return Tensor(UOp::make(op, x.dtype(), {x.uop()}), x.max_shape(), x.device());
 }
 }  // namespace
 
@@ -440,8 +497,16 @@ Tensor Tensor::where(const Tensor& a, const Tensor& b) const {
   DType out = least_upper_dtype({a.dtype(), b.dtype()});
   if (!weak) out = dtypes::strong(out);
   if (weak) out = dtypes::strong(out);
-  Shape s = broadcast_shape(broadcast_shape(shape(), a.shape(), "where"), b.shape(), "where");
-  Tensor c = broadcast_to(cast(dtypes::bool_), s), ca = broadcast_to(a.cast(out), s), cb = broadcast_to(b.cast(out), s);
+  Shape s;
+  Tensor c, ca, cb;
+  if (is_symbolic() || a.is_symbolic() || b.is_symbolic()) {
+    SymShape ss = broadcast_sym(broadcast_sym(sym_shape(), a.sym_shape(), "where"), b.sym_shape(), "where");
+    s = max_of(ss);
+    c = broadcast_to_sym(cast(dtypes::bool_), ss), ca = broadcast_to_sym(a.cast(out), ss), cb = broadcast_to_sym(b.cast(out), ss);
+  } else {
+    s = broadcast_shape(broadcast_shape(shape(), a.shape(), "where"), b.shape(), "where");
+    c = broadcast_to(cast(dtypes::bool_), s), ca = broadcast_to(a.cast(out), s), cb = broadcast_to(b.cast(out), s);
+  }
   return Tensor(UOp::make(Ops::WHERE, out, {c.uop(), ca.uop(), cb.uop()}), s, impl_->weak ? a.device() : device());
 }
 
@@ -500,9 +565,9 @@ std::atomic<int64_t> g_next_contiguous{1};
 
 Tensor Tensor::contiguous() const {
   if (impl_->uop->op == Ops::CONTIGUOUS || contiguous_buffer(impl_->uop.get())) return *this;
-  return Tensor(UOp::make(Ops::CONTIGUOUS, dtype(), {uop()}, g_next_contiguous++), shape(), device());
+  return Tensor(UOp::make(Ops::CONTIGUOUS, dtype(), {uop()}, g_next_contiguous++), max_shape(), device());
 }
-Tensor Tensor::detach() const { return Tensor(UOp::make(Ops::DETACH, dtype(), {uop()}), shape(), device()); }
+Tensor Tensor::detach() const { return Tensor(UOp::make(Ops::DETACH, dtype(), {uop()}), max_shape(), device()); }
 
 // ---------------------------------------------------------------- movement
 
@@ -555,7 +620,7 @@ Tensor Tensor::permute(std::vector<int64_t> order) const {
   for (size_t i = 0; i < order.size(); i++) ident &= order[i] == int64_t(i);
   if (ident) return *this;
   Shape s;
-  for (int64_t a : order) s.push_back(shape()[size_t(a)]);
+  for (int64_t a : order) s.push_back(max_shape()[size_t(a)]);
   return mov(Ops::PERMUTE, std::move(order), s);
 }
 
@@ -626,6 +691,128 @@ Tensor Tensor::shrink(const std::vector<std::pair<int64_t, int64_t>>& s) const {
   }
   if (ident) return *this;
   return mov(Ops::SHRINK, std::move(arg), out);
+}
+
+// ---------------------------------------------------------------- symbolic shapes
+
+namespace {
+bool all_int(const SymShape& s) {
+  for (const sint& d : s)
+    if (!d.is_int()) return false;
+  return true;
+}
+// Where each symbolic dim sits in the layout at the largest dims: (elements before it, its expression).
+std::vector<std::pair<int64_t, const UOp*>> sym_places(const SymShape& s) {
+  std::vector<std::pair<int64_t, const UOp*>> r;
+  int64_t before = 1;
+  for (const sint& d : s) {
+    if (!d.is_int()) r.emplace_back(before, d.uop().get());
+    before *= d.max();
+  }
+  return r;
+}
+UOpRef sym_node(Ops op, const Tensor& x, const std::vector<sint>& entries, std::vector<int64_t> arg) {
+  std::vector<UOpRef> src{x.uop()};
+  for (const sint& e : entries) src.push_back(e.uop());
+  return UOp::make(op, x.dtype(), src, std::move(arg));
+}
+}  // namespace
+
+Tensor Tensor::reshape(const SymShape& s) const {
+  if (all_int(s) && !is_symbolic()) {
+    Shape c;
+    for (const sint& d : s) c.push_back(d.value());
+    return reshape(c);
+  }
+  SymShape in = sym_shape();
+  Shape mx;
+  for (const sint& d : s) {
+    if (d.min() < 0)
+      throw Error("[reshape] negative dimension in " + shape_str(s) + (d.is_int() && d.value() == -1 ? " (no -1 with symbolic dims)" : ""));
+    mx.push_back(d.max());
+  }
+  if (numel_of(mx) != numel_of(max_shape()) || sym_places(in) != sym_places(s))
+    throw Error("[reshape] cannot reshape " + shape_str(in) + " into " + shape_str(s) +
+                ": a symbolic dim stays a dim of its own, with the same number of elements before it");
+  if (s == in) return *this;
+  return Tensor(sym_node(Ops::RESHAPE, *this, s, std::vector<int64_t>(mx)), mx, impl_->device);
+}
+
+Tensor Tensor::expand(const SymShape& s_in) const {
+  SymShape s = s_in;
+  if (all_int(s) && !is_symbolic()) {
+    Shape c;
+    for (const sint& d : s) c.push_back(d.value());
+    return expand(c);
+  }
+  SymShape in = sym_shape();
+  if (s.size() < in.size()) throw Error("[expand] cannot expand " + shape_str(in) + " to fewer dims " + shape_str(s));
+  Tensor t = *this;
+  if (s.size() > in.size()) {
+    SymShape p(s.size() - in.size(), sint(1));
+    p.insert(p.end(), in.begin(), in.end());
+    t = reshape(p);
+  }
+  SymShape tin = t.sym_shape();
+  for (size_t i = 0; i < s.size(); i++) {
+    if (s[i].is_int() && s[i].value() == -1) s[i] = tin[i];
+    if (!(tin[i] == s[i]) && !(tin[i].is_int() && tin[i].value() == 1))
+      throw Error("[expand] cannot expand " + shape_str(in) + " to " + shape_str(s));
+  }
+  if (s == tin) return t;
+  Shape mx;
+  for (const sint& d : s) mx.push_back(d.max());
+  (void)numel_of(mx);
+  return Tensor(sym_node(Ops::EXPAND, t, s, std::vector<int64_t>(mx)), mx, impl_->device);
+}
+
+Tensor Tensor::shrink(const std::vector<std::pair<sint, sint>>& s) const {
+  bool ints = !is_symbolic();
+  for (auto& [b, e] : s) ints &= b.is_int() && e.is_int();
+  if (ints) {
+    std::vector<std::pair<int64_t, int64_t>> c;
+    for (auto& [b, e] : s) c.emplace_back(b.value(), e.value());
+    return shrink(c);
+  }
+  SymShape in = sym_shape();
+  if (s.size() != in.size()) throw Error("[shrink] " + std::to_string(s.size()) + " ranges for shape " + shape_str(in));
+  std::vector<sint> entries;
+  std::vector<int64_t> arg;
+  Shape mx;
+  bool ident = true;
+  for (size_t i = 0; i < s.size(); i++) {
+    const auto& [b, e] = s[i];
+    sint len = e - b, rest = in[i] - e;
+    if (b.min() < 0 || len.min() < 0 || rest.min() < 0)
+      throw Error("[shrink] range [" + b.str() + ", " + e.str() + ") is out of bounds for dim " + std::to_string(i) +
+                  " of shape " + shape_str(in) + " for some values of its variables");
+    entries.push_back(b);
+    entries.push_back(e);
+    arg.push_back(0);
+    arg.push_back(len.max());
+    mx.push_back(len.max());
+    ident &= b.is_int() && b.value() == 0 && e == in[i];
+  }
+  if (ident) return *this;
+  return Tensor(sym_node(Ops::SHRINK, *this, entries, std::move(arg)), mx, impl_->device);
+}
+
+Tensor Tensor::full(const SymShape& shape, double value, DType dtype, const std::string& device) {
+  if (all_int(shape)) {
+    Shape c;
+    for (const sint& d : shape) c.push_back(d.value());
+    return full(c, value, dtype, device);
+  }
+  for (const sint& d : shape)
+    if (d.min() < 0) throw Error("[full] negative dimension in shape " + shape_str(shape));
+  Tensor c(const_uop(dtypes::strong(dtype), value), {}, dev_or_default(device));
+  return c.reshape(Shape(shape.size(), 1)).expand(shape);
+}
+
+Tensor Tensor::from_sint(const sint& v, DType dtype, const std::string& device) {
+  if (!dtypes::is_int(dtype) && !dtypes::is_float(dtype)) throw Error("[from_sint] needs an int or float dtype, got " + dtype.name());
+  if (v.is_int()) return full(Shape{}, double(v.value()), dtype, device);
+  return Tensor(v.uop()->cast(dtypes::strong(dtype)), {}, dev_or_default(device));
 }
 
 Tensor Tensor::flip(std::vector<int64_t> axes) const {
@@ -726,14 +913,15 @@ Tensor Tensor::reduce(Ops op, std::vector<int64_t> axes, bool keepdim, const cha
   axes.clear();
   for (int64_t i = 0; i < ndim(); i++)
     if (red[size_t(i)]) axes.push_back(i);
-  Shape kept = shape(), squeezed;
+  Shape kept = max_shape();
+  SymShape squeezed, in = sym_shape();
   for (int64_t i = 0; i < ndim(); i++) {
     if (red[size_t(i)]) kept[size_t(i)] = 1;
-    else squeezed.push_back(shape()[size_t(i)]);
+    else squeezed.push_back(in[size_t(i)]);
   }
   for (int64_t a : axes)
-    if (shape()[size_t(a)] == 0 && (op == Ops::MAX))
-      throw Error(std::string("[") + name + "] cannot reduce an empty axis of shape " + shape_str(shape()));
+    if (in[size_t(a)].max() == 0 && (op == Ops::MAX))
+      throw Error(std::string("[") + name + "] cannot reduce an empty axis of shape " + shape_str(in));
   Tensor r = axes.empty() ? *this
                           : Tensor(UOp::make(Ops::REDUCE_AXIS, dtype(), {uop()}, ReduceArg{op, axes}), kept, device());
   return keepdim ? r : r.reshape(squeezed);
@@ -770,6 +958,13 @@ Tensor Tensor::mean(std::vector<int64_t> axes, bool keepdim) const {
   // The sum stays in float32 for 16-bit floats until divided (70000 float16 ones: 1, not inf / 70000).
   DType out = least_upper_float(dtypes::strong(dtype()));
   Tensor s = detail::to_opmath(*this).sum(axes, keepdim);
+  if (is_symbolic() || s.is_symbolic()) {  // the count depends on the variables: a kernel parameter
+    if (axes.empty())
+      for (int64_t i = 0; i < ndim(); i++) axes.push_back(i);
+    sint n = 1;
+    for (int64_t a : axes) n = n * sym_shape()[size_t(norm_axis(a, "mean"))];
+    return Tensor(s / from_sint(n, dtypes::int32, device()).cast(s.dtype())).cast(out);
+  }
   int64_t n = numel() == 0 ? 0 : numel() / std::max<int64_t>(1, s.numel());
   return Tensor(s / double(n)).cast(out);
 }
@@ -811,11 +1006,33 @@ void Tensor::copy_to_host(void* dst, size_t bytes) const {
   if (t.uop()->op == Ops::ASSIGN) t.realize();
   if (!contiguous_buffer(t.uop().get()) && !get_device(device()).runs_kernels()) t = t.to(default_device());  // DISK views
   if (!contiguous_buffer(t.uop().get())) {
-    t = Tensor(UOp::make(Ops::CONTIGUOUS, t.dtype(), {t.uop()}), t.shape(), t.device());
+    t = Tensor(UOp::make(Ops::CONTIGUOUS, t.dtype(), {t.uop()}), t.max_shape(), t.device());
     t.realize();
   }
   auto buf = buffer_of(contiguous_buffer(t.uop().get()));
   if (!buf) throw Error("[to_vector] internal: no buffer after realize");
+  if (t.is_symbolic()) {  // the buffer is laid out at the largest dims: gather the valid prefix of each
+    const Shape& mx = t.max_shape();
+    Shape now;
+    for (const sint& d : t.sym_shape()) now.push_back(d.value());
+    size_t isz = size_t(t.dtype().itemsize()), n = read_count();
+    if (bytes != n * isz)
+      throw Error("[to_vector] " + std::to_string(bytes) + " bytes asked, the tensor has " + std::to_string(n * isz));
+    std::vector<uint8_t> all(buf->nbytes());
+    if (!all.empty()) buf->copyout(all.data(), all.size());
+    auto* out = static_cast<uint8_t*>(dst);
+    std::vector<int64_t> idx(now.size(), 0);
+    for (size_t k = 0; k < n; k++) {
+      size_t off = 0;
+      for (size_t i = 0; i < mx.size(); i++) off = off * size_t(mx[i]) + size_t(idx[i]);
+      std::memcpy(out + k * isz, all.data() + off * isz, isz);
+      for (size_t i = now.size(); i-- > 0;) {
+        if (++idx[i] < now[i]) break;
+        idx[i] = 0;
+      }
+    }
+    return;
+  }
   if (bytes != buf->nbytes())
     throw Error("[to_vector] " + std::to_string(bytes) + " bytes asked, buffer has " + std::to_string(buf->nbytes()));
   if (bytes > 0) buf->copyout(dst, bytes);  // an empty tensor has nothing to copy (dst may be null)

@@ -71,6 +71,8 @@ std::string render_expr(const UOp* root) {
       if (dtypes::is_bool(u->dtype)) r = u->const_int() ? "True" : "False";
     } else if (u->op == Ops::DEFINE_VAR) {
       r = std::get<VarArg>(u->arg).name;
+    } else if (u->op == Ops::BIND) {
+      r = s[u->src(0)];
     } else if (u->op == Ops::RANGE) {
       r = "r" + std::to_string(std::get<std::vector<int64_t>>(u->arg)[0]);
     } else if (const char* o = infix(u->op)) {

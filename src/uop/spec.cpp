@@ -20,8 +20,17 @@ namespace {
 
 void check_node(const UOp* u) {
   int ar = op_arity(u->op);
+  // A movement op with symbolic arguments carries them as index sources, one per argument entry.
+  if ((u->op == Ops::RESHAPE || u->op == Ops::EXPAND || u->op == Ops::SHRINK) && u->nsrc() > 1) {
+    if (!std::holds_alternative<std::vector<int64_t>>(u->arg) ||
+        u->nsrc() != 1 + std::get<std::vector<int64_t>>(u->arg).size())
+      fail(u, "symbolic arguments: one index source per argument entry");
+    ar = int(u->nsrc());
+  }
   if (ar >= 0 && int(u->nsrc()) != ar)
     fail(u, "expected " + std::to_string(ar) + " source(s)");
+  if (u->op == Ops::BIND && (u->src(0)->op != Ops::DEFINE_VAR || u->src(1)->op != Ops::CONST))
+    fail(u, "BIND needs (DEFINE_VAR, CONST)");
   if (has_no_dtype(u->op) && !(u->dtype == dtypes::void_)) fail(u, "dtype must be void");
   auto sd = [&](size_t i) { return u->src(i)->dtype; };
   if (u->op == Ops::CONST) {

@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "tg/error.hpp"
+#include "tg/symbolic.hpp"
 
 namespace tg {
 
@@ -116,6 +117,7 @@ Bounds compute_bounds(Ops op, DType dtype, std::span<const UOpRef> src, const Ar
       auto& v = std::get<VarArg>(arg);
       return {v.min, v.max, true};
     }
+    case Ops::BIND: return src.empty() ? full : b(0);
     case Ops::RANGE: case Ops::SPECIAL:
       if (src.size() >= 1 && b(0).known) return {0, std::max<int64_t>(0, b(0).max - 1), true};
       return full;
@@ -241,7 +243,8 @@ struct Interner {
     s.buckets.swap(nb);
   }
 
-  UOpRef intern(Ops op, DType dtype, std::span<const UOpRef> src, Arg&& arg) {
+  UOpRef intern(Ops op, DType dtype, std::span<const UOpRef> src, Arg&& arg,
+               std::unique_ptr<const std::vector<UOpRef>>&& sym) {
     uint64_t h = node_hash(op, dtype, arg, src);
     Shard& s = shard(h);
     std::lock_guard lk(s.mu);
@@ -252,6 +255,7 @@ struct Interner {
     UOp* u = new (mem) UOp(op, dtype, std::move(arg), h, uint32_t(src.size()));
     for (size_t i = 0; i < src.size(); i++) new (&u->srcs_[i]) UOpRef(src[i]);
     u->bounds_ = compute_bounds(op, dtype, src, u->arg);
+    u->sym_ = std::move(sym);
     size_t bi = h & mask;
     u->next_ = s.buckets[bi];
     s.buckets[bi] = u;
@@ -311,10 +315,73 @@ void UOp::release(const UOp* first) {
 
 size_t UOp::live_count() { return g_live.load(std::memory_order_relaxed); }
 
+namespace {
+// The symbolic extents of a tensor-graph node (see UOp::sym): movement ops with index sources carry them (RESHAPE and
+// EXPAND: the extents; SHRINK: the bounds), every other node derives them from its sources. Computed before the node
+// is interned (simplifying builds nodes), so a node is complete when another thread finds it.
+std::unique_ptr<const std::vector<UOpRef>> derive_sym(Ops op, std::span<const UOpRef> src, const Arg& arg) {
+  using Sym = std::vector<UOpRef>;
+  auto ci = [](int64_t v) { return UOp::cnst_int(dtypes::index, v); };
+  auto vec = [&]() -> const std::vector<int64_t>& { return std::get<std::vector<int64_t>>(arg); };
+  auto symbolic = [](const Sym& s) {
+    for (auto& e : s)
+      if (!e->is_const()) return true;
+    return false;
+  };
+  auto done = [&](Sym s) -> std::unique_ptr<const Sym> {
+    return symbolic(s) ? std::make_unique<const Sym>(std::move(s)) : nullptr;
+  };
+  const bool carried = (op == Ops::RESHAPE || op == Ops::EXPAND || op == Ops::SHRINK) && src.size() > 1;
+  if (carried) {
+    if (op != Ops::SHRINK) return done(Sym(src.begin() + 1, src.end()));
+    Sym s;
+    for (size_t i = 1; i + 1 < src.size(); i += 2) s.push_back(simplify(src[i + 1]->alu(Ops::SUB, src[i])));
+    return done(std::move(s));
+  }
+  const UOp* from = nullptr;
+  for (auto& x : src)
+    if (x->sym()) {
+      from = x.get();
+      break;
+    }
+  if (!from || op == Ops::SINK || op == Ops::BIND || op == Ops::RESHAPE || op == Ops::EXPAND) return nullptr;
+  const Sym& in = *from->sym();
+  switch (op) {
+    case Ops::PERMUTE: {
+      Sym s;
+      for (int64_t a : vec()) s.push_back(in[size_t(a)]);
+      return done(std::move(s));
+    }
+    case Ops::PAD: {
+      Sym s;
+      for (size_t i = 0; i < in.size(); i++) s.push_back(simplify(in[i]->alu(Ops::ADD, ci(vec()[2 * i] + vec()[2 * i + 1]))));
+      return done(std::move(s));
+    }
+    case Ops::SHRINK: {
+      Sym s;
+      for (size_t i = 0; i < in.size(); i++) s.push_back(ci(vec()[2 * i + 1] - vec()[2 * i]));
+      return done(std::move(s));
+    }
+    case Ops::REDUCE_AXIS: {
+      Sym s = in;
+      for (int64_t a : std::get<ReduceArg>(arg).axes) s[size_t(a)] = ci(1);
+      return done(std::move(s));
+    }
+    default: return std::make_unique<const Sym>(in);  // elementwise, casts, copies, CONTIGUOUS, ASSIGN, FLIP
+  }
+}
+}  // namespace
+
 UOpRef UOp::make(Ops op, DType dtype, std::span<const UOpRef> src, Arg arg) {
   for (auto& s : src)
     if (!s) throw Error(std::string("[UOp::make] ") + op_name(op) + ": a source is null");
-  UOpRef r = Interner::get().intern(op, dtype, src, std::move(arg));
+  std::unique_ptr<const std::vector<UOpRef>> sym;
+  if (is_movement(op) ? src.size() > 1 || (!src.empty() && src[0]->sym()) : !src.empty()) {
+    bool any = src.size() > 1 && is_movement(op);
+    for (auto& s : src) any |= s->sym() != nullptr;
+    if (any) sym = derive_sym(op, src, arg);
+  }
+  UOpRef r = Interner::get().intern(op, dtype, src, std::move(arg), std::move(sym));
   if (spec_enabled()) spec_check_node(r.get());
   return r;
 }

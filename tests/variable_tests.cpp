@@ -1,0 +1,171 @@
+// Symbolic shapes: Variables, sints, tensors with symbolic dims, kernels compiled once for every value, and TinyJit
+// replaying with new values. Every symbolic result is compared with the same computation on concrete shapes.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <string>
+
+#include "test_util.hpp"
+#include "tg/schedule.hpp"
+#include "tg/jit.hpp"
+#include "tg/tensor.hpp"
+
+using namespace tg;
+using tg::test::error_of;
+
+namespace {
+std::vector<float> seq(size_t n, float scale = 0.01f) {
+  std::vector<float> v(n);
+  for (size_t i = 0; i < n; i++) v[i] = std::sin(float(i) * 1.7f) * scale * float(i % 13 + 1);
+  return v;
+}
+void check_close(const std::vector<float>& a, const std::vector<float>& b, float tol = 1e-5f) {
+  REQUIRE(a.size() == b.size());
+  for (size_t i = 0; i < a.size(); i++) CHECK(std::fabs(a[i] - b[i]) <= tol * (1 + std::fabs(b[i])));
+}
+struct CompileCounter {
+  size_t n = 0;
+  CompileCounter() {
+    set_kernel_compile_hook([this](const UOpRef&, const std::string&) { n++; });
+  }
+  ~CompileCounter() { set_kernel_compile_hook(nullptr); }
+};
+}  // namespace
+
+TEST_CASE("Variable and sint") {
+  Variable pos("start_pos", 0, 127);
+  sint p = pos.bind(5);
+  CHECK(!p.is_int());
+  CHECK(p.value() == 5);
+  CHECK(p.min() == 0);
+  CHECK(p.max() == 127);
+  sint q = p + 1;
+  CHECK(q.value() == 6);
+  CHECK(q.max() == 128);
+  CHECK(q.str() == "start_pos+1");
+  CHECK((q - p).is_int());
+  CHECK((q - p).value() == 1);
+  CHECK(sint(3) * sint(4) == sint(12));
+  CHECK(error_of([&] { pos.bind(128); }).find("[Variable::bind] start_pos = 128 is outside its bounds [0, 127]") != std::string::npos);
+  CHECK(error_of([&] { pos.bind(-1); }).find("outside its bounds") != std::string::npos);
+  CHECK(error_of([&] { Variable("n", -1, 3); }).find("must not be negative") != std::string::npos);
+  CHECK(error_of([&] { (void)sint(pos).value(); }).find("start_pos has no value") != std::string::npos);
+}
+
+TEST_CASE("a symbolic tensor's shape") {
+  Variable n("n", 1, 16);
+  Tensor x = Tensor::from_vector(seq(4 * 16), {4, 16});
+  Tensor s = x.shrink({{0, 4}, {0, n.bind(3)}});
+  CHECK(s.is_symbolic());
+  CHECK(s.max_shape() == Shape{4, 16});
+  CHECK(shape_str(s.sym_shape()) == "(4, n)");
+  CHECK(s.ndim() == 2);
+  CHECK(error_of([&] { (void)s.shape(); }).find("[shape] the tensor has the symbolic shape (4, n)") != std::string::npos);
+  CHECK(s.to_vector<float>().size() == 12);
+  CHECK(!x.is_symbolic());
+  // out of bounds for some values of the variable
+  CHECK(error_of([&] { (void)x.shrink({{0, 4}, {0, n.bind(3) + 1}}); }).find("[shrink] range [0, n+1) is out of bounds") != std::string::npos);
+  // a symbolic dim cannot merge with another
+  CHECK(error_of([&] { (void)s.reshape({sint(4) * n.bind(3)}); }).find("[reshape] cannot reshape (4, n)") != std::string::npos);
+  // an unbound variable cannot be realised
+  Tensor u = x.shrink({{0, 4}, {0, sint(n)}});
+  CHECK(error_of([&] { (void)u.contiguous().to_vector<float>(); }).find("variable n has no value") != std::string::npos);
+}
+
+TEST_CASE("every op family gives the concrete result on a symbolic tensor") {
+  Variable nv("n", 1, 24);
+  std::vector<float> xd = seq(3 * 24), kd = seq(24 * 8, 0.03f), qd = seq(2 * 8, 0.05f);
+  Tensor x = Tensor::from_vector(xd, {3, 24}), kv = Tensor::from_vector(kd, {24, 8}), q = Tensor::from_vector(qd, {2, 8});
+  for (int64_t v : {1, 2, 7, 24}) {
+    CAPTURE(v);
+    sint n = nv.bind(v);
+    Tensor xs = x.shrink({{0, 3}, {0, n}}), xc = x.shrink({{0, 3}, {0, v}});
+    Tensor ks = kv.shrink({{0, n}, {0, 8}}), kc = kv.shrink({{0, v}, {0, 8}});
+    // elementwise, unary, casts, comparisons and where
+    check_close(Tensor(xs * 2.0 + 1.0).exp().to_vector<float>(), Tensor(xc * 2.0 + 1.0).exp().to_vector<float>());
+    check_close(Tensor(xs > 0.0).where(xs, Tensor(-1.0)).to_vector<float>(), Tensor(xc > 0.0).where(xc, Tensor(-1.0)).to_vector<float>());
+    check_close(Tensor(xs + xs.cast(dtypes::int32).cast(dtypes::float32)).to_vector<float>(),
+                Tensor(xc + xc.cast(dtypes::int32).cast(dtypes::float32)).to_vector<float>());
+    // reductions over the symbolic axis and over the other one
+    check_close(xs.sum(1).to_vector<float>(), xc.sum(1).to_vector<float>());
+    check_close(xs.sum(0).to_vector<float>(), xc.sum(0).to_vector<float>());
+    check_close(xs.max(1).to_vector<float>(), xc.max(1).to_vector<float>());
+    check_close(xs.mean(1).to_vector<float>(), xc.mean(1).to_vector<float>());
+    check_close(xs.softmax(1).to_vector<float>(), xc.softmax(1).to_vector<float>());
+    // movement: permute, reshape around the symbolic dim, expand to it, pad another dim, shrink at a symbolic offset
+    check_close(xs.permute({1, 0}).contiguous().to_vector<float>(), xc.permute({1, 0}).contiguous().to_vector<float>());
+    check_close(xs.reshape({sint(3), n, sint(1)}).to_vector<float>(), xc.reshape({3, v, 1}).to_vector<float>());
+    Tensor col = Tensor::from_vector(std::vector<float>{1.f, 2.f, 3.f}, {3, 1});
+    check_close(Tensor(col.expand({sint(3), n}) + xs).to_vector<float>(), Tensor(col.expand({3, v}) + xc).to_vector<float>());
+    check_close(Tensor::full({sint(2), n}, 0.5).to_vector<float>(), Tensor::full({2, v}, 0.5).to_vector<float>());
+    check_close(x.shrink({{0, 3}, {n - 1, n}}).to_vector<float>(), x.shrink({{0, 3}, {v - 1, v}}).to_vector<float>());
+    // matmul with the symbolic dim outside (scores) and contracted (attention), as a KV cache is read
+    Tensor ss = q.matmul(ks.T()), sc = q.matmul(kc.T());
+    check_close(ss.to_vector<float>(), sc.to_vector<float>());
+    check_close(ss.softmax(-1).matmul(ks).to_vector<float>(), sc.softmax(-1).matmul(kc).to_vector<float>());
+    // a value: the variable itself
+    CHECK(Tensor::from_sint(n + 1).item<int32_t>() == int32_t(v + 1));
+  }
+}
+
+TEST_CASE("a graph realised for many values compiles each kernel once") {
+  Variable nv("n", 1, 64);
+  Tensor kv = Tensor::from_vector(seq(64 * 16), {64, 16}), q = Tensor::from_vector(seq(16, 0.1f), {1, 16});
+  std::vector<std::vector<float>> got;
+  size_t first = 0, all = 0;
+  {
+    CompileCounter cc;
+    for (int64_t v = 1; v <= 40; v++) {
+      Tensor k = kv.shrink({{0, nv.bind(v)}, {0, 16}});
+      got.push_back(q.matmul(k.T()).softmax(-1).matmul(k).to_vector<float>());
+      if (v == 1) first = cc.n;
+    }
+    all = cc.n;
+  }
+  CHECK(first > 0);
+  CHECK(all == first);
+  for (int64_t v = 1; v <= 40; v += 13) {
+    Tensor kc = kv.shrink({{0, v}, {0, 16}});
+    check_close(got[size_t(v - 1)], q.matmul(kc.T()).softmax(-1).matmul(kc).to_vector<float>());
+  }
+}
+
+TEST_CASE("TinyJit replays a decode loop with a new variable value each step") {
+  constexpr int64_t kMax = 100, kDim = 8;
+  Variable pos("pos", 0, kMax - 1);
+  Tensor cache = Tensor::zeros({kMax, kDim}).contiguous().realize();
+  std::vector<float> keys = seq(size_t(kMax * kDim), 0.05f);
+  // the step: write this token's key into the cache at pos (a masked assign over the cache), then attend over 0..pos
+  auto step = [&](const std::vector<Tensor>& in, const std::vector<sint>& vars) {
+    const sint& p = vars[0];
+    Tensor rows = Tensor::arange(kMax).reshape({kMax, 1});
+    Tensor here = Tensor(rows == Tensor::from_sint(p));
+    cache.assign(here.where(in[1].reshape({1, kDim}).expand({kMax, kDim}), cache)).realize();
+    Tensor k = cache.shrink({{0, p + 1}, {0, kDim}});
+    Tensor out = in[0].matmul(k.T()).softmax(-1).matmul(k);
+    return std::vector<Tensor>{out.contiguous()};
+  };
+  TinyJit jit(step);
+  Tensor eager_cache = Tensor::zeros({kMax, kDim}).contiguous().realize();
+  CompileCounter cc;
+  size_t replay_compiles = 0;
+  for (int64_t t = 0; t < kMax; t++) {
+    CAPTURE(t);
+    std::vector<float> kt(keys.begin() + t * kDim, keys.begin() + (t + 1) * kDim);
+    Tensor qt = Tensor::from_vector(seq(kDim, 0.1f * float(t % 5 + 1)), {1, kDim}).realize();
+    Tensor kin = Tensor::from_vector(kt, {kDim}).realize();
+    size_t before = cc.n;
+    std::vector<float> got = jit({qt, kin}, {pos.bind(t)})[0].to_vector<float>();
+    if (t >= 3) replay_compiles += cc.n - before;
+    // eager, on concrete shapes
+    Tensor rows = Tensor::arange(kMax).reshape({kMax, 1});
+    eager_cache.assign(Tensor(rows == Tensor(int(t))).where(kin.reshape({1, kDim}).expand({kMax, kDim}), eager_cache)).realize();
+    Tensor k = eager_cache.shrink({{0, t + 1}, {0, kDim}});
+    check_close(got, qt.matmul(k.T()).softmax(-1).matmul(k).to_vector<float>());
+  }
+  CHECK(jit.replaying());
+  CHECK(jit.captured_kernels() > 0);
+  CHECK(replay_compiles == 0);
+  CHECK(error_of([&] { (void)jit({Tensor::zeros({1, kDim}).realize(), Tensor::zeros({kDim}).realize()}, {sint(3)}); })
+            .find("must be a bound Variable") != std::string::npos);
+}
