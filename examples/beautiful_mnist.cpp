@@ -2,15 +2,15 @@
 // defaults, batch 512, 70 steps, a TinyJit train step and a TinyJit test-accuracy pass every 10 steps (in eval
 // mode: batchnorm uses its running statistics). Prints a progress line per step and, last, `test_accuracy: NN.NN%`.
 // Environment: STEPS (70), BS (512), FASHION=1 (Fashion-MNIST from Debian's dataset-fashion-mnist), DATA=<dir> (a
-// folder with the four IDX files; default: $TG_MNIST_DIR, else data/mnist), SEED (1337: initial weights and batch
-// sampling), OPT=adam|adamw|sgd|lamb|lars|muon (tinygrad's defaults for each), TARGET_EVAL_ACC_PCT (exit 1 below it).
+// folder with the four IDX files; default: $TG_MNIST_DIR, else data/mnist), SEED (1337: tg's generator, which draws
+// the initial weights and, inside the jitted step as tinygrad's does, the batch indices), OPT=adam|adamw|sgd|lamb|
+// lars|muon (tinygrad's defaults for each), TARGET_EVAL_ACC_PCT (exit 1 below it).
 #include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
-#include <random>
 #include <string>
 
 #include "beautiful_mnist_model.hpp"
@@ -43,8 +43,7 @@ int64_t positive_env(const char* name, int64_t dflt) {
   return v;
 }
 
-// Rows [idx] of a (N, ...) uint8 host array as a tensor of dtype T (batches are gathered on the host: tg's JIT
-// replays kernels, so the random sample indices tinygrad draws inside its jitted step are drawn here instead).
+// Rows [idx] of a (N, ...) uint8 host array as a tensor of dtype T (the test set's chunks).
 template <class T>
 Tensor gather_rows(const std::vector<uint8_t>& data, const Shape& shape, const std::vector<int64_t>& idx) {
   size_t row = 1;
@@ -92,7 +91,6 @@ int main() {
     std::string dir = getenv_str("DATA", "");
 
     nn::Dataset ds = fashion ? (dir.empty() ? nn::fashion_mnist() : nn::fashion_mnist(dir)) : nn::mnist(dir);
-    auto xtr = ds.X_train.to_vector<uint8_t>(), ytr = ds.Y_train.to_vector<uint8_t>();
     auto xte = ds.X_test.to_vector<uint8_t>(), yte = ds.Y_test.to_vector<uint8_t>();
     int64_t n_train = ds.X_train.shape()[0], n_test = ds.X_test.shape()[0];
     if (n_train == 0 || n_test == 0) throw Error("[beautiful_mnist] the dataset has no training or no test images");
@@ -104,10 +102,15 @@ int main() {
     auto model = tg::examples::beautiful_mnist_model();
     auto opt = make_optimizer(opt_name, model->parameters());
 
-    TinyJit train_step([&](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+    // As tinygrad's: the step draws its batch on the device (randint advances the generator's state buffer, so
+    // every replay draws a new batch) and gathers the rows from the training set, which stays on the device.
+    TinyJit train_step([&](const std::vector<Tensor>&) -> std::vector<Tensor> {
       model->train(true);
       opt->zero_grad();
-      Tensor loss = (*model)(in[0]).sparse_categorical_crossentropy(in[1]);
+      Tensor samples = Tensor::randint(0, n_train, {bs});
+      Tensor xb = ds.X_train.index_select(0, samples).cast(dtypes::float32);
+      Tensor yb = ds.Y_train.index_select(0, samples).cast(dtypes::int32);
+      Tensor loss = (*model)(xb).sparse_categorical_crossentropy(yb);
       loss.backward();
       std::vector<Tensor> out = opt->schedule_step();
       for (Tensor& b : model->buffers()) out.push_back(b);  // BatchNorm's running statistics, with this batch
@@ -133,18 +136,13 @@ int main() {
       return 100.0 * double(correct) / double(n_test);
     };
 
-    std::mt19937_64 rng{uint64_t(seed)};
-    std::uniform_int_distribution<int64_t> pick(0, n_train - 1);
     bool tty = isatty(fileno(stdout));
     double acc = -1, train_s = 0;
     float loss = 0;
     auto t_start = clk::now();
     for (int64_t i = 0; i < steps; i++) {
-      std::vector<int64_t> idx(static_cast<size_t>(bs));
-      for (auto& v : idx) v = pick(rng);
-      Tensor xb = gather_rows<float>(xtr, ds.X_train.shape(), idx), yb = gather_rows<int32_t>(ytr, ds.Y_train.shape(), idx);
       auto t0 = clk::now();
-      loss = train_step({xb, yb}).back().item<float>();
+      loss = train_step({}).back().item<float>();
       train_s += std::chrono::duration<double>(clk::now() - t0).count();
       if (i % 10 == 9 || i + 1 == steps) acc = test_accuracy();
       double elapsed = std::chrono::duration<double>(clk::now() - t_start).count();

@@ -3,8 +3,9 @@
 // scheduling and lowering. Call 1 runs normally (and compiles), calls 2 and 3 run normally while capturing
 // (the two captures must launch the same kernels), calls 4+ replay.
 // Outputs are the same tensors on every replay: their buffers are overwritten (copy what you keep).
-// Random numbers drawn inside the function would repeat on replay, so capturing such a function is an error:
-// draw them outside and pass them in.
+// Random numbers drawn inside the function (rand, randn, randint, dropout, ...) advance the device's generator
+// state, a buffer the captured kernels read and update: every replay draws fresh numbers, the same ones as the
+// same calls run eagerly (Tensor::manual_seed resets that buffer in place, so it applies to replays too).
 // Thread-safety: one TinyJit is called from one thread; capture state is per thread.
 #include "tg/config.hpp"
 
@@ -28,8 +29,6 @@ void jit_begin_capture(std::vector<JitItem>* sink);
 void jit_end_capture();
 /** Run one captured item on these buffers (same count and sizes as captured). */
 void jit_run(const JitItem& item, const std::vector<Buffer*>& bufs, const VarVals& vals = {});
-/** How many times Tensor::rand (and friends) drew numbers, process-wide. */
-size_t rand_calls();
 
 /** Wraps a step function of tensors. Inputs must keep their shapes and dtypes across calls; a symbolic dim (see
  *  tg/variable.hpp) may take another value on each call, and so may the bound Variables passed beside the inputs:

@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <map>
 #include <atomic>
 #include <mutex>
 #include <numeric>
@@ -80,12 +81,7 @@ std::string dev_or_default(const std::string& d) { return d.empty() ? default_de
 
 UOpRef const_uop(DType d, double v) { return UOp::cnst(d, v); }
 
-uint64_t g_seed = 0;
-uint64_t g_rng_counter = 0;
-std::atomic<size_t> g_rand_calls{0};
 }  // namespace
-
-size_t rand_calls() { return g_rand_calls.load(); }
 
 /** Substitute realised nodes in every live tensor's graph. */
 void replace_realized(const std::vector<std::pair<const UOp*, UOpRef>>& becomes) {
@@ -239,28 +235,64 @@ Tensor Tensor::eye(int64_t n, int64_t m, DType dtype, const std::string& device)
 
 // ---------------------------------------------------------------- random (threefry2x32, counter based)
 
+namespace {
+// The generator's state, per device: a realised uint32 buffer [key, counter] (tinygrad's _device_seeds and
+// _device_rng_counters in one). A draw adds 1 to the counter in place, on the device, and keys threefry with
+// (key, counter before the draw): a jitted step that draws numbers advances the state on every replay.
+std::mutex g_rng_mu;
+uint64_t g_seed = 0;
+uint32_t seed_key() { return uint32_t(g_seed ^ (g_seed >> 32)); }
+std::map<std::string, Tensor>& rng_states() {
+  static auto* states = new std::map<std::string, Tensor>;  // never destroyed: buffers outlive no device
+  return *states;
+}
+Tensor rng_state_init(const std::string& device) {
+  return Tensor::from_vector(std::vector<uint32_t>{seed_key(), 0}, {2}, device);
+}
+
+// This draw's (key, counter) as a fresh 2-element buffer; the device's counter is advanced. The snapshot is a
+// buffer of its own, so the draw's lazy values never read a counter that a later draw has advanced.
+Tensor rng_draw_key(const std::string& device) {
+  std::lock_guard lk(g_rng_mu);
+  auto& states = rng_states();
+  auto it = states.find(device);
+  if (it == states.end()) it = states.emplace(device, rng_state_init(device)).first;
+  Tensor& state = it->second;
+  Tensor step = Tensor::arange(0, 2, 1, dtypes::uint32, device);  // [0, 1]
+  state.assign(Tensor(state + step));
+  Tensor key = Tensor(state - step).contiguous();
+  Tensor::realize_all({&state, &key});
+  return key;
+}
+}  // namespace
+
 void Tensor::manual_seed(uint64_t seed) {
+  std::lock_guard lk(g_rng_mu);
   g_seed = seed;
-  g_rng_counter = 0;
+  // Reset in place: jitted functions that captured a device's state buffer see the new seed too.
+  for (auto& [dev, state] : rng_states()) {
+    state.assign(rng_state_init(dev));
+    state.realize();
+  }
 }
 
 namespace {
 Tensor u32(const Tensor& t, uint32_t v) { return Tensor(const_uop(dtypes::uint32, v), {}, t.device()); }
 Tensor rotl(const Tensor& x, int r) { return Tensor(x << u32(x, uint32_t(r))) | Tensor(x >> u32(x, uint32_t(32 - r))); }
-// threefry2x32-20 on (x0, x1) with key (k0, k1), all uint32.
-Tensor threefry(Tensor x0, Tensor x1, uint32_t k0, uint32_t k1) {
+// threefry2x32-20 on (x0, x1) with key (k0, k1), all uint32 (the keys are 0-d tensors, read from a buffer).
+Tensor threefry(Tensor x0, Tensor x1, const Tensor& k0, const Tensor& k1) {
   static const int rot[2][4] = {{13, 15, 26, 6}, {17, 29, 16, 24}};
-  uint32_t ks[3] = {k0, k1, k0 ^ k1 ^ 0x1BD11BDAu};
-  x0 = x0 + u32(x0, ks[0]);
-  x1 = x1 + u32(x1, ks[1]);
+  Tensor ks[3] = {k0, k1, Tensor(Tensor(k0 ^ k1) ^ u32(k0, 0x1BD11BDAu))};
+  x0 = x0 + ks[0];
+  x1 = x1 + ks[1];
   for (int i = 0; i < 5; i++) {
     for (int r : rot[i % 2]) {
       x0 = x0 + x1;
       x1 = rotl(x1, r);
       x1 = x1 ^ x0;
     }
-    x0 = x0 + u32(x0, ks[(i + 1) % 3]);
-    x1 = x1 + u32(x1, ks[(i + 2) % 3] + uint32_t(i) + 1u);
+    x0 = x0 + ks[(i + 1) % 3];
+    x1 = x1 + Tensor(ks[(i + 2) % 3] + u32(x1, uint32_t(i) + 1u));
   }
   return x0;
 }
@@ -271,11 +303,11 @@ Tensor Tensor::rand(const Shape& shape, DType dtype, const std::string& device) 
   int64_t n = numel_of(shape);
   if (n > (int64_t(1) << 32))  // the counter is 32 bits: more values would repeat
     throw Error("[rand] shape " + shape_str(shape) + " has more than 2^32 elements, the most one call draws");
-  uint64_t call = g_rng_counter++;
-  g_rand_calls++;
-  Tensor ctr = arange(0, double(n), 1, dtypes::uint32, device);
-  Tensor bits = threefry(ctr, Tensor::zeros({n}, dtypes::uint32, device), uint32_t(g_seed ^ (g_seed >> 32)),
-                         uint32_t(call));
+  std::string dev = dev_or_default(device);
+  Tensor key = rng_draw_key(dev);
+  Tensor k0 = key.shrink({{0, 1}}).reshape({}), k1 = key.shrink({{1, 2}}).reshape({});
+  Tensor ctr = arange(0, double(n), 1, dtypes::uint32, dev);
+  Tensor bits = threefry(ctr, Tensor::zeros({n}, dtypes::uint32, dev), k0, k1);
   // 23 random mantissa bits under exponent 0 give a float in [1, 2); minus 1 gives [0, 1).
   Tensor f = Tensor(Tensor(bits >> u32(bits, 9)) | u32(bits, 0x3f800000u)).bitcast(dtypes::float32) - 1.0;
   return f.cast(dtype).reshape(shape);
