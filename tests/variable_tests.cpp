@@ -3,8 +3,11 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <filesystem>
 #include <string>
 
+#include "scoped_env.hpp"
 #include "test_util.hpp"
 #include "tg/schedule.hpp"
 #include "tg/jit.hpp"
@@ -103,6 +106,15 @@ TEST_CASE("every op family gives the concrete result on a symbolic tensor") {
     Tensor ss = q.matmul(ks.T()), sc = q.matmul(kc.T());
     check_close(ss.to_vector<float>(), sc.to_vector<float>());
     check_close(ss.softmax(-1).matmul(ks).to_vector<float>(), sc.softmax(-1).matmul(kc).to_vector<float>());
+    // pad another dim and the symbolic one (its extent grows by the amounts), with a value
+    check_close(xs.pad({{1, 0}, {0, 2}}).to_vector<float>(), xc.pad({{1, 0}, {0, 2}}).to_vector<float>());
+    check_close(xs.pad({{0, 0}, {2, 1}}, 3.0).to_vector<float>(), xc.pad({{0, 0}, {2, 1}}, 3.0).to_vector<float>());
+    // attention over a symbolic key/value length, with a mask of the same symbolic shape
+    Tensor q4 = q.reshape({1, 2, 8}), k4 = ks.reshape({sint(1), n, sint(8)}), kc4 = kc.reshape({1, v, 8});
+    Tensor ms = Tensor(Tensor::full({sint(2), n}, 1.0) > 0.0), mc = Tensor(Tensor::full({2, v}, 1.0) > 0.0);
+    check_close(q4.scaled_dot_product_attention(k4, k4, ms).to_vector<float>(),
+                q4.scaled_dot_product_attention(kc4, kc4, mc).to_vector<float>());
+    check_close(q4.scaled_dot_product_attention(k4, k4).to_vector<float>(), q4.scaled_dot_product_attention(kc4, kc4).to_vector<float>());
     // a value: the variable itself
     CHECK(Tensor::from_sint(n + 1).item<int32_t>() == int32_t(v + 1));
   }
@@ -168,4 +180,35 @@ TEST_CASE("TinyJit replays a decode loop with a new variable value each step") {
   CHECK(replay_compiles == 0);
   CHECK(error_of([&] { (void)jit({Tensor::zeros({1, kDim}).realize(), Tensor::zeros({kDim}).realize()}, {sint(3)}); })
             .find("must be a bound Variable") != std::string::npos);
+}
+
+TEST_CASE("BEAM searches a kernel with a variable (at the middle of its bounds); the winner is right for every value") {
+  char dir[] = "/tmp/tg_variable_beamXXXXXX";
+  REQUIRE(mkdtemp(dir) != nullptr);
+  {
+    ScopedEnv cd("TG_CACHE_DIR", dir), beam("BEAM", "1"), budget("BEAM_BUDGET", "10");
+    Variable nv("n", 1, 48);
+    Tensor kv = Tensor::from_vector(seq(48 * 32), {48, 32}), q = Tensor::from_vector(seq(4 * 32, 0.1f), {4, 32});
+    for (int64_t v : {5, 48, 1}) {
+      CAPTURE(v);
+      Tensor k = kv.shrink({{0, nv.bind(v)}, {0, 32}});
+      std::vector<float> got = q.matmul(k.T()).softmax(-1).to_vector<float>();
+      std::vector<float> kd = kv.shrink({{0, v}, {0, 32}}).to_vector<float>(), qd = q.to_vector<float>();
+      std::vector<float> want;  // on the host
+      for (int i = 0; i < 4; i++) {
+        std::vector<double> row(static_cast<size_t>(v));
+        double mx = -1e30, sum = 0;
+        for (int64_t j = 0; j < v; j++) {
+          double s = 0;
+          for (int x = 0; x < 32; x++) s += double(qd[size_t(i * 32 + x)]) * double(kd[size_t(j * 32 + x)]);
+          row[size_t(j)] = s;
+          mx = std::max(mx, s);
+        }
+        for (double& r : row) sum += (r = std::exp(r - mx));
+        for (double r : row) want.push_back(float(r / sum));
+      }
+      check_close(got, want, 1e-5f);
+    }
+  }
+  std::filesystem::remove_all(dir);
 }

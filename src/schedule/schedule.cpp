@@ -14,6 +14,7 @@
 
 #include "tg/env.hpp"
 #include "tg/opt.hpp"
+#include "tg/pattern.hpp"
 #include "tg/symbolic.hpp"
 #include "tg/tensor.hpp"
 #include "tg/variable.hpp"
@@ -211,6 +212,12 @@ struct KernelBuilder {
         stack.pop_back();
         continue;
       }
+      if (n->op == Ops::RANGE) {  // an arange: the index of its one dim
+        const UOpRef& i = f.a.idx[0];
+        memo[k] = i->dtype == n->dtype ? i : i->cast(n->dtype);
+        stack.pop_back();
+        continue;
+      }
       if (n->op == Ops::CONST || n->op == Ops::DEFINE_VAR) {
         memo[k] = n->op == Ops::CONST ? UOp::make(Ops::CONST, n->dtype, {}, n->arg) : n->ref();
         stack.pop_back();
@@ -300,6 +307,85 @@ struct KernelBuilder {
     return UOp::make(Ops::SINK, dtypes::void_, {st});
   }
 };
+
+// ---------------------------------------------------------------- kernel AST rules
+
+const UOp* strip_cast(const UOp* u) { return u->op == Ops::CAST ? u->src(0) : u; }
+
+// `x` with the range r replaced by e; every load whose address changes is gated by `valid` (e may lie outside r).
+UOpRef substitute_gated(const UOpRef& x, const UOp* r, const UOpRef& e, const UOpRef& valid) {
+  std::unordered_map<const UOp*, UOpRef> memo;
+  for (const UOp* u : toposort(x.get())) {
+    if (u == r) {
+      memo[u] = e;
+      continue;
+    }
+    bool changed = false;
+    std::vector<UOpRef> src;
+    for (auto& c : u->src()) {
+      src.push_back(memo.at(c.get()));
+      changed |= src.back().get() != c.get();
+    }
+    if (!changed) {
+      memo[u] = UOpRef(u);
+    } else if (u->op == Ops::LOAD) {
+      UOpRef gate = u->nsrc() == 3 ? src[2]->alu(Ops::AND, valid) : valid;
+      memo[u] = UOp::make(Ops::LOAD, u->dtype, {src[0], u->nsrc() == 3 ? src[1] : UOp::cnst(u->dtype, 0), gate});
+    } else {
+      memo[u] = u->replace_src(src);
+    }
+  }
+  return memo.at(x.get());
+}
+
+// Gather as a load: a sum over r of where(e == r, x(r), 0), e independent of r, has one term: x(e) where
+// 0 <= e < end(r), else 0 (tinygrad's arange folding). index_select, gather, embeddings and one-hot picks written
+// as one-hot reduces become indexed loads instead of a loop over every row.
+UOpRef fold_one_hot_sum(const UOp* red) {
+  if (Ops(std::get<int64_t>(red->arg)) != Ops::ADD) return {};
+  const UOp* v = red->src(0);
+  if (v->op != Ops::WHERE || !v->src(2)->is_const() || v->src(2)->const_float() != 0) return {};
+  const UOp* c = v->src(0);
+  if (c->op != Ops::CMPEQ) return {};
+  for (size_t k = 1; k < red->nsrc(); k++) {
+    const UOp* r = red->src(k);
+    if (r->op != Ops::RANGE) continue;
+    for (int side = 0; side < 2; side++) {
+      const UOp* iota = strip_cast(c->src(size_t(side)));
+      const UOp* other = c->src(size_t(1 - side));
+      if (iota != r || depends_on(other, r)) continue;
+      // the iota's cast must not wrap: its dtype holds every index of r
+      const UOp* cast = c->src(size_t(side));
+      if (cast != r && (!dtypes::is_int(cast->dtype) || r->vmax() > dtypes::max_int(cast->dtype))) continue;
+      UOpRef e = other->dtype == r->dtype ? UOpRef(other) : other->cast(r->dtype);
+      UOpRef valid = e->alu(Ops::CMPLT, r->src()[0])->alu(Ops::AND, UOp::cnst_int(r->dtype, -1)->alu(Ops::CMPLT, e));
+      UOpRef x = substitute_gated(v->src()[1], r, e, valid);
+      UOpRef nv = valid->alu(Ops::WHERE, x, v->src()[2]);
+      std::vector<UOpRef> rest{nv};
+      for (size_t j = 1; j < red->nsrc(); j++)
+        if (j != k) rest.push_back(red->src()[j]);
+      return rest.size() == 1 ? nv : UOp::make(Ops::REDUCE, red->dtype, rest, red->arg);
+    }
+  }
+  return {};
+}
+
+/** The kernel AST stage after rangeify: one-hot sums become indexed loads. */
+const PatternMatcher& pm_kernel_ast() {
+  using namespace pat;
+  static const PatternMatcher pm(table(rule(op_any<opset<Ops::REDUCE>>, [](auto& m) -> UOpRef {
+    return fold_one_hot_sum(m.root);
+  })));
+  return pm;
+}
+
+UOpRef kernel_ast_rules(const UOpRef& ast) {
+  bool has = false;  // only kernels with a one-hot compare inside a reduce
+  for (const UOp* u : toposort(ast.get())) has |= u->op == Ops::CMPEQ;
+  if (!has) return ast;
+  UOpRef k = graph_rewrite(ast, symbolic() + pm_kernel_ast(), nullptr, false, "kernel ast");
+  return k;
+}
 
 // ---------------------------------------------------------------- buffers
 
@@ -611,7 +697,7 @@ Template build_template(std::span<const UOpRef> roots_in) {
         item.ast = UOpRef(u);
       } else {
         KernelBuilder kb{shapes, realized, u, row_fused, {}, {}, 0, {}, {}};
-        item.ast = kb.kernel_ast();
+        item.ast = kernel_ast_rules(kb.kernel_ast());
         retry.insert(kb.not_hoisted.begin(), kb.not_hoisted.end());
         for (const UOp* p : kb.params) {
           item.slots.push_back(value_slot(p));

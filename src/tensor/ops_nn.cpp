@@ -573,22 +573,38 @@ Tensor Tensor::dropout(double p, bool training) const {
 Tensor Tensor::scaled_dot_product_attention(const Tensor& key, const Tensor& value, const std::optional<Tensor>& attn_mask,
                                             double dropout_p, bool is_causal, std::optional<double> scale) const {
   const char* op = "scaled_dot_product_attention";
-  if (ndim() < 2 || key.ndim() < 2 || value.ndim() < 2)
-    fail(op, "query " + shape_str(shape()) + ", key " + shape_str(key.shape()) + " and value " + shape_str(value.shape()) +
+  // sym_shape: a key and value read from a KV cache up to a Variable's position attend like concrete ones
+  SymShape qs = sym_shape(), ks = key.sym_shape(), vs = value.sym_shape();
+  if (qs.size() < 2 || ks.size() < 2 || vs.size() < 2)
+    fail(op, "query " + shape_str(qs) + ", key " + shape_str(ks) + " and value " + shape_str(vs) +
                  " need at least 2 dims (..., L, E)");
-  if (shape().back() != key.shape().back())
-    fail(op, "query " + shape_str(shape()) + " and key " + shape_str(key.shape()) + " differ in the embedding dim");
-  if (key.shape()[size_t(key.ndim() - 2)] != value.shape()[size_t(value.ndim() - 2)])
-    fail(op, "key " + shape_str(key.shape()) + " and value " + shape_str(value.shape()) + " differ in sequence length");
+  if (!(qs.back() == ks.back()))
+    fail(op, "query " + shape_str(qs) + " and key " + shape_str(ks) + " differ in the embedding dim");
+  if (!(ks[ks.size() - 2] == vs[vs.size() - 2]))
+    fail(op, "key " + shape_str(ks) + " and value " + shape_str(vs) + " differ in sequence length");
   if (is_causal && attn_mask) fail(op, "give either attn_mask or is_causal, not both");
-  double sc = scale.value_or(1.0 / std::sqrt(double(shape().back())));
+  if (!qs.back().is_int()) fail(op, "the embedding dim of query " + shape_str(qs) + " must be an int");
+  double sc = scale.value_or(1.0 / std::sqrt(double(qs.back().value())));
   Tensor qk = Tensor(matmul(key.transpose(-2, -1)) * sc);
-  int64_t l = qk.shape()[size_t(qk.ndim() - 2)], s = qk.shape().back();
   std::optional<Tensor> mask = attn_mask;
-  if (is_causal) mask = Tensor::ones({l, s}, dtypes::bool_, device()).tril();
+  if (is_causal) {
+    if (qk.is_symbolic()) fail(op, "is_causal needs concrete sequence lengths, got scores " + shape_str(qk.sym_shape()) + ": pass attn_mask");
+    int64_t l = qk.shape()[size_t(qk.ndim() - 2)], s = qk.shape().back();
+    mask = Tensor::ones({l, s}, dtypes::bool_, device()).tril();
+  }
   if (mask) {
-    Shape bs = broadcast_shape(qk.shape(), mask->shape(), op);
-    if (bs != qk.shape()) fail(op, "attn_mask " + shape_str(mask->shape()) + " does not broadcast to the scores " + shape_str(qk.shape()));
+    if (qk.is_symbolic() || mask->is_symbolic()) {
+      SymShape qks = qk.sym_shape(), ms = mask->sym_shape();
+      bool ok = ms.size() <= qks.size();
+      for (size_t i = 0; ok && i < ms.size(); i++) {
+        const sint& m = ms[ms.size() - 1 - i];
+        ok = m == qks[qks.size() - 1 - i] || (m.is_int() && m.value() == 1);
+      }
+      if (!ok) fail(op, "attn_mask " + shape_str(ms) + " does not broadcast to the scores " + shape_str(qks));
+    } else {
+      Shape bs = broadcast_shape(qk.shape(), mask->shape(), op);
+      if (bs != qk.shape()) fail(op, "attn_mask " + shape_str(mask->shape()) + " does not broadcast to the scores " + shape_str(qk.shape()));
+    }
     qk = dtypes::is_bool(mask->dtype()) ? mask->where(qk, Tensor(-INFINITY)) : Tensor(qk + *mask);
   }
   Tensor attn = qk.softmax(-1);

@@ -58,6 +58,7 @@ Shape infer_shape(Ops op, const std::vector<const Shape*>& in, const Arg& arg, D
     }
     case Ops::BUFFER: return {std::get<std::vector<int64_t>>(arg)[1]};
     case Ops::CONST: case Ops::DEFINE_VAR: case Ops::DEVICE: return {};
+    case Ops::RANGE: return {vec().at(2)};  // a tensor-graph RANGE (arange): its length is the argument's third entry
     default: return in.empty() ? Shape{} : *in[0];
   }
 }
@@ -199,6 +200,18 @@ Tensor Tensor::arange(double start, double stop, double step, DType dtype, const
   if (d.ptr || d.count != 1 || d.itemsize() > 8) throw Error("[arange] unsupported dtype " + d.name());
   std::string dev = dev_or_default(device);
   checked_nbytes("arange", {n}, d, dev);  // before any host memory
+  if (dtypes::is_int(d) && !dtypes::is_bool(d) && start == std::trunc(start) && step == std::trunc(step) && n > 0 &&
+      std::fabs(start) < 0x1p53 && std::fabs(start + double(n - 1) * step) < 0x1p53 &&
+      std::min(start, start + double(n - 1) * step) >= double(dtypes::min_int(d)) &&
+      std::max(start, start + double(n - 1) * step) <= double(dtypes::max_int(d))) {
+    // Integers: the index itself (a RANGE in the tensor graph), computed where it is used. A kernel that compares
+    // it with an index and sums (a gather written as a one-hot reduce) becomes an indexed load (see the scheduler).
+    Tensor t(UOp::make(Ops::RANGE, d, {UOp::cnst_int(dtypes::index, n)}, std::vector<int64_t>{-1, int64_t(AxisType::Loop), n}),
+             {n}, dev);
+    if (step != 1) t = Tensor(t * Tensor(UOp::cnst_int(d, int64_t(step)), {}, dev));
+    if (start != 0) t = Tensor(t + Tensor(UOp::cnst_int(d, int64_t(start)), {}, dev));
+    return t;
+  }
   Tensor t = empty({n}, d, dev);
   auto buf = buffer_of(contiguous_buffer(t.uop().get()));
   // Filled on the host in the target dtype (no kernel): each value converted with the C semantics of a CAST;
@@ -676,9 +689,9 @@ Tensor Tensor::expand(Shape s) const {
 
 Tensor Tensor::pad(const std::vector<std::pair<int64_t, int64_t>>& p, double value) const {
   if (int64_t(p.size()) != ndim())
-    throw Error("[pad] " + std::to_string(p.size()) + " pairs for shape " + shape_str(shape()));
+    throw Error("[pad] " + std::to_string(p.size()) + " pairs for shape " + shape_str(sym_shape()));
   std::vector<int64_t> arg;
-  Shape out = shape();
+  Shape out = max_shape();  // a symbolic dim pads past its value (its extent grows by the same amounts)
   bool any = false, neg = false;
   for (size_t i = 0; i < p.size(); i++) {
     arg.push_back(p[i].first);
@@ -701,7 +714,7 @@ Tensor Tensor::pad(const std::vector<std::pair<int64_t, int64_t>>& p, double val
   Tensor t = mov(Ops::PAD, std::move(arg), out);
   if (value == 0) return t;
   // padded area = value: where(mask, x, value) with the mask made by padding ones.
-  Tensor mask(UOp::make(Ops::PAD, dtypes::bool_, {Tensor::ones(shape(), dtypes::bool_, device()).uop()}, t.uop()->arg),
+  Tensor mask(UOp::make(Ops::PAD, dtypes::bool_, {Tensor::full(sym_shape(), 1, dtypes::bool_, device()).uop()}, t.uop()->arg),
                 out, device());
   return mask.where(t, Tensor(value).cast(dtype()));
 }

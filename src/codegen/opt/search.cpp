@@ -57,6 +57,20 @@ struct Candidate {
   double compile_ms = 0;
 };
 
+// Values for a candidate's run: each variable of a symbolic shape at the middle of its bounds (as tinygrad's search),
+// core_id set per call.
+std::vector<int64_t> search_vars(const CompiledKernel& ck) {
+  std::vector<int64_t> vars(std::max<size_t>(1, ck.var_names.size()), 0);
+  size_t i = 0;
+  for (const UOp* u : ck.program)
+    if (u->op == Ops::DEFINE_VAR) {
+      const VarArg& v = std::get<VarArg>(u->arg);
+      if (i < vars.size() && int(i) != ck.core_var) vars[i] = v.min + (v.max - v.min) / 2;
+      i++;
+    }
+  return vars;
+}
+
 LaunchDims dims_of(const CompiledKernel& ck) {
   LaunchDims d = ck.dims;
   d.n_vars = int(ck.var_names.size());
@@ -69,7 +83,7 @@ LaunchDims dims_of(const CompiledKernel& ck) {
 // pages. The child runs the thread split's parts one after another (a forked child has no thread pool). Returns
 // why the candidate is refused, or nothing.
 std::optional<std::string> crash_probe(Program& p, const CompiledKernel& ck, void* const* bufs, double timeout_s) {
-  std::vector<int64_t> vars(std::max<size_t>(1, ck.var_names.size()), 0);
+  std::vector<int64_t> vars = search_vars(ck);
   LaunchDims one = dims_of(ck);
   one.core_var = -1, one.global[0] = 1;
   int parts = ck.core_var >= 0 ? ck.threads : 1;
@@ -109,7 +123,7 @@ std::optional<std::string> crash_probe(Program& p, const CompiledKernel& ck, voi
 // deadline), more while cheap.
 double time_us(Program& p, const CompiledKernel& ck, void* const* bufs, Device& dev, double cutoff,
                clk::time_point deadline) {
-  std::vector<int64_t> vars(std::max<size_t>(1, ck.var_names.size()), 0);
+  std::vector<int64_t> vars = search_vars(ck);
   LaunchDims d = dims_of(ck);
   double best = kInf, total = 0;
   for (int r = 0; r < 20; r++) {
