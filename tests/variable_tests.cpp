@@ -109,6 +109,12 @@ TEST_CASE("every op family gives the concrete result on a symbolic tensor") {
     // pad another dim and the symbolic one (its extent grows by the amounts), with a value
     check_close(xs.pad({{1, 0}, {0, 2}}).to_vector<float>(), xc.pad({{1, 0}, {0, 2}}).to_vector<float>());
     check_close(xs.pad({{0, 0}, {2, 1}}, 3.0).to_vector<float>(), xc.pad({{0, 0}, {2, 1}}, 3.0).to_vector<float>());
+    // cat along the symbolic dim (a KV cache grown by one row) and along the other one; pad by a sint
+    Tensor row = Tensor::from_vector(std::vector<float>{0.5f, -1.f, 2.f}, {3, 1});
+    check_close(cat({xs, row}, 1).to_vector<float>(), cat({xc, row}, 1).to_vector<float>());
+    check_close(cat({row, xs, xs}, 1).to_vector<float>(), cat({row, xc, xc}, 1).to_vector<float>());
+    check_close(cat({xs, xs * 2.0}, 0).to_vector<float>(), cat({xc, xc * 2.0}, 0).to_vector<float>());
+    check_close(row.pad({{sint(0), sint(0)}, {n, sint(1)}}).to_vector<float>(), row.pad({{0, 0}, {v, 1}}).to_vector<float>());
     // attention over a symbolic key/value length, with a mask of the same symbolic shape
     Tensor q4 = q.reshape({1, 2, 8}), k4 = ks.reshape({sint(1), n, sint(8)}), kc4 = kc.reshape({1, v, 8});
     Tensor ms = Tensor(Tensor::full({sint(2), n}, 1.0) > 0.0), mc = Tensor(Tensor::full({2, v}, 1.0) > 0.0);

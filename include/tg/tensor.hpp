@@ -232,6 +232,11 @@ class Tensor {
   Tensor expand(const SymShape& s) const;
   Tensor expand(std::initializer_list<sint> s) const { return expand(SymShape(s)); }
   Tensor pad(const std::vector<std::pair<int64_t, int64_t>>& p, double value = 0) const;
+  /** Symbolic amounts: `x.pad({{p, 0}})` puts x after the first p positions (cat along a symbolic dim). */
+  Tensor pad(const std::vector<std::pair<sint, sint>>& p, double value = 0) const;
+  Tensor pad(std::initializer_list<std::pair<sint, sint>> p, double value = 0) const {
+    return pad(std::vector<std::pair<sint, sint>>(p), value);
+  }
   Tensor shrink(const std::vector<std::pair<int64_t, int64_t>>& s) const;
   /** Symbolic bounds: `cache.shrink({{0, 1}, {0, pos + 1}})`, `freqs.shrink({{pos, pos + 1}, {0, 64}})`. */
   Tensor shrink(const std::vector<std::pair<sint, sint>>& s) const;

@@ -135,6 +135,18 @@ struct KernelBuilder {
         break;
       case Ops::PAD: {
         UOpRef pv;
+        if (n->nsrc() > 1) {  // symbolic amounts: valid where b <= idx < b + extent of the input
+          for (size_t i = 0; i < in.size(); i++) {
+            const UOpRef& b = n->src()[1 + 2 * i];
+            UOpRef ext = extent(n->src(0), in, i);
+            bool zero = b->is_const() && b->const_int() == 0;
+            c.idx.push_back(zero ? a.idx[i] : a.idx[i]->alu(Ops::SUB, b));
+            if (!zero) pv = land(pv, b->alu(Ops::ADD, ci(-1))->alu(Ops::CMPLT, a.idx[i]));
+            pv = land(pv, a.idx[i]->alu(Ops::CMPLT, zero ? ext : b->alu(Ops::ADD, ext)));
+          }
+          c.valid = land(a.valid, pv);
+          break;
+        }
         for (size_t i = 0; i < in.size(); i++) {
           int64_t b = vec()[2 * i], e = vec()[2 * i + 1];
           UOpRef ext = extent(n->src(0), in, i);

@@ -34,6 +34,34 @@ Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
   const Tensor& t0 = ts[0];
   if (t0.ndim() == 0) fail("cat", "zero-dimensional tensors cannot be concatenated");
   dim = norm_dim(dim, t0.ndim(), "cat");
+  bool sym = false;
+  for (auto& t : ts) sym |= t.is_symbolic();
+  if (sym) {  // symbolic dims: the same pieces padded by sints (each piece after the ones before it)
+    SymShape s0 = t0.sym_shape();
+    DType o = dtypes::strong(t0.dtype());
+    sint total = 0;
+    for (size_t i = 0; i < ts.size(); i++) {
+      SymShape s = ts[i].sym_shape();
+      bool ok = s.size() == s0.size();
+      for (size_t d = 0; ok && d < s0.size(); d++) ok = int64_t(d) == dim || s[d] == s0[d];
+      if (!ok)
+        fail("cat", "tensor " + std::to_string(i) + " has shape " + shape_str(s) + ", expected " + shape_str(s0) +
+                        " except in dim " + std::to_string(dim));
+      o = dtypes::strong(least_upper_dtype({o, ts[i].dtype()}));
+      total = total + s[size_t(dim)];
+    }
+    Tensor r;
+    sint off = 0;
+    for (size_t i = 0; i < ts.size(); i++) {
+      sint n = ts[i].sym_shape()[size_t(dim)];
+      std::vector<std::pair<sint, sint>> p(s0.size(), {sint(0), sint(0)});
+      p[size_t(dim)] = {off, total - off - n};
+      Tensor piece = ts[i].cast(o).pad(p);
+      off = off + n;
+      r = i == 0 ? piece : (dtypes::is_bool(o) ? r.alu(Ops::OR, piece) : r.alu(Ops::ADD, piece));
+    }
+    return r;
+  }
   DType out = dtypes::strong(t0.dtype());
   for (size_t i = 0; i < ts.size(); i++) {
     const Tensor& t = ts[i];

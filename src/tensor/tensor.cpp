@@ -842,6 +842,38 @@ Tensor Tensor::shrink(const std::vector<std::pair<sint, sint>>& s) const {
   return Tensor(sym_node(Ops::SHRINK, *this, entries, std::move(arg)), mx, impl_->device);
 }
 
+Tensor Tensor::pad(const std::vector<std::pair<sint, sint>>& p, double value) const {
+  bool ints = true;
+  for (auto& [b, e] : p) ints &= b.is_int() && e.is_int();
+  if (ints) {
+    std::vector<std::pair<int64_t, int64_t>> c;
+    for (auto& [b, e] : p) c.emplace_back(b.value(), e.value());
+    return pad(c, value);
+  }
+  SymShape in = sym_shape();
+  if (p.size() != in.size()) throw Error("[pad] " + std::to_string(p.size()) + " pairs for shape " + shape_str(in));
+  std::vector<sint> entries;
+  std::vector<int64_t> arg, tail;
+  Shape mx;
+  for (size_t i = 0; i < p.size(); i++) {
+    const auto& [b, e] = p[i];
+    if (b.min() < 0 || e.min() < 0)
+      throw Error("[pad] symbolic amounts must not be negative: (" + b.str() + ", " + e.str() + ") for dim " + std::to_string(i));
+    entries.push_back(b);
+    entries.push_back(e);
+    arg.push_back(b.max());
+    arg.push_back(e.max());
+    tail.push_back(max_shape()[i]);
+    mx.push_back(max_shape()[i] + b.max() + e.max());
+  }
+  arg.insert(arg.end(), tail.begin(), tail.end());
+  Tensor t(sym_node(Ops::PAD, *this, entries, arg), mx, impl_->device);
+  if (value == 0) return t;
+  Tensor ones = Tensor::full(in, 1, dtypes::bool_, device());
+  Tensor mask(sym_node(Ops::PAD, ones, entries, arg), mx, impl_->device);
+  return mask.where(t, Tensor(value).cast(dtype()));
+}
+
 Tensor Tensor::full(const SymShape& shape, double value, DType dtype, const std::string& device) {
   if (all_int(shape)) {
     Shape c;

@@ -21,9 +21,11 @@ namespace {
 void check_node(const UOp* u) {
   int ar = op_arity(u->op);
   // A movement op with symbolic arguments carries them as index sources, one per argument entry.
-  if ((u->op == Ops::RESHAPE || u->op == Ops::EXPAND || u->op == Ops::SHRINK) && u->nsrc() > 1) {
+  if ((u->op == Ops::RESHAPE || u->op == Ops::EXPAND || u->op == Ops::SHRINK || u->op == Ops::PAD) && u->nsrc() > 1) {
+    // PAD's argument also holds the input's largest dims (one per dim after the pairs)
+    size_t per = u->op == Ops::PAD ? 3 : 1, want = u->op == Ops::PAD ? 2 : 1;
     if (!std::holds_alternative<std::vector<int64_t>>(u->arg) ||
-        u->nsrc() != 1 + std::get<std::vector<int64_t>>(u->arg).size())
+        (u->nsrc() - 1) * per != std::get<std::vector<int64_t>>(u->arg).size() * want)
       fail(u, "symbolic arguments: one index source per argument entry");
     ar = int(u->nsrc());
   }

@@ -331,7 +331,16 @@ std::unique_ptr<const std::vector<UOpRef>> derive_sym(Ops op, std::span<const UO
   auto done = [&](Sym s) -> std::unique_ptr<const Sym> {
     return symbolic(s) ? std::make_unique<const Sym>(std::move(s)) : nullptr;
   };
-  const bool carried = (op == Ops::RESHAPE || op == Ops::EXPAND || op == Ops::SHRINK) && src.size() > 1;
+  const bool carried = (op == Ops::RESHAPE || op == Ops::EXPAND || op == Ops::SHRINK || op == Ops::PAD) && src.size() > 1;
+  if (carried && op == Ops::PAD) {  // (begin, end) per dim; the argument ends with the input's largest dims
+    size_t n = (src.size() - 1) / 2;
+    Sym s;
+    for (size_t i = 0; i < n; i++) {
+      UOpRef in = src[0]->sym() ? (*src[0]->sym())[i] : ci(vec()[2 * n + i]);
+      s.push_back(simplify(in->alu(Ops::ADD, src[1 + 2 * i])->alu(Ops::ADD, src[2 + 2 * i])));
+    }
+    return done(std::move(s));
+  }
   if (carried) {
     if (op != Ops::SHRINK) return done(Sym(src.begin() + 1, src.end()));
     Sym s;
