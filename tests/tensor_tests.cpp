@@ -409,3 +409,51 @@ TEST_CASE("float16 and bfloat16 statistics are computed in float32 and rounded o
     same(x.logsumexp(std::vector<int64_t>{1}), xf.logsumexp(std::vector<int64_t>{1}), "logsumexp");
   }
 }
+
+TEST_CASE("a host read in the middle of a pending graph walks only what was built after the nodes it realises") {
+  std::vector<float> xs = iota_f(8, 1);
+  Tensor x = Tensor::from_vector(xs, {8});
+  // A long pending chain, every step held by a live tensor (as the ONNX runner holds every intermediate value).
+  std::vector<Tensor> chain{x};
+  for (int i = 0; i < 200; i++) chain.push_back(Tensor(chain.back() * 1.0f + float(i % 3)));
+  size_t pending = toposort(chain.back().uop().get()).size();
+  REQUIRE(pending > 400);
+  // A read of a small graph built afterwards (a Reshape reading its shape input): nothing older is walked.
+  size_t v0 = becomes_visits();
+  Tensor small = Tensor(x + 1.0f).sum();
+  CHECK(small.item<float>() == doctest::Approx(44));
+  CHECK(becomes_visits() - v0 == 0);
+  // Realising a node that newer pending graphs use: only those newer graphs are walked, and they now read its buffer.
+  std::vector<Tensor> users;
+  for (int i = 0; i < 3; i++) users.push_back(Tensor(chain[100] + float(i)));
+  // Each node built after chain[100] at most once (the chain's later half, its users, `small`): before, each of the
+  // 200 live tensors' graphs was rewritten in full (about 200 * 200 nodes).
+  std::vector<UOpRef> held;
+  for (auto& t : chain) held.push_back(t.uop());
+  for (auto& t : users) held.push_back(t.uop());
+  held.push_back(small.uop());
+  size_t newer = 0;
+  for (const UOp* u : toposort(held)) newer += u->seq() > chain[100].uop()->seq() ? 1 : 0;
+  held.clear();
+  size_t v1 = becomes_visits();
+  chain[100].realize();
+  size_t walked = becomes_visits() - v1;
+  CHECK(walked > 0);
+  CHECK(walked <= newer);
+  const UOp* buf = contiguous_buffer(chain[100].uop().get());
+  REQUIRE(buf != nullptr);
+  for (auto& u : users) {
+    auto nodes = toposort(u.uop().get());
+    CHECK(std::find(nodes.begin(), nodes.end(), buf) != nodes.end());
+  }
+  // Values: chain[k] = x + sum_{i<k} (i % 3).
+  auto expect = [&](int k, float extra) {
+    std::vector<float> e(xs);
+    float add = 0;
+    for (int i = 0; i < k; i++) add += float(i % 3);
+    for (auto& v : e) v += add + extra;
+    return e;
+  };
+  CHECK(users[2].to_vector<float>() == expect(100, 2));
+  CHECK(chain[200].to_vector<float>() == expect(200, 0));
+}
