@@ -206,6 +206,22 @@ Tensor apply_taps(const Tensor& x, int64_t axis, const Taps& t, double extrapola
   ws[size_t(axis)] = out;
   Tensor acc;
   DType fd = dtypes::is_float(x.dtype()) ? x.dtype() : dtypes::float32;
+  // One tap repeating each input element r times (nearest upsampling by an integer factor): a broadcast, which
+  // fuses as index arithmetic, instead of a gather (a one-hot reduce over the whole axis per output element).
+  const int64_t in = x.shape()[size_t(axis)];
+  bool none_outside = std::none_of(t.outside.begin(), t.outside.end(), [](bool b) { return b; });
+  if (t.idx.size() == 1 && none_outside && in > 0 && out % in == 0) {
+    int64_t rep = out / in;
+    bool repeat = true;
+    for (int64_t j = 0; repeat && j < out; j++) repeat = t.idx[0][size_t(j)] == j / rep;
+    if (repeat) {
+      Shape s1(x.shape()), s2(x.shape()), s3(x.shape());
+      s1.insert(s1.begin() + axis + 1, 1);
+      s2.insert(s2.begin() + axis + 1, rep);
+      s3[size_t(axis)] = out;
+      return x.reshape(s1).expand(s2).reshape(s3).cast(fd);
+    }
+  }
   for (size_t k = 0; k < t.idx.size(); k++) {
     Tensor g = x.index_select(axis, Tensor::from_vector(t.idx[k], {out})).cast(fd);
     if (t.idx.size() > 1) {

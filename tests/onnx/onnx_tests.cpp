@@ -267,3 +267,20 @@ TEST_CASE("inputs are checked against the graph's declared element types and fix
   e = run(f32({2, 3}), tgx::Value::seq({Tensor::zeros({3}, dtypes::float32)}));
   CHECK(e.find("input 'b' must be a tensor of float32") != std::string::npos);
 }
+
+TEST_CASE("Resize nearest by an integer factor repeats elements (a broadcast, no gather)") {
+  pb::ModelProto mp = one_node("Resize", {{"x", {1, 2, 2, 3}}, {"roi", {0}}, {"scales", {4}}}, "y");
+  tgx::Model m = parse(mp);
+  std::vector<float> xs{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  auto out = m.run({{"x", tgx::Value::of(Tensor::from_vector(xs, {1, 2, 2, 3}))},
+                    {"roi", tgx::Value::of(Tensor::from_vector<float>(std::vector<float>{}, {0}))},
+                    {"scales", tgx::Value::of(Tensor::from_vector<float>({1, 1, 2, 3}))}});
+  const Tensor& y = out.at("y").tensor;
+  REQUIRE(y.shape() == Shape{1, 2, 4, 9});
+  // no REDUCE in the graph: the repeat is movement ops on x
+  for (const tg::UOp* u : tg::toposort(y.uop().get())) CHECK(u->op != tg::Ops::REDUCE_AXIS);
+  std::vector<float> got = y.to_vector<float>();
+  for (int c = 0; c < 2; c++)
+    for (int i = 0; i < 4; i++)
+      for (int j = 0; j < 9; j++) CHECK(got[size_t((c * 4 + i) * 9 + j)] == xs[size_t((c * 2 + i / 2) * 3 + j / 3)]);
+}
