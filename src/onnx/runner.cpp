@@ -81,9 +81,11 @@ std::vector<double> Ctx::floats_attr(const std::string& name) const {
 std::vector<Value> run_graph(const Model::Impl& m, const pb::GraphProto& g, const std::map<std::string, Value>& scope,
                              const std::vector<Value>& args) {
   std::map<std::string, Value> env = scope;
-  for (const auto& t : g.initializer()) env[t.name()] = Value::of(tensor_of_proto(t, m.name, m.base_dir));
-  if (&g == &m.proto.graph())
+  if (&g == &m.proto.graph()) {  // the main graph's initializers were read once by load (not copied per run)
     for (const auto& [k, v] : m.initializers) env.emplace(k, Value::of(v));  // inputs may override them
+  } else {
+    for (const auto& t : g.initializer()) env[t.name()] = Value::of(tensor_of_proto(t, m.name, m.base_dir));
+  }
   // Graph inputs: bound in order to args (the main graph's are bound by name in Model::run through scope).
   if (!args.empty()) {
     if (int(args.size()) > g.input_size())

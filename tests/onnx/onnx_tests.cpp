@@ -284,3 +284,19 @@ TEST_CASE("Resize nearest by an integer factor repeats elements (a broadcast, no
     for (int i = 0; i < 4; i++)
       for (int j = 0; j < 9; j++) CHECK(got[size_t((c * 4 + i) * 9 + j)] == xs[size_t((c * 2 + i / 2) * 3 + j / 3)]);
 }
+
+TEST_CASE("a main-graph initializer is read once at load and may be overridden by an input of the same name") {
+  pb::ModelProto mp = one_node("Add", {{"a", {3}}, {"w", {3}}}, "c");
+  auto* w = mp.mutable_graph()->add_initializer();
+  w->set_name("w");
+  w->set_data_type(pb::TensorProto::FLOAT);
+  w->add_dims(3);
+  for (float v : {10.f, 20.f, 30.f}) w->add_float_data(v);
+  tgx::Model m = parse(mp);
+  CHECK(m.inputs().size() == 1);  // w has a default: not required
+  auto a = tgx::Value::of(Tensor::from_vector<float>({1, 2, 3}));
+  for (int run = 0; run < 2; run++)
+    CHECK(m.run({{"a", a}}).at("c").tensor.to_vector<float>() == std::vector<float>{11, 22, 33});
+  auto out = m.run({{"a", a}, {"w", tgx::Value::of(Tensor::from_vector<float>({100, 200, 300}))}});
+  CHECK(out.at("c").tensor.to_vector<float>() == std::vector<float>{101, 202, 303});
+}
