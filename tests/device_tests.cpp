@@ -502,3 +502,34 @@ TEST_CASE("TG_PROCESS_REPLAY records each compiled kernel's key, opts and source
   CHECK(lines.find("\"key\":\"") != std::string::npos);
   CHECK(std::vector<float>(b.to_vector<float>())[330] == 991.0f);
 }
+
+TEST_CASE("a kernel lowered in one process is loaded from the disk cache by the next, without lowering") {
+  TempDir dir;
+  auto run_child = [&](const std::string& env) {
+    std::string cmd = "TG_CACHE_DIR='" + dir.path.string() + "' " + env + " '" TG_PROGRAM_CACHE_CHILD "' 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    REQUIRE(p != nullptr);
+    std::string out;
+    char buf[256];
+    while (fgets(buf, sizeof buf, p)) out += buf;
+    CHECK(pclose(p) == 0);
+    return out;
+  };
+  auto lowered = [](const std::string& out) {
+    auto at = out.find("lowered=");
+    REQUIRE(at != std::string::npos);
+    return std::stoul(out.substr(at + 8));
+  };
+  // sum over i < 37 of 2.5 i + 1 = 2.5 * 666 + 37
+  std::string first = run_child(""), second = run_child("");
+  CHECK(first.find("value=1702.000") != std::string::npos);
+  CHECK(second.find("value=1702.000") != std::string::npos);
+  CHECK(lowered(first) >= 1);
+  CHECK(lowered(second) == 0);
+  size_t progs = 0;
+  for (auto& e : fs::directory_iterator(dir.path / "kernels")) progs += e.path().filename().string().rfind("prog-", 0) == 0;
+  CHECK(progs == lowered(first));
+  // A knob lowering reads is part of the key: NOOPT=1 lowers afresh; CACHELEVEL=0 neither reads nor writes.
+  CHECK(lowered(run_child("NOOPT=1")) >= 1);
+  CHECK(lowered(run_child("CACHELEVEL=0")) >= 1);
+}

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "scoped_env.hpp"
+#include "tg/codegen.hpp"
 #include "tg/device.hpp"
 #include "tg/schedule.hpp"
 #include "tg/tensor.hpp"
@@ -458,4 +459,96 @@ TEST_CASE("float16 and bfloat16 statistics are computed in float32 and rounded o
     same(x.log_softmax(1), xf.log_softmax(1), "log_softmax");
     same(x.logsumexp(std::vector<int64_t>{1}), xf.logsumexp(std::vector<int64_t>{1}), "logsumexp");
   }
+}
+
+TEST_CASE("a host read in the middle of a pending graph walks only what was built after the nodes it realises") {
+  std::vector<float> xs = iota_f(8, 1);
+  Tensor x = Tensor::from_vector(xs, {8});
+  // A long pending chain, every step held by a live tensor (as the ONNX runner holds every intermediate value).
+  std::vector<Tensor> chain{x};
+  for (int i = 0; i < 200; i++) chain.push_back(Tensor(chain.back() * 1.0f + float(i % 3)));
+  size_t pending = toposort(chain.back().uop().get()).size();
+  REQUIRE(pending > 400);
+  // A read of a small graph built afterwards (a Reshape reading its shape input): nothing older is walked.
+  size_t v0 = becomes_visits();
+  Tensor small = Tensor(x + 1.0f).sum();
+  CHECK(small.item<float>() == doctest::Approx(44));
+  CHECK(becomes_visits() - v0 == 0);
+  // Realising a node that newer pending graphs use: only those newer graphs are walked, and they now read its buffer.
+  std::vector<Tensor> users;
+  for (int i = 0; i < 3; i++) users.push_back(Tensor(chain[100] + float(i)));
+  // Each node built after chain[100] at most once (the chain's later half, its users, `small`): before, each of the
+  // 200 live tensors' graphs was rewritten in full (about 200 * 200 nodes).
+  std::vector<UOpRef> held;
+  for (auto& t : chain) held.push_back(t.uop());
+  for (auto& t : users) held.push_back(t.uop());
+  held.push_back(small.uop());
+  size_t newer = 0;
+  for (const UOp* u : toposort(held)) newer += u->seq() > chain[100].uop()->seq() ? 1 : 0;
+  held.clear();
+  size_t v1 = becomes_visits();
+  chain[100].realize();
+  size_t walked = becomes_visits() - v1;
+  CHECK(walked > 0);
+  CHECK(walked <= newer);
+  const UOp* buf = contiguous_buffer(chain[100].uop().get());
+  REQUIRE(buf != nullptr);
+  for (auto& u : users) {
+    auto nodes = toposort(u.uop().get());
+    CHECK(std::find(nodes.begin(), nodes.end(), buf) != nodes.end());
+  }
+  // Values: chain[k] = x + sum_{i<k} (i % 3).
+  auto expect = [&](int k, float extra) {
+    std::vector<float> e(xs);
+    float add = 0;
+    for (int i = 0; i < k; i++) add += float(i % 3);
+    for (auto& v : e) v += add + extra;
+    return e;
+  };
+  CHECK(users[2].to_vector<float>() == expect(100, 2));
+  CHECK(chain[200].to_vector<float>() == expect(200, 0));
+}
+
+namespace {
+// IDIV and MOD ops in the lowered programs (CPU renderer) of the kernels that realise t, and the kernel count.
+std::pair<int, size_t> divmods_of(const Tensor& t) {
+  Schedule s = create_schedule(std::vector<UOpRef>{t.uop()});
+  int n = 0;
+  size_t kernels = 0;
+  for (auto& it : s.items) {
+    if (it.kind != ScheduleItem::Kind::Kernel) continue;
+    kernels++;
+    for (const UOp* u : lower_kernel(it.ast, "k", get_device("CPU").renderer()).program)
+      n += u->op == Ops::IDIV || u->op == Ops::MOD;
+  }
+  return {n, kernels};
+}
+}  // namespace
+
+TEST_CASE("a padded tensor read through a reshape indexes without divisions: its valid bounds the index") {
+  // (y-1)*64 + (x-1) decoded by // and % through the reshape: under the pad's valid, y-1 and x-1 lie in [0, 64), so
+  // the decode folds away (5 IDIV/MOD before).
+  std::vector<float> xs = iota_f(3 * 64 * 64);
+  Tensor x = Tensor::from_vector(xs, {1, 3 * 64 * 64}, "CPU");
+  Tensor z = Tensor(x * 2.0f).reshape({1, 3, 64, 64}).pad({{0, 0}, {0, 0}, {1, 1}, {1, 1}}).contiguous();
+  auto [divmods, kernels] = divmods_of(z);
+  CHECK(kernels == 1);
+  CHECK(divmods == 0);
+  std::vector<float> got = z.to_vector<float>();
+  REQUIRE(got.size() == size_t(3 * 66 * 66));
+  for (int c = 0; c < 3; c++)
+    for (int y = 0; y < 66; y++)
+      for (int w = 0; w < 66; w++) {
+        bool in = y >= 1 && y <= 64 && w >= 1 && w <= 64;
+        float want = in ? 2.0f * xs[size_t(c * 4096 + (y - 1) * 64 + (w - 1))] : 0.0f;
+        if (got[size_t((c * 66 + y) * 66 + w)] != want) FAIL("c=" << c << " y=" << y << " x=" << w);
+      }
+  // A detection stem: 3x3 stride-2 conv with bias, an affine, hardswish, and the next conv's padding.
+  Tensor img = Tensor::rand({1, 3, 64, 64}, dtypes::float32, "CPU"), wt = Tensor::rand({16, 3, 3, 3}, dtypes::float32, "CPU");
+  Tensor bias = Tensor::rand({16}, dtypes::float32, "CPU"), scale = Tensor::rand({1, 16, 1, 1}, dtypes::float32, "CPU");
+  Tensor::realize_all({&img, &wt, &bias, &scale});
+  Tensor stem = Tensor(img.conv2d(wt, bias, 2, 1) * scale).hardswish().pad({{0, 0}, {0, 0}, {1, 1}, {1, 1}}).contiguous();
+  auto [stem_divmods, stem_kernels] = divmods_of(stem);
+  CHECK(stem_kernels == 3);
+  CHECK(stem_divmods == 0);
 }

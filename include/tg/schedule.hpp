@@ -51,6 +51,10 @@ const UOp* contiguous_buffer(const UOp* u);
 size_t schedules_built();
 /** Number of kernels run since start (tests count kernels with it). */
 size_t kernels_run();
+/** Number of kernels lowered since start: those found neither in memory nor in the on-disk program cache (a
+ *  later process loads a kernel lowered once from cache_dir(), keyed by the AST's content key, the device, its
+ *  compiler, the opt config and knobs, and this build of tg; CACHELEVEL=0 turns it off). */
+size_t kernels_lowered();
 
 /** A hook called with each kernel AST the engine lowers and compiles (a kernel-cache miss), with the kernel's
  *  name; called from compile threads, so it must be thread-safe. Tests use it to render every kernel for another

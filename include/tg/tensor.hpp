@@ -584,6 +584,10 @@ struct TensorImpl {
   std::shared_ptr<TensorImpl> grad;
 };
 
+/** Graph nodes walked so far to substitute realised buffers into live tensors' graphs (a statistic for tests: a
+ *  host read in the middle of a graph walks only what was built after the nodes it realised). */
+size_t becomes_visits();
+
 struct ValuesIndices {
   Tensor values, indices;
 };

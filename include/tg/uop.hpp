@@ -200,6 +200,9 @@ class UOp {
   /** Number of live interned nodes (for tests and benchmarks). */
   static size_t live_count();
   uint32_t refcount() const { return rc_.load(std::memory_order_relaxed); }
+  /** Creation order: every source of a node was created before it, so has a smaller seq. A graph whose root
+   *  has a smaller seq than a node cannot contain that node (used to skip graphs a realise cannot touch). */
+  uint64_t seq() const { return seq_; }
 
   UOp(const UOp&) = delete;
   UOp& operator=(const UOp&) = delete;
@@ -213,6 +216,7 @@ class UOp {
 
   mutable std::atomic<uint32_t> rc_{1};
   uint32_t nsrc_;
+  uint64_t seq_ = 0;
   Bounds bounds_{0, 0, false};
   std::unique_ptr<const std::vector<UOpRef>> sym_;
   UOpRef* srcs_;                       // trailing storage

@@ -1,6 +1,9 @@
 // The engine: lower and compile each kernel of a schedule (cached, in parallel when several are new), then
 // run them in order. DEBUG=2 prints one line per kernel launched.
+#include <dlfcn.h>
 #include <unistd.h>
+#define XXH_STATIC_LINKING_ONLY
+#include <xxhash.h>
 
 #include <nlohmann/json.hpp>
 
@@ -10,6 +13,7 @@
 #include <fstream>
 #include <future>
 #include <list>
+#include <optional>
 #include <mutex>
 #include <unordered_map>
 
@@ -24,6 +28,7 @@ namespace tg {
 namespace {
 
 std::atomic<size_t> g_kernels_run{0};
+std::atomic<size_t> g_kernels_lowered{0};
 
 struct Runner {
   CompiledKernel kernel;
@@ -99,6 +104,94 @@ void record_for_replay(const ScheduleItem& it, Device& dev, const CompiledKernel
     throw EnvError("[process_replay] TG_PROCESS_REPLAY=" + dir + ": cannot write a record there; expected a writable folder");
 }
 
+// ---- persistent program cache: what lowering made of a kernel (name, source, launch shape) kept on disk, so a
+// later process compiles nothing and lowers nothing for a kernel it has seen (the binary is in the disk cache too).
+
+// This build of tg: a hash of the file holding this code (libtg.so), so a rebuilt library never reads entries
+// an older lowering wrote.
+const std::string& build_id() {
+  static const std::string id = [] {
+    Dl_info info{};
+    std::string path = dladdr(reinterpret_cast<void*>(&build_id), &info) && info.dli_fname ? info.dli_fname : "";
+    std::ifstream f(path, std::ios::binary);
+    if (path.empty() || !f) return std::string();
+    XXH3_state_t st;
+    XXH3_64bits_reset(&st);
+    std::vector<char> chunk(1 << 20);
+    while (f.read(chunk.data(), std::streamsize(chunk.size())) || f.gcount() > 0)
+      XXH3_64bits_update(&st, chunk.data(), size_t(f.gcount()));
+    char hex[17];
+    std::snprintf(hex, sizeof hex, "%016llx", (unsigned long long)XXH3_64bits_digest(&st));
+    return std::string(hex);
+  }();
+  return id;
+}
+
+// Everything lowering reads besides the AST: the device and its compiler, the opt config, the knobs, this build.
+// Empty where the cache must not be used (no build id; a compile hook or process replay must see every lowering).
+std::string program_key_material(const ScheduleItem& it, Device& dev, const LowerOptions& lo) {
+  if (build_id().empty() || compile_hook() || !getenv_str("TG_PROCESS_REPLAY").empty() || getenv_int("CACHELEVEL", 1) <= 0)
+    return "";
+  const OptConfig& c = lo.config;
+  std::string m = "tgprog1|" + it.ast->key() + "|" + dev.name() + "|" + dev.compiler().id() + "|" + build_id() + "|" +
+                  std::to_string(c.threads) + "," + std::to_string(c.vector_width) + "," + std::to_string(c.local_threads) +
+                  "," + std::to_string(c.tensor_cores) + "," + std::to_string(c.vector_registers) + "," +
+                  std::to_string(c.l2_bytes) + "," + std::to_string(lo.index64);
+  for (const char* k : {"NOOPT", "BEAM", "BEAM_BUDGET", "TRANSCENDENTAL", "ROW_REUSE", "CUDA_PTX", "TG_CPU", "THREADS"})
+    m += std::string("|") + k + "=" + getenv_str(k);
+  return m;
+}
+
+std::string program_file_key(const std::string& material) {
+  XXH128_hash_t h = XXH3_128bits(material.data(), material.size());
+  char key[40];
+  std::snprintf(key, sizeof key, "prog-%016llx%016llx", (unsigned long long)h.high64, (unsigned long long)h.low64);
+  return key;
+}
+
+void save_program(const std::string& material, const CompiledKernel& k) {
+  nlohmann::json opts = nlohmann::json::array();
+  for (const Opt& o : k.opts) opts.push_back({int(o.op), o.axis, o.amt});
+  const LaunchDims& d = k.dims;
+  nlohmann::json j = {{"key", material},   {"name", k.name},         {"src", k.src},          {"n_params", k.n_params},
+                      {"vars", k.var_names}, {"flops", k.flops},     {"mem", k.mem_bytes},    {"opts", opts},
+                      {"threads", k.threads}, {"core_var", k.core_var},
+                      {"global", {d.global[0], d.global[1], d.global[2]}}, {"local", {d.local[0], d.local[1], d.local[2]}},
+                      {"dims_core_var", d.core_var}, {"n_vars", d.n_vars}, {"exact_local", d.exact_local}};
+  std::string s = j.dump();
+  disk_cache_put(program_file_key(material), std::vector<uint8_t>(s.begin(), s.end()));
+}
+
+// The cached lowering, or nullopt (absent, torn, written for other key material: a hash collision).
+std::optional<CompiledKernel> load_program(const std::string& material) {
+  std::vector<uint8_t> bytes;
+  if (!disk_cache_get(program_file_key(material), bytes)) return std::nullopt;
+  try {
+    auto j = nlohmann::json::parse(bytes.begin(), bytes.end());
+    if (j.at("key").get<std::string>() != material) return std::nullopt;
+    CompiledKernel k;
+    k.name = j.at("name").get<std::string>();
+    k.src = j.at("src").get<std::string>();
+    k.n_params = j.at("n_params").get<int>();
+    k.var_names = j.at("vars").get<std::vector<std::string>>();
+    k.flops = j.at("flops").get<double>();
+    k.mem_bytes = j.at("mem").get<double>();
+    for (auto& o : j.at("opts")) k.opts.push_back(Opt{OptOp(o.at(0).get<int>()), o.at(1).get<int>(), o.at(2).get<int64_t>()});
+    k.threads = j.at("threads").get<int>();
+    k.core_var = j.at("core_var").get<int>();
+    for (int i = 0; i < 3; i++) {
+      k.dims.global[i] = j.at("global").at(size_t(i)).get<int64_t>();
+      k.dims.local[i] = j.at("local").at(size_t(i)).get<int64_t>();
+    }
+    k.dims.core_var = j.at("dims_core_var").get<int>();
+    k.dims.n_vars = j.at("n_vars").get<int>();
+    k.dims.exact_local = j.at("exact_local").get<bool>();
+    return k;
+  } catch (const nlohmann::json::exception&) {
+    return std::nullopt;
+  }
+}
+
 std::shared_ptr<Runner> compile_item(const ScheduleItem& it) {
   Device& dev = get_device(it.device);
   auto r = std::make_shared<Runner>();
@@ -106,6 +199,16 @@ std::shared_ptr<Runner> compile_item(const ScheduleItem& it) {
   LowerOptions lo;
   lo.config = opt_config(dev);
   lo.index64 = dev.index64();
+  std::string material = program_key_material(it, dev, lo);
+  if (!material.empty())
+    if (auto k = load_program(material)) {
+      r->kernel = std::move(*k);
+      try {
+        r->program = dev.get_program(r->kernel.src, r->kernel.name);
+        return r;
+      } catch (const Error&) {  // a source this compiler refuses now: lower afresh
+      }
+    }
   BeamResult beam;  // BEAM=N: the searched opts (cached across runs) replace the heuristic's
   if (BeamOptions bo = beam_options_from_env(); bo.width > 0 && getenv_int("NOOPT", 0) == 0) {
     bo.cache = BeamCache::global();
@@ -115,9 +218,11 @@ std::shared_ptr<Runner> compile_item(const ScheduleItem& it) {
     lo.opts = &beam.opts;
   }
   r->kernel = lower_kernel(it.ast, kernel_name(it.ast.get()), dev.renderer(), lo);
+  g_kernels_lowered++;
   record_for_replay(it, dev, r->kernel);
   if (auto& hook = compile_hook()) hook(it.ast, r->kernel.name);
   r->program = dev.get_program(r->kernel.src, r->kernel.name);
+  if (!material.empty()) save_program(material, r->kernel);
   return r;
 }
 
@@ -172,6 +277,7 @@ void check_devices(const ScheduleItem& it) {
 }  // namespace
 
 size_t kernels_run() { return g_kernels_run.load(); }
+size_t kernels_lowered() { return g_kernels_lowered.load(); }
 
 void set_kernel_compile_hook(std::function<void(const UOpRef& ast, const std::string& name)> hook) {
   compile_hook() = std::move(hook);

@@ -206,6 +206,22 @@ Tensor apply_taps(const Tensor& x, int64_t axis, const Taps& t, double extrapola
   ws[size_t(axis)] = out;
   Tensor acc;
   DType fd = dtypes::is_float(x.dtype()) ? x.dtype() : dtypes::float32;
+  // One tap repeating each input element r times (nearest upsampling by an integer factor): a broadcast, which
+  // fuses as index arithmetic, instead of a gather (a one-hot reduce over the whole axis per output element).
+  const int64_t in = x.shape()[size_t(axis)];
+  bool none_outside = std::none_of(t.outside.begin(), t.outside.end(), [](bool b) { return b; });
+  if (t.idx.size() == 1 && none_outside && in > 0 && out % in == 0) {
+    int64_t rep = out / in;
+    bool repeat = true;
+    for (int64_t j = 0; repeat && j < out; j++) repeat = t.idx[0][size_t(j)] == j / rep;
+    if (repeat) {
+      Shape s1(x.shape()), s2(x.shape()), s3(x.shape());
+      s1.insert(s1.begin() + axis + 1, 1);
+      s2.insert(s2.begin() + axis + 1, rep);
+      s3[size_t(axis)] = out;
+      return x.reshape(s1).expand(s2).reshape(s3).cast(fd);
+    }
+  }
   for (size_t k = 0; k < t.idx.size(); k++) {
     Tensor g = x.index_select(axis, Tensor::from_vector(t.idx[k], {out})).cast(fd);
     if (t.idx.size() > 1) {
@@ -448,20 +464,22 @@ Vals op_unique(Ctx& c) {
   }());
   std::vector<double> v = moved.contiguous().to_doubles();
   size_t inner = n ? v.size() / size_t(n) : 0;
-  auto slice = [&](int64_t i) { return std::vector<double>(v.begin() + long(size_t(i) * inner), v.begin() + long(size_t(i + 1) * inner)); };
+  // slices compared in place (GCC 12 warned falsely on the copies -Wfree-nonheap-object once inlining changed)
+  auto at = [&](int64_t i) { return v.data() + size_t(i) * inner; };
+  auto same = [&](int64_t a, int64_t b) { return std::equal(at(a), at(a) + inner, at(b)); };
+  auto less = [&](int64_t a, int64_t b) { return std::lexicographical_compare(at(a), at(a) + inner, at(b), at(b) + inner); };
   std::vector<int64_t> first;  // first occurrence of each distinct slice, in order of appearance
   std::vector<int64_t> inverse(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; i++) {
-    auto s = slice(i);
     size_t k = 0;
     for (; k < first.size(); k++)
-      if (slice(first[k]) == s) break;
+      if (same(first[k], i)) break;
     if (k == first.size()) first.push_back(i);
     inverse[size_t(i)] = int64_t(k);
   }
   std::vector<size_t> order(first.size());
   std::iota(order.begin(), order.end(), 0);
-  if (sorted) std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return slice(first[a]) < slice(first[b]); });
+  if (sorted) std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return less(first[a], first[b]); });
   std::vector<int64_t> rank(first.size()), idx, counts(first.size(), 0);
   for (size_t j = 0; j < order.size(); j++) {
     rank[order[j]] = int64_t(j);

@@ -81,9 +81,11 @@ std::vector<double> Ctx::floats_attr(const std::string& name) const {
 std::vector<Value> run_graph(const Model::Impl& m, const pb::GraphProto& g, const std::map<std::string, Value>& scope,
                              const std::vector<Value>& args) {
   std::map<std::string, Value> env = scope;
-  for (const auto& t : g.initializer()) env[t.name()] = Value::of(tensor_of_proto(t, m.name, m.base_dir));
-  if (&g == &m.proto.graph())
+  if (&g == &m.proto.graph()) {  // the main graph's initializers were read once by load (not copied per run)
     for (const auto& [k, v] : m.initializers) env.emplace(k, Value::of(v));  // inputs may override them
+  } else {
+    for (const auto& t : g.initializer()) env[t.name()] = Value::of(tensor_of_proto(t, m.name, m.base_dir));
+  }
   // Graph inputs: bound in order to args (the main graph's are bound by name in Model::run through scope).
   if (!args.empty()) {
     if (int(args.size()) > g.input_size())
@@ -133,6 +135,36 @@ std::vector<Value> run_graph(const Model::Impl& m, const pb::GraphProto& g, cons
   return res;
 }
 
+namespace {
+
+std::string declared_shape(const std::vector<int64_t>& s) {
+  std::string r = "(";
+  for (size_t i = 0; i < s.size(); i++) r += (i ? ", " : "") + (s[i] < 0 ? std::string("?") : std::to_string(s[i]));
+  return r + (s.size() == 1 ? ",)" : ")");
+}
+
+// A given input against the graph's declaration: element type, rank and every fixed dimension (as ONNX Runtime
+// checks them: a float64 tensor for a float32 input is refused, not run in float64).
+void check_input(const Model::Impl& m, const ValueInfo& vi, const Value& v) {
+  if (!vi.dtype || v.kind == Value::Kind::None) return;  // strings, sequences, an absent optional
+  const std::string what = "input '" + vi.name + "'";
+  if (v.kind != Value::Kind::Tensor) fail(m.name, what + " must be a tensor of " + vi.dtype->name() + ", given a " +
+                                                    (v.kind == Value::Kind::Sequence ? "sequence" : "tensor of strings"));
+  const Tensor& t = v.tensor;
+  DType got = dtypes::strong(t.dtype());
+  if (got != *vi.dtype)
+    fail(m.name, what + " is " + got.name() + ", the graph declares " + vi.dtype->name() + ": cast it with .cast(" +
+                     vi.dtype->name() + ")");
+  if (!vi.has_shape) return;
+  bool ok = t.shape().size() == vi.shape.size();
+  for (size_t i = 0; ok && i < vi.shape.size(); i++) ok = vi.shape[i] < 0 || vi.shape[i] == t.shape()[i];
+  if (!ok)
+    fail(m.name, what + " has shape " + shape_str(t.shape()) + ", the graph declares " + declared_shape(vi.shape) +
+                     " ('?': any size)");
+}
+
+}  // namespace
+
 std::map<std::string, Value> Model::run(const std::map<std::string, Value>& inputs) const {
   std::map<std::string, Value> scope;
   for (const auto& vi : impl_->inputs) {
@@ -144,6 +176,7 @@ std::map<std::string, Value> Model::run(const std::map<std::string, Value>& inpu
       }
       fail(impl_->name, "input '" + vi.name + "' was not given");
     }
+    check_input(*impl_, vi, it->second);
     scope[vi.name] = it->second;
   }
   for (const auto& [k, v] : inputs)

@@ -48,6 +48,41 @@ struct Access {
   UOpRef valid;  // null: always valid
 };
 
+// An index simplified given its load's valid (tinygrad's uop_given_valid): a clause `c < x` or `x < c` bounds x
+// wherever the load reads, so x is replaced by a variable with those bounds, the index simplified, and x put back.
+// A padded tensor read through a reshape, (y-1)*320 + (x-1) decoded by // and %, loses its divisions and modulos
+// once y-1 and x-1 are known to lie in [0, 320). Lanes where the valid is false read nothing (a gated load).
+UOpRef simplify_given_valid(const UOpRef& idx, const UOpRef& valid) {
+  std::vector<const UOp*> clauses, st{valid.get()};
+  while (!st.empty()) {
+    const UOp* c = st.back();
+    st.pop_back();
+    if (c->op == Ops::AND && c->dtype == dtypes::bool_) st.insert(st.end(), {c->src(0), c->src(1)});
+    else clauses.push_back(c);
+  }
+  std::vector<std::pair<const UOp*, std::pair<int64_t, int64_t>>> bounds;  // x -> [lo, hi] where valid
+  auto tighten = [&](const UOp* x, int64_t lo, int64_t hi) {
+    if (!x->bounds().known || x->dtype != dtypes::index) return;
+    for (auto& [y, b] : bounds)
+      if (y == x) return void((b.first = std::max(b.first, lo), b.second = std::min(b.second, hi)));
+    bounds.push_back({x, {std::max(x->vmin(), lo), std::min(x->vmax(), hi)}});
+  };
+  for (const UOp* c : clauses) {
+    if (c->op != Ops::CMPLT) continue;
+    if (c->src(1)->is_const()) tighten(c->src(0), INT64_MIN, c->src(1)->const_int() - 1);  // x < c
+    else if (c->src(0)->is_const()) tighten(c->src(1), c->src(0)->const_int() + 1, INT64_MAX);  // c < x
+  }
+  std::vector<std::pair<const UOp*, UOpRef>> to_var, back;
+  for (auto& [x, b] : bounds) {
+    if (b.first > b.second || (b.first == x->vmin() && b.second == x->vmax())) continue;  // empty or no news
+    UOpRef v = UOp::variable("valid_" + std::to_string(to_var.size()), b.first, b.second);
+    to_var.push_back({x, v});
+    back.push_back({v.get(), UOpRef(x)});
+  }
+  if (to_var.empty()) return idx;
+  return substitute(graph_rewrite(substitute(idx, to_var), symbolic(), nullptr, false, "simplify given valid"), back);
+}
+
 struct AccessKey {
   const UOp* node;
   std::vector<const UOp*> parts;
@@ -103,7 +138,9 @@ struct KernelBuilder {
     const UOp* buf = n->op == Ops::BUFFER ? n : n;
     int p = param_of(buf);
     UOpRef param = UOp::make(Ops::PARAM, n->dtype.ptr_to(), {}, int64_t(p));
-    UOpRef idx = UOp::make(Ops::INDEX, param->dtype, {param, linear(shapes.at(n), a)});
+    UOpRef lin = linear(shapes.at(n), a);
+    if (a.valid) lin = simplify_given_valid(lin, a.valid);
+    UOpRef idx = UOp::make(Ops::INDEX, param->dtype, {param, lin});
     if (a.valid) return UOp::make(Ops::LOAD, n->dtype, {idx, UOp::cnst(n->dtype, 0), a.valid});
     return UOp::make(Ops::LOAD, n->dtype, {idx});
   }

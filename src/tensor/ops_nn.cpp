@@ -247,6 +247,31 @@ Tensor Tensor::conv_transpose(const Tensor& weight, const std::optional<Tensor>&
     if (opd[i] >= st[i] && opd[i] >= dl[i])
       fail(op, "output_padding " + ints_str(opd) + " must be smaller than stride " + ints_str(st) + " or dilation " + ints_str(dl));
   }
+  // Stride equal to the kernel, without padding, dilation or groups (an FPN's 2x2 upsampling): every output element
+  // takes exactly one tap, so it is a matmul over the input channels and a pixel shuffle, not a convolution over
+  // an input with s-1 zeros between elements (s^nd times the work, most of it multiplying zeros).
+  bool shuffle = groups == 1;
+  for (size_t i = 0; i < nd; i++)
+    shuffle = shuffle && st[i] == weight.shape()[2 + i] && pd[i] == 0 && opd[i] == 0 && dl[i] == 1;
+  if (shuffle) {
+    int64_t bs = x.shape()[0];
+    Shape xs{bs, 1, cin}, ws{1, rcout, cin}, out{bs, rcout}, bsh{1, rcout};
+    std::vector<int64_t> wperm{1, 0}, perm{0, 1};
+    xs.insert(xs.end(), nd, 1);
+    xs.insert(xs.end(), x.shape().begin() + 2, x.shape().end());
+    ws.insert(ws.end(), weight.shape().begin() + 2, weight.shape().end());
+    ws.insert(ws.end(), nd, 1);
+    for (size_t i = 0; i < nd; i++) {
+      wperm.push_back(int64_t(2 + i));
+      perm.insert(perm.end(), {int64_t(2 + nd + i), int64_t(2 + i)});  // (N, C_out, *k, *in) -> (N, C_out, in0, k0, ...)
+      out.push_back(x.shape()[2 + i] * st[i]);
+      bsh.push_back(1);
+    }
+    Tensor prod = Tensor(x.reshape(xs) * weight.permute(wperm).reshape(ws)).sum(2);  // (N, C_out, *k, *in)
+    Tensor r = prod.permute(perm).reshape(out);
+    if (bias) r = r + bias->reshape(bsh);
+    return unb ? r.squeeze(0) : r;
+  }
   // The equivalent convolution: weight regrouped to (C_out, C_in / groups, *k) and flipped in space.
   Shape wg{groups, cin / groups};
   wg.insert(wg.end(), weight.shape().begin() + 1, weight.shape().end());

@@ -84,33 +84,63 @@ UOpRef const_uop(DType d, double v) { return UOp::cnst(d, v); }
 
 }  // namespace
 
-/** Substitute realised nodes in every live tensor's graph. */
+namespace {
+std::atomic<size_t> g_becomes_visits{0};
+}
+size_t becomes_visits() { return g_becomes_visits.load(); }
+
+/** Substitute realised nodes in every live tensor's graph. Only nodes created after the oldest realised one can
+ *  contain it (UOp::seq), so older graphs -- the rest of the pending graph around a host read -- are not walked;
+ *  one memo is shared by all tensors, so a node under many live tensors is visited once. */
 void replace_realized(const std::vector<std::pair<const UOp*, UOpRef>>& becomes) {
   if (becomes.empty()) return;
   std::unordered_map<const UOp*, UOpRef> map(becomes.begin(), becomes.end());
-  struct Ctx {
-    std::unordered_map<const UOp*, UOpRef>* map;
-  } ctx{&map};
-  using namespace pat;
-  static const PatternMatcher pm_becomes(table(rule(op_any<all_ops>, [](auto& m) -> UOpRef {
-    auto& mp = *m.template ctx<Ctx>().map;
-    auto it = mp.find(m.root);
-    return it == mp.end() ? UOpRef{} : it->second;
-  })));
+  uint64_t oldest = UINT64_MAX;
+  for (auto& [from, to] : becomes) oldest = std::min(oldest, from->seq());
   std::vector<std::shared_ptr<TensorImpl>> live;
   {
     std::lock_guard lk(g_live_mu);
     for (auto& w : g_live)
       if (auto p = w.lock()) live.push_back(std::move(p));
   }
-  for (auto& p : live) {
-    if (!p->uop || contiguous_buffer(p->uop.get()) || p->uop->op == Ops::CONST) continue;
-    if (auto it = map.find(p->uop.get()); it != map.end()) {
-      p->uop = it->second;
-      continue;
+  // memo: node -> its substituted form (null: unchanged); iterative post-order walk over the young nodes only
+  std::unordered_map<const UOp*, UOpRef> memo;
+  size_t visits = 0;
+  auto substitute = [&](const UOp* root) -> UOpRef {
+    std::vector<std::pair<const UOp*, bool>> st{{root, false}};
+    while (!st.empty()) {
+      auto [u, ready] = st.back();
+      st.pop_back();
+      if (u->seq() < oldest || (!ready && memo.count(u))) continue;
+      if (auto it = map.find(u); it != map.end()) {
+        memo[u] = it->second;
+        continue;
+      }
+      if (!ready) {
+        visits++;
+        st.push_back({u, true});
+        for (auto& c : u->src())
+          if (c->seq() >= oldest && !memo.count(c.get())) st.push_back({c.get(), false});
+        continue;
+      }
+      std::vector<UOpRef> src;
+      bool changed = false;
+      for (auto& c : u->src()) {
+        auto it = memo.find(c.get());
+        bool sub = it != memo.end() && it->second;
+        changed |= sub;
+        src.push_back(sub ? it->second : c);
+      }
+      memo[u] = changed ? u->replace_src(src) : UOpRef{};
     }
-    p->uop = graph_rewrite(p->uop, pm_becomes, &ctx, true, "becomes");
+    auto it = memo.find(root);
+    return it == memo.end() || !it->second ? UOpRef(root) : it->second;
+  };
+  for (auto& p : live) {
+    if (!p->uop || p->uop->seq() < oldest || contiguous_buffer(p->uop.get()) || p->uop->op == Ops::CONST) continue;
+    p->uop = substitute(p->uop.get());
   }
+  g_becomes_visits.fetch_add(visits);
 }
 
 // ---------------------------------------------------------------- construction

@@ -202,6 +202,7 @@ struct Shard {
 };
 constexpr int kShardBits = 6;
 std::atomic<size_t> g_live{0};
+std::atomic<uint64_t> g_seq{0};
 
 bool try_acquire(const std::atomic<uint32_t>& rc_const) {
   auto& rc = const_cast<std::atomic<uint32_t>&>(rc_const);
@@ -256,6 +257,7 @@ struct Interner {
     for (size_t i = 0; i < src.size(); i++) new (&u->srcs_[i]) UOpRef(src[i]);
     u->bounds_ = compute_bounds(op, dtype, src, u->arg);
     u->sym_ = std::move(sym);
+    u->seq_ = g_seq.fetch_add(1, std::memory_order_relaxed) + 1;  // sources finished before: their seq is smaller
     size_t bi = h & mask;
     u->next_ = s.buckets[bi];
     s.buckets[bi] = u;

@@ -48,6 +48,12 @@ pb::ModelProto one_node(const std::string& op, std::vector<std::pair<std::string
   return m;
 }
 
+// Declare graph input `name` of m as elem (one_node declares every input float).
+void set_elem(pb::ModelProto& m, const std::string& name, int elem) {
+  for (auto& in : *m.mutable_graph()->mutable_input())
+    if (in.name() == name) in.mutable_type()->mutable_tensor_type()->set_elem_type(elem);
+}
+
 tgx::Model parse(const pb::ModelProto& m, const std::string& name = "mem.onnx", const std::string& dir = "") {
   std::string s = m.SerializeAsString();
   return tgx::Model::parse(s.data(), s.size(), name, dir);
@@ -77,6 +83,7 @@ TEST_CASE("Slice with a negative step and clamped bounds follows ONNX, not Pytho
   pb::ModelProto mp = one_node("Slice", {{"x", {5}}, {"starts", {1}}, {"ends", {1}}, {"steps", {1}}}, "y");
   mp.mutable_graph()->mutable_node(0)->clear_input();
   for (const char* n : {"x", "starts", "ends", "", "steps"}) mp.mutable_graph()->mutable_node(0)->add_input(n);
+  for (const char* n : {"starts", "ends", "steps"}) set_elem(mp, n, pb::TensorProto::INT64);
   tgx::Model m = parse(mp);
   auto i64 = [](int64_t v) { return tgx::Value::of(Tensor::from_vector<int64_t>({v})); };
   auto out = m.run({{"x", tgx::Value::of(Tensor::from_vector<float>({0, 1, 2, 3, 4}))},
@@ -88,6 +95,7 @@ TEST_CASE("Slice with a negative step and clamped bounds follows ONNX, not Pytho
 
 TEST_CASE("ReduceSum with an empty axes input reduces everything (an empty tensor read on the host)") {
   pb::ModelProto mp = one_node("ReduceSum", {{"x", {2, 2}}, {"axes", {0}}}, "y");
+  set_elem(mp, "axes", pb::TensorProto::INT64);
   tgx::Model m = parse(mp);
   auto out = m.run({{"x", tgx::Value::of(Tensor::from_vector<float>({1, 2, 3, 4}, {2, 2}))},
                     {"axes", tgx::Value::of(Tensor::from_vector<int64_t>(std::vector<int64_t>{}, {0}))}});
@@ -231,4 +239,64 @@ TEST_CASE("shape-computing subgraphs (Shape, Gather, Concat, Reshape) are read o
   tgx::Model model = parse(m);
   auto out = model.run({{"x", tgx::Value::of(Tensor::arange(24, dtypes::float32).reshape({2, 3, 4}))}});
   CHECK(out.at("y").tensor.shape() == Shape{2, 12});
+}
+
+TEST_CASE("inputs are checked against the graph's declared element types and fixed dimensions, naming the input") {
+  pb::ModelProto mp = one_node("Add", {{"a", {2, 3}}, {"b", {3}}}, "c");
+  // b's first dimension symbolic: any size is accepted there
+  mp.mutable_graph()->mutable_input(1)->mutable_type()->mutable_tensor_type()->mutable_shape()->mutable_dim(0)->set_dim_param("n");
+  tgx::Model m = parse(mp);
+  auto f32 = [](Shape s) { return tgx::Value::of(Tensor::zeros(s, dtypes::float32)); };
+  auto run = [&](tgx::Value a, tgx::Value b) { return error_of([&] { m.run({{"a", a}, {"b", b}}); }); };
+  CHECK(run(f32({2, 3}), f32({3})).empty());
+  CHECK(run(f32({2, 3}), f32({1})).empty());  // symbolic dimension
+  // a float64 tensor for a float32 input: refused (as ONNX Runtime does), not run in float64
+  std::string e = run(tgx::Value::of(Tensor::zeros({2, 3}, dtypes::float64)), f32({3}));
+  CHECK(e.find("mem.onnx") != std::string::npos);
+  CHECK(e.find("input 'a'") != std::string::npos);
+  CHECK(e.find("float64") != std::string::npos);
+  CHECK(e.find("float32") != std::string::npos);
+  // a wrong fixed dimension and a wrong rank: named before any node runs
+  e = run(f32({2, 4}), f32({3}));
+  CHECK(e.find("input 'a' has shape (2, 4)") != std::string::npos);
+  CHECK(e.find("(2, 3)") != std::string::npos);
+  e = run(f32({2, 3}), f32({1, 3}));
+  CHECK(e.find("input 'b' has shape (1, 3)") != std::string::npos);
+  CHECK(e.find("(?,)") != std::string::npos);
+  // a sequence for a tensor input
+  e = run(f32({2, 3}), tgx::Value::seq({Tensor::zeros({3}, dtypes::float32)}));
+  CHECK(e.find("input 'b' must be a tensor of float32") != std::string::npos);
+}
+
+TEST_CASE("Resize nearest by an integer factor repeats elements (a broadcast, no gather)") {
+  pb::ModelProto mp = one_node("Resize", {{"x", {1, 2, 2, 3}}, {"roi", {0}}, {"scales", {4}}}, "y");
+  tgx::Model m = parse(mp);
+  std::vector<float> xs{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
+  auto out = m.run({{"x", tgx::Value::of(Tensor::from_vector(xs, {1, 2, 2, 3}))},
+                    {"roi", tgx::Value::of(Tensor::from_vector<float>(std::vector<float>{}, {0}))},
+                    {"scales", tgx::Value::of(Tensor::from_vector<float>({1, 1, 2, 3}))}});
+  const Tensor& y = out.at("y").tensor;
+  REQUIRE(y.shape() == Shape{1, 2, 4, 9});
+  // no REDUCE in the graph: the repeat is movement ops on x
+  for (const tg::UOp* u : tg::toposort(y.uop().get())) CHECK(u->op != tg::Ops::REDUCE_AXIS);
+  std::vector<float> got = y.to_vector<float>();
+  for (int c = 0; c < 2; c++)
+    for (int i = 0; i < 4; i++)
+      for (int j = 0; j < 9; j++) CHECK(got[size_t((c * 4 + i) * 9 + j)] == xs[size_t((c * 2 + i / 2) * 3 + j / 3)]);
+}
+
+TEST_CASE("a main-graph initializer is read once at load and may be overridden by an input of the same name") {
+  pb::ModelProto mp = one_node("Add", {{"a", {3}}, {"w", {3}}}, "c");
+  auto* w = mp.mutable_graph()->add_initializer();
+  w->set_name("w");
+  w->set_data_type(pb::TensorProto::FLOAT);
+  w->add_dims(3);
+  for (float v : {10.f, 20.f, 30.f}) w->add_float_data(v);
+  tgx::Model m = parse(mp);
+  CHECK(m.inputs().size() == 1);  // w has a default: not required
+  auto a = tgx::Value::of(Tensor::from_vector<float>({1, 2, 3}));
+  for (int run = 0; run < 2; run++)
+    CHECK(m.run({{"a", a}}).at("c").tensor.to_vector<float>() == std::vector<float>{11, 22, 33});
+  auto out = m.run({{"a", a}, {"w", tgx::Value::of(Tensor::from_vector<float>({100, 200, 300}))}});
+  CHECK(out.at("c").tensor.to_vector<float>() == std::vector<float>{101, 202, 303});
 }

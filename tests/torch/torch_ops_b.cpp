@@ -180,6 +180,12 @@ std::vector<Case> nn_cases() {
   c.push_back(op2("conv_transpose2d_groups_dil", {F({1, 4, 3, 3}), F({4, 1, 2, 3}), F({2})},
                   [](TG& x) { return x[0].conv_transpose2d(x[1], x[2], 2, 1, 0, 2, 2); },
                   [](TH& x) { return torch::conv_transpose2d(x[0], x[1], x[2], 2, 1, 0, 2, 2); }).tol(kSum, kSum));
+  // stride equal to the kernel, no padding: a matmul and a pixel shuffle (an FPN's 2x2 upsampling)
+  c.push_back(op2("conv_transpose2d_kernel_stride", {F({2, 16, 5, 6}), F({16, 8, 2, 2}), F({8})},
+                  [](TG& x) { return x[0].conv_transpose2d(x[1], x[2], 2); },
+                  [](TH& x) { return torch::conv_transpose2d(x[0], x[1], x[2], 2); }).tol(kSum, kSum));
+  c.push_back(op2("conv_transpose1d_kernel_stride", {F({2, 3, 5}), F({3, 4, 3})}, [](TG& x) { return x[0].conv_transpose1d(x[1], {}, 3); },
+                  [](TH& x) { return torch::conv_transpose1d(x[0], x[1], {}, 3); }).tol(kSum, kSum));
   c.push_back(op2("conv_transpose1d", {F({2, 3, 5}), F({3, 4, 3})}, [](TG& x) { return x[0].conv_transpose1d(x[1], {}, 3, 2, 1); },
                   [](TH& x) { return torch::conv_transpose1d(x[0], x[1], {}, 3, 2, 1); }).tol(kSum, kSum));
   // pools
