@@ -237,6 +237,11 @@ inline UOpRef::~UOpRef() {
 std::vector<const UOp*> toposort(const UOp* root);
 std::vector<const UOp*> toposort(std::span<const UOpRef> roots);
 
+/** `root` rebuilt bottom-up: `leaf(u)` replaces a node outright (null: keep it and go on); a node whose sources
+ *  changed is rebuilt by `rebuild(u, new_sources)` (unset: u->replace_src). */
+UOpRef substitute(const UOpRef& root, const std::function<UOpRef(const UOp*)>& leaf,
+                  const std::function<UOpRef(const UOp*, std::span<const UOpRef>)>& rebuild = {});
+
 /** One line per node, tinygrad style: index, op, dtype, source indices, arg. */
 std::string print_graph(const UOp* root);
 /** Index arithmetic as an infix expression, e.g. "((x*4)+3)//4" (falls back to op names for non-ALU nodes). */

@@ -189,7 +189,8 @@ struct KernelBuilder {
           UOpRef ext = extent(n->src(0), in, i);
           c.idx.push_back(b ? a.idx[i]->alu(Ops::ADD, ci(-b)) : a.idx[i]);
           if (b > 0) pv = land(pv, ci(b - 1)->alu(Ops::CMPLT, a.idx[i]));
-          if (e > 0 || !ext->is_const()) pv = land(pv, a.idx[i]->alu(Ops::CMPLT, b ? ext->alu(Ops::ADD, ci(b)) : ext));
+          UOpRef hi = ext->is_const() ? ci(b + ext->const_int()) : b ? ext->alu(Ops::ADD, ci(b)) : ext;
+          if (e > 0 || !ext->is_const()) pv = land(pv, a.idx[i]->alu(Ops::CMPLT, hi));
         }
         c.valid = land(a.valid, pv);
         break;
@@ -206,7 +207,9 @@ struct KernelBuilder {
         break;
       case Ops::FLIP:
         for (size_t i = 0; i < in.size(); i++)
-          c.idx.push_back(vec()[i] ? extent(n->src(0), in, i)->alu(Ops::ADD, ci(-1))->alu(Ops::SUB, a.idx[i]) : a.idx[i]);
+          c.idx.push_back(!vec()[i] ? a.idx[i]
+                          : n->src(0)->sym() ? extent(n->src(0), in, i)->alu(Ops::ADD, ci(-1))->alu(Ops::SUB, a.idx[i])
+                                             : ci(in[i] - 1)->alu(Ops::SUB, a.idx[i]));
         break;
       default: throw Error(std::string("[schedule] not a movement op: ") + op_name(n->op));
     }
@@ -363,28 +366,13 @@ const UOp* strip_cast(const UOp* u) { return u->op == Ops::CAST ? u->src(0) : u;
 
 // `x` with the range r replaced by e; every load whose address changes is gated by `valid` (e may lie outside r).
 UOpRef substitute_gated(const UOpRef& x, const UOp* r, const UOpRef& e, const UOpRef& valid) {
-  std::unordered_map<const UOp*, UOpRef> memo;
-  for (const UOp* u : toposort(x.get())) {
-    if (u == r) {
-      memo[u] = e;
-      continue;
-    }
-    bool changed = false;
-    std::vector<UOpRef> src;
-    for (auto& c : u->src()) {
-      src.push_back(memo.at(c.get()));
-      changed |= src.back().get() != c.get();
-    }
-    if (!changed) {
-      memo[u] = UOpRef(u);
-    } else if (u->op == Ops::LOAD) {
-      UOpRef gate = u->nsrc() == 3 ? src[2]->alu(Ops::AND, valid) : valid;
-      memo[u] = UOp::make(Ops::LOAD, u->dtype, {src[0], u->nsrc() == 3 ? src[1] : UOp::cnst(u->dtype, 0), gate});
-    } else {
-      memo[u] = u->replace_src(src);
-    }
-  }
-  return memo.at(x.get());
+  return substitute(
+      x, [&](const UOp* u) { return u == r ? e : UOpRef{}; },
+      [&](const UOp* u, std::span<const UOpRef> src) {
+        if (u->op != Ops::LOAD) return u->replace_src(src);
+        UOpRef gate = u->nsrc() == 3 ? src[2]->alu(Ops::AND, valid) : valid;
+        return UOp::make(Ops::LOAD, u->dtype, {src[0], u->nsrc() == 3 ? src[1] : UOp::cnst(u->dtype, 0), gate});
+      });
 }
 
 // Gather as a load: a sum over r of where(e == r, x(r), 0), e independent of r, has one term: x(e) where
@@ -419,11 +407,17 @@ UOpRef fold_one_hot_sum(const UOp* red) {
   return {};
 }
 
+struct KernelAstCtx {
+  int folded = 0;
+};
+
 /** The kernel AST stage after rangeify: one-hot sums become indexed loads. */
 const PatternMatcher& pm_kernel_ast() {
   using namespace pat;
   static const PatternMatcher pm(table(rule(op_any<opset<Ops::REDUCE>>, [](auto& m) -> UOpRef {
-    return fold_one_hot_sum(m.root);
+    UOpRef r = fold_one_hot_sum(m.root);
+    if (r) m.template ctx<KernelAstCtx>().folded++;
+    return r;
   })));
   return pm;
 }
@@ -432,8 +426,9 @@ UOpRef kernel_ast_rules(const UOpRef& ast) {
   bool has = false;  // only kernels with a one-hot compare inside a reduce
   for (const UOp* u : toposort(ast.get())) has |= u->op == Ops::CMPEQ;
   if (!has) return ast;
-  UOpRef k = graph_rewrite(ast, symbolic() + pm_kernel_ast(), nullptr, false, "kernel ast");
-  return k;
+  KernelAstCtx ctx;
+  UOpRef k = graph_rewrite(ast, symbolic() + pm_kernel_ast(), &ctx, false, "kernel ast");
+  return ctx.folded ? k : ast;  // a kernel with nothing to fold keeps its AST (and its cache keys) as built
 }
 
 // ---------------------------------------------------------------- buffers

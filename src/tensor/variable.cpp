@@ -17,44 +17,11 @@ UOpRef index_expr(const UOpRef& e) {
   return simplify(e);
 }
 
-Error unbound(const UOp* var) {
-  std::string n = var->op == Ops::DEFINE_VAR ? std::get<VarArg>(var->arg).name : op_name(var->op);
-  return Error("[sint] variable " + n + " has no value: bind it (Variable::bind)");
-}
-
-// The value of an index expression whose variables are all bound.
-int64_t eval_bound(const UOp* root) {
-  std::unordered_map<const UOp*, Value> v;
-  for (const UOp* u : toposort(root)) {
-    Value r;
-    if (u->op == Ops::CONST) {
-      r.i = u->const_int();
-    } else if (u->op == Ops::BIND) {
-      r.i = u->src(1)->const_int();
-    } else if (u->op == Ops::DEFINE_VAR) {
-      continue;  // a BIND above gives its value; read directly it has none
-    } else if (is_alu(u->op) || u->op == Ops::CAST) {
-      std::vector<Value> s;
-      for (auto& c : u->src()) {
-        auto it = v.find(c.get());
-        if (it == v.end()) throw unbound(c.get());
-        s.push_back(it->second);
-      }
-      r = exec_alu(u->op, u->dtype, s, u->src(0)->dtype);
-    } else {
-      throw Error(std::string("[sint] cannot evaluate ") + op_name(u->op));
-    }
-    v[u] = r;
-  }
-  auto it = v.find(root);
-  if (it == v.end()) throw unbound(root);
-  return it->second.i;
-}
 }  // namespace
 
 sint::sint(const UOpRef& expr) : u_(index_expr(expr)) {}
 
-int64_t sint::value() const { return is_int() ? u_->const_int() : eval_bound(u_.get()); }
+int64_t sint::value() const { return is_int() ? u_->const_int() : eval_int(u_.get(), {}); }
 
 std::string sint::str() const {
   if (is_int()) return std::to_string(u_->const_int());
@@ -107,25 +74,6 @@ std::vector<std::pair<std::string, int64_t>> bound_vars(std::span<const UOpRef> 
   return out;
 }
 
-namespace {
-UOpRef substitute(const UOpRef& root, const std::function<UOpRef(const UOp*)>& leaf) {
-  std::unordered_map<const UOp*, UOpRef> memo;
-  for (const UOp* u : toposort(root.get())) {
-    if (UOpRef r = leaf(u)) {
-      memo[u] = r;
-      continue;
-    }
-    bool changed = false;
-    std::vector<UOpRef> src;
-    for (auto& s : u->src()) {
-      src.push_back(memo.at(s.get()));
-      changed |= src.back().get() != s.get();
-    }
-    memo[u] = changed ? u->replace_src(src) : UOpRef(u);
-  }
-  return memo.at(root.get());
-}
-}  // namespace
 
 UOpRef unbind(const UOpRef& u, std::vector<std::pair<std::string, int64_t>>* vals) {
   if (vals) {

@@ -25,26 +25,34 @@ UOpRef simplify(const UOpRef& u) { return graph_rewrite(u, symbolic(), nullptr, 
 
 int64_t eval_int(const UOp* root, const std::vector<std::pair<std::string, int64_t>>& vars) {
   std::unordered_map<const UOp*, Value> v;
+  auto value_of = [&](const UOp* c) {
+    auto it = v.find(c);
+    if (it != v.end()) return it->second;
+    throw Error("[eval_int] variable " + (c->op == Ops::DEFINE_VAR ? std::get<VarArg>(c->arg).name : std::string(op_name(c->op))) +
+                " has no value: bind it (Variable::bind) or pass its value");
+  };
   for (const UOp* u : toposort(root)) {
     Value r;
     if (u->op == Ops::CONST) {
       r.i = u->const_int();
+    } else if (u->op == Ops::BIND) {  // a bound variable: its value
+      r.i = u->src(1)->const_int();
     } else if (u->op == Ops::DEFINE_VAR) {
       auto& name = std::get<VarArg>(u->arg).name;
       bool found = false;
       for (auto& [n, val] : vars)
         if (n == name) r.i = val, found = true;
-      if (!found) throw Error("[eval_int] no value for variable " + name);
+      if (!found) continue;  // an error where it is read (under a BIND it is not)
     } else if (is_alu(u->op) || u->op == Ops::CAST || u->op == Ops::BITCAST) {
       std::vector<Value> s;
-      for (auto& c : u->src()) s.push_back(v.at(c.get()));
+      for (auto& c : u->src()) s.push_back(value_of(c.get()));
       r = exec_alu(u->op, u->dtype, s, u->src(0)->dtype);
     } else {
       throw Error(std::string("[eval_int] cannot evaluate ") + op_name(u->op));
     }
     v[u] = r;
   }
-  return v.at(root).i;
+  return value_of(root).i;
 }
 
 }  // namespace tg

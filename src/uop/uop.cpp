@@ -383,6 +383,25 @@ std::unique_ptr<const std::vector<UOpRef>> derive_sym(Ops op, std::span<const UO
 }
 }  // namespace
 
+UOpRef substitute(const UOpRef& root, const std::function<UOpRef(const UOp*)>& leaf,
+                  const std::function<UOpRef(const UOp*, std::span<const UOpRef>)>& rebuild) {
+  std::unordered_map<const UOp*, UOpRef> memo;
+  for (const UOp* u : toposort(root.get())) {
+    if (UOpRef r = leaf(u)) {
+      memo[u] = std::move(r);
+      continue;
+    }
+    bool changed = false;
+    std::vector<UOpRef> src;
+    for (auto& s : u->src()) {
+      src.push_back(memo.at(s.get()));
+      changed |= src.back().get() != s.get();
+    }
+    memo[u] = !changed ? UOpRef(u) : rebuild ? rebuild(u, src) : u->replace_src(src);
+  }
+  return memo.at(root.get());
+}
+
 UOpRef UOp::make(Ops op, DType dtype, std::span<const UOpRef> src, Arg arg) {
   for (auto& s : src)
     if (!s) throw Error(std::string("[UOp::make] ") + op_name(op) + ": a source is null");
