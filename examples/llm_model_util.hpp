@@ -1,0 +1,133 @@
+#pragma once
+// Random-weight LLaMA models as GGUF files, for the tests, the llama.cpp check
+// and bench/llm (no weights can be downloaded here): a byte-level SentencePiece
+// vocabulary (<unk>, <s>, </s>, the 256 byte tokens, then "▁", letters and a
+// few words with scores favouring longer pieces), the llama.* metadata
+// llama.cpp reads, and weights drawn from tg's seeded generator at scales that
+// keep activations O(1) and logits spread (greedy choices are stable).
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tg/models/llama.hpp"
+#include "tg/models/tokenizer.hpp"
+#include "tg/nn/state.hpp"
+
+namespace llm_util {
+
+struct Vocab {
+  std::vector<std::string> tokens;
+  std::vector<float> scores;
+  std::vector<int32_t> types;
+};
+
+inline Vocab byte_vocab() {
+  using TT = tg::models::Tokenizer::TokenType;
+  Vocab v;
+  auto add = [&](std::string t, float s, TT ty) {
+    v.tokens.push_back(std::move(t));
+    v.scores.push_back(s);
+    v.types.push_back(int32_t(ty));
+  };
+  add("<unk>", 0, TT::UNKNOWN);
+  add("<s>", 0, TT::CONTROL);
+  add("</s>", 0, TT::CONTROL);
+  for (int b = 0; b < 256; b++) {
+    char buf[8];
+    std::snprintf(buf, sizeof buf, "<0x%02X>", b);
+    add(buf, 0, TT::BYTE);
+  }
+  const std::string sp = "\xE2\x96\x81";
+  add(sp, -1, TT::NORMAL);
+  for (char c = 'a'; c <= 'z'; c++)
+    add(std::string(1, c), -2, TT::NORMAL);
+  for (char c = 'a'; c <= 'z'; c++)
+    add(sp + c, -1.5f, TT::NORMAL);
+  for (const char *w : {"he", "th", "the", "in", "an", "er", "on", "at", "ll",
+                        "llo", "hello", "wor", "world", "ing", "and"}) {
+    add(w, -1.f / float(std::string(w).size()), TT::NORMAL);
+    add(sp + w, -0.5f / float(std::string(w).size()), TT::NORMAL);
+  }
+  return v;
+}
+
+/** The GGUF metadata of a LLaMA model with this vocabulary. */
+inline std::map<std::string, tg::nn::GGUFValue>
+metadata(const tg::models::LlamaConfig &c, const Vocab &v) {
+  using G = tg::nn::GGUFValue;
+  return {
+      {"general.architecture", G::str("llama")},
+      {"general.name", G::str("tg-random-llama")},
+      {"llama.context_length", G::u32(uint32_t(c.max_context))},
+      {"llama.embedding_length", G::u32(uint32_t(c.dim))},
+      {"llama.block_count", G::u32(uint32_t(c.n_layers))},
+      {"llama.feed_forward_length", G::u32(uint32_t(c.hidden_dim))},
+      {"llama.attention.head_count", G::u32(uint32_t(c.n_heads))},
+      {"llama.attention.head_count_kv", G::u32(uint32_t(c.n_kv_heads))},
+      {"llama.attention.layer_norm_rms_epsilon", G::f32(float(c.norm_eps))},
+      {"llama.rope.freq_base", G::f32(float(c.rope_theta))},
+      {"llama.rope.dimension_count", G::u32(uint32_t(c.head_dim()))},
+      {"llama.vocab_size", G::u32(uint32_t(v.tokens.size()))},
+      {"tokenizer.ggml.model", G::str("llama")},
+      {"tokenizer.ggml.tokens", G::strings(v.tokens)},
+      {"tokenizer.ggml.scores", G::floats(v.scores)},
+      {"tokenizer.ggml.token_type", G::ints(v.types)},
+      {"tokenizer.ggml.bos_token_id", G::u32(1)},
+      {"tokenizer.ggml.eos_token_id", G::u32(2)},
+      {"tokenizer.ggml.unknown_token_id", G::u32(0)},
+      {"tokenizer.ggml.add_bos_token", G::boolean(true)},
+  };
+}
+
+/** Random weights by llama.cpp's names (vocab_size from the config), from tg's
+ * generator seeded with `seed`. */
+inline std::map<std::string, tg::Tensor>
+random_weights(const tg::models::LlamaConfig &c, uint64_t seed) {
+  using tg::Tensor;
+  Tensor::manual_seed(seed);
+  int64_t kvd = c.n_kv_heads * c.head_dim();
+  auto lin = [](int64_t out, int64_t in, double gain = 1.0) {
+    double b = gain * std::sqrt(3.0 / double(in)); // variance gain^2 / in
+    return Tensor::uniform({out, in}, -b, b).realize();
+  };
+  auto norm = [](int64_t n) {
+    return Tensor::uniform({n}, 0.8, 1.2).realize();
+  };
+  std::map<std::string, Tensor> w;
+  w["token_embd.weight"] =
+      Tensor::uniform({c.vocab_size, c.dim}, -1.0, 1.0).realize();
+  w["output_norm.weight"] = norm(c.dim);
+  w["output.weight"] = lin(c.vocab_size, c.dim, 3.0);
+  for (int64_t i = 0; i < c.n_layers; i++) {
+    std::string p = "blk." + std::to_string(i) + ".";
+    w[p + "attn_norm.weight"] = norm(c.dim);
+    w[p + "attn_q.weight"] = lin(c.dim, c.dim, 2.0);
+    w[p + "attn_k.weight"] = lin(kvd, c.dim, 2.0);
+    w[p + "attn_v.weight"] = lin(kvd, c.dim);
+    w[p + "attn_output.weight"] = lin(c.dim, c.dim, 0.5);
+    w[p + "ffn_norm.weight"] = norm(c.dim);
+    w[p + "ffn_gate.weight"] = lin(c.hidden_dim, c.dim);
+    w[p + "ffn_up.weight"] = lin(c.hidden_dim, c.dim);
+    w[p + "ffn_down.weight"] = lin(c.dim, c.hidden_dim, 0.5);
+  }
+  return w;
+}
+
+/** Write a random LLaMA GGUF: matrices stored as `type` ("f32", "f16", "q8_0",
+ * "q4_0"), norms as f32. */
+inline void write_random_llama(const std::string &path,
+                               tg::models::LlamaConfig c, uint64_t seed,
+                               const std::string &type = "f32") {
+  Vocab v = byte_vocab();
+  c.vocab_size = int64_t(v.tokens.size());
+  std::map<std::string, tg::Tensor> w = random_weights(c, seed);
+  std::map<std::string, std::string> types;
+  for (const auto &[name, t] : w)
+    if (t.ndim() == 2)
+      types[name] = type;
+  tg::nn::gguf_save(path, metadata(c, v), w, types);
+}
+
+} // namespace llm_util
