@@ -21,7 +21,7 @@ using clk = std::chrono::steady_clock;
 
 namespace {
 
-[[noreturn]] void usage(const std::string &why) {
+[[noreturn]] void usage(const std::string& why) {
   std::fprintf(stderr,
                "llm: %s\nusage: llm --model FILE.gguf --prompt TEXT [-n N "
                "(32)] [--temp T (0: greedy)] [--top-k K (0)] "
@@ -31,13 +31,11 @@ namespace {
   std::exit(2);
 }
 
-double secs(clk::duration d) {
-  return std::chrono::duration<double>(d).count();
-}
+double secs(clk::duration d) { return std::chrono::duration<double>(d).count(); }
 
-} // namespace
+}  // namespace
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   std::string model, prompt;
   int64_t n = 32, ctx = 0;
   models::SamplerConfig sc;
@@ -45,8 +43,7 @@ int main(int argc, char **argv) {
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
     auto val = [&]() -> std::string {
-      if (i + 1 >= argc)
-        usage(a + " needs a value");
+      if (i + 1 >= argc) usage(a + " needs a value");
       return argv[++i];
     };
     try {
@@ -68,27 +65,23 @@ int main(int argc, char **argv) {
         ctx = std::stoll(val());
       else
         usage("unknown argument " + a);
-    } catch (const std::logic_error &) {
+    } catch (const std::logic_error&) {
       usage("bad value for " + a);
     }
   }
-  if (model.empty() || !have_prompt)
-    usage("--model and --prompt are required");
-  if (n < 0)
-    usage("-n must be >= 0");
+  if (model.empty() || !have_prompt) usage("--model and --prompt are required");
+  if (n < 0) usage("-n must be >= 0");
   try {
     auto t0 = clk::now();
     nn::GGUFFile f = nn::gguf_load(model);
     models::LlamaConfig cfg = models::LlamaConfig::from_gguf(f, model, ctx);
-    if (ctx == 0)
-      cfg.max_context = std::min<int64_t>(cfg.max_context, 2048);
+    if (ctx == 0) cfg.max_context = std::min<int64_t>(cfg.max_context, 2048);
     models::Tokenizer tok = models::Tokenizer::from_gguf(f, model);
     models::Llama llm(cfg, std::move(f.tensors));
     models::Sampler sampler(sc);
     std::vector<int32_t> ids = tok.encode(prompt);
     if (int64_t(ids.size()) + n > cfg.max_context)
-      throw Error("[llm] " + std::to_string(ids.size()) + " prompt tokens + " +
-                  std::to_string(n) + " new ones exceed the context of " +
+      throw Error("[llm] " + std::to_string(ids.size()) + " prompt tokens + " + std::to_string(n) + " new ones exceed the context of " +
                   std::to_string(cfg.max_context) + " (--ctx)");
     double load_s = secs(clk::now() - t0);
     std::cout << tok.decode(ids) << std::flush;
@@ -100,17 +93,13 @@ int main(int argc, char **argv) {
     bool first = true;
     while (made < n) {
       int32_t next = sampler.sample(logits);
-      if (next == tok.eos())
-        break;
+      if (next == tok.eos()) break;
       std::string piece = tok.piece(next);
-      if (first && ids.size() <= 1 && tok.adds_space_prefix() &&
-          !piece.empty() && piece[0] == ' ')
-        piece.erase(0, 1);
+      if (first && ids.size() <= 1 && tok.adds_space_prefix() && !piece.empty() && piece[0] == ' ') piece.erase(0, 1);
       first = false;
       std::cout << piece << std::flush;
       made++;
-      if (made == n)
-        break;
+      if (made == n) break;
       logits = llm.decode({next}, pos++).to_vector<float>();
     }
     double decode_s = secs(clk::now() - t2);
@@ -121,10 +110,9 @@ int main(int argc, char **argv) {
     std::fprintf(stderr,
                  "load: %.2f s; prompt: %zu tokens in %.3f s, %.1f tokens/s; "
                  "decode: %lld tokens in %.3f s, %.1f tokens/s\n",
-                 load_s, ids.size(), prefill_s, double(ids.size()) / prefill_s,
-                 (long long)steps, decode_s,
+                 load_s, ids.size(), prefill_s, double(ids.size()) / prefill_s, (long long)steps, decode_s,
                  steps ? double(steps) / decode_s : 0.0);
-  } catch (const Error &e) {
+  } catch (const Error& e) {
     std::fprintf(stderr, "llm: %s\n", e.what());
     return 1;
   }

@@ -11,16 +11,16 @@
 #include "llm_model_util.hpp"
 #include "tg/error.hpp"
 
-int main(int argc, char **argv) {
+int main(int argc, char** argv) {
   if (argc < 2 || argv[1][0] == '-') {
-    std::fprintf(stderr, "usage: llm_make_model OUT.gguf [--dim D] [--layers "
-                         "L] [--heads H] [--kv-heads K] [--ffn F] [--ctx C] "
-                         "[--type f32|f16|q8_0|q4_0] [--seed S]\n");
+    std::fprintf(stderr,
+                 "usage: llm_make_model OUT.gguf [--dim D] [--layers "
+                 "L] [--heads H] [--kv-heads K] [--ffn F] [--ctx C] "
+                 "[--type f32|f16|q8_0|q4_0] [--seed S]\n");
     return 2;
   }
   tg::models::LlamaConfig c;
-  c.dim = 64, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2,
-  c.hidden_dim = 128, c.max_context = 256;
+  c.dim = 64, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.hidden_dim = 128, c.max_context = 256;
   std::string type = "f32";
   uint64_t seed = 1;
   for (int i = 2; i + 1 < argc; i += 2) {
@@ -48,14 +48,14 @@ int main(int argc, char **argv) {
   }
   try {
     llm_util::write_random_llama(argv[1], c, seed, type);
-  } catch (const tg::Error &e) {
+  } catch (const tg::Error& e) {
     std::fprintf(stderr, "llm_make_model: %s\n", e.what());
     return 1;
   }
-  std::printf("%s: dim %lld, %lld layers, %lld heads (%lld KV), ffn %lld, "
-              "context %lld, %s\n",
-              argv[1], (long long)c.dim, (long long)c.n_layers,
-              (long long)c.n_heads, (long long)c.n_kv_heads,
-              (long long)c.hidden_dim, (long long)c.max_context, type.c_str());
+  std::printf(
+      "%s: dim %lld, %lld layers, %lld heads (%lld KV), ffn %lld, "
+      "context %lld, %s\n",
+      argv[1], (long long)c.dim, (long long)c.n_layers, (long long)c.n_heads, (long long)c.n_kv_heads, (long long)c.hidden_dim,
+      (long long)c.max_context, type.c_str());
   return 0;
 }

@@ -41,12 +41,9 @@ inline Vocab byte_vocab() {
   }
   const std::string sp = "\xE2\x96\x81";
   add(sp, -1, TT::NORMAL);
-  for (char c = 'a'; c <= 'z'; c++)
-    add(std::string(1, c), -2, TT::NORMAL);
-  for (char c = 'a'; c <= 'z'; c++)
-    add(sp + c, -1.5f, TT::NORMAL);
-  for (const char *w : {"he", "th", "the", "in", "an", "er", "on", "at", "ll",
-                        "llo", "hello", "wor", "world", "ing", "and"}) {
+  for (char c = 'a'; c <= 'z'; c++) add(std::string(1, c), -2, TT::NORMAL);
+  for (char c = 'a'; c <= 'z'; c++) add(sp + c, -1.5f, TT::NORMAL);
+  for (const char* w : {"he", "th", "the", "in", "an", "er", "on", "at", "ll", "llo", "hello", "wor", "world", "ing", "and"}) {
     add(w, -1.f / float(std::string(w).size()), TT::NORMAL);
     add(sp + w, -0.5f / float(std::string(w).size()), TT::NORMAL);
   }
@@ -54,8 +51,7 @@ inline Vocab byte_vocab() {
 }
 
 /** The GGUF metadata of a LLaMA model with this vocabulary. */
-inline std::map<std::string, tg::nn::GGUFValue>
-metadata(const tg::models::LlamaConfig &c, const Vocab &v) {
+inline std::map<std::string, tg::nn::GGUFValue> metadata(const tg::models::LlamaConfig& c, const Vocab& v) {
   using G = tg::nn::GGUFValue;
   return {
       {"general.architecture", G::str("llama")},
@@ -83,21 +79,17 @@ metadata(const tg::models::LlamaConfig &c, const Vocab &v) {
 
 /** Random weights by llama.cpp's names (vocab_size from the config), from tg's
  * generator seeded with `seed`. */
-inline std::map<std::string, tg::Tensor>
-random_weights(const tg::models::LlamaConfig &c, uint64_t seed) {
+inline std::map<std::string, tg::Tensor> random_weights(const tg::models::LlamaConfig& c, uint64_t seed) {
   using tg::Tensor;
   Tensor::manual_seed(seed);
   int64_t kvd = c.n_kv_heads * c.head_dim();
   auto lin = [](int64_t out, int64_t in, double gain = 1.0) {
-    double b = gain * std::sqrt(3.0 / double(in)); // variance gain^2 / in
+    double b = gain * std::sqrt(3.0 / double(in));  // variance gain^2 / in
     return Tensor::uniform({out, in}, -b, b).realize();
   };
-  auto norm = [](int64_t n) {
-    return Tensor::uniform({n}, 0.8, 1.2).realize();
-  };
+  auto norm = [](int64_t n) { return Tensor::uniform({n}, 0.8, 1.2).realize(); };
   std::map<std::string, Tensor> w;
-  w["token_embd.weight"] =
-      Tensor::uniform({c.vocab_size, c.dim}, -1.0, 1.0).realize();
+  w["token_embd.weight"] = Tensor::uniform({c.vocab_size, c.dim}, -1.0, 1.0).realize();
   w["output_norm.weight"] = norm(c.dim);
   w["output.weight"] = lin(c.vocab_size, c.dim, 3.0);
   for (int64_t i = 0; i < c.n_layers; i++) {
@@ -117,17 +109,14 @@ random_weights(const tg::models::LlamaConfig &c, uint64_t seed) {
 
 /** Write a random LLaMA GGUF: matrices stored as `type` ("f32", "f16", "q8_0",
  * "q4_0"), norms as f32. */
-inline void write_random_llama(const std::string &path,
-                               tg::models::LlamaConfig c, uint64_t seed,
-                               const std::string &type = "f32") {
+inline void write_random_llama(const std::string& path, tg::models::LlamaConfig c, uint64_t seed, const std::string& type = "f32") {
   Vocab v = byte_vocab();
   c.vocab_size = int64_t(v.tokens.size());
   std::map<std::string, tg::Tensor> w = random_weights(c, seed);
   std::map<std::string, std::string> types;
-  for (const auto &[name, t] : w)
-    if (t.ndim() == 2)
-      types[name] = type;
+  for (const auto& [name, t] : w)
+    if (t.ndim() == 2) types[name] = type;
   tg::nn::gguf_save(path, metadata(c, v), w, types);
 }
 
-} // namespace llm_util
+}  // namespace llm_util

@@ -34,21 +34,19 @@ models::Tokenizer test_tokenizer() {
 
 models::LlamaConfig tiny() {
   models::LlamaConfig c;
-  c.dim = 32, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2,
-  c.hidden_dim = 64, c.max_context = 16, c.vocab_size = 50;
+  c.dim = 32, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.hidden_dim = 64, c.max_context = 16, c.vocab_size = 50;
   return c;
 }
 
-std::string tmp_path(const std::string &name) {
-  return (std::filesystem::temp_directory_path() /
-          ("tg_llm_tests_" + std::to_string(::getpid()) + "_" + name))
-      .string();
+std::string tmp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("tg_llm_tests_" + std::to_string(::getpid()) + "_" + name)).string();
 }
 
-} // namespace
+}  // namespace
 
-TEST_CASE("the SentencePiece tokenizer merges the highest-scoring pairs first "
-          "and falls back to bytes") {
+TEST_CASE(
+    "the SentencePiece tokenizer merges the highest-scoring pairs first "
+    "and falls back to bytes") {
   models::Tokenizer tok = test_tokenizer();
   CHECK(tok.vocab_size() == 342);
   // "▁hello▁world": he and ll tie (he is left of ll: first), ▁he, ll, llo,
@@ -58,119 +56,86 @@ TEST_CASE("the SentencePiece tokenizer merges the highest-scoring pairs first "
   CHECK(tok.decode(ids) == "hello world");
   CHECK(tok.piece(333) == " hello");
   // "é" is no token: its two UTF-8 bytes, "\n" a byte token
-  CHECK(tok.encode("é\n", false) ==
-        std::vector<int32_t>{259, 3 + 0xC3, 3 + 0xA9, 3 + 0x0A});
+  CHECK(tok.encode("é\n", false) == std::vector<int32_t>{259, 3 + 0xC3, 3 + 0xA9, 3 + 0x0A});
   CHECK(tok.decode(tok.encode("é\n", false)) == "é\n");
   CHECK(tok.encode("", true) == std::vector<int32_t>{1});
   CHECK(tok.encode("the and", false) == std::vector<int32_t>{317, 341});
-  CHECK(tok.piece(1) == ""); // control
-  CHECK(error_of([&] {
-          (void)tok.piece(342);
-        }).find("[tokenizer] token 342 is outside the vocabulary of 342") !=
-        std::string::npos);
-  CHECK(error_of([&] {
-          models::Tokenizer({"a", "b"}, {0.f}, {}, 0, 1, -1);
-        }).find("2 tokens but 1 scores") != std::string::npos);
-  CHECK(error_of([&] {
-          models::Tokenizer({"a"}, {}, {}, 5, 0, 0);
-        }).find("BOS token id 5 is outside") != std::string::npos);
+  CHECK(tok.piece(1) == "");  // control
+  CHECK(error_of([&] { (void)tok.piece(342); }).find("[tokenizer] token 342 is outside the vocabulary of 342") != std::string::npos);
+  CHECK(error_of([&] { models::Tokenizer({"a", "b"}, {0.f}, {}, 0, 1, -1); }).find("2 tokens but 1 scores") != std::string::npos);
+  CHECK(error_of([&] { models::Tokenizer({"a"}, {}, {}, 5, 0, 0); }).find("BOS token id 5 is outside") != std::string::npos);
 }
 
-TEST_CASE("the sampler: greedy, seeded draws, top-k, top-p, and the softmax "
-          "distribution") {
+TEST_CASE(
+    "the sampler: greedy, seeded draws, top-k, top-p, and the softmax "
+    "distribution") {
   std::vector<float> l = {0.1f, 2.0f, 2.0f, -1.0f};
   models::Sampler greedy({});
-  CHECK(greedy.sample(l) == 1); // the first of equal maxima
+  CHECK(greedy.sample(l) == 1);  // the first of equal maxima
   models::Sampler k1({1.0, 1, 1.0, 5});
-  for (int i = 0; i < 20; i++)
-    CHECK(k1.sample(l) == 1);
+  for (int i = 0; i < 20; i++) CHECK(k1.sample(l) == 1);
   std::vector<float> p = {std::log(0.5f), std::log(0.3f), std::log(0.2f)};
   auto draws = [&](models::SamplerConfig c, int n) {
     models::Sampler s(c);
     std::vector<int32_t> out;
-    for (int i = 0; i < n; i++)
-      out.push_back(s.sample(p));
+    for (int i = 0; i < n; i++) out.push_back(s.sample(p));
     return out;
   };
   CHECK(draws({1.0, 0, 1.0, 7}, 50) == draws({1.0, 0, 1.0, 7}, 50));
   CHECK(draws({1.0, 0, 1.0, 7}, 50) != draws({1.0, 0, 1.0, 8}, 50));
   std::vector<int32_t> d = draws({1.0, 0, 1.0, 1}, 20000);
   double f[3] = {};
-  for (int32_t t : d)
-    f[t] += 1.0 / 20000;
+  for (int32_t t : d) f[t] += 1.0 / 20000;
   CHECK(std::fabs(f[0] - 0.5) < 0.015);
   CHECK(std::fabs(f[1] - 0.3) < 0.015);
   CHECK(std::fabs(f[2] - 0.2) < 0.015);
   // top-p 0.6 keeps 0 and 1 (0.5 < 0.6 <= 0.8), renormalised to 5:3
   d = draws({1.0, 0, 0.6, 2}, 8000);
-  double c0 = double(std::count(d.begin(), d.end(), 0)),
-         c1 = double(std::count(d.begin(), d.end(), 1));
+  double c0 = double(std::count(d.begin(), d.end(), 0)), c1 = double(std::count(d.begin(), d.end(), 1));
   CHECK(std::count(d.begin(), d.end(), 2) == 0);
   CHECK(std::fabs(c0 / (c0 + c1) - 0.625) < 0.02);
   // top-k 2 with a high temperature: never the third
   d = draws({5.0, 2, 1.0, 3}, 2000);
   CHECK(std::count(d.begin(), d.end(), 2) == 0);
-  CHECK(error_of([] {
-          models::Sampler({1.0, -1, 1.0, 0});
-        }).find("[sampler] top_k must be >= 0") != std::string::npos);
-  CHECK(error_of([] {
-          models::Sampler({1.0, 0, 0.0, 0});
-        }).find("top_p must be in (0, 1]") != std::string::npos);
-  CHECK(error_of([&] {
-          (void)greedy.sample({1.f, NAN});
-        }).find("NaN") != std::string::npos);
+  CHECK(error_of([] { models::Sampler({1.0, -1, 1.0, 0}); }).find("[sampler] top_k must be >= 0") != std::string::npos);
+  CHECK(error_of([] { models::Sampler({1.0, 0, 0.0, 0}); }).find("top_p must be in (0, 1]") != std::string::npos);
+  CHECK(error_of([&] { (void)greedy.sample({1.f, NAN}); }).find("NaN") != std::string::npos);
 }
 
-TEST_CASE("Llama names a missing or mis-shaped weight, a bad file and "
-          "positions past its cache") {
+TEST_CASE(
+    "Llama names a missing or mis-shaped weight, a bad file and "
+    "positions past its cache") {
   models::LlamaConfig c = tiny();
   auto w = llm_util::random_weights(c, 3);
   auto missing = w;
   missing.erase("blk.1.ffn_up.weight");
-  CHECK(error_of([&] {
-          models::Llama(c, missing);
-        }).find("[llama] weight 'blk.1.ffn_up.weight' is missing") !=
-        std::string::npos);
+  CHECK(error_of([&] { models::Llama(c, missing); }).find("[llama] weight 'blk.1.ffn_up.weight' is missing") != std::string::npos);
   auto bad = w;
   bad["blk.0.attn_k.weight"] = Tensor::zeros({32, 32});
   CHECK(error_of([&] { models::Llama(c, bad); })
             .find("weight 'blk.0.attn_k.weight' has shape (32, 32), expected "
                   "(16, 32)") != std::string::npos);
   models::Llama llm(c, w);
-  CHECK(error_of([&] {
-          (void)llm.decode({50}, 0);
-        }).find("token 50 is outside the vocabulary (0..49)") !=
-        std::string::npos);
-  CHECK(error_of([&] {
-          (void)llm.decode({3}, 16);
-        }).find("position 16 is past the KV cache (max_context 16)") !=
-        std::string::npos);
-  CHECK(error_of([&] {
-          (void)llm.prefill(std::vector<int32_t>(10, 1), 8);
-        }).find("past the KV cache") != std::string::npos);
+  CHECK(error_of([&] { (void)llm.decode({50}, 0); }).find("token 50 is outside the vocabulary (0..49)") != std::string::npos);
+  CHECK(error_of([&] { (void)llm.decode({3}, 16); }).find("position 16 is past the KV cache (max_context 16)") != std::string::npos);
+  CHECK(error_of([&] { (void)llm.prefill(std::vector<int32_t>(10, 1), 8); }).find("past the KV cache") != std::string::npos);
   Variable v("start_pos", 0, 15);
   CHECK(error_of([&] {
           (void)llm.forward(Tensor::zeros({1, 3}, dtypes::int32), v.bind(2));
         }).find("need a concrete start position") != std::string::npos);
   // a GGUF of another architecture, and one without a key
   std::string p = tmp_path("gpt2.gguf");
-  nn::gguf_save(p, {{"general.architecture", nn::GGUFValue::str("gpt2")}},
-                {{"token_embd.weight", Tensor::zeros({4, 32})}});
-  CHECK(error_of([&] {
-          (void)models::Llama::from_gguf(p);
-        }).find(p + ": architecture 'gpt2' is not supported") !=
-        std::string::npos);
-  nn::gguf_save(p, {{"general.architecture", nn::GGUFValue::str("llama")}},
-                {{"token_embd.weight", Tensor::zeros({4, 32})}});
-  CHECK(error_of([&] {
-          (void)models::Llama::from_gguf(p);
-        }).find(p + ": metadata key llama.embedding_length is missing") !=
+  nn::gguf_save(p, {{"general.architecture", nn::GGUFValue::str("gpt2")}}, {{"token_embd.weight", Tensor::zeros({4, 32})}});
+  CHECK(error_of([&] { (void)models::Llama::from_gguf(p); }).find(p + ": architecture 'gpt2' is not supported") != std::string::npos);
+  nn::gguf_save(p, {{"general.architecture", nn::GGUFValue::str("llama")}}, {{"token_embd.weight", Tensor::zeros({4, 32})}});
+  CHECK(error_of([&] { (void)models::Llama::from_gguf(p); }).find(p + ": metadata key llama.embedding_length is missing") !=
         std::string::npos);
   std::filesystem::remove(p);
 }
 
-TEST_CASE("Llama's decode steps through the KV cache give the prefill's "
-          "logits; replays compile nothing") {
+TEST_CASE(
+    "Llama's decode steps through the KV cache give the prefill's "
+    "logits; replays compile nothing") {
   models::LlamaConfig c = tiny();
   models::Llama llm(c, llm_util::random_weights(c, 11));
   std::vector<int32_t> toks = {1, 7, 42, 3, 19, 25, 8, 33, 12, 40, 5, 2};
@@ -179,19 +144,15 @@ TEST_CASE("Llama's decode steps through the KV cache give the prefill's "
   llm.reset();
   (void)llm.prefill({toks[0], toks[1]});
   size_t compiles = 0;
-  set_kernel_compile_hook(
-      [&](const UOpRef &, const std::string &) { compiles++; });
+  set_kernel_compile_hook([&](const UOpRef&, const std::string&) { compiles++; });
   size_t replay_compiles = 0;
   for (int64_t t = 2; t < T; t++) {
     CAPTURE(t);
     size_t before = compiles;
-    std::vector<float> got =
-        llm.decode({toks[size_t(t)]}, t).to_vector<float>();
-    if (t >= 5)
-      replay_compiles += compiles - before;
+    std::vector<float> got = llm.decode({toks[size_t(t)]}, t).to_vector<float>();
+    if (t >= 5) replay_compiles += compiles - before;
     for (int64_t i = 0; i < V; i++)
-      CHECK(std::fabs(got[size_t(i)] - all[size_t(t * V + i)]) <=
-            1e-4f * (1 + std::fabs(all[size_t(t * V + i)])));
+      CHECK(std::fabs(got[size_t(i)] - all[size_t(t * V + i)]) <= 1e-4f * (1 + std::fabs(all[size_t(t * V + i)])));
   }
   set_kernel_compile_hook(nullptr);
   CHECK(llm.decode_jit()->replaying());
@@ -199,35 +160,27 @@ TEST_CASE("Llama's decode steps through the KV cache give the prefill's "
   CHECK(replay_compiles == 0);
 }
 
-TEST_CASE("llama.cpp (node-llama-cpp) runs a tg-written GGUF to the same "
-          "tokens, greedy tokens and logits as tg") {
-  const char *env = std::getenv("TG_NODE_MODULES");
+TEST_CASE(
+    "llama.cpp (node-llama-cpp) runs a tg-written GGUF to the same "
+    "tokens, greedy tokens and logits as tg") {
+  const char* env = std::getenv("TG_NODE_MODULES");
   std::string modules = env ? env : TG_SOURCE_ROOT "/data/node/node_modules";
-  std::string missing = "node-llama-cpp is not installed in " + modules +
-                        ": scripts/setup installs it (scripts/datasets)";
-  REQUIRE_MESSAGE(
-      std::filesystem::exists(modules + "/node-llama-cpp/package.json"),
-      missing);
+  std::string missing = "node-llama-cpp is not installed in " + modules + ": scripts/setup installs it (scripts/datasets)";
+  REQUIRE_MESSAGE(std::filesystem::exists(modules + "/node-llama-cpp/package.json"), missing);
   models::LlamaConfig c;
-  c.dim = 64, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2,
-  c.hidden_dim = 128, c.max_context = 64;
+  c.dim = 64, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.hidden_dim = 128, c.max_context = 64;
   const std::string prompt = "hello world and the rest";
   constexpr int kSteps = 8;
-  // llama.cpp keeps its KV cache in f16, and with q8_0 weights quantises the
-  // activations to q8_0 as well: the tolerance is relative to the row's largest
-  // |logit|
-  for (auto [type, tol] : std::initializer_list<std::pair<std::string, double>>{
-           {"f32", 5e-3}, {"q8_0", 3e-2}}) {
+  // llama.cpp keeps its KV cache in f16, and with q8_0 weights quantises the activations to q8_0 as well: the
+  // tolerance is relative to the row's largest |logit| (seen on Emerald Rapids: 0.1% for f32, 2.8% for q8_0)
+  for (auto [type, tol] : std::initializer_list<std::pair<std::string, double>>{{"f32", 5e-3}, {"q8_0", 4e-2}}) {
     CAPTURE(type);
-    std::string path = tmp_path("llama_cpp_" + type + ".gguf"),
-                out = path + ".json", err = path + ".err";
+    std::string path = tmp_path("llama_cpp_" + type + ".gguf"), out = path + ".json", err = path + ".err";
     llm_util::write_random_llama(path, c, 5, type);
-    std::string cmd = "node " TG_SOURCE_ROOT "/tests/llm/llama_cpp_run.mjs '" +
-                      modules + "' '" + path + "' '" + prompt + "' " +
-                      std::to_string(kSteps) + " >'" + out + "' 2>'" + err +
-                      "'";
+    std::string cmd = "node " TG_SOURCE_ROOT "/tests/llm/llama_cpp_run.mjs '" + modules + "' '" + path + "' '" + prompt + "' " +
+                      std::to_string(kSteps) + " >'" + out + "' 2>'" + err + "'";
     int rc = std::system(cmd.c_str());
-    auto slurp = [](const std::string &p) {
+    auto slurp = [](const std::string& p) {
       std::ifstream f(p);
       return std::string(std::istreambuf_iterator<char>(f), {});
     };
@@ -250,15 +203,12 @@ TEST_CASE("llama.cpp (node-llama-cpp) runs a tg-written GGUF to the same "
       REQUIRE(ref.size() == logits.size());
       float mx = 0, err_max = 0;
       for (size_t i = 0; i < ref.size(); i++)
-        mx = std::max(mx, std::fabs(ref[i])),
-        err_max = std::max(err_max, std::fabs(ref[i] - logits[i]));
+        mx = std::max(mx, std::fabs(ref[i])), err_max = std::max(err_max, std::fabs(ref[i] - logits[i]));
       CHECK(err_max <= tol * mx);
-      int32_t next = int32_t(std::max_element(logits.begin(), logits.end()) -
-                             logits.begin());
+      int32_t next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
       CHECK(next == want[size_t(s)]);
       logits = llm.decode({want[size_t(s)]}, pos++).to_vector<float>();
     }
-    std::filesystem::remove(path), std::filesystem::remove(out),
-        std::filesystem::remove(err);
+    std::filesystem::remove(path), std::filesystem::remove(out), std::filesystem::remove(err);
   }
 }

@@ -12,44 +12,30 @@
 namespace tg::models {
 
 Sampler::Sampler(SamplerConfig cfg) : cfg_(cfg), rng_(cfg.seed) {
-  if (cfg.top_k < 0)
-    throw Error("[sampler] top_k must be >= 0 (0: no cut), got " +
-                std::to_string(cfg.top_k));
-  if (!(cfg.top_p > 0 && cfg.top_p <= 1))
-    throw Error("[sampler] top_p must be in (0, 1], got " +
-                std::to_string(cfg.top_p));
-  if (std::isnan(cfg.temperature))
-    throw Error("[sampler] temperature is NaN");
+  if (cfg.top_k < 0) throw Error("[sampler] top_k must be >= 0 (0: no cut), got " + std::to_string(cfg.top_k));
+  if (!(cfg.top_p > 0 && cfg.top_p <= 1)) throw Error("[sampler] top_p must be in (0, 1], got " + std::to_string(cfg.top_p));
+  if (std::isnan(cfg.temperature)) throw Error("[sampler] temperature is NaN");
 }
 
-int32_t Sampler::sample(const std::vector<float> &logits) {
-  if (logits.empty())
-    throw Error("[sampler] no logits");
+int32_t Sampler::sample(const std::vector<float>& logits) {
+  if (logits.empty()) throw Error("[sampler] no logits");
   for (float l : logits)
-    if (std::isnan(l))
-      throw Error("[sampler] the logits hold a NaN");
-  if (cfg_.temperature <= 0)
-    return int32_t(std::max_element(logits.begin(), logits.end()) -
-                   logits.begin());
+    if (std::isnan(l)) throw Error("[sampler] the logits hold a NaN");
+  if (cfg_.temperature <= 0) return int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
   std::vector<int32_t> idx(logits.size());
   std::iota(idx.begin(), idx.end(), 0);
   // descending by logit, ties by index: the order is the same on every platform
   auto by_logit = [&](int32_t a, int32_t b) {
-    return logits[size_t(a)] > logits[size_t(b)] ||
-           (logits[size_t(a)] == logits[size_t(b)] && a < b);
+    return logits[size_t(a)] > logits[size_t(b)] || (logits[size_t(a)] == logits[size_t(b)] && a < b);
   };
-  size_t k =
-      cfg_.top_k > 0 ? std::min(size_t(cfg_.top_k), idx.size()) : idx.size();
-  std::partial_sort(idx.begin(), idx.begin() + std::ptrdiff_t(k), idx.end(),
-                    by_logit);
+  size_t k = cfg_.top_k > 0 ? std::min(size_t(cfg_.top_k), idx.size()) : idx.size();
+  std::partial_sort(idx.begin(), idx.begin() + std::ptrdiff_t(k), idx.end(), by_logit);
   idx.resize(k);
   std::vector<double> p(k);
   double mx = logits[size_t(idx[0])], sum = 0;
-  for (size_t i = 0; i < k; i++)
-    sum += p[i] =
-        std::exp((double(logits[size_t(idx[i])]) - mx) / cfg_.temperature);
+  for (size_t i = 0; i < k; i++) sum += p[i] = std::exp((double(logits[size_t(idx[i])]) - mx) / cfg_.temperature);
   size_t keep = k;
-  if (cfg_.top_p < 1) { // the fewest tokens whose probability reaches top_p
+  if (cfg_.top_p < 1) {  // the fewest tokens whose probability reaches top_p
     double c = 0;
     for (size_t i = 0; i < k; i++) {
       c += p[i] / sum;
@@ -59,16 +45,13 @@ int32_t Sampler::sample(const std::vector<float> &logits) {
       }
     }
   }
-  double total =
-      std::accumulate(p.begin(), p.begin() + std::ptrdiff_t(keep), 0.0);
-  double u = double(rng_() >> 11) * 0x1p-53 *
-             total; // uniform in [0, total), from 53 random bits
+  double total = std::accumulate(p.begin(), p.begin() + std::ptrdiff_t(keep), 0.0);
+  double u = double(rng_() >> 11) * 0x1p-53 * total;  // uniform in [0, total), from 53 random bits
   for (size_t i = 0; i < keep; i++) {
-    if (u < p[i])
-      return idx[i];
+    if (u < p[i]) return idx[i];
     u -= p[i];
   }
   return idx[keep - 1];
 }
 
-} // namespace tg::models
+}  // namespace tg::models

@@ -12,14 +12,13 @@
 // assign of the whole cache (tg cannot assign into a slice): every token reads
 // and writes each layer's K and V caches once. Thread-safety: a Llama is used
 // from one thread (its caches and JIT are state).
-#include "tg/config.hpp"
-
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "tg/config.hpp"
 #include "tg/jit.hpp"
 #include "tg/nn/state.hpp"
 #include "tg/tensor.hpp"
@@ -29,56 +28,48 @@ namespace tg::models {
 
 /** The hyperparameters, from GGUF metadata ("llama.*" keys) or given. */
 struct LlamaConfig {
-  int64_t dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, hidden_dim = 0,
-          vocab_size = 0;
-  int64_t max_context = 0; // KV cache length (positions 0..max_context-1)
+  int64_t dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, hidden_dim = 0, vocab_size = 0;
+  int64_t max_context = 0;  // KV cache length (positions 0..max_context-1)
   double norm_eps = 1e-5, rope_theta = 10000.0;
   int64_t head_dim() const { return dim / n_heads; }
   /** From a GGUF file's metadata: general.architecture must be "llama";
    * max_context 0 takes llama.context_length. A missing or inconsistent key is
    * a tg::Error naming `file` and the key. */
-  static LlamaConfig from_gguf(const nn::GGUFFile &f, const std::string &file,
-                               int64_t max_context = 0);
+  static LlamaConfig from_gguf(const nn::GGUFFile& f, const std::string& file, int64_t max_context = 0);
 };
 
 class Llama {
-public:
+ public:
   /** The model from weights by llama.cpp's names; a missing or mis-shaped
    * weight is a tg::Error naming it. */
-  Llama(LlamaConfig cfg, std::map<std::string, Tensor> weights,
-        int64_t batch = 1);
+  Llama(LlamaConfig cfg, std::map<std::string, Tensor> weights, int64_t batch = 1);
   /** Load a GGUF file (weights dequantised to float32 by nn::gguf_load). */
-  static std::unique_ptr<Llama> from_gguf(const std::string &path,
-                                          int64_t max_context = 0,
-                                          int64_t batch = 1);
-  Llama(const Llama &) = delete;
-  Llama &operator=(const Llama &) = delete;
+  static std::unique_ptr<Llama> from_gguf(const std::string& path, int64_t max_context = 0, int64_t batch = 1);
+  Llama(const Llama&) = delete;
+  Llama& operator=(const Llama&) = delete;
 
-  const LlamaConfig &config() const { return cfg_; }
+  const LlamaConfig& config() const { return cfg_; }
   /** The forward pass of tokens (batch, T) int32 at positions
    * start_pos..start_pos+T-1, writing their keys and values into the cache:
    * logits (batch, T, vocab), lazy. T > 1 needs a concrete start_pos (causal
    * mask); T == 1 takes a symbolic one. `last_only` computes the head for the
    * last position only: (batch, 1, vocab). */
-  Tensor forward(const Tensor &tokens, const sint &start_pos,
-                 bool last_only = false);
+  Tensor forward(const Tensor& tokens, const sint& start_pos, bool last_only = false);
   /** Prefill: forward at a concrete position, realised. */
-  Tensor prefill(const std::vector<int32_t> &tokens, int64_t start_pos = 0,
-                 bool last_only = false);
+  Tensor prefill(const std::vector<int32_t>& tokens, int64_t start_pos = 0, bool last_only = false);
   /** One decode step for one token per sequence (batch tokens) at `pos`,
    * through TinyJit with start_pos bound to pos: logits (batch, vocab). */
-  Tensor decode(const std::vector<int32_t> &tokens, int64_t pos);
+  Tensor decode(const std::vector<int32_t>& tokens, int64_t pos);
   /** Zero the KV caches (a new sequence). */
   void reset();
   /** The TinyJit of decode (calls, captured kernels). */
-  const TinyJit *decode_jit() const { return jit_.get(); }
+  const TinyJit* decode_jit() const { return jit_.get(); }
 
-private:
+ private:
   struct Layer {
-    Tensor attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down, cache_k,
-        cache_v;
+    Tensor attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down, cache_k, cache_v;
   };
-  Tensor attention(Layer &l, const Tensor &x, const sint &start_pos, int64_t T);
+  Tensor attention(Layer& l, const Tensor& x, const sint& start_pos, int64_t T);
   LlamaConfig cfg_;
   int64_t batch_;
   Tensor tok_embd_, output_norm_, output_, rope_cos_, rope_sin_;
@@ -87,4 +78,4 @@ private:
   std::unique_ptr<TinyJit> jit_;
 };
 
-} // namespace tg::models
+}  // namespace tg::models
