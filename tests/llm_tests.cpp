@@ -172,7 +172,7 @@ TEST_CASE(
   const std::string prompt = "hello world and the rest";
   constexpr int kSteps = 8;
   // llama.cpp keeps its KV cache in f16, and with q8_0 weights quantises the activations to q8_0 as well: the
-  // tolerance is relative to the row's largest |logit| (seen on Emerald Rapids: 0.1% for f32, 2.8% for q8_0)
+  // tolerance is relative to the row's largest |logit| (seen on AMD EPYC Zen 5: 0.1% for f32, 2.8% for q8_0)
   for (auto [type, tol] : std::initializer_list<std::pair<std::string, double>>{{"f32", 5e-3}, {"q8_0", 4e-2}}) {
     CAPTURE(type);
     std::string path = tmp_path("llama_cpp_" + type + ".gguf"), out = path + ".json", err = path + ".err";
