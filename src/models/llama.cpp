@@ -127,12 +127,16 @@ Tensor rope(const Tensor& x, const Tensor& cos_t, const Tensor& sin_t, const sin
 
 }  // namespace
 
-Tensor Llama::attention(Layer& l, const Tensor& x, const sint& start, int64_t T) {
+Tensor Llama::attention(Layer& l, Tensor& resid, const sint& start, int64_t T) {
+  Tensor x = resid.rms_norm({cfg_.dim}, l.attn_norm, cfg_.norm_eps);
   const LlamaConfig& c = cfg_;
   int64_t B = batch_, H = c.n_heads, KVH = c.n_kv_heads, hd = c.head_dim(), rep = H / KVH, M = c.max_context;
   Tensor q = rope(x.matmul(l.wq.T()).reshape({B, T, H, hd}), rope_cos_, rope_sin_, start, T);
   Tensor k = rope(x.matmul(l.wk.T()).reshape({B, T, KVH, hd}), rope_cos_, rope_sin_, start, T);
-  Tensor v = x.matmul(l.wv.T()).reshape({B, T, KVH, hd});
+  // k and v are materialised before they are padded or expanded to the cache's rows: fused into the cache write, their
+  // projections would be computed again for every row of the cache
+  k = k.contiguous();
+  Tensor v = x.matmul(l.wv.T()).reshape({B, T, KVH, hd}).contiguous();
   // write rows start..start+T-1 of both caches: a masked assign of the whole
   // cache
   Tensor rows = Tensor::arange(M).reshape({1, M, 1, 1});
@@ -149,7 +153,9 @@ Tensor Llama::attention(Layer& l, const Tensor& x, const sint& start, int64_t T)
   }
   l.cache_k.assign(here.where(kn, l.cache_k));
   l.cache_v.assign(here.where(vn, l.cache_v));
-  Tensor::realize_all({&l.cache_k, &l.cache_v});
+  // the residual stream is realised with the caches: the rest of the layer reads it from its buffer instead of
+  // computing the layers before again
+  Tensor::realize_all({&l.cache_k, &l.cache_v, &resid});
   // attend over positions 0..start+T-1; query head h reads KV head h / rep
   // (grouped: no copy of the KV heads)
   sint L = start + T;
@@ -181,7 +187,7 @@ Tensor Llama::forward(const Tensor& tokens, const sint& start, bool last_only) {
          std::to_string(start.max() + T - 1) + ", past the KV cache (max_context " + std::to_string(c.max_context) + ")");
   Tensor x = tok_embd_.index_select(0, tokens.reshape({B * T})).reshape({B, T, D});
   for (Layer& l : layers_) {
-    Tensor h = Tensor(x + attention(l, x.rms_norm({D}, l.attn_norm, c.norm_eps), start, T));
+    Tensor h = Tensor(x + attention(l, x, start, T));
     Tensor n = h.rms_norm({D}, l.ffn_norm, c.norm_eps);
     Tensor gate = n.matmul(l.w_gate.T()).silu(), up = n.matmul(l.w_up.T());
     x = Tensor(h + Tensor(gate * up).matmul(l.w_down.T()));

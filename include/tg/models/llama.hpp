@@ -69,7 +69,7 @@ class Llama {
   struct Layer {
     Tensor attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down, cache_k, cache_v;
   };
-  Tensor attention(Layer& l, const Tensor& x, const sint& start_pos, int64_t T);
+  Tensor attention(Layer& l, Tensor& resid, const sint& start_pos, int64_t T);  // realises resid with l's caches
   LlamaConfig cfg_;
   int64_t batch_;
   Tensor tok_embd_, output_norm_, output_, rope_cos_, rope_sin_;
