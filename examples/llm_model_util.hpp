@@ -18,9 +18,12 @@
 namespace llm_util {
 
 struct Vocab {
+  std::string model = "llama";  // tokenizer.ggml.model: "llama" (SentencePiece) or "gpt2" (byte-level BPE)
   std::vector<std::string> tokens;
   std::vector<float> scores;
   std::vector<int32_t> types;
+  std::vector<std::string> merges;  // gpt2
+  int32_t bos = 1, eos = 2, unk = 0;
 };
 
 inline Vocab byte_vocab() {
@@ -50,10 +53,39 @@ inline Vocab byte_vocab() {
   return v;
 }
 
+/** A GPT-2-style byte-level BPE vocabulary: the 256 byte characters (token i is byte i), one token for each merge
+ *  (token 256 + rank), and <|endoftext|> (BOS and EOS). The merges make "hello", " world", " the", " and", "é",
+ *  numbers' digit pairs and a few more. */
+inline Vocab gpt2_vocab() {
+  using TT = tg::models::Tokenizer::TokenType;
+  Vocab v;
+  v.model = "gpt2";
+  for (uint32_t b = 0, next = 256; b < 256; b++) {  // GPT-2's bytes_to_unicode
+    bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
+    uint32_t cp = printable ? b : next++;
+    std::string s;
+    if (cp < 0x80) s += char(cp);
+    else s += char(0xC0 | (cp >> 6)), s += char(0x80 | (cp & 0x3F));
+    v.tokens.push_back(s);
+  }
+  v.merges = {"h e", "l l", "he ll", "hell o", "Ġ w", "o r", "Ġw or", "l d", "Ġwor ld", "Ġ t", "Ġt h", "Ġth e", "a n", "Ġ an",
+              "Ġan d", "1 2", "3 4", "Ã ©", "Ġ Ã©", "' s", "i n", "Ġ in", "Ċ Ċ", "Ġ Ġ"};
+  for (const std::string& m : v.merges) {
+    size_t sp = m.find(' ');
+    v.tokens.push_back(m.substr(0, sp) + m.substr(sp + 1));
+  }
+  v.types.assign(v.tokens.size(), int32_t(TT::NORMAL));
+  v.tokens.push_back("<|endoftext|>");
+  v.types.push_back(int32_t(TT::CONTROL));
+  v.bos = v.eos = int32_t(v.tokens.size()) - 1;
+  v.unk = -1;
+  return v;
+}
+
 /** The GGUF metadata of a LLaMA model with this vocabulary. */
 inline std::map<std::string, tg::nn::GGUFValue> metadata(const tg::models::LlamaConfig& c, const Vocab& v) {
   using G = tg::nn::GGUFValue;
-  return {
+  std::map<std::string, G> md = {
       {"general.architecture", G::str("llama")},
       {"general.name", G::str("tg-random-llama")},
       {"llama.context_length", G::u32(uint32_t(c.max_context))},
@@ -66,15 +98,22 @@ inline std::map<std::string, tg::nn::GGUFValue> metadata(const tg::models::Llama
       {"llama.rope.freq_base", G::f32(float(c.rope_theta))},
       {"llama.rope.dimension_count", G::u32(uint32_t(c.head_dim()))},
       {"llama.vocab_size", G::u32(uint32_t(v.tokens.size()))},
-      {"tokenizer.ggml.model", G::str("llama")},
-      {"tokenizer.ggml.tokens", G::strings(v.tokens)},
-      {"tokenizer.ggml.scores", G::floats(v.scores)},
-      {"tokenizer.ggml.token_type", G::ints(v.types)},
-      {"tokenizer.ggml.bos_token_id", G::u32(1)},
-      {"tokenizer.ggml.eos_token_id", G::u32(2)},
-      {"tokenizer.ggml.unknown_token_id", G::u32(0)},
-      {"tokenizer.ggml.add_bos_token", G::boolean(true)},
   };
+  md["tokenizer.ggml.model"] = G::str(v.model);
+  md["tokenizer.ggml.tokens"] = G::strings(v.tokens);
+  md["tokenizer.ggml.token_type"] = G::ints(v.types);
+  md["tokenizer.ggml.bos_token_id"] = G::u32(uint32_t(v.bos));
+  md["tokenizer.ggml.eos_token_id"] = G::u32(uint32_t(v.eos));
+  if (v.model == "gpt2") {
+    md["tokenizer.ggml.pre"] = G::str("gpt-2");
+    md["tokenizer.ggml.merges"] = G::strings(v.merges);
+    md["tokenizer.ggml.add_bos_token"] = G::boolean(false);
+  } else {
+    md["tokenizer.ggml.scores"] = G::floats(v.scores);
+    md["tokenizer.ggml.unknown_token_id"] = G::u32(uint32_t(v.unk));
+    md["tokenizer.ggml.add_bos_token"] = G::boolean(true);
+  }
+  return md;
 }
 
 /** Random weights by llama.cpp's names (vocab_size from the config), from tg's
@@ -107,10 +146,10 @@ inline std::map<std::string, tg::Tensor> random_weights(const tg::models::LlamaC
   return w;
 }
 
-/** Write a random LLaMA GGUF: matrices stored as `type` ("f32", "f16", "q8_0",
+/** Write a random LLaMA GGUF with vocabulary `v`: matrices stored as `type` ("f32", "f16", "q8_0",
  * "q4_0"), norms as f32. */
-inline void write_random_llama(const std::string& path, tg::models::LlamaConfig c, uint64_t seed, const std::string& type = "f32") {
-  Vocab v = byte_vocab();
+inline void write_random_llama(const std::string& path, tg::models::LlamaConfig c, uint64_t seed, const std::string& type = "f32",
+                               const Vocab& v = byte_vocab()) {
   c.vocab_size = int64_t(v.tokens.size());
   std::map<std::string, tg::Tensor> w = random_weights(c, seed);
   std::map<std::string, std::string> types;

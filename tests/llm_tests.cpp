@@ -212,3 +212,63 @@ TEST_CASE(
     std::filesystem::remove(path), std::filesystem::remove(out), std::filesystem::remove(err);
   }
 }
+
+TEST_CASE("the GPT-2 byte-level BPE tokenizer: pre-tokenizer pieces, merges by rank, every byte round-trips") {
+  llm_util::Vocab v = llm_util::gpt2_vocab();
+  models::Tokenizer tok = models::Tokenizer::bpe(v.tokens, v.types, v.merges, v.bos, v.eos);
+  CHECK(tok.kind() == models::Tokenizer::Kind::BPE);
+  CHECK(tok.vocab_size() == 281);
+  // "hello" | " world": he, ll, hell, hello (ranks 0-3); Ġw, or, Ġwor, ld, Ġworld (ranks 4-8); merge r is token 256 + r
+  CHECK(tok.encode("hello world") == std::vector<int32_t>{259, 264});
+  // pieces "it" "'s" " the" " 1234" " é": he (rank 0) goes before Ġt (9), so "Ġt h" (10) cannot apply; digits pair
+  // up (12: 15, 34: 16); é is C3 A9 = "Ã©" (17), then "ĠÃ©" (18)
+  CHECK(tok.encode("it's the 1234 é") == std::vector<int32_t>{'i', 't', 256 + 19, 256 + 9, 256 + 0, 32, 256 + 15, 256 + 16, 256 + 18});
+  // whitespace: "\n\n" is one piece (ĊĊ, 22); of three spaces before a word, two make a piece (ĠĠ, 23) and one joins the word
+  CHECK(tok.encode("\n\n") == std::vector<int32_t>{256 + 22});
+  CHECK(tok.encode("a   b") == std::vector<int32_t>{'a', 256 + 23, 32, 'b'});
+  CHECK(tok.piece(264) == " world");
+  CHECK(tok.piece(280) == "");  // <|endoftext|>, a control token
+  for (std::string t : {"hello world", "  leading and trailing  ", "tabs\tand\nnewlines\r\n", "ünïcödé 日本語 🙂 and \x01\x7f bytes",
+                        "numbers 3.14159 and 1,000,000", "it's we'll they'd I'm"}) {
+    CAPTURE(t);
+    CHECK(tok.decode(tok.encode(t)) == t);
+  }
+  CHECK(error_of([&] { (void)tok.encode("bad \xff utf-8"); }).find("[tokenizer] the text is not valid UTF-8") != std::string::npos);
+  CHECK(error_of([&] { (void)models::Tokenizer::bpe(v.tokens, v.types, {"h x"}, -1, -1); }).find("merge 0 'h x' joins or makes a string that is no token") !=
+        std::string::npos);
+  CHECK(error_of([&] { (void)models::Tokenizer::bpe(v.tokens, v.types, {"hx"}, -1, -1); }).find("is not \"left right\"") != std::string::npos);
+}
+
+TEST_CASE("llama.cpp (node-llama-cpp) tokenizes like tg: SentencePiece and GPT-2 BPE vocabularies") {
+  const char* env = std::getenv("TG_NODE_MODULES");
+  std::string modules = env ? env : TG_SOURCE_ROOT "/data/node/node_modules";
+  std::string missing = "node-llama-cpp is not installed in " + modules + ": scripts/setup installs it (scripts/datasets)";
+  REQUIRE_MESSAGE(std::filesystem::exists(modules + "/node-llama-cpp/package.json"), missing);
+  std::vector<std::string> texts = {"hello world", "it's the 1234 é", "\n\nthe  and   world\t!", "ünïcödé 日本語 🙂",
+                                    "numbers 3.14159 and 1,000,000", "  leading and trailing  ", "hellohello worldworld"};
+  models::LlamaConfig c;
+  c.dim = 32, c.n_layers = 1, c.n_heads = 2, c.n_kv_heads = 1, c.hidden_dim = 32, c.max_context = 16;
+  for (const llm_util::Vocab& v : {llm_util::byte_vocab(), llm_util::gpt2_vocab()}) {
+    CAPTURE(v.model);
+    std::string path = tmp_path("tok_" + v.model + ".gguf"), in = path + ".texts.json", out = path + ".json", err = path + ".err";
+    llm_util::write_random_llama(path, c, 1, "f32", v);
+    std::ofstream(in) << nlohmann::json(texts).dump();
+    std::string cmd = "node " TG_SOURCE_ROOT "/tests/llm/llama_cpp_tokenize.mjs '" + modules + "' '" + path + "' '" + in + "' >'" + out +
+                      "' 2>'" + err + "'";
+    int rc = std::system(cmd.c_str());
+    auto slurp = [](const std::string& p) {
+      std::ifstream f(p);
+      return std::string(std::istreambuf_iterator<char>(f), {});
+    };
+    std::string node_err = "node failed: " + slurp(err);
+    REQUIRE_MESSAGE(rc == 0, node_err);
+    auto want = nlohmann::json::parse(slurp(out)).get<std::vector<std::vector<int32_t>>>();
+    models::Tokenizer tok = models::Tokenizer::from_gguf(nn::gguf_load(path), path);
+    REQUIRE(want.size() == texts.size());
+    for (size_t i = 0; i < texts.size(); i++) {
+      CAPTURE(texts[i]);
+      CHECK(tok.encode(texts[i]) == want[i]);
+    }
+    for (const std::string& p : {path, in, out, err}) std::filesystem::remove(p);
+  }
+}

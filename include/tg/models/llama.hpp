@@ -12,13 +12,14 @@
 // assign of the whole cache (tg cannot assign into a slice): every token reads
 // and writes each layer's K and V caches once. Thread-safety: a Llama is used
 // from one thread (its caches and JIT are state).
+#include "tg/config.hpp"
+
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
-#include "tg/config.hpp"
 #include "tg/jit.hpp"
 #include "tg/nn/state.hpp"
 #include "tg/tensor.hpp"

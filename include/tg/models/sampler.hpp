@@ -3,11 +3,12 @@
 // first of equal maxima), or temperature, then top-k, then top-p (nucleus),
 // drawn with a seeded generator (the same seed gives the same tokens).
 // Thread-safety: a Sampler is used from one thread (its generator is state).
+#include "tg/config.hpp"
+
 #include <cstdint>
 #include <random>
 #include <vector>
 
-#include "tg/config.hpp"
 
 namespace tg::models {
 
