@@ -1,6 +1,6 @@
 // Text generation with a LLaMA-family GGUF model:
 //   build/examples/llm --model FILE.gguf --prompt "..." [-n N] [--temp T]
-//   [--top-k K] [--top-p P] [--seed S] [--ctx C]
+//   [--top-k K] [--top-p P] [--repeat-penalty R] [--seed S] [--ctx C]
 // Encodes the prompt with the file's tokenizer, prefills it in one step, then
 // decodes one token at a time through TinyJit (start_pos bound per token),
 // streaming each token's text; stops after N tokens or at EOS, then prints the
@@ -25,7 +25,7 @@ namespace {
   std::fprintf(stderr,
                "llm: %s\nusage: llm --model FILE.gguf --prompt TEXT [-n N "
                "(32)] [--temp T (0: greedy)] [--top-k K (0)] "
-               "[--top-p P (1)] [--seed S (0)] [--ctx C (the file's context "
+               "[--top-p P (1)] [--repeat-penalty R (1: none; over the last 64 tokens)] [--seed S (0)] [--ctx C (the file's context "
                "length, at most 2048 by default)]\n",
                why.c_str());
   std::exit(2);
@@ -59,6 +59,8 @@ int main(int argc, char** argv) {
         sc.top_k = std::stoll(val());
       else if (a == "--top-p")
         sc.top_p = std::stod(val());
+      else if (a == "--repeat-penalty")
+        sc.repeat_penalty = std::stod(val());
       else if (a == "--seed")
         sc.seed = std::stoull(val());
       else if (a == "--ctx")
@@ -91,8 +93,10 @@ int main(int argc, char** argv) {
     int64_t pos = int64_t(ids.size()), made = 0;
     auto t2 = clk::now(), t_replay = t2;
     bool first = true;
+    std::vector<int32_t> history = ids;  // for the repetition penalty
     while (made < n) {
-      int32_t next = sampler.sample(logits);
+      int32_t next = sampler.sample(logits, history);
+      history.push_back(next);
       if (next == tok.eos()) break;
       std::string piece = tok.piece(next);
       if (first && ids.size() <= 1 && tok.adds_space_prefix() && !piece.empty() && piece[0] == ' ') piece.erase(0, 1);
@@ -112,8 +116,8 @@ int main(int argc, char** argv) {
                  load_s, ids.size(), prefill_s, double(ids.size()) / prefill_s, (long long)steps, decode_s,
                  steps ? double(steps) / decode_s : 0.0);
     if (replays > 0)
-      std::fprintf(stderr, " (replayed: %lld in %.3f s, %.1f tokens/s, %zu kernels a token)", (long long)replays, replay_s,
-                   double(replays) / replay_s, llm.decode_jit()->captured_kernels());
+      std::fprintf(stderr, " (replayed: %lld, %.3f ms a token, %.1f tokens/s, %zu kernels a token)", (long long)replays,
+                   1e3 * replay_s / double(replays), double(replays) / replay_s, llm.decode_jit()->captured_kernels());
     std::fprintf(stderr, "\n");
   } catch (const Error& e) {
     std::fprintf(stderr, "llm: %s\n", e.what());

@@ -100,6 +100,15 @@ TEST_CASE(
   CHECK(error_of([] { models::Sampler({1.0, -1, 1.0, 0}); }).find("[sampler] top_k must be >= 0") != std::string::npos);
   CHECK(error_of([] { models::Sampler({1.0, 0, 0.0, 0}); }).find("top_p must be in (0, 1]") != std::string::npos);
   CHECK(error_of([&] { (void)greedy.sample({1.f, NAN}); }).find("NaN") != std::string::npos);
+  // the repetition penalty: 2.0 and 1.9 lead; a recent 2.0 becomes 1.0 under penalty 2, a recent negative one doubles
+  std::vector<float> r = {2.0f, 1.9f, -0.5f, 0.2f};
+  models::Sampler pen({0.0, 0, 1.0, 0, 2.0, 2});
+  CHECK(pen.sample(r, {0}) == 1);
+  CHECK(pen.sample(r, {0, 1}) == 0);                 // 1.0, 0.95, -0.5, 0.2
+  CHECK(pen.sample(r, {1, 1, 1}) == 0);              // only the last 2 count, each once: 1.9 -> 0.95
+  CHECK(pen.sample(r, {0, 3, 2}) == 0);              // token 0 is older than the last 2
+  CHECK(pen.sample({-0.1f, -0.15f}, {0}) == 1);      // -0.1 * 2 < -0.15
+  CHECK(error_of([] { models::Sampler({0.0, 0, 1.0, 0, 0.0, 2}); }).find("repeat_penalty must be > 0") != std::string::npos);
 }
 
 TEST_CASE(
