@@ -16,7 +16,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: llm_make_model OUT.gguf [--dim D] [--layers "
                  "L] [--heads H] [--kv-heads K] [--ffn F] [--ctx C] "
-                 "[--type f32|f16|q8_0|q4_0] [--vocab llama|gpt2] [--seed S]\n");
+                 "[--type f32|f16|q8_0|q4_0] [--vocab llama|gpt2] [--arch llama|qwen2] [--seed S]\n");
     return 2;
   }
   tg::models::LlamaConfig c;
@@ -41,6 +41,8 @@ int main(int argc, char** argv) {
       type = v;
     else if (a == "--vocab")
       vocab = v;
+    else if (a == "--arch")
+      c.arch = v;
     else if (a == "--seed")
       seed = std::stoull(v);
     else {

@@ -85,19 +85,20 @@ inline Vocab gpt2_vocab() {
 /** The GGUF metadata of a LLaMA model with this vocabulary. */
 inline std::map<std::string, tg::nn::GGUFValue> metadata(const tg::models::LlamaConfig& c, const Vocab& v) {
   using G = tg::nn::GGUFValue;
+  const std::string a = c.arch;
   std::map<std::string, G> md = {
-      {"general.architecture", G::str("llama")},
+      {"general.architecture", G::str(c.arch)},
       {"general.name", G::str("tg-random-llama")},
-      {"llama.context_length", G::u32(uint32_t(c.max_context))},
-      {"llama.embedding_length", G::u32(uint32_t(c.dim))},
-      {"llama.block_count", G::u32(uint32_t(c.n_layers))},
-      {"llama.feed_forward_length", G::u32(uint32_t(c.hidden_dim))},
-      {"llama.attention.head_count", G::u32(uint32_t(c.n_heads))},
-      {"llama.attention.head_count_kv", G::u32(uint32_t(c.n_kv_heads))},
-      {"llama.attention.layer_norm_rms_epsilon", G::f32(float(c.norm_eps))},
-      {"llama.rope.freq_base", G::f32(float(c.rope_theta))},
-      {"llama.rope.dimension_count", G::u32(uint32_t(c.head_dim()))},
-      {"llama.vocab_size", G::u32(uint32_t(v.tokens.size()))},
+      {a + ".context_length", G::u32(uint32_t(c.max_context))},
+      {a + ".embedding_length", G::u32(uint32_t(c.dim))},
+      {a + ".block_count", G::u32(uint32_t(c.n_layers))},
+      {a + ".feed_forward_length", G::u32(uint32_t(c.hidden_dim))},
+      {a + ".attention.head_count", G::u32(uint32_t(c.n_heads))},
+      {a + ".attention.head_count_kv", G::u32(uint32_t(c.n_kv_heads))},
+      {a + ".attention.layer_norm_rms_epsilon", G::f32(float(c.norm_eps))},
+      {a + ".rope.freq_base", G::f32(float(c.rope_theta))},
+      {a + ".rope.dimension_count", G::u32(uint32_t(c.head_dim()))},
+      {a + ".vocab_size", G::u32(uint32_t(v.tokens.size()))},
   };
   md["tokenizer.ggml.model"] = G::str(v.model);
   md["tokenizer.ggml.tokens"] = G::strings(v.tokens);
@@ -137,6 +138,11 @@ inline std::map<std::string, tg::Tensor> random_weights(const tg::models::LlamaC
     w[p + "attn_q.weight"] = lin(c.dim, c.dim, 2.0);
     w[p + "attn_k.weight"] = lin(kvd, c.dim, 2.0);
     w[p + "attn_v.weight"] = lin(kvd, c.dim);
+    if (c.qkv_bias()) {
+      w[p + "attn_q.bias"] = Tensor::uniform({c.dim}, -0.5, 0.5).realize();
+      w[p + "attn_k.bias"] = Tensor::uniform({kvd}, -0.5, 0.5).realize();
+      w[p + "attn_v.bias"] = Tensor::uniform({kvd}, -0.5, 0.5).realize();
+    }
     w[p + "attn_output.weight"] = lin(c.dim, c.dim, 0.5);
     w[p + "ffn_norm.weight"] = norm(c.dim);
     w[p + "ffn_gate.weight"] = lin(c.hidden_dim, c.dim);

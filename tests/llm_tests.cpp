@@ -182,9 +182,15 @@ TEST_CASE(
   constexpr int kSteps = 8;
   // llama.cpp keeps its KV cache in f16, and with q8_0 weights quantises the activations to q8_0 as well: the
   // tolerance is relative to the row's largest |logit| (seen on AMD EPYC Zen 5: 0.1% for f32, 2.8% for q8_0)
-  for (auto [type, tol] : std::initializer_list<std::pair<std::string, double>>{{"f32", 5e-3}, {"q8_0", 4e-2}}) {
+  struct Run {
+    std::string arch, type;
+    double tol;
+  };
+  for (auto [arch, type, tol] : std::initializer_list<Run>{{"llama", "f32", 5e-3}, {"llama", "q8_0", 4e-2}, {"qwen2", "f32", 5e-3}}) {
+    CAPTURE(arch);
     CAPTURE(type);
-    std::string path = tmp_path("llama_cpp_" + type + ".gguf"), out = path + ".json", err = path + ".err";
+    c.arch = arch;
+    std::string path = tmp_path("llama_cpp_" + arch + "_" + type + ".gguf"), out = path + ".json", err = path + ".err";
     llm_util::write_random_llama(path, c, 5, type);
     std::string cmd = "node " TG_SOURCE_ROOT "/tests/llm/llama_cpp_run.mjs '" + modules + "' '" + path + "' '" + prompt + "' " +
                       std::to_string(kSteps) + " >'" + out + "' 2>'" + err + "'";

@@ -24,22 +24,24 @@ const nn::GGUFValue* find_key(const nn::GGUFFile& f, const std::string& key) {
 LlamaConfig LlamaConfig::from_gguf(const nn::GGUFFile& f, const std::string& file, int64_t max_context) {
   const nn::GGUFValue* arch = find_key(f, "general.architecture");
   if (!arch) fail(file + ": general.architecture is missing");
-  if (arch->as_string() != "llama") fail(file + ": architecture '" + arch->as_string() + "' is not supported (this model reads \"llama\")");
+  const std::string& a = arch->as_string();
+  if (a != "llama" && a != "qwen2") fail(file + ": architecture '" + a + "' is not supported (this model reads \"llama\" and \"qwen2\")");
   auto need = [&](const std::string& k) -> const nn::GGUFValue& {
-    const nn::GGUFValue* v = find_key(f, "llama." + k);
-    if (!v) fail(file + ": metadata key llama." + k + " is missing");
+    const nn::GGUFValue* v = find_key(f, a + "." + k);
+    if (!v) fail(file + ": metadata key " + a + "." + k + " is missing");
     return *v;
   };
   LlamaConfig c;
+  c.arch = a;
   c.dim = need("embedding_length").as_int();
   c.n_layers = need("block_count").as_int();
   c.hidden_dim = need("feed_forward_length").as_int();
   c.n_heads = need("attention.head_count").as_int();
-  const nn::GGUFValue* kv = find_key(f, "llama.attention.head_count_kv");
+  const nn::GGUFValue* kv = find_key(f, a + ".attention.head_count_kv");
   c.n_kv_heads = kv ? kv->as_int() : c.n_heads;
-  if (const nn::GGUFValue* e = find_key(f, "llama.attention.layer_norm_rms_epsilon")) c.norm_eps = e->as_double();
-  if (const nn::GGUFValue* t = find_key(f, "llama.rope.freq_base")) c.rope_theta = t->as_double();
-  if (const nn::GGUFValue* s = find_key(f, "llama.rope.scaling.type"); s && s->as_string() != "none")
+  if (const nn::GGUFValue* e = find_key(f, a + ".attention.layer_norm_rms_epsilon")) c.norm_eps = e->as_double();
+  if (const nn::GGUFValue* t = find_key(f, a + ".rope.freq_base")) c.rope_theta = t->as_double();
+  if (const nn::GGUFValue* s = find_key(f, a + ".rope.scaling.type"); s && s->as_string() != "none")
     fail(file + ": rope scaling '" + s->as_string() + "' is not supported yet");
   c.max_context = max_context > 0 ? max_context : need("context_length").as_int();
   auto emb = f.tensors.find("token_embd.weight");
@@ -50,8 +52,8 @@ LlamaConfig LlamaConfig::from_gguf(const nn::GGUFFile& f, const std::string& fil
          std::to_string(c.dim) +
          " do not fit (heads must divide the length into an even head size, KV "
          "heads the heads)");
-  if (const nn::GGUFValue* r = find_key(f, "llama.rope.dimension_count"); r && r->as_int() != c.head_dim())
-    fail(file + ": llama.rope.dimension_count " + std::to_string(r->as_int()) + " differs from the head size " +
+  if (const nn::GGUFValue* r = find_key(f, a + ".rope.dimension_count"); r && r->as_int() != c.head_dim())
+    fail(file + ": " + a + ".rope.dimension_count " + std::to_string(r->as_int()) + " differs from the head size " +
          std::to_string(c.head_dim()) + " (partial RoPE is not supported)");
   return c;
 }
@@ -79,6 +81,11 @@ Llama::Llama(LlamaConfig cfg, std::map<std::string, Tensor> w, int64_t batch)
     l.wq = take(p + "attn_q.weight", {c.dim, c.dim});
     l.wk = take(p + "attn_k.weight", {kvd, c.dim});
     l.wv = take(p + "attn_v.weight", {kvd, c.dim});
+    if (c.qkv_bias()) {
+      l.bq = take(p + "attn_q.bias", {c.dim});
+      l.bk = take(p + "attn_k.bias", {kvd});
+      l.bv = take(p + "attn_v.bias", {kvd});
+    }
     l.wo = take(p + "attn_output.weight", {c.dim, c.dim});
     l.ffn_norm = take(p + "ffn_norm.weight", {c.dim});
     l.w_gate = take(p + "ffn_gate.weight", {c.hidden_dim, c.dim});
@@ -112,12 +119,16 @@ std::unique_ptr<Llama> Llama::from_gguf(const std::string& path, int64_t max_con
 
 namespace {
 
-// llama.cpp's "normal" RoPE on x (B, T, heads, hd): pairs (x[2i], x[2i+1])
-// rotated by the angle of (position, i).
-Tensor rope(const Tensor& x, const Tensor& cos_t, const Tensor& sin_t, const sint& start, int64_t T) {
+// RoPE on x (B, T, heads, hd): llama.cpp's "normal" mode rotates the pairs (x[2i], x[2i+1]), its NEOX mode (halves)
+// the pairs (x[i], x[i + hd/2]), each by the angle of (position, i).
+Tensor rope(const Tensor& x, const Tensor& cos_t, const Tensor& sin_t, const sint& start, int64_t T, bool halves) {
   int64_t B = x.shape()[0], nh = x.shape()[2], hd = x.shape()[3], h2 = hd / 2;
   Tensor c = cos_t.shrink({{start, start + T}, {sint(0), sint(h2)}}).reshape({1, T, 1, h2});
   Tensor s = sin_t.shrink({{start, start + T}, {sint(0), sint(h2)}}).reshape({1, T, 1, h2});
+  if (halves) {
+    Tensor x0 = x.shrink({{0, B}, {0, T}, {0, nh}, {0, h2}}), x1 = x.shrink({{0, B}, {0, T}, {0, nh}, {h2, hd}});
+    return cat({Tensor(x0 * c - x1 * s), Tensor(x0 * s + x1 * c)}, -1);
+  }
   Tensor xr = x.reshape({B, T, nh, h2, 2});
   Tensor x0 = xr.shrink({{0, B}, {0, T}, {0, nh}, {0, h2}, {0, 1}}).reshape({B, T, nh, h2});
   Tensor x1 = xr.shrink({{0, B}, {0, T}, {0, nh}, {0, h2}, {1, 2}}).reshape({B, T, nh, h2});
@@ -131,12 +142,16 @@ Tensor Llama::attention(Layer& l, Tensor& resid, const sint& start, int64_t T) {
   Tensor x = resid.rms_norm({cfg_.dim}, l.attn_norm, cfg_.norm_eps);
   const LlamaConfig& c = cfg_;
   int64_t B = batch_, H = c.n_heads, KVH = c.n_kv_heads, hd = c.head_dim(), rep = H / KVH, M = c.max_context;
-  Tensor q = rope(x.matmul(l.wq.T()).reshape({B, T, H, hd}), rope_cos_, rope_sin_, start, T);
-  Tensor k = rope(x.matmul(l.wk.T()).reshape({B, T, KVH, hd}), rope_cos_, rope_sin_, start, T);
+  auto proj = [&](const Tensor& w, const std::optional<Tensor>& b, int64_t heads) {
+    Tensor y = x.matmul(w.T());
+    return (b ? Tensor(y + *b) : y).reshape({B, T, heads, hd});
+  };
+  Tensor q = rope(proj(l.wq, l.bq, H), rope_cos_, rope_sin_, start, T, c.rope_halves());
+  Tensor k = rope(proj(l.wk, l.bk, KVH), rope_cos_, rope_sin_, start, T, c.rope_halves());
   // k and v are materialised before they are padded or expanded to the cache's rows: fused into the cache write, their
   // projections would be computed again for every row of the cache
   k = k.contiguous();
-  Tensor v = x.matmul(l.wv.T()).reshape({B, T, KVH, hd}).contiguous();
+  Tensor v = proj(l.wv, l.bv, KVH).contiguous();
   // write rows start..start+T-1 of both caches: a masked assign of the whole
   // cache
   Tensor rows = Tensor::arange(M).reshape({1, M, 1, 1});

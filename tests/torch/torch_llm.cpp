@@ -37,6 +37,10 @@ torch::Tensor reference_logits(const std::map<std::string, torch::Tensor>& w, co
   torch::Tensor inv = torch::pow(c.rope_theta, -torch::arange(0, hd, 2, torch::kDouble) / double(hd)).unsqueeze(0);
   torch::Tensor cs = torch::cos(pos * inv).view({T, 1, hd / 2}), sn = torch::sin(pos * inv).view({T, 1, hd / 2});
   auto rope = [&](const torch::Tensor& x, int64_t nh) {
+    if (c.rope_halves()) {  // NEOX: (x[i], x[i + hd/2])
+      torch::Tensor a = x.narrow(-1, 0, hd / 2), b = x.narrow(-1, hd / 2, hd / 2);
+      return torch::cat({a * cs - b * sn, a * sn + b * cs}, -1);
+    }
     torch::Tensor p = x.view({T, nh, hd / 2, 2}), a = p.select(-1, 0), b = p.select(-1, 1);
     return torch::stack({a * cs - b * sn, a * sn + b * cs}, -1).view({T, nh, hd});
   };
@@ -46,9 +50,13 @@ torch::Tensor reference_logits(const std::map<std::string, torch::Tensor>& w, co
   for (int64_t i = 0; i < c.n_layers; i++) {
     std::string p = "blk." + std::to_string(i) + ".";
     torch::Tensor h = rms(x, W(p + "attn_norm.weight"));
-    torch::Tensor q = rope(h.matmul(W(p + "attn_q.weight").t()).view({T, H, hd}), H);
-    torch::Tensor k = rope(h.matmul(W(p + "attn_k.weight").t()).view({T, KVH, hd}), KVH).repeat_interleave(H / KVH, 1);
-    torch::Tensor v = h.matmul(W(p + "attn_v.weight").t()).view({T, KVH, hd}).repeat_interleave(H / KVH, 1);
+    auto proj = [&](const std::string& n) {
+      torch::Tensor y = h.matmul(W(p + n + ".weight").t());
+      return c.qkv_bias() ? y + W(p + n + ".bias") : y;
+    };
+    torch::Tensor q = rope(proj("attn_q").view({T, H, hd}), H);
+    torch::Tensor k = rope(proj("attn_k").view({T, KVH, hd}), KVH).repeat_interleave(H / KVH, 1);
+    torch::Tensor v = proj("attn_v").view({T, KVH, hd}).repeat_interleave(H / KVH, 1);
     torch::Tensor s = torch::einsum("thd,shd->hts", {q, k}) / std::sqrt(double(hd)) + causal;
     torch::Tensor o = torch::einsum("hts,shd->thd", {torch::softmax(s, -1), v}).reshape({T, D});
     x = x + o.matmul(W(p + "attn_output.weight").t());
@@ -87,13 +95,16 @@ TEST_CASE(
   models.push_back({c, "f32"});
   c.n_kv_heads = 1, c.rope_theta = 10000.0;
   models.push_back({c, "q8_0"});
+  c.arch = "qwen2", c.n_kv_heads = 2;  // RoPE on halves, q/k/v biases
+  models.push_back({c, "f32"});
   std::vector<int32_t> toks = {1, 300, 17, 45, 290, 3, 311, 88, 259, 260, 301, 150};
   int64_t T = int64_t(toks.size());
   for (const Model& m : models) {
     DOCTEST_CAPTURE(m.type);
     DOCTEST_CAPTURE(m.cfg.n_kv_heads);
+    DOCTEST_CAPTURE(m.cfg.arch);
     std::string path =
-        (std::filesystem::temp_directory_path() / ("tg_llama_" + std::to_string(getpid()) + "_" + m.type + ".gguf")).string();
+        (std::filesystem::temp_directory_path() / ("tg_llama_" + std::to_string(getpid()) + "_" + m.cfg.arch + "_" + m.type + ".gguf")).string();
     llm_util::write_random_llama(path, m.cfg, 7, m.type);
     tg::nn::GGUFFile f = tg::nn::gguf_load(path);
     std::map<std::string, torch::Tensor> tw;

@@ -1,22 +1,20 @@
 #pragma once
-// A LLaMA-family decoder (llama.cpp's "llama" architecture) in tg's Tensor API:
-// token embedding, RMSNorm, RoPE (llama.cpp's "normal" mode: rotated pairs are
-// adjacent, x[2i] and x[2i+1]; theta from the file), grouped-query attention
-// with a per-layer KV cache, SwiGLU MLP, output head (tied to the embedding
-// when the file has none). Weights by llama.cpp's GGUF tensor names
-// (token_embd.weight, blk.N.attn_q.weight, ..., output_norm.weight,
-// output.weight), shapes as tg reads them from GGUF: (out_features,
-// in_features). The KV cache holds max_context positions; a decode step's
-// position is the Variable "start_pos", so its kernels are compiled once and
-// TinyJit replays them for every token. Writing into the cache is a masked
-// assign of the whole cache (tg cannot assign into a slice): every token reads
-// and writes each layer's K and V caches once. Thread-safety: a Llama is used
-// from one thread (its caches and JIT are state).
+// A LLaMA-family decoder in tg's Tensor API, as llama.cpp runs its "llama" and "qwen2" architectures: token embedding,
+// RMSNorm, RoPE with the file's theta ("llama": llama.cpp's "normal" mode, rotated pairs are adjacent, x[2i] and
+// x[2i+1]; "qwen2": NEOX mode, x[i] and x[i + head_dim/2]), grouped-query attention (qwen2: biases on q, k, v) with a
+// per-layer KV cache, SwiGLU MLP, output head (tied to the embedding when the file has none). Weights by llama.cpp's
+// GGUF tensor names (token_embd.weight, blk.N.attn_q.weight, ..., output_norm.weight, output.weight), shapes as tg
+// reads them from GGUF: (out_features, in_features).
+// The KV cache holds max_context positions; a decode step's position is the Variable "start_pos", so its kernels are
+// compiled once and TinyJit replays them for every token. Writing into the cache is a masked assign of the whole
+// cache (tg cannot assign into a slice): every token reads and writes each layer's K and V caches once.
+// Thread-safety: a Llama is used from one thread (its caches and JIT are state).
 #include "tg/config.hpp"
 
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -32,10 +30,12 @@ struct LlamaConfig {
   int64_t dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, hidden_dim = 0, vocab_size = 0;
   int64_t max_context = 0;  // KV cache length (positions 0..max_context-1)
   double norm_eps = 1e-5, rope_theta = 10000.0;
+  std::string arch = "llama";  // "llama", or "qwen2": RoPE on the two halves (NEOX), biases on q, k and v
+  bool rope_halves() const { return arch == "qwen2"; }
+  bool qkv_bias() const { return arch == "qwen2"; }
   int64_t head_dim() const { return dim / n_heads; }
-  /** From a GGUF file's metadata: general.architecture must be "llama";
-   * max_context 0 takes llama.context_length. A missing or inconsistent key is
-   * a tg::Error naming `file` and the key. */
+  /** From a GGUF file's metadata: general.architecture "llama" or "qwen2" (keys under that prefix); max_context 0
+   *  takes its context_length. A missing or inconsistent key is a tg::Error naming `file` and the key. */
   static LlamaConfig from_gguf(const nn::GGUFFile& f, const std::string& file, int64_t max_context = 0);
 };
 
@@ -69,6 +69,7 @@ class Llama {
  private:
   struct Layer {
     Tensor attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down, cache_k, cache_v;
+    std::optional<Tensor> bq, bk, bv;
   };
   Tensor attention(Layer& l, Tensor& resid, const sint& start_pos, int64_t T);  // realises resid with l's caches
   LlamaConfig cfg_;
