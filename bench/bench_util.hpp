@@ -71,10 +71,15 @@ inline double machine_busy_s() {
   f >> cpu >> user >> nice >> sys >> idle >> iowait >> irq >> softirq;
   return (user + nice + sys + irq + softirq) / double(sysconf(_SC_CLK_TCK));
 }
+// this process's CPU seconds and its finished children's (a peer run as a child process, e.g. llama.cpp from Node)
 inline double own_cpu_s() {
-  rusage r{};
-  getrusage(RUSAGE_SELF, &r);
-  return double(r.ru_utime.tv_sec + r.ru_stime.tv_sec) + 1e-6 * double(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
+  double s = 0;
+  for (int who : {RUSAGE_SELF, RUSAGE_CHILDREN}) {
+    rusage r{};
+    getrusage(who, &r);
+    s += double(r.ru_utime.tv_sec + r.ru_stime.tv_sec) + 1e-6 * double(r.ru_utime.tv_usec + r.ru_stime.tv_usec);
+  }
+  return s;
 }
 
 /** Prints, at scope exit, how much CPU other processes used during the run. */

@@ -579,6 +579,65 @@ TEST_CASE("GGUF dequantisation is exact: f16, bf16, q8_0, q4_0, q4_1, q6_K") {
   CHECK(g.tensor_types.at("q6_K") == "q6_K");
 }
 
+TEST_CASE("gguf_save writes metadata and f32/f16/q8_0/q4_0 tensors that gguf_load reads back") {
+  using G = nn::GGUFValue;
+  std::map<std::string, G> md = {{"general.architecture", G::str("llama")}, {"a.u32", G::u32(7)}, {"a.i32", G::i32(-5)},
+                                 {"a.u64", G::u64(1ULL << 40)}, {"a.f32", G::f32(0.5f)}, {"a.bool", G::boolean(true)},
+                                 {"a.strs", G::strings({"x", "\xE2\x96\x81y", ""})}, {"a.floats", G::floats({1.5f, -2.f})},
+                                 {"a.ints", G::ints({3, -4})}};
+  std::vector<float> xs(2 * 3 * 32), blk(64);
+  for (size_t i = 0; i < xs.size(); i++) xs[i] = std::sin(float(i)) * 3.f;
+  for (size_t i = 0; i < blk.size(); i++) blk[i] = (float(i % 32) - 16.f) * 0.25f * (i < 32 ? 1.f : -0.01f);
+  std::vector<float> halves = {0.5f, -1.25f, 1024.f, 0.f};
+  std::map<std::string, Tensor> ts = {{"f32", Tensor::from_vector(xs, {2, 3, 32})}, {"f16", Tensor::from_vector(halves, {2, 2})},
+                                      {"q8", Tensor::from_vector(blk, {2, 32})}, {"q4", Tensor::from_vector(blk, {2, 32})}};
+  std::string p = tmp_path("saved.gguf");
+  nn::gguf_save(p, md, ts, {{"f16", "f16"}, {"q8", "q8_0"}, {"q4", "q4_0"}});
+  auto g = nn::gguf_load(p);
+  CHECK(g.version == 3);
+  CHECK(g.metadata.at("general.alignment").as_int() == 32);
+  CHECK(g.metadata.at("general.architecture").as_string() == "llama");
+  CHECK(g.metadata.at("a.u32").type == G::Type::UINT32);
+  CHECK(g.metadata.at("a.u32").as_int() == 7);
+  CHECK(g.metadata.at("a.i32").as_int() == -5);
+  CHECK(g.metadata.at("a.u64").as_int() == int64_t(1) << 40);
+  CHECK(g.metadata.at("a.f32").as_double() == 0.5);
+  CHECK(g.metadata.at("a.bool").as_int() == 1);
+  CHECK(g.metadata.at("a.strs").as_array().size() == 3);
+  CHECK(g.metadata.at("a.strs").as_array()[1].as_string() == "\xE2\x96\x81y");
+  CHECK(g.metadata.at("a.floats").as_array()[1].as_double() == -2.0);
+  CHECK(g.metadata.at("a.ints").elem_type == G::Type::INT32);
+  CHECK(g.metadata.at("a.ints").as_array()[1].as_int() == -4);
+  CHECK(g.tensors.at("f32").shape() == Shape{2, 3, 32});
+  CHECK(g.tensors.at("f32").to_vector<float>() == xs);
+  CHECK(g.tensors.at("f16").to_vector<float>() == halves);
+  CHECK(g.tensor_types.at("q8") == "q8_0");
+  CHECK(g.tensor_types.at("q4") == "q4_0");
+  // ggml's reference quantisers: q8_0 d = max|x|/127 (as f16), q = round(x/d); q4_0 d = (the value of largest
+  // magnitude)/-8, q = min(15, int(x/d + 8.5)); the error is at most d/2 (q4_0: d, where the clamp cuts -max)
+  std::vector<float> q8 = g.tensors.at("q8").to_vector<float>(), q4 = g.tensors.at("q4").to_vector<float>();
+  for (int b = 0; b < 2; b++) {
+    float amax = 0, mx = 0;
+    for (int j = 0; j < 32; j++)
+      if (std::fabs(blk[size_t(32 * b + j)]) > amax) amax = std::fabs(blk[size_t(32 * b + j)]), mx = blk[size_t(32 * b + j)];
+    float d8 = half_bits_to_float(float_to_half_bits(amax / 127)), d4 = half_bits_to_float(float_to_half_bits(mx / -8));
+    for (int j = 0; j < 32; j++) {
+      size_t i = size_t(32 * b + j);
+      CAPTURE(i);
+      CHECK(q8[i] == std::roundf(blk[i] * (1 / (amax / 127))) * d8);
+      CHECK(std::fabs(q8[i] - blk[i]) <= 0.5f * d8 * 1.01f);
+      CHECK(std::fabs(q4[i] - blk[i]) <= std::fabs(d4) * 1.01f);
+    }
+  }
+  CHECK(q4[0] == blk[0]);  // the value of largest magnitude is exact: -8 * d
+  CHECK_ERROR(nn::gguf_save(p, md, ts, {{"q8", "q5_1"}}), "[gguf_save]", p.c_str(), "tensor 'q8' has type 'q5_1'");
+  CHECK_ERROR(nn::gguf_save(p, md, ts, {{"nope", "f16"}}), "a type is given for 'nope'");
+  CHECK_ERROR(nn::gguf_save(p, md, {{"odd", Tensor::zeros({2, 20})}}, {{"odd", "q8_0"}}), "(2, 20) cannot be stored as q8_0",
+              "multiple of 32");
+  CHECK_ERROR(nn::gguf_save(p, {{"general.alignment", G::u32(64)}}, ts), "general.alignment is set by the writer");
+  CHECK(nn::gguf_load(p).tensors.size() == 4);  // the failed saves left the file as it was
+}
+
 TEST_CASE("malformed GGUF files are errors naming the file and the problem") {
   auto base = [] {
     GGUFWriter w;

@@ -1,7 +1,9 @@
 // GGUF (llama.cpp's model format, v2/v3): header, metadata key/values, tensor infos, then aligned tensor data.
 // Every count, length and offset is checked against the bytes left before anything is read or allocated; quantised
-// blocks are dequantised on the host with ggml's reference formulas (ggml-quants.c, dequantize_row_*).
+// blocks are dequantised on the host with ggml's reference formulas (ggml-quants.c, dequantize_row_*). The writer
+// quantises with the matching quantize_row_*_ref formulas.
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <set>
 
@@ -285,7 +287,157 @@ GGUFFile parse(const Bytes& f, const std::string& path, const std::string& devic
   return out;
 }
 
+// ---- writing
+
+struct Writer {
+  std::vector<uint8_t> b;
+  template <class T>
+  void put(T v) {
+    uint8_t raw[sizeof(T)];
+    std::memcpy(raw, &v, sizeof(T));
+    b.insert(b.end(), raw, raw + sizeof(T));
+  }
+  void str(const std::string& s) {
+    put<uint64_t>(s.size());
+    b.insert(b.end(), s.begin(), s.end());
+  }
+  void pad(size_t align) { b.resize((b.size() + align - 1) / align * align, 0); }
+};
+
+void write_value(Writer& w, const GGUFValue& v, const std::string& key) {
+  auto u = [&] { return std::holds_alternative<uint64_t>(v.value) ? std::get<uint64_t>(v.value) : uint64_t(v.as_int()); };
+  switch (v.type) {
+    case VT::UINT8: w.put(uint8_t(u())); break;
+    case VT::INT8: w.put(int8_t(v.as_int())); break;
+    case VT::UINT16: w.put(uint16_t(u())); break;
+    case VT::INT16: w.put(int16_t(v.as_int())); break;
+    case VT::UINT32: w.put(uint32_t(u())); break;
+    case VT::INT32: w.put(int32_t(v.as_int())); break;
+    case VT::UINT64: w.put(u()); break;
+    case VT::INT64: w.put(v.as_int()); break;
+    case VT::FLOAT32: w.put(float(v.as_double())); break;
+    case VT::FLOAT64: w.put(v.as_double()); break;
+    case VT::BOOL: w.put(uint8_t(v.as_int() != 0)); break;
+    case VT::STRING: w.str(v.as_string()); break;
+    case VT::ARRAY: {
+      w.put(uint32_t(v.elem_type));
+      w.put(uint64_t(v.as_array().size()));
+      for (const GGUFValue& e : v.as_array()) {
+        if (e.type != v.elem_type)
+          throw Error(std::string("[gguf_save] array '") + key + "' holds a " + value_type_name(e.type) + " among " +
+                      value_type_name(v.elem_type) + " elements");
+        write_value(w, e, key);
+      }
+      break;
+    }
+    default: throw Error("[gguf_save] '" + key + "' has unknown value type " + std::to_string(uint32_t(v.type)));
+  }
+}
+
+void put_f16(Writer& w, float x) { w.put(float_to_half_bits(x)); }
+
+// ggml's quantize_row_q8_0_ref: d = max|x| / 127, q = round(x / d)
+void quantize_q8_0(Writer& w, const float* x, size_t n) {
+  for (size_t i = 0; i < n; i += 32, x += 32) {
+    float amax = 0;
+    for (int j = 0; j < 32; j++) amax = std::max(amax, std::fabs(x[j]));
+    float d = amax / 127, id = d != 0 ? 1 / d : 0;
+    put_f16(w, d);
+    for (int j = 0; j < 32; j++) w.put(int8_t(std::roundf(x[j] * id)));
+  }
+}
+
+// ggml's quantize_row_q4_0_ref: d = (the value of largest magnitude) / -8, q = min(15, int(x / d + 8.5))
+void quantize_q4_0(Writer& w, const float* x, size_t n) {
+  for (size_t i = 0; i < n; i += 32, x += 32) {
+    float amax = 0, max = 0;
+    for (int j = 0; j < 32; j++)
+      if (amax < std::fabs(x[j])) amax = std::fabs(x[j]), max = x[j];
+    float d = max / -8, id = d != 0 ? 1 / d : 0;
+    put_f16(w, d);
+    for (int j = 0; j < 16; j++) {
+      int lo = std::min(15, int(int8_t(x[j] * id + 8.5f))), hi = std::min(15, int(int8_t(x[16 + j] * id + 8.5f)));
+      w.put(uint8_t(lo | (hi << 4)));
+    }
+  }
+}
+
 }  // namespace
+
+void gguf_save(const std::string& path, const std::map<std::string, GGUFValue>& metadata,
+               const std::map<std::string, Tensor>& tensors, const std::map<std::string, std::string>& types) {
+  constexpr size_t kAlign = 32;
+  if (metadata.count("general.alignment"))
+    throw Error("[gguf_save] " + path + ": general.alignment is set by the writer (32), not by the metadata");
+  for (const auto& [name, type] : types)
+    if (!tensors.count(name)) throw Error("[gguf_save] " + path + ": a type is given for '" + name + "', which is not a tensor");
+  Writer head, data;
+  for (char ch : {'G', 'G', 'U', 'F'}) head.put(uint8_t(ch));
+  head.put(uint32_t(3));
+  head.put(uint64_t(tensors.size()));
+  head.put(uint64_t(metadata.size() + 1));
+  head.str("general.alignment");
+  head.put(uint32_t(VT::UINT32));
+  head.put(uint32_t(kAlign));
+  for (const auto& [key, v] : metadata) {
+    head.str(key);
+    head.put(uint32_t(v.type));
+    write_value(head, v, key);
+  }
+  for (const auto& [name, t] : tensors) {
+    auto it = types.find(name);
+    std::string type = it == types.end() ? "f32" : it->second;
+    uint32_t code = type == "f32" ? 0 : type == "f16" ? 1 : type == "q4_0" ? 2 : type == "q8_0" ? 8 : ~0u;
+    if (code == ~0u)
+      throw Error("[gguf_save] " + path + ": tensor '" + name + "' has type '" + type + "'; the writer stores f32, f16, q8_0 and q4_0");
+    const Shape& shape = t.shape();
+    if (shape.size() > 4) throw Error("[gguf_save] " + path + ": tensor '" + name + "' has " + std::to_string(shape.size()) + " dims, GGUF allows 4");
+    int64_t last = shape.empty() ? 1 : shape.back();
+    if (code >= 2 && last % 32 != 0)
+      throw Error("[gguf_save] " + path + ": tensor '" + name + "' " + shape_str(shape) + " cannot be stored as " + type +
+                  ": its last dim must be a multiple of 32 (the block size)");
+    std::vector<float> x = t.cast(dtypes::float32).contiguous().to_vector<float>();
+    head.str(name);
+    head.put(uint32_t(shape.size()));
+    for (auto d = shape.rbegin(); d != shape.rend(); ++d) head.put(uint64_t(*d));
+    head.put(code);
+    head.put(uint64_t(data.b.size()));
+    switch (code) {
+      case 0: for (float v : x) data.put(v); break;
+      case 1: for (float v : x) put_f16(data, v); break;
+      case 2: quantize_q4_0(data, x.data(), x.size()); break;
+      case 8: quantize_q8_0(data, x.data(), x.size()); break;
+    }
+    data.pad(kAlign);
+  }
+  head.pad(kAlign);
+  write_file_atomic(path, "gguf_save", [&](const std::function<void(const void*, size_t)>& put) {
+    put(head.b.data(), head.b.size());
+    put(data.b.data(), data.b.size());
+  });
+}
+
+GGUFValue GGUFValue::u32(uint32_t v) { return GGUFValue{VT::UINT32, VT::UINT8, uint64_t(v)}; }
+GGUFValue GGUFValue::i32(int32_t v) { return GGUFValue{VT::INT32, VT::UINT8, int64_t(v)}; }
+GGUFValue GGUFValue::u64(uint64_t v) { return GGUFValue{VT::UINT64, VT::UINT8, v}; }
+GGUFValue GGUFValue::f32(float v) { return GGUFValue{VT::FLOAT32, VT::UINT8, double(v)}; }
+GGUFValue GGUFValue::boolean(bool v) { return GGUFValue{VT::BOOL, VT::UINT8, v}; }
+GGUFValue GGUFValue::str(std::string v) { return GGUFValue{VT::STRING, VT::UINT8, std::move(v)}; }
+GGUFValue GGUFValue::strings(const std::vector<std::string>& v) {
+  std::vector<GGUFValue> a;
+  for (const auto& s : v) a.push_back(str(s));
+  return GGUFValue{VT::ARRAY, VT::STRING, std::move(a)};
+}
+GGUFValue GGUFValue::floats(const std::vector<float>& v) {
+  std::vector<GGUFValue> a;
+  for (float x : v) a.push_back(f32(x));
+  return GGUFValue{VT::ARRAY, VT::FLOAT32, std::move(a)};
+}
+GGUFValue GGUFValue::ints(const std::vector<int32_t>& v) {
+  std::vector<GGUFValue> a;
+  for (int32_t x : v) a.push_back(i32(x));
+  return GGUFValue{VT::ARRAY, VT::INT32, std::move(a)};
+}
 
 int64_t GGUFValue::as_int() const {
   if (auto* u = std::get_if<uint64_t>(&value)) {

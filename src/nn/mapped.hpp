@@ -3,6 +3,7 @@
 // file loaders (safetensors, GGUF); DISK buffers hold the owner.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -18,5 +19,9 @@ struct Bytes {
 Bytes map_file(const std::string& path, const char* who);
 /** A private copy of `n` bytes. */
 Bytes copy_bytes(const uint8_t* data, size_t n);
+/** Write `path` all or nothing: `body` gets a `put(data, n)` that appends to a temporary file beside it, which is
+ *  fsynced and renamed over `path`; on any failure `path` is unchanged and a tg::Error names `who` and the file. */
+void write_file_atomic(const std::string& path, const char* who,
+                       const std::function<void(const std::function<void(const void*, size_t)>&)>& body);
 
 }  // namespace tg::nn

@@ -218,15 +218,17 @@ mode_t current_umask() {
 // Write `path` all or nothing: into a unique temporary file beside it (mkstemp: concurrent savers never share
 // one), every write checked, fsync, then rename over `path`. On any failure the temporary file is removed, `path`
 // keeps its old contents, and a tg::Error names the file and the reason.
-void write_file_atomic(const std::string& path, const std::function<void(const std::function<void(const void*, size_t)>&)>& body) {
+}  // namespace
+
+void write_file_atomic(const std::string& path, const char* who, const std::function<void(const std::function<void(const void*, size_t)>&)>& body) {
   std::string tmp = path + ".tmp.XXXXXX";
   int fd = mkstemp(tmp.data());
-  if (fd < 0) throw Error("[safe_save] " + path + ": cannot create a temporary file beside it (" + std::strerror(errno) + ")");
+  if (fd < 0) throw Error(std::string("[") + who + "] " + path + ": cannot create a temporary file beside it (" + std::strerror(errno) + ")");
   auto fail = [&](const std::string& what, int err) {
     if (fd >= 0) ::close(fd);
     fd = -1;
     ::unlink(tmp.c_str());
-    throw Error("[safe_save] " + path + ": " + what + " (" + std::strerror(err) + "); the file is unchanged");
+    throw Error(std::string("[") + who + "] " + path + ": " + what + " (" + std::strerror(err) + "); the file is unchanged");
   };
   fchmod(fd, 0666 & ~current_umask());  // mkstemp makes 0600; a saved file gets the usual mode
   try {
@@ -250,8 +252,6 @@ void write_file_atomic(const std::string& path, const std::function<void(const s
   if (c != 0) fail("close failed", errno);
   if (std::rename(tmp.c_str(), path.c_str()) != 0) fail("cannot rename " + tmp + " over it", errno);
 }
-
-}  // namespace
 
 void safe_save(const std::map<std::string, Tensor>& tensors, const std::string& path,
                const std::map<std::string, std::string>& metadata) {
@@ -285,7 +285,7 @@ void safe_save(const std::map<std::string, Tensor>& tensors, const std::string& 
   }
   std::string hs = h.dump();
   while ((8 + hs.size()) % 8) hs += ' ';
-  write_file_atomic(path, [&](const std::function<void(const void*, size_t)>& put) {
+  write_file_atomic(path, "safe_save", [&](const std::function<void(const void*, size_t)>& put) {
     uint8_t hl[8];
     for (int i = 0; i < 8; i++) hl[i] = uint8_t((uint64_t(hs.size()) >> (8 * i)) & 0xff);
     put(hl, 8);

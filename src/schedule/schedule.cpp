@@ -52,6 +52,18 @@ struct Access {
 // wherever the load reads, so x is replaced by a variable with those bounds, the index simplified, and x put back.
 // A padded tensor read through a reshape, (y-1)*320 + (x-1) decoded by // and %, loses its divisions and modulos
 // once y-1 and x-1 are known to lie in [0, 320). Lanes where the valid is false read nothing (a gated load).
+// Kernels with variables (symbolic shapes) keep their indices as built: simplifying them under the valid gave wrong
+// values in the LLM decode step (left to find: see issue 19's note).
+// SIMPLIFY_VALID=1 turns it on. Off by default: with it, kernels of the LLM example failed to lower ("used before it is
+// defined") or computed wrong logits, and a fused AdamW step's kernel hit a linearize cycle; the codegen bug these
+// index forms expose is not found yet (issue 18's note).
+bool simplify_valid_on() { return getenv_int("SIMPLIFY_VALID", 0) != 0; }
+bool has_var(const UOpRef& e) {
+  for (const UOp* u : toposort(e.get()))
+    if (u->op == Ops::DEFINE_VAR) return true;
+  return false;
+}
+
 UOpRef simplify_given_valid(const UOpRef& idx, const UOpRef& valid) {
   std::vector<const UOp*> clauses, st{valid.get()};
   while (!st.empty()) {
@@ -139,7 +151,7 @@ struct KernelBuilder {
     int p = param_of(buf);
     UOpRef param = UOp::make(Ops::PARAM, n->dtype.ptr_to(), {}, int64_t(p));
     UOpRef lin = linear(shapes.at(n), a);
-    if (a.valid) lin = simplify_given_valid(lin, a.valid);
+    if (a.valid && simplify_valid_on() && !has_var(lin) && !has_var(a.valid)) lin = simplify_given_valid(lin, a.valid);
     UOpRef idx = UOp::make(Ops::INDEX, param->dtype, {param, lin});
     if (a.valid) return UOp::make(Ops::LOAD, n->dtype, {idx, UOp::cnst(n->dtype, 0), a.valid});
     return UOp::make(Ops::LOAD, n->dtype, {idx});
@@ -388,11 +400,15 @@ UOpRef fold_one_hot_sum(const UOp* red) {
     const UOp* r = red->src(k);
     if (r->op != Ops::RANGE) continue;
     for (int side = 0; side < 2; side++) {
-      const UOp* iota = strip_cast(c->src(size_t(side)));
-      const UOp* other = c->src(size_t(1 - side));
+      // the index side as built goes through the arange's reshapes (r // 1 % n ...): simplified here, alone
+      // the compare's operands as built go through reshapes (r // 1 % n, a load at (r + 50 q) // 50 % 1): each is
+      // simplified alone (simplifying the whole AST here disturbed the loads' valid-bounded indices)
+      UOpRef side_s = simplify(c->src()[size_t(side)]), other_s = simplify(c->src()[size_t(1 - side)]);
+      const UOp* iota = strip_cast(side_s.get());
+      const UOp* other = other_s.get();
       if (iota != r || depends_on(other, r)) continue;
       // the iota's cast must not wrap: its dtype holds every index of r
-      const UOp* cast = c->src(size_t(side));
+      const UOp* cast = side_s.get();
       if (cast != r && (!dtypes::is_int(cast->dtype) || r->vmax() > dtypes::max_int(cast->dtype))) continue;
       UOpRef e = other->dtype == r->dtype ? UOpRef(other) : other->cast(r->dtype);
       UOpRef valid = e->alu(Ops::CMPLT, r->src()[0])->alu(Ops::AND, UOp::cnst_int(r->dtype, -1)->alu(Ops::CMPLT, e));
@@ -427,7 +443,7 @@ UOpRef kernel_ast_rules(const UOpRef& ast) {
   for (const UOp* u : toposort(ast.get())) has |= u->op == Ops::CMPEQ;
   if (!has) return ast;
   KernelAstCtx ctx;
-  UOpRef k = graph_rewrite(ast, symbolic() + pm_kernel_ast(), &ctx, false, "kernel ast");
+  UOpRef k = graph_rewrite(ast, pm_kernel_ast(), &ctx, false, "kernel ast");
   return ctx.folded ? k : ast;  // a kernel with nothing to fold keeps its AST (and its cache keys) as built
 }
 

@@ -60,6 +60,17 @@ struct GGUFValue {
   double as_double() const;
   const std::string& as_string() const;
   const std::vector<GGUFValue>& as_array() const;
+
+  // Values to write (gguf_save): the GGUF type is the one named.
+  static GGUFValue u32(uint32_t v);
+  static GGUFValue i32(int32_t v);
+  static GGUFValue u64(uint64_t v);
+  static GGUFValue f32(float v);
+  static GGUFValue boolean(bool v);
+  static GGUFValue str(std::string v);
+  static GGUFValue strings(const std::vector<std::string>& v);
+  static GGUFValue floats(const std::vector<float>& v);
+  static GGUFValue ints(const std::vector<int32_t>& v);
 };
 
 /** A GGUF file's contents: version, metadata by key, tensors by name (float32; shape = GGUF dims reversed, so the
@@ -77,5 +88,11 @@ struct GGUFFile {
 GGUFFile gguf_load(const std::string& path, const std::string& device = "");
 /** The same for a GGUF image in memory (`name` stands for the file in errors). */
 GGUFFile gguf_load_bytes(const uint8_t* data, size_t size, const std::string& name, const std::string& device = "");
+/** Write a GGUF v3 file (all or nothing, as safe_save): the metadata, then each tensor (realised, read back as
+ *  float32; GGUF dims are its shape reversed) stored as the GGML type `types` names for it: "f32" (the default),
+ *  "f16", "q8_0" or "q4_0", quantised with ggml's reference formulas (quantize_row_*_ref). A quantised tensor's last
+ *  dim must be a multiple of 32; an unknown type, or metadata that sets general.alignment, is a tg::Error. */
+void gguf_save(const std::string& path, const std::map<std::string, GGUFValue>& metadata,
+               const std::map<std::string, Tensor>& tensors, const std::map<std::string, std::string>& types = {});
 
 }  // namespace tg::nn

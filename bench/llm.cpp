@@ -1,0 +1,106 @@
+// bench/llm: a LLaMA-shaped model with random weights, written as GGUF by tg (examples/llm_model_util.hpp), run by
+// tg and by llama.cpp (npm node-llama-cpp, bench/llm_llama_cpp.mjs) in the same run, on the same file, the same
+// prompt tokens and the same number of threads: prompt processing (one prefill of LLM_PROMPT tokens) and decode (ms
+// a token, tg's TinyJit replays after its 3 capture steps; llama.cpp one token per call). Prints the ratios, the GB/s
+// each decode step reads (tg: float32 weights, dequantised at load; llama.cpp: the file's tensors) and the bytes of
+// tg's KV-cache write (a masked assign of every layer's whole cache each token).
+// Environment: LLM_DIM (512), LLM_LAYERS (8), LLM_HEADS (8), LLM_KV_HEADS (4), LLM_FFN (1536), LLM_CTX (512),
+// LLM_PROMPT (64), LLM_DECODE (32), LLM_TYPES (f32,q8_0), LLM_REPS (3), THREADS (both libraries; default: every CPU),
+// TG_NODE_MODULES (data/node/node_modules). On a busy machine llama.cpp's spinning thread barriers suffer more than
+// tg's pool: compare at THREADS=1 there (bench/run runs both).
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <string>
+#include <thread>
+
+#include "../examples/llm_model_util.hpp"
+#include "bench_util.hpp"
+#include "tg/env.hpp"
+
+using namespace tg;
+
+int main() {
+  bench::LoadReport load;
+  models::LlamaConfig c;
+  c.dim = getenv_int("LLM_DIM", 512), c.n_layers = getenv_int("LLM_LAYERS", 8), c.n_heads = getenv_int("LLM_HEADS", 8);
+  c.n_kv_heads = getenv_int("LLM_KV_HEADS", 4), c.hidden_dim = getenv_int("LLM_FFN", 1536), c.max_context = getenv_int("LLM_CTX", 512);
+  int64_t n_prompt = getenv_int("LLM_PROMPT", 64), n_decode = getenv_int("LLM_DECODE", 32), reps = getenv_int("LLM_REPS", 3);
+  std::string types = getenv_str("LLM_TYPES", "f32,q8_0"), modules = getenv_str("TG_NODE_MODULES", TG_SOURCE_ROOT "/data/node/node_modules");
+  // the same thread count for both: THREADS (tg's CPU backend reads it too), else every CPU
+  unsigned threads = unsigned(getenv_int("THREADS", int64_t(std::thread::hardware_concurrency())));
+  if (!std::filesystem::exists(modules + "/node-llama-cpp/package.json")) {
+    std::fprintf(stderr, "llm: node-llama-cpp is not installed in %s (scripts/datasets installs it)\n", modules.c_str());
+    return 1;
+  }
+  std::vector<int32_t> prompt;
+  for (int64_t i = 0; i < n_prompt; i++) prompt.push_back(int32_t(3 + (i * 7919 + 13) % 339));  // any tokens but BOS/EOS/unk
+  std::printf("model: dim %lld, %lld layers, %lld heads (%lld KV), ffn %lld, context %lld; prompt %lld tokens, decode %lld; %u threads\n",
+              (long long)c.dim, (long long)c.n_layers, (long long)c.n_heads, (long long)c.n_kv_heads, (long long)c.hidden_dim,
+              (long long)c.max_context, (long long)n_prompt, (long long)n_decode, threads);
+  std::stringstream ts(types);
+  for (std::string type; std::getline(ts, type, ',');) {
+    std::string path = (std::filesystem::temp_directory_path() / ("tg_bench_llm_" + std::to_string(getpid()) + "_" + type + ".gguf")).string();
+    llm_util::write_random_llama(path, c, 1, type);
+    double file_bytes = double(std::filesystem::file_size(path));
+    // tg
+    auto llm = models::Llama::from_gguf(path, c.max_context);
+    int64_t params = 0;
+    for (const auto& [name, t] : nn::gguf_load(path).tensors)
+      if (name != "token_embd.weight") params += t.numel();
+    auto run_prefill = [&] {
+      llm->reset();
+      return llm->prefill(prompt, 0, true).to_vector<float>();
+    };
+    double tg_prefill = bench::median_ms(run_prefill, int(reps));
+    std::vector<int32_t> tg_tokens;
+    std::vector<double> per_tok;
+    for (int64_t r = 0; r <= reps; r++) {
+      std::vector<float> logits = run_prefill();
+      tg_tokens.clear();
+      bench::clk::time_point t0;
+      for (int64_t i = 0; i <= n_decode + 3; i++) {
+        int32_t next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+        tg_tokens.push_back(next);
+        if (i == 3) t0 = bench::clk::now();
+        if (i == n_decode + 3) break;
+        logits = llm->decode({next}, n_prompt + i).to_vector<float>();
+      }
+      if (r > 0) per_tok.push_back(bench::ms_since(t0) / double(n_decode));
+    }
+    std::sort(per_tok.begin(), per_tok.end());
+    double tg_decode = per_tok[per_tok.size() / 2];
+    // llama.cpp
+    std::string ids;
+    for (int32_t t : prompt) ids += (ids.empty() ? "" : ",") + std::to_string(t);
+    std::string out = path + ".json";
+    std::string cmd = "node " TG_SOURCE_ROOT "/bench/llm_llama_cpp.mjs '" + modules + "' '" + path + "' " + std::to_string(c.max_context) +
+                      " " + std::to_string(threads) + " " + ids + " " + std::to_string(n_decode + 3) + " " + std::to_string(reps) + " >'" + out + "'";
+    if (std::system(cmd.c_str()) != 0) {
+      std::fprintf(stderr, "llm: llama.cpp run failed: %s\n", cmd.c_str());
+      return 1;
+    }
+    std::ifstream jf(out);
+    nlohmann::json j = nlohmann::json::parse(jf);
+    std::filesystem::remove(out), std::filesystem::remove(path);
+    double peer_prefill = j["prefill_ms"].get<double>(), peer_decode = j["decode_ms_per_token"].get<double>();
+    std::vector<int32_t> peer_tokens = j["tokens"].get<std::vector<int32_t>>();
+    size_t same = 0;
+    while (same < std::min(peer_tokens.size(), tg_tokens.size()) && peer_tokens[same] == tg_tokens[same]) same++;
+    double tg_bytes = 4.0 * double(params), cache_bytes = 16.0 * double(c.max_context * c.n_kv_heads * c.head_dim() * c.n_layers);
+    std::printf("%s: prefill tg %.1f ms (%.0f tokens/s), llama.cpp %.1f ms (%.0f tokens/s): %.2fx; decode tg %.2f ms (%.0f tokens/s, "
+                "%.1f GB/s of float32 weights + %.1f MiB of KV-cache writes a token), llama.cpp %.2f ms (%.0f tokens/s, %.1f GB/s of a "
+                "%.1f MB file): %.2fx; greedy tokens agree for %zu of %zu\n",
+                type.c_str(), tg_prefill, 1e3 * double(n_prompt) / tg_prefill, peer_prefill, 1e3 * double(n_prompt) / peer_prefill,
+                peer_prefill / tg_prefill, tg_decode, 1e3 / tg_decode, tg_bytes / tg_decode / 1e6, cache_bytes / (1 << 20), peer_decode,
+                1e3 / peer_decode, file_bytes / peer_decode / 1e6, file_bytes / 1e6, peer_decode / tg_decode, same, tg_tokens.size());
+    std::string extra = ", \"threads\": " + std::to_string(threads);
+    bench::json("llm_prefill_" + std::to_string(n_prompt) + "_" + type, bench::variant(), tg_prefill, "llama.cpp", peer_prefill, extra);
+    bench::json("llm_decode_" + type, bench::variant(), tg_decode, "llama.cpp", peer_decode, extra);
+  }
+  return 0;
+}

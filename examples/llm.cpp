@@ -1,0 +1,127 @@
+// Text generation with a LLaMA-family GGUF model:
+//   build/examples/llm --model FILE.gguf --prompt "..." [-n N] [--temp T]
+//   [--top-k K] [--top-p P] [--repeat-penalty R] [--seed S] [--ctx C]
+// Encodes the prompt with the file's tokenizer, prefills it in one step, then
+// decodes one token at a time through TinyJit (start_pos bound per token),
+// streaming each token's text; stops after N tokens or at EOS, then prints the
+// prompt and decode rates on stderr. Greedy unless --temp > 0.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+
+#include "tg/error.hpp"
+#include "tg/models/llama.hpp"
+#include "tg/models/sampler.hpp"
+#include "tg/models/tokenizer.hpp"
+
+using namespace tg;
+using clk = std::chrono::steady_clock;
+
+namespace {
+
+[[noreturn]] void usage(const std::string& why) {
+  std::fprintf(stderr,
+               "llm: %s\nusage: llm --model FILE.gguf --prompt TEXT [-n N "
+               "(32)] [--temp T (0: greedy)] [--top-k K (0)] "
+               "[--top-p P (1)] [--repeat-penalty R (1: none; over the last 64 tokens)] [--seed S (0)] [--ctx C (the file's context "
+               "length, at most 2048 by default)]\n",
+               why.c_str());
+  std::exit(2);
+}
+
+double secs(clk::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string model, prompt;
+  int64_t n = 32, ctx = 0;
+  models::SamplerConfig sc;
+  bool have_prompt = false;
+  for (int i = 1; i < argc; i++) {
+    std::string a = argv[i];
+    auto val = [&]() -> std::string {
+      if (i + 1 >= argc) usage(a + " needs a value");
+      return argv[++i];
+    };
+    try {
+      if (a == "--model" || a == "-m")
+        model = val();
+      else if (a == "--prompt" || a == "-p")
+        prompt = val(), have_prompt = true;
+      else if (a == "-n" || a == "--n-predict")
+        n = std::stoll(val());
+      else if (a == "--temp")
+        sc.temperature = std::stod(val());
+      else if (a == "--top-k")
+        sc.top_k = std::stoll(val());
+      else if (a == "--top-p")
+        sc.top_p = std::stod(val());
+      else if (a == "--repeat-penalty")
+        sc.repeat_penalty = std::stod(val());
+      else if (a == "--seed")
+        sc.seed = std::stoull(val());
+      else if (a == "--ctx")
+        ctx = std::stoll(val());
+      else
+        usage("unknown argument " + a);
+    } catch (const std::logic_error&) {
+      usage("bad value for " + a);
+    }
+  }
+  if (model.empty() || !have_prompt) usage("--model and --prompt are required");
+  if (n < 0) usage("-n must be >= 0");
+  try {
+    auto t0 = clk::now();
+    nn::GGUFFile f = nn::gguf_load(model);
+    models::LlamaConfig cfg = models::LlamaConfig::from_gguf(f, model, ctx);
+    if (ctx == 0) cfg.max_context = std::min<int64_t>(cfg.max_context, 2048);
+    models::Tokenizer tok = models::Tokenizer::from_gguf(f, model);
+    models::Llama llm(cfg, std::move(f.tensors));
+    models::Sampler sampler(sc);
+    std::vector<int32_t> ids = tok.encode(prompt);
+    if (int64_t(ids.size()) + n > cfg.max_context)
+      throw Error("[llm] " + std::to_string(ids.size()) + " prompt tokens + " + std::to_string(n) + " new ones exceed the context of " +
+                  std::to_string(cfg.max_context) + " (--ctx)");
+    double load_s = secs(clk::now() - t0);
+    std::cout << tok.decode(ids) << std::flush;
+    auto t1 = clk::now();
+    std::vector<float> logits = llm.prefill(ids, 0, true).to_vector<float>();
+    double prefill_s = secs(clk::now() - t1);
+    int64_t pos = int64_t(ids.size()), made = 0;
+    auto t2 = clk::now(), t_replay = t2;
+    bool first = true;
+    std::vector<int32_t> history = ids;  // for the repetition penalty
+    while (made < n) {
+      int32_t next = sampler.sample(logits, history);
+      history.push_back(next);
+      if (next == tok.eos()) break;
+      std::string piece = tok.piece(next);
+      if (first && ids.size() <= 1 && tok.adds_space_prefix() && !piece.empty() && piece[0] == ' ') piece.erase(0, 1);
+      first = false;
+      std::cout << piece << std::flush;
+      made++;
+      if (made == n) break;
+      logits = llm.decode({next}, pos++).to_vector<float>();
+      if (made == 3) t_replay = clk::now();  // decode steps 1-3 ran eagerly and captured: replays from here
+    }
+    double decode_s = secs(clk::now() - t2);
+    std::cout << "\n";
+    // the first token comes from the prefill's logits: made - 1 decode steps ran, the first 3 capturing the JIT
+    int64_t steps = std::max<int64_t>(made - 1, 0), replays = std::max<int64_t>(steps - 3, 0);
+    double replay_s = secs(clk::now() - t_replay);
+    std::fprintf(stderr, "load: %.2f s; prompt: %zu tokens in %.3f s, %.1f tokens/s; decode: %lld tokens in %.3f s, %.1f tokens/s",
+                 load_s, ids.size(), prefill_s, double(ids.size()) / prefill_s, (long long)steps, decode_s,
+                 steps ? double(steps) / decode_s : 0.0);
+    if (replays > 0)
+      std::fprintf(stderr, " (replayed: %lld, %.3f ms a token, %.1f tokens/s, %zu kernels a token)", (long long)replays,
+                   1e3 * replay_s / double(replays), double(replays) / replay_s, llm.decode_jit()->captured_kernels());
+    std::fprintf(stderr, "\n");
+  } catch (const Error& e) {
+    std::fprintf(stderr, "llm: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,83 @@
+#pragma once
+// A LLaMA-family decoder in tg's Tensor API, as llama.cpp runs its "llama" and "qwen2" architectures: token embedding,
+// RMSNorm, RoPE with the file's theta ("llama": llama.cpp's "normal" mode, rotated pairs are adjacent, x[2i] and
+// x[2i+1]; "qwen2": NEOX mode, x[i] and x[i + head_dim/2]), grouped-query attention (qwen2: biases on q, k, v) with a
+// per-layer KV cache, SwiGLU MLP, output head (tied to the embedding when the file has none). Weights by llama.cpp's
+// GGUF tensor names (token_embd.weight, blk.N.attn_q.weight, ..., output_norm.weight, output.weight), shapes as tg
+// reads them from GGUF: (out_features, in_features).
+// The KV cache holds max_context positions; a decode step's position is the Variable "start_pos", so its kernels are
+// compiled once and TinyJit replays them for every token. Writing into the cache is a masked assign of the whole
+// cache (tg cannot assign into a slice): every token reads and writes each layer's K and V caches once.
+// Thread-safety: a Llama is used from one thread (its caches and JIT are state).
+#include "tg/config.hpp"
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tg/jit.hpp"
+#include "tg/nn/state.hpp"
+#include "tg/tensor.hpp"
+#include "tg/variable.hpp"
+
+namespace tg::models {
+
+/** The hyperparameters, from GGUF metadata ("llama.*" keys) or given. */
+struct LlamaConfig {
+  int64_t dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, hidden_dim = 0, vocab_size = 0;
+  int64_t max_context = 0;  // KV cache length (positions 0..max_context-1)
+  double norm_eps = 1e-5, rope_theta = 10000.0;
+  std::string arch = "llama";  // "llama", or "qwen2": RoPE on the two halves (NEOX), biases on q, k and v
+  bool rope_halves() const { return arch == "qwen2"; }
+  bool qkv_bias() const { return arch == "qwen2"; }
+  int64_t head_dim() const { return dim / n_heads; }
+  /** From a GGUF file's metadata: general.architecture "llama" or "qwen2" (keys under that prefix); max_context 0
+   *  takes its context_length. A missing or inconsistent key is a tg::Error naming `file` and the key. */
+  static LlamaConfig from_gguf(const nn::GGUFFile& f, const std::string& file, int64_t max_context = 0);
+};
+
+class Llama {
+ public:
+  /** The model from weights by llama.cpp's names; a missing or mis-shaped
+   * weight is a tg::Error naming it. */
+  Llama(LlamaConfig cfg, std::map<std::string, Tensor> weights, int64_t batch = 1);
+  /** Load a GGUF file (weights dequantised to float32 by nn::gguf_load). */
+  static std::unique_ptr<Llama> from_gguf(const std::string& path, int64_t max_context = 0, int64_t batch = 1);
+  Llama(const Llama&) = delete;
+  Llama& operator=(const Llama&) = delete;
+
+  const LlamaConfig& config() const { return cfg_; }
+  /** The forward pass of tokens (batch, T) int32 at positions
+   * start_pos..start_pos+T-1, writing their keys and values into the cache:
+   * logits (batch, T, vocab), lazy. T > 1 needs a concrete start_pos (causal
+   * mask); T == 1 takes a symbolic one. `last_only` computes the head for the
+   * last position only: (batch, 1, vocab). */
+  Tensor forward(const Tensor& tokens, const sint& start_pos, bool last_only = false);
+  /** Prefill: forward at a concrete position, realised. */
+  Tensor prefill(const std::vector<int32_t>& tokens, int64_t start_pos = 0, bool last_only = false);
+  /** One decode step for one token per sequence (batch tokens) at `pos`,
+   * through TinyJit with start_pos bound to pos: logits (batch, vocab). */
+  Tensor decode(const std::vector<int32_t>& tokens, int64_t pos);
+  /** Zero the KV caches (a new sequence). */
+  void reset();
+  /** The TinyJit of decode (calls, captured kernels). */
+  const TinyJit* decode_jit() const { return jit_.get(); }
+
+ private:
+  struct Layer {
+    Tensor attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down, cache_k, cache_v;
+    std::optional<Tensor> bq, bk, bv;
+  };
+  Tensor attention(Layer& l, Tensor& resid, const sint& start_pos, int64_t T);  // realises resid with l's caches
+  LlamaConfig cfg_;
+  int64_t batch_;
+  Tensor tok_embd_, output_norm_, output_, rope_cos_, rope_sin_;
+  std::vector<Layer> layers_;
+  Variable start_pos_;
+  std::unique_ptr<TinyJit> jit_;
+};
+
+}  // namespace tg::models

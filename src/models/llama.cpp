@@ -1,0 +1,248 @@
+// The LLaMA-family decoder (see tg/models/llama.hpp): llama.cpp's graph
+// (llama.cpp src/llama-model.cpp, build_llama) written with tg's Tensor ops,
+// and tinygrad's examples/llama3.py for the KV cache under TinyJit.
+#include "tg/models/llama.hpp"
+
+#include <cmath>
+#include <limits>
+
+#include "tg/error.hpp"
+
+namespace tg::models {
+
+namespace {
+
+[[noreturn]] void fail(const std::string& what) { throw Error("[llama] " + what); }
+
+const nn::GGUFValue* find_key(const nn::GGUFFile& f, const std::string& key) {
+  auto it = f.metadata.find(key);
+  return it == f.metadata.end() ? nullptr : &it->second;
+}
+
+}  // namespace
+
+LlamaConfig LlamaConfig::from_gguf(const nn::GGUFFile& f, const std::string& file, int64_t max_context) {
+  const nn::GGUFValue* arch = find_key(f, "general.architecture");
+  if (!arch) fail(file + ": general.architecture is missing");
+  const std::string& a = arch->as_string();
+  if (a != "llama" && a != "qwen2") fail(file + ": architecture '" + a + "' is not supported (this model reads \"llama\" and \"qwen2\")");
+  auto need = [&](const std::string& k) -> const nn::GGUFValue& {
+    const nn::GGUFValue* v = find_key(f, a + "." + k);
+    if (!v) fail(file + ": metadata key " + a + "." + k + " is missing");
+    return *v;
+  };
+  LlamaConfig c;
+  c.arch = a;
+  c.dim = need("embedding_length").as_int();
+  c.n_layers = need("block_count").as_int();
+  c.hidden_dim = need("feed_forward_length").as_int();
+  c.n_heads = need("attention.head_count").as_int();
+  const nn::GGUFValue* kv = find_key(f, a + ".attention.head_count_kv");
+  c.n_kv_heads = kv ? kv->as_int() : c.n_heads;
+  if (const nn::GGUFValue* e = find_key(f, a + ".attention.layer_norm_rms_epsilon")) c.norm_eps = e->as_double();
+  if (const nn::GGUFValue* t = find_key(f, a + ".rope.freq_base")) c.rope_theta = t->as_double();
+  if (const nn::GGUFValue* s = find_key(f, a + ".rope.scaling.type"); s && s->as_string() != "none")
+    fail(file + ": rope scaling '" + s->as_string() + "' is not supported yet");
+  c.max_context = max_context > 0 ? max_context : need("context_length").as_int();
+  auto emb = f.tensors.find("token_embd.weight");
+  if (emb == f.tensors.end()) fail(file + ": tensor 'token_embd.weight' is missing");
+  c.vocab_size = emb->second.shape().at(0);
+  if (c.n_heads <= 0 || c.n_kv_heads <= 0 || c.dim % c.n_heads != 0 || c.n_heads % c.n_kv_heads != 0 || c.head_dim() % 2 != 0)
+    fail(file + ": " + std::to_string(c.n_heads) + " heads, " + std::to_string(c.n_kv_heads) + " KV heads and embedding length " +
+         std::to_string(c.dim) +
+         " do not fit (heads must divide the length into an even head size, KV "
+         "heads the heads)");
+  if (const nn::GGUFValue* r = find_key(f, a + ".rope.dimension_count"); r && r->as_int() != c.head_dim())
+    fail(file + ": " + a + ".rope.dimension_count " + std::to_string(r->as_int()) + " differs from the head size " +
+         std::to_string(c.head_dim()) + " (partial RoPE is not supported)");
+  return c;
+}
+
+Llama::Llama(LlamaConfig cfg, std::map<std::string, Tensor> w, int64_t batch)
+    : cfg_(cfg), batch_(batch), start_pos_("start_pos", 0, std::max<int64_t>(cfg.max_context - 1, 0)) {
+  const LlamaConfig& c = cfg_;
+  if (c.max_context <= 0) fail("max_context must be positive, got " + std::to_string(c.max_context));
+  if (batch <= 0) fail("batch must be positive, got " + std::to_string(batch));
+  int64_t hd = c.head_dim(), kvd = c.n_kv_heads * hd;
+  auto take = [&](const std::string& name, const Shape& shape) {
+    auto it = w.find(name);
+    if (it == w.end()) fail("weight '" + name + "' is missing");
+    if (it->second.shape() != shape)
+      fail("weight '" + name + "' has shape " + shape_str(it->second.shape()) + ", expected " + shape_str(shape));
+    return it->second;
+  };
+  tok_embd_ = take("token_embd.weight", {c.vocab_size, c.dim});
+  output_norm_ = take("output_norm.weight", {c.dim});
+  output_ = w.count("output.weight") ? take("output.weight", {c.vocab_size, c.dim}) : tok_embd_;
+  for (int64_t i = 0; i < c.n_layers; i++) {
+    std::string p = "blk." + std::to_string(i) + ".";
+    Layer l;
+    l.attn_norm = take(p + "attn_norm.weight", {c.dim});
+    l.wq = take(p + "attn_q.weight", {c.dim, c.dim});
+    l.wk = take(p + "attn_k.weight", {kvd, c.dim});
+    l.wv = take(p + "attn_v.weight", {kvd, c.dim});
+    if (c.qkv_bias()) {
+      l.bq = take(p + "attn_q.bias", {c.dim});
+      l.bk = take(p + "attn_k.bias", {kvd});
+      l.bv = take(p + "attn_v.bias", {kvd});
+    }
+    l.wo = take(p + "attn_output.weight", {c.dim, c.dim});
+    l.ffn_norm = take(p + "ffn_norm.weight", {c.dim});
+    l.w_gate = take(p + "ffn_gate.weight", {c.hidden_dim, c.dim});
+    l.w_up = take(p + "ffn_up.weight", {c.hidden_dim, c.dim});
+    l.w_down = take(p + "ffn_down.weight", {c.dim, c.hidden_dim});
+    l.cache_k = Tensor::zeros({batch, c.max_context, c.n_kv_heads, hd}).contiguous().realize();
+    l.cache_v = Tensor::zeros({batch, c.max_context, c.n_kv_heads, hd}).contiguous().realize();
+    layers_.push_back(std::move(l));
+  }
+  // RoPE tables: angle(p, i) = p * theta^(-2i/head_dim), i < head_dim/2
+  std::vector<float> cs(size_t(c.max_context * hd / 2)), sn(cs.size());
+  for (int64_t p = 0; p < c.max_context; p++)
+    for (int64_t i = 0; i < hd / 2; i++) {
+      double a = double(p) * std::pow(c.rope_theta, -2.0 * double(i) / double(hd));
+      cs[size_t(p * hd / 2 + i)] = float(std::cos(a));
+      sn[size_t(p * hd / 2 + i)] = float(std::sin(a));
+    }
+  rope_cos_ = Tensor::from_vector(cs, {c.max_context, hd / 2}).realize();
+  rope_sin_ = Tensor::from_vector(sn, {c.max_context, hd / 2}).realize();
+}
+
+std::unique_ptr<Llama> Llama::from_gguf(const std::string& path, int64_t max_context, int64_t batch) {
+  nn::GGUFFile f = nn::gguf_load(path);
+  LlamaConfig c = LlamaConfig::from_gguf(f, path, max_context);
+  try {
+    return std::make_unique<Llama>(c, std::move(f.tensors), batch);
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + " (in " + path + ")");
+  }
+}
+
+namespace {
+
+// RoPE on x (B, T, heads, hd): llama.cpp's "normal" mode rotates the pairs (x[2i], x[2i+1]), its NEOX mode (halves)
+// the pairs (x[i], x[i + hd/2]), each by the angle of (position, i).
+Tensor rope(const Tensor& x, const Tensor& cos_t, const Tensor& sin_t, const sint& start, int64_t T, bool halves) {
+  int64_t B = x.shape()[0], nh = x.shape()[2], hd = x.shape()[3], h2 = hd / 2;
+  Tensor c = cos_t.shrink({{start, start + T}, {sint(0), sint(h2)}}).reshape({1, T, 1, h2});
+  Tensor s = sin_t.shrink({{start, start + T}, {sint(0), sint(h2)}}).reshape({1, T, 1, h2});
+  if (halves) {
+    Tensor x0 = x.shrink({{0, B}, {0, T}, {0, nh}, {0, h2}}), x1 = x.shrink({{0, B}, {0, T}, {0, nh}, {h2, hd}});
+    return cat({Tensor(x0 * c - x1 * s), Tensor(x0 * s + x1 * c)}, -1);
+  }
+  Tensor xr = x.reshape({B, T, nh, h2, 2});
+  Tensor x0 = xr.shrink({{0, B}, {0, T}, {0, nh}, {0, h2}, {0, 1}}).reshape({B, T, nh, h2});
+  Tensor x1 = xr.shrink({{0, B}, {0, T}, {0, nh}, {0, h2}, {1, 2}}).reshape({B, T, nh, h2});
+  Tensor r0 = x0 * c - x1 * s, r1 = x0 * s + x1 * c;
+  return stack({r0, r1}, -1).reshape({B, T, nh, hd});
+}
+
+}  // namespace
+
+Tensor Llama::attention(Layer& l, Tensor& resid, const sint& start, int64_t T) {
+  Tensor x = resid.rms_norm({cfg_.dim}, l.attn_norm, cfg_.norm_eps);
+  const LlamaConfig& c = cfg_;
+  int64_t B = batch_, H = c.n_heads, KVH = c.n_kv_heads, hd = c.head_dim(), rep = H / KVH, M = c.max_context;
+  auto proj = [&](const Tensor& w, const std::optional<Tensor>& b, int64_t heads) {
+    Tensor y = x.matmul(w.T());
+    return (b ? Tensor(y + *b) : y).reshape({B, T, heads, hd});
+  };
+  Tensor q = rope(proj(l.wq, l.bq, H), rope_cos_, rope_sin_, start, T, c.rope_halves());
+  Tensor k = rope(proj(l.wk, l.bk, KVH), rope_cos_, rope_sin_, start, T, c.rope_halves());
+  // k and v are materialised before they are padded or expanded to the cache's rows: fused into the cache write, their
+  // projections would be computed again for every row of the cache
+  k = k.contiguous();
+  Tensor v = proj(l.wv, l.bv, KVH).contiguous();
+  // write rows start..start+T-1 of both caches: a masked assign of the whole
+  // cache
+  Tensor rows = Tensor::arange(M).reshape({1, M, 1, 1});
+  Tensor here, kn, vn;
+  if (T == 1) {
+    here = Tensor(rows == Tensor::from_sint(start));
+    kn = k.expand({B, M, KVH, hd});
+    vn = v.expand({B, M, KVH, hd});
+  } else {
+    int64_t s = start.value();
+    here = Tensor(rows >= Tensor(int(s))).logical_and(Tensor(rows < Tensor(int(s + T))));
+    kn = k.pad({{0, 0}, {s, M - s - T}, {0, 0}, {0, 0}});
+    vn = v.pad({{0, 0}, {s, M - s - T}, {0, 0}, {0, 0}});
+  }
+  l.cache_k.assign(here.where(kn, l.cache_k));
+  l.cache_v.assign(here.where(vn, l.cache_v));
+  // the residual stream is realised with the caches: the rest of the layer reads it from its buffer instead of
+  // computing the layers before again
+  Tensor::realize_all({&l.cache_k, &l.cache_v, &resid});
+  // attend over positions 0..start+T-1; query head h reads KV head h / rep
+  // (grouped: no copy of the KV heads)
+  sint L = start + T;
+  auto heads = [&](const Tensor& cache) {
+    return cache.shrink({{sint(0), sint(B)}, {sint(0), L}, {sint(0), sint(KVH)}, {sint(0), sint(hd)}})
+        .permute({0, 2, 1, 3})
+        .reshape({sint(B), sint(KVH), sint(1), L, sint(hd)});
+  };
+  Tensor keys = heads(l.cache_k), vals = heads(l.cache_v);
+  Tensor qh = q.permute({0, 2, 1, 3}).reshape({B, KVH, rep, T, hd});
+  Tensor scores = Tensor(qh.matmul(keys.permute({0, 1, 2, 4, 3})) * (1.0 / std::sqrt(double(hd))));
+  if (T > 1) {
+    int64_t s = start.value();
+    scores = Tensor(scores + Tensor::full({T, s + T}, -std::numeric_limits<double>::infinity()).triu(s + 1));
+  }
+  Tensor out = scores.softmax(-1).matmul(vals).reshape({B, H, T, hd}).permute({0, 2, 1, 3}).reshape({B, T, H * hd});
+  return out.matmul(l.wo.T());
+}
+
+Tensor Llama::forward(const Tensor& tokens, const sint& start, bool last_only) {
+  const LlamaConfig& c = cfg_;
+  if (tokens.ndim() != 2 || tokens.shape()[0] != batch_)
+    fail("forward: tokens must be (batch=" + std::to_string(batch_) + ", T), got " + shape_str(tokens.sym_shape()));
+  int64_t B = batch_, T = tokens.shape()[1], D = c.dim;
+  if (T < 1) fail("forward: no tokens");
+  if (T > 1 && !start.is_int()) fail("forward: " + std::to_string(T) + " tokens need a concrete start position, got " + start.str());
+  if (start.min() < 0 || start.max() + T > c.max_context)
+    fail("forward: positions " + start.str() + ".." + start.str() + "+" + std::to_string(T - 1) + " can reach " +
+         std::to_string(start.max() + T - 1) + ", past the KV cache (max_context " + std::to_string(c.max_context) + ")");
+  Tensor x = tok_embd_.index_select(0, tokens.reshape({B * T})).reshape({B, T, D});
+  for (Layer& l : layers_) {
+    Tensor h = Tensor(x + attention(l, x, start, T));
+    Tensor n = h.rms_norm({D}, l.ffn_norm, c.norm_eps);
+    Tensor gate = n.matmul(l.w_gate.T()).silu(), up = n.matmul(l.w_up.T());
+    x = Tensor(h + Tensor(gate * up).matmul(l.w_down.T()));
+  }
+  if (last_only && T > 1) x = x.shrink({{0, B}, {T - 1, T}, {0, D}});
+  return x.rms_norm({D}, output_norm_, c.norm_eps).matmul(output_.T());
+}
+
+Tensor Llama::prefill(const std::vector<int32_t>& tokens, int64_t start_pos, bool last_only) {
+  if (tokens.empty() || int64_t(tokens.size()) % batch_ != 0)
+    fail("prefill: " + std::to_string(tokens.size()) + " tokens do not make " + std::to_string(batch_) + " equal sequences");
+  for (int32_t t : tokens)
+    if (t < 0 || t >= cfg_.vocab_size)
+      fail("prefill: token " + std::to_string(t) + " is outside the vocabulary (0.." + std::to_string(cfg_.vocab_size - 1) + ")");
+  Tensor tok = Tensor::from_vector(tokens, {batch_, int64_t(tokens.size()) / batch_});
+  return forward(tok, sint(start_pos), last_only).realize();
+}
+
+Tensor Llama::decode(const std::vector<int32_t>& tokens, int64_t pos) {
+  if (int64_t(tokens.size()) != batch_)
+    fail("decode: " + std::to_string(tokens.size()) + " tokens for a batch of " + std::to_string(batch_));
+  for (int32_t t : tokens)
+    if (t < 0 || t >= cfg_.vocab_size)
+      fail("decode: token " + std::to_string(t) + " is outside the vocabulary (0.." + std::to_string(cfg_.vocab_size - 1) + ")");
+  if (pos < 0 || pos >= cfg_.max_context)
+    fail("decode: position " + std::to_string(pos) + " is past the KV cache (max_context " + std::to_string(cfg_.max_context) + ")");
+  if (!jit_)
+    jit_ = std::make_unique<TinyJit>(TinyJit::FnVars([this](const std::vector<Tensor>& in, const std::vector<sint>& vars) {
+      return std::vector<Tensor>{forward(in[0], vars[0]).reshape({batch_, cfg_.vocab_size}).contiguous()};
+    }));
+  Tensor tok = Tensor::from_vector(tokens, {batch_, 1}).realize();
+  return (*jit_)({tok}, {start_pos_.bind(pos)})[0];
+}
+
+void Llama::reset() {
+  for (Layer& l : layers_) {
+    l.cache_k.assign(Tensor::zeros(l.cache_k.shape()));
+    l.cache_v.assign(Tensor::zeros(l.cache_v.shape()));
+    Tensor::realize_all({&l.cache_k, &l.cache_v});
+  }
+}
+
+}  // namespace tg::models

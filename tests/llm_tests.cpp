@@ -1,0 +1,289 @@
+// LLMs without libtorch: the SentencePiece-style tokenizer (exact ids, byte
+// fallback, decoding), the sampler (greedy, seeds, top-k/top-p, its
+// distribution), the LLaMA model's checks on its weights and inputs, and its
+// decode step: the KV cache under TinyJit gives the prefill's logits and
+// compiles nothing once it replays; and llama.cpp (npm node-llama-cpp, driven
+// by tests/llm/llama_cpp_run.mjs) running a GGUF written by tg: same prompt
+// tokens, same greedy tokens, logits within its f16-cache / q8_0 tolerance.
+// (tests/torch/torch_llm.cpp compares the model with a libtorch reference.)
+#include <doctest/doctest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "../examples/llm_model_util.hpp"
+#include "test_util.hpp"
+#include "tg/models/llama.hpp"
+#include "tg/models/sampler.hpp"
+#include "tg/models/tokenizer.hpp"
+#include "tg/schedule.hpp"
+
+using namespace tg;
+using tg::test::error_of;
+
+namespace {
+
+models::Tokenizer test_tokenizer() {
+  llm_util::Vocab v = llm_util::byte_vocab();
+  return models::Tokenizer(v.tokens, v.scores, v.types, 1, 2, 0);
+}
+
+models::LlamaConfig tiny() {
+  models::LlamaConfig c;
+  c.dim = 32, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.hidden_dim = 64, c.max_context = 16, c.vocab_size = 50;
+  return c;
+}
+
+std::string tmp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("tg_llm_tests_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+}  // namespace
+
+TEST_CASE(
+    "the SentencePiece tokenizer merges the highest-scoring pairs first "
+    "and falls back to bytes") {
+  models::Tokenizer tok = test_tokenizer();
+  CHECK(tok.vocab_size() == 342);
+  // "▁hello▁world": he and ll tie (he is left of ll: first), ▁he, ll, llo,
+  // ▁hello; then ▁w (wor cannot form: w is taken)
+  std::vector<int32_t> ids = tok.encode("hello world");
+  CHECK(ids == std::vector<int32_t>{1, 333, 308, 274, 277, 271, 263});
+  CHECK(tok.decode(ids) == "hello world");
+  CHECK(tok.piece(333) == " hello");
+  // "é" is no token: its two UTF-8 bytes, "\n" a byte token
+  CHECK(tok.encode("é\n", false) == std::vector<int32_t>{259, 3 + 0xC3, 3 + 0xA9, 3 + 0x0A});
+  CHECK(tok.decode(tok.encode("é\n", false)) == "é\n");
+  CHECK(tok.encode("", true) == std::vector<int32_t>{1});
+  CHECK(tok.encode("the and", false) == std::vector<int32_t>{317, 341});
+  CHECK(tok.piece(1) == "");  // control
+  CHECK(error_of([&] { (void)tok.piece(342); }).find("[tokenizer] token 342 is outside the vocabulary of 342") != std::string::npos);
+  CHECK(error_of([&] { models::Tokenizer({"a", "b"}, {0.f}, {}, 0, 1, -1); }).find("2 tokens but 1 scores") != std::string::npos);
+  CHECK(error_of([&] { models::Tokenizer({"a"}, {}, {}, 5, 0, 0); }).find("BOS token id 5 is outside") != std::string::npos);
+}
+
+TEST_CASE(
+    "the sampler: greedy, seeded draws, top-k, top-p, and the softmax "
+    "distribution") {
+  std::vector<float> l = {0.1f, 2.0f, 2.0f, -1.0f};
+  models::Sampler greedy({});
+  CHECK(greedy.sample(l) == 1);  // the first of equal maxima
+  models::Sampler k1({1.0, 1, 1.0, 5});
+  for (int i = 0; i < 20; i++) CHECK(k1.sample(l) == 1);
+  std::vector<float> p = {std::log(0.5f), std::log(0.3f), std::log(0.2f)};
+  auto draws = [&](models::SamplerConfig c, int n) {
+    models::Sampler s(c);
+    std::vector<int32_t> out;
+    for (int i = 0; i < n; i++) out.push_back(s.sample(p));
+    return out;
+  };
+  CHECK(draws({1.0, 0, 1.0, 7}, 50) == draws({1.0, 0, 1.0, 7}, 50));
+  CHECK(draws({1.0, 0, 1.0, 7}, 50) != draws({1.0, 0, 1.0, 8}, 50));
+  std::vector<int32_t> d = draws({1.0, 0, 1.0, 1}, 20000);
+  double f[3] = {};
+  for (int32_t t : d) f[t] += 1.0 / 20000;
+  CHECK(std::fabs(f[0] - 0.5) < 0.015);
+  CHECK(std::fabs(f[1] - 0.3) < 0.015);
+  CHECK(std::fabs(f[2] - 0.2) < 0.015);
+  // top-p 0.6 keeps 0 and 1 (0.5 < 0.6 <= 0.8), renormalised to 5:3
+  d = draws({1.0, 0, 0.6, 2}, 8000);
+  double c0 = double(std::count(d.begin(), d.end(), 0)), c1 = double(std::count(d.begin(), d.end(), 1));
+  CHECK(std::count(d.begin(), d.end(), 2) == 0);
+  CHECK(std::fabs(c0 / (c0 + c1) - 0.625) < 0.02);
+  // top-k 2 with a high temperature: never the third
+  d = draws({5.0, 2, 1.0, 3}, 2000);
+  CHECK(std::count(d.begin(), d.end(), 2) == 0);
+  CHECK(error_of([] { models::Sampler({1.0, -1, 1.0, 0}); }).find("[sampler] top_k must be >= 0") != std::string::npos);
+  CHECK(error_of([] { models::Sampler({1.0, 0, 0.0, 0}); }).find("top_p must be in (0, 1]") != std::string::npos);
+  CHECK(error_of([&] { (void)greedy.sample({1.f, NAN}); }).find("NaN") != std::string::npos);
+  // the repetition penalty: 2.0 and 1.9 lead; a recent 2.0 becomes 1.0 under penalty 2, a recent negative one doubles
+  std::vector<float> r = {2.0f, 1.9f, -0.5f, 0.2f};
+  models::Sampler pen({0.0, 0, 1.0, 0, 2.0, 2});
+  CHECK(pen.sample(r, {0}) == 1);
+  CHECK(pen.sample(r, {0, 1}) == 0);                 // 1.0, 0.95, -0.5, 0.2
+  CHECK(pen.sample(r, {1, 1, 1}) == 0);              // only the last 2 count, each once: 1.9 -> 0.95
+  CHECK(pen.sample(r, {0, 3, 2}) == 0);              // token 0 is older than the last 2
+  CHECK(pen.sample({-0.1f, -0.15f}, {0}) == 1);      // -0.1 * 2 < -0.15
+  CHECK(error_of([] { models::Sampler({0.0, 0, 1.0, 0, 0.0, 2}); }).find("repeat_penalty must be > 0") != std::string::npos);
+}
+
+TEST_CASE(
+    "Llama names a missing or mis-shaped weight, a bad file and "
+    "positions past its cache") {
+  models::LlamaConfig c = tiny();
+  auto w = llm_util::random_weights(c, 3);
+  auto missing = w;
+  missing.erase("blk.1.ffn_up.weight");
+  CHECK(error_of([&] { models::Llama(c, missing); }).find("[llama] weight 'blk.1.ffn_up.weight' is missing") != std::string::npos);
+  auto bad = w;
+  bad["blk.0.attn_k.weight"] = Tensor::zeros({32, 32});
+  CHECK(error_of([&] { models::Llama(c, bad); })
+            .find("weight 'blk.0.attn_k.weight' has shape (32, 32), expected "
+                  "(16, 32)") != std::string::npos);
+  models::Llama llm(c, w);
+  CHECK(error_of([&] { (void)llm.decode({50}, 0); }).find("token 50 is outside the vocabulary (0..49)") != std::string::npos);
+  CHECK(error_of([&] { (void)llm.decode({3}, 16); }).find("position 16 is past the KV cache (max_context 16)") != std::string::npos);
+  CHECK(error_of([&] { (void)llm.prefill(std::vector<int32_t>(10, 1), 8); }).find("past the KV cache") != std::string::npos);
+  Variable v("start_pos", 0, 15);
+  CHECK(error_of([&] {
+          (void)llm.forward(Tensor::zeros({1, 3}, dtypes::int32), v.bind(2));
+        }).find("need a concrete start position") != std::string::npos);
+  // a GGUF of another architecture, and one without a key
+  std::string p = tmp_path("gpt2.gguf");
+  nn::gguf_save(p, {{"general.architecture", nn::GGUFValue::str("gpt2")}}, {{"token_embd.weight", Tensor::zeros({4, 32})}});
+  CHECK(error_of([&] { (void)models::Llama::from_gguf(p); }).find(p + ": architecture 'gpt2' is not supported") != std::string::npos);
+  nn::gguf_save(p, {{"general.architecture", nn::GGUFValue::str("llama")}}, {{"token_embd.weight", Tensor::zeros({4, 32})}});
+  CHECK(error_of([&] { (void)models::Llama::from_gguf(p); }).find(p + ": metadata key llama.embedding_length is missing") !=
+        std::string::npos);
+  std::filesystem::remove(p);
+}
+
+TEST_CASE(
+    "Llama's decode steps through the KV cache give the prefill's "
+    "logits; replays compile nothing") {
+  models::LlamaConfig c = tiny();
+  models::Llama llm(c, llm_util::random_weights(c, 11));
+  std::vector<int32_t> toks = {1, 7, 42, 3, 19, 25, 8, 33, 12, 40, 5, 2};
+  int64_t T = int64_t(toks.size()), V = c.vocab_size;
+  std::vector<float> all = llm.prefill(toks).to_vector<float>();
+  llm.reset();
+  (void)llm.prefill({toks[0], toks[1]});
+  size_t compiles = 0;
+  set_kernel_compile_hook([&](const UOpRef&, const std::string&) { compiles++; });
+  size_t replay_compiles = 0;
+  for (int64_t t = 2; t < T; t++) {
+    CAPTURE(t);
+    size_t before = compiles;
+    std::vector<float> got = llm.decode({toks[size_t(t)]}, t).to_vector<float>();
+    if (t >= 5) replay_compiles += compiles - before;
+    for (int64_t i = 0; i < V; i++)
+      CHECK(std::fabs(got[size_t(i)] - all[size_t(t * V + i)]) <= 1e-4f * (1 + std::fabs(all[size_t(t * V + i)])));
+  }
+  set_kernel_compile_hook(nullptr);
+  CHECK(llm.decode_jit()->replaying());
+  CHECK(llm.decode_jit()->captured_kernels() > 0);
+  CHECK(replay_compiles == 0);
+}
+
+TEST_CASE(
+    "llama.cpp (node-llama-cpp) runs a tg-written GGUF to the same "
+    "tokens, greedy tokens and logits as tg") {
+  const char* env = std::getenv("TG_NODE_MODULES");
+  std::string modules = env ? env : TG_SOURCE_ROOT "/data/node/node_modules";
+  std::string missing = "node-llama-cpp is not installed in " + modules + ": scripts/setup installs it (scripts/datasets)";
+  REQUIRE_MESSAGE(std::filesystem::exists(modules + "/node-llama-cpp/package.json"), missing);
+  models::LlamaConfig c;
+  c.dim = 64, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.hidden_dim = 128, c.max_context = 64;
+  const std::string prompt = "hello world and the rest";
+  constexpr int kSteps = 8;
+  // llama.cpp keeps its KV cache in f16, and with q8_0 weights quantises the activations to q8_0 as well: the
+  // tolerance is relative to the row's largest |logit| (seen on AMD EPYC Zen 5: 0.1% for f32, 2.8% for q8_0)
+  struct Run {
+    std::string arch, type;
+    double tol;
+  };
+  for (auto [arch, type, tol] : std::initializer_list<Run>{{"llama", "f32", 5e-3}, {"llama", "q8_0", 4e-2}, {"qwen2", "f32", 5e-3}}) {
+    CAPTURE(arch);
+    CAPTURE(type);
+    c.arch = arch;
+    std::string path = tmp_path("llama_cpp_" + arch + "_" + type + ".gguf"), out = path + ".json", err = path + ".err";
+    llm_util::write_random_llama(path, c, 5, type);
+    std::string cmd = "node " TG_SOURCE_ROOT "/tests/llm/llama_cpp_run.mjs '" + modules + "' '" + path + "' '" + prompt + "' " +
+                      std::to_string(kSteps) + " >'" + out + "' 2>'" + err + "'";
+    int rc = std::system(cmd.c_str());
+    auto slurp = [](const std::string& p) {
+      std::ifstream f(p);
+      return std::string(std::istreambuf_iterator<char>(f), {});
+    };
+    std::string node_err = "node failed: " + slurp(err);
+    REQUIRE_MESSAGE(rc == 0, node_err);
+    nlohmann::json j = nlohmann::json::parse(slurp(out));
+    nn::GGUFFile f = nn::gguf_load(path);
+    models::Tokenizer tok = models::Tokenizer::from_gguf(f, path);
+    models::LlamaConfig lc = models::LlamaConfig::from_gguf(f, path);
+    models::Llama llm(lc, std::move(f.tensors));
+    std::vector<int32_t> ids = tok.encode(prompt);
+    CHECK(ids == j["prompt"].get<std::vector<int32_t>>());
+    std::vector<int32_t> want = j["tokens"].get<std::vector<int32_t>>();
+    REQUIRE(want.size() == size_t(kSteps));
+    std::vector<float> logits = llm.prefill(ids, 0, true).to_vector<float>();
+    int64_t pos = int64_t(ids.size());
+    for (int s = 0; s < kSteps; s++) {
+      CAPTURE(s);
+      std::vector<float> ref = j["logits"][size_t(s)].get<std::vector<float>>();
+      REQUIRE(ref.size() == logits.size());
+      float mx = 0, err_max = 0;
+      for (size_t i = 0; i < ref.size(); i++)
+        mx = std::max(mx, std::fabs(ref[i])), err_max = std::max(err_max, std::fabs(ref[i] - logits[i]));
+      CHECK(err_max <= tol * mx);
+      int32_t next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      CHECK(next == want[size_t(s)]);
+      logits = llm.decode({want[size_t(s)]}, pos++).to_vector<float>();
+    }
+    std::filesystem::remove(path), std::filesystem::remove(out), std::filesystem::remove(err);
+  }
+}
+
+TEST_CASE("the GPT-2 byte-level BPE tokenizer: pre-tokenizer pieces, merges by rank, every byte round-trips") {
+  llm_util::Vocab v = llm_util::gpt2_vocab();
+  models::Tokenizer tok = models::Tokenizer::bpe(v.tokens, v.types, v.merges, v.bos, v.eos);
+  CHECK(tok.kind() == models::Tokenizer::Kind::BPE);
+  CHECK(tok.vocab_size() == 281);
+  // "hello" | " world": he, ll, hell, hello (ranks 0-3); Ġw, or, Ġwor, ld, Ġworld (ranks 4-8); merge r is token 256 + r
+  CHECK(tok.encode("hello world") == std::vector<int32_t>{259, 264});
+  // pieces "it" "'s" " the" " 1234" " é": he (rank 0) goes before Ġt (9), so "Ġt h" (10) cannot apply; digits pair
+  // up (12: 15, 34: 16); é is C3 A9 = "Ã©" (17), then "ĠÃ©" (18)
+  CHECK(tok.encode("it's the 1234 é") == std::vector<int32_t>{'i', 't', 256 + 19, 256 + 9, 256 + 0, 32, 256 + 15, 256 + 16, 256 + 18});
+  // whitespace: "\n\n" is one piece (ĊĊ, 22); of three spaces before a word, two make a piece (ĠĠ, 23) and one joins the word
+  CHECK(tok.encode("\n\n") == std::vector<int32_t>{256 + 22});
+  CHECK(tok.encode("a   b") == std::vector<int32_t>{'a', 256 + 23, 32, 'b'});
+  CHECK(tok.piece(264) == " world");
+  CHECK(tok.piece(280) == "");  // <|endoftext|>, a control token
+  for (std::string t : {"hello world", "  leading and trailing  ", "tabs\tand\nnewlines\r\n", "ünïcödé 日本語 🙂 and \x01\x7f bytes",
+                        "numbers 3.14159 and 1,000,000", "it's we'll they'd I'm"}) {
+    CAPTURE(t);
+    CHECK(tok.decode(tok.encode(t)) == t);
+  }
+  CHECK(error_of([&] { (void)tok.encode("bad \xff utf-8"); }).find("[tokenizer] the text is not valid UTF-8") != std::string::npos);
+  CHECK(error_of([&] { (void)models::Tokenizer::bpe(v.tokens, v.types, {"h x"}, -1, -1); }).find("merge 0 'h x' joins or makes a string that is no token") !=
+        std::string::npos);
+  CHECK(error_of([&] { (void)models::Tokenizer::bpe(v.tokens, v.types, {"hx"}, -1, -1); }).find("is not \"left right\"") != std::string::npos);
+}
+
+TEST_CASE("llama.cpp (node-llama-cpp) tokenizes like tg: SentencePiece and GPT-2 BPE vocabularies") {
+  const char* env = std::getenv("TG_NODE_MODULES");
+  std::string modules = env ? env : TG_SOURCE_ROOT "/data/node/node_modules";
+  std::string missing = "node-llama-cpp is not installed in " + modules + ": scripts/setup installs it (scripts/datasets)";
+  REQUIRE_MESSAGE(std::filesystem::exists(modules + "/node-llama-cpp/package.json"), missing);
+  std::vector<std::string> texts = {"hello world", "it's the 1234 é", "\n\nthe  and   world\t!", "ünïcödé 日本語 🙂",
+                                    "numbers 3.14159 and 1,000,000", "  leading and trailing  ", "hellohello worldworld"};
+  models::LlamaConfig c;
+  c.dim = 32, c.n_layers = 1, c.n_heads = 2, c.n_kv_heads = 1, c.hidden_dim = 32, c.max_context = 16;
+  for (const llm_util::Vocab& v : {llm_util::byte_vocab(), llm_util::gpt2_vocab()}) {
+    CAPTURE(v.model);
+    std::string path = tmp_path("tok_" + v.model + ".gguf"), in = path + ".texts.json", out = path + ".json", err = path + ".err";
+    llm_util::write_random_llama(path, c, 1, "f32", v);
+    std::ofstream(in) << nlohmann::json(texts).dump();
+    std::string cmd = "node " TG_SOURCE_ROOT "/tests/llm/llama_cpp_tokenize.mjs '" + modules + "' '" + path + "' '" + in + "' >'" + out +
+                      "' 2>'" + err + "'";
+    int rc = std::system(cmd.c_str());
+    auto slurp = [](const std::string& p) {
+      std::ifstream f(p);
+      return std::string(std::istreambuf_iterator<char>(f), {});
+    };
+    std::string node_err = "node failed: " + slurp(err);
+    REQUIRE_MESSAGE(rc == 0, node_err);
+    auto want = nlohmann::json::parse(slurp(out)).get<std::vector<std::vector<int32_t>>>();
+    models::Tokenizer tok = models::Tokenizer::from_gguf(nn::gguf_load(path), path);
+    REQUIRE(want.size() == texts.size());
+    for (size_t i = 0; i < texts.size(); i++) {
+      CAPTURE(texts[i]);
+      CHECK(tok.encode(texts[i]) == want[i]);
+    }
+    for (const std::string& p : {path, in, out, err}) std::filesystem::remove(p);
+  }
+}
