@@ -218,3 +218,35 @@ TEST_CASE("BEAM searches a kernel with a variable (at the middle of its bounds);
   }
   std::filesystem::remove_all(dir);
 }
+
+TEST_CASE("a one-hot sum is an indexed load: index_select and gather on float and uint8 rows run no reduce") {
+  auto reduces = [](const Tensor& t) {
+    size_t n = 0;
+    Schedule s = create_schedule(std::vector<UOpRef>{t.uop()});
+    for (auto& it : s.items)
+      for (const UOp* u : toposort(it.ast.get())) n += u->op == Ops::REDUCE;
+    return n;
+  };
+  std::vector<float> xf = seq(50 * 6);
+  std::vector<uint8_t> xu(50 * 6);
+  for (size_t i = 0; i < xu.size(); i++) xu[i] = uint8_t(i * 7 % 251);
+  Tensor f = Tensor::from_vector(xf, {50, 6}), u = Tensor::from_vector(xu, {50, 6});
+  std::vector<int32_t> iv{3, 49, 0, 7, -1, 3};  // -1 counts from the end, as torch
+  Tensor idx = Tensor::from_vector(iv);
+  Tensor fs = f.index_select(0, idx), us = u.index_select(0, idx);
+  CHECK(reduces(fs) == 0);
+  CHECK(reduces(us) == 0);
+  std::vector<float> gf = fs.to_vector<float>();
+  std::vector<uint8_t> gu = us.to_vector<uint8_t>();
+  for (size_t r = 0; r < iv.size(); r++)
+    for (size_t c = 0; c < 6; c++) {
+      size_t row = size_t(iv[r] < 0 ? iv[r] + 50 : iv[r]);
+      CHECK(gf[r * 6 + c] == xf[row * 6 + c]);
+      CHECK(gu[r * 6 + c] == xu[row * 6 + c]);
+    }
+  // an index out of range reads nothing (0), not memory past the rows
+  Tensor far = Tensor::from_vector(std::vector<int32_t>{2, 50});
+  std::vector<float> gz = f.gather(0, far.reshape({2, 1}).expand({2, 6})).to_vector<float>();
+  for (size_t c = 0; c < 6; c++) CHECK(gz[c] == xf[2 * 6 + c]);
+  CHECK(reduces(f.gather(0, far.reshape({2, 1}).expand({2, 6}))) == 0);
+}

@@ -393,6 +393,8 @@ UOpRef substitute_gated(const UOpRef& x, const UOp* r, const UOpRef& e, const UO
 UOpRef fold_one_hot_sum(const UOp* red) {
   if (Ops(std::get<int64_t>(red->arg)) != Ops::ADD) return {};
   const UOp* v = red->src(0);
+  std::vector<const UOp*> casts;  // a sum accumulates in a wider dtype (uint8 rows sum as int64): cast(0) is 0
+  while (v->op == Ops::CAST) casts.push_back(v), v = v->src(0);
   if (v->op != Ops::WHERE || !v->src(2)->is_const() || v->src(2)->const_float() != 0) return {};
   const UOp* c = v->src(0);
   if (c->op != Ops::CMPEQ) return {};
@@ -414,6 +416,7 @@ UOpRef fold_one_hot_sum(const UOp* red) {
       UOpRef valid = e->alu(Ops::CMPLT, r->src()[0])->alu(Ops::AND, UOp::cnst_int(r->dtype, -1)->alu(Ops::CMPLT, e));
       UOpRef x = substitute_gated(v->src()[1], r, e, valid);
       UOpRef nv = valid->alu(Ops::WHERE, x, v->src()[2]);
+      for (size_t j = casts.size(); j-- > 0;) nv = nv->cast(casts[j]->dtype);
       std::vector<UOpRef> rest{nv};
       for (size_t j = 1; j < red->nsrc(); j++)
         if (j != k) rest.push_back(red->src()[j]);
