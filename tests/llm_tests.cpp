@@ -26,6 +26,22 @@ using namespace tg;
 using tg::test::error_of;
 
 namespace {
+std::string slurp(const std::string& p) {
+  std::ifstream f(p);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+// Runs a Node script of tests/llm with these arguments (each single-quoted), stdout into `out`, stderr into `err`;
+// the test stops with the script's stderr when it fails. Returns its stdout.
+std::string run_node(const std::string& script, const std::vector<std::string>& args, const std::string& out,
+                     const std::string& err) {
+  std::string cmd = "node " TG_SOURCE_ROOT "/tests/llm/" + script;
+  for (const std::string& a : args) cmd += " '" + a + "'";
+  cmd += " >'" + out + "' 2>'" + err + "'";
+  int rc = std::system(cmd.c_str());
+  std::string node_err = "node failed: " + slurp(err);
+  REQUIRE_MESSAGE(rc == 0, node_err);
+  return slurp(out);
+}
 
 models::Tokenizer test_tokenizer() {
   llm_util::Vocab v = llm_util::byte_vocab();
@@ -192,16 +208,7 @@ TEST_CASE(
     c.arch = arch;
     std::string path = tmp_path("llama_cpp_" + arch + "_" + type + ".gguf"), out = path + ".json", err = path + ".err";
     llm_util::write_random_llama(path, c, 5, type);
-    std::string cmd = "node " TG_SOURCE_ROOT "/tests/llm/llama_cpp_run.mjs '" + modules + "' '" + path + "' '" + prompt + "' " +
-                      std::to_string(kSteps) + " >'" + out + "' 2>'" + err + "'";
-    int rc = std::system(cmd.c_str());
-    auto slurp = [](const std::string& p) {
-      std::ifstream f(p);
-      return std::string(std::istreambuf_iterator<char>(f), {});
-    };
-    std::string node_err = "node failed: " + slurp(err);
-    REQUIRE_MESSAGE(rc == 0, node_err);
-    nlohmann::json j = nlohmann::json::parse(slurp(out));
+    nlohmann::json j = nlohmann::json::parse(run_node("llama_cpp_run.mjs", {modules, path, prompt, std::to_string(kSteps)}, out, err));
     nn::GGUFFile f = nn::gguf_load(path);
     models::Tokenizer tok = models::Tokenizer::from_gguf(f, path);
     models::LlamaConfig lc = models::LlamaConfig::from_gguf(f, path);
@@ -268,16 +275,8 @@ TEST_CASE("llama.cpp (node-llama-cpp) tokenizes like tg: SentencePiece and GPT-2
     std::string path = tmp_path("tok_" + v.model + ".gguf"), in = path + ".texts.json", out = path + ".json", err = path + ".err";
     llm_util::write_random_llama(path, c, 1, "f32", v);
     std::ofstream(in) << nlohmann::json(texts).dump();
-    std::string cmd = "node " TG_SOURCE_ROOT "/tests/llm/llama_cpp_tokenize.mjs '" + modules + "' '" + path + "' '" + in + "' >'" + out +
-                      "' 2>'" + err + "'";
-    int rc = std::system(cmd.c_str());
-    auto slurp = [](const std::string& p) {
-      std::ifstream f(p);
-      return std::string(std::istreambuf_iterator<char>(f), {});
-    };
-    std::string node_err = "node failed: " + slurp(err);
-    REQUIRE_MESSAGE(rc == 0, node_err);
-    auto want = nlohmann::json::parse(slurp(out)).get<std::vector<std::vector<int32_t>>>();
+    auto want = nlohmann::json::parse(run_node("llama_cpp_tokenize.mjs", {modules, path, in}, out, err))
+                    .get<std::vector<std::vector<int32_t>>>();
     models::Tokenizer tok = models::Tokenizer::from_gguf(nn::gguf_load(path), path);
     REQUIRE(want.size() == texts.size());
     for (size_t i = 0; i < texts.size(); i++) {
