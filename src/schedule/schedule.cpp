@@ -542,9 +542,15 @@ struct Template {
 };
 
 std::string device_of(const UOp* u) {
-  while (u->nsrc() && u->op != Ops::BUFFER && u->op != Ops::COPY) u = u->src(0);
-  if (u->op == Ops::BUFFER) return std::get<std::string>(u->src(0)->arg);
-  if (u->op == Ops::COPY) return std::get<std::string>(u->src(1)->arg);
+  auto dev = [](const UOp* n) { return std::get<std::string>(n->op == Ops::BUFFER ? n->src(0)->arg : n->src(1)->arg); };
+  const UOp* v = u;
+  while (v->nsrc() && v->op != Ops::BUFFER && v->op != Ops::COPY) v = v->src(0);
+  if (v->op == Ops::BUFFER || v->op == Ops::COPY) return dev(v);
+  // the first source chain ends at a leaf without a device (a CONST, an arange's RANGE): any buffer below decides
+  // (nearest the root first: a buffer under a COPY belongs to the copy's source device)
+  std::vector<const UOp*> order = toposort(u);
+  for (auto it = order.rbegin(); it != order.rend(); ++it)
+    if (((*it)->op == Ops::BUFFER || (*it)->op == Ops::COPY) && *it != u) return dev(*it);
   return default_device();
 }
 

@@ -230,7 +230,8 @@ Tensor Tensor::arange(double start, double stop, double step, DType dtype, const
   if (d.ptr || d.count != 1 || d.itemsize() > 8) throw Error("[arange] unsupported dtype " + d.name());
   std::string dev = dev_or_default(device);
   checked_nbytes("arange", {n}, d, dev);  // before any host memory
-  if (dtypes::is_int(d) && !dtypes::is_bool(d) && start == std::trunc(start) && step == std::trunc(step) && n > 0 &&
+  // (on the default device only: a RANGE names no device, and its kernel runs where the graph's buffers are)
+  if (dev == default_device() && dtypes::is_int(d) && !dtypes::is_bool(d) && start == std::trunc(start) && step == std::trunc(step) && n > 0 &&
       std::fabs(start) < 0x1p53 && std::fabs(start + double(n - 1) * step) < 0x1p53 &&
       std::min(start, start + double(n - 1) * step) >= double(dtypes::min_int(d)) &&
       std::max(start, start + double(n - 1) * step) <= double(dtypes::max_int(d))) {
