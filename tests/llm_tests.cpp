@@ -202,7 +202,10 @@ TEST_CASE(
     std::string arch, type;
     double tol;
   };
-  for (auto [arch, type, tol] : std::initializer_list<Run>{{"llama", "f32", 5e-3}, {"llama", "q8_0", 4e-2}, {"qwen2", "f32", 5e-3}}) {
+  for (const Run& run : std::initializer_list<Run>{{"llama", "f32", 5e-3}, {"llama", "q8_0", 4e-2}, {"qwen2", "f32", 5e-3}}) {
+    // plain variables, not bindings: clang 14 cannot capture bindings in CAPTURE's lambda (the sanitizer build)
+    const std::string arch = run.arch, type = run.type;
+    const double tol = run.tol;
     CAPTURE(arch);
     CAPTURE(type);
     c.arch = arch;
