@@ -117,21 +117,11 @@ std::vector<const UOp*> kernel_axes(const UOpRef& ast) {
 }
 
 UOpRef substitute(const UOpRef& root, const std::vector<std::pair<const UOp*, UOpRef>>& map) {
-  std::unordered_map<const UOp*, UOpRef> m;
-  for (auto& [k, v] : map) m[k] = v;
-  for (const UOp* n : toposort(root.get())) {
-    if (m.count(n)) continue;
-    std::vector<UOpRef> s;
-    bool changed = false;
-    for (const UOpRef& x : n->src()) {
-      auto it = m.find(x.get());
-      s.push_back(it == m.end() ? x : it->second);
-      changed |= it != m.end();
-    }
-    if (changed) m[n] = n->replace_src(s);
-  }
-  auto it = m.find(root.get());
-  return it == m.end() ? root : it->second;
+  std::unordered_map<const UOp*, UOpRef> m(map.begin(), map.end());
+  return substitute(root, [&](const UOp* u) {
+    auto it = m.find(u);
+    return it == m.end() ? UOpRef{} : it->second;
+  });
 }
 
 UOpRef apply_opt(const UOpRef& ast, const Opt& opt) {
