@@ -526,7 +526,6 @@ std::pair<int, size_t> divmods_of(const Tensor& t) {
 }  // namespace
 
 TEST_CASE("a padded tensor read through a reshape indexes without divisions: its valid bounds the index") {
-  ScopedEnv on("SIMPLIFY_VALID", "1");  // off by default (see schedule.cpp: a codegen bug its index forms expose)
   // (y-1)*64 + (x-1) decoded by // and % through the reshape: under the pad's valid, y-1 and x-1 lie in [0, 64), so
   // the decode folds away (5 IDIV/MOD before).
   std::vector<float> xs = iota_f(3 * 64 * 64);

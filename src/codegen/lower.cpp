@@ -627,7 +627,6 @@ CompiledKernel lower_kernel(const UOpRef& ast, const std::string& name, Renderer
   LaunchDims& dims = ctx.dims;
   CompiledKernel ck;
   ck.name = name;
-  ck.sink = k;
   ck.dims = dims;
   // Every buffer of the AST stays a parameter, read or not: a load whose gate folded to false (a slice that falls
   // inside one input of a cat) leaves its buffer unread, and the launch still passes buffers by position.
@@ -640,6 +639,7 @@ CompiledKernel lower_kernel(const UOpRef& ast, const std::string& name, Renderer
       if (u->op == Ops::PARAM && !have.count(u)) src.push_back(UOpRef(u));
     if (src.size() != k->nsrc()) k = k->replace_src(src);
   }
+  ck.sink = k;  // the program's nodes live as long as the kernel
   ck.program = linearize(k);
   for (const UOp* u : ck.program) {
     if (u->op == Ops::PARAM) ck.n_params = std::max(ck.n_params, int(std::get<int64_t>(u->arg)) + 1);

@@ -52,18 +52,8 @@ struct Access {
 // wherever the load reads, so x is replaced by a variable with those bounds, the index simplified, and x put back.
 // A padded tensor read through a reshape, (y-1)*320 + (x-1) decoded by // and %, loses its divisions and modulos
 // once y-1 and x-1 are known to lie in [0, 320). Lanes where the valid is false read nothing (a gated load).
-// Kernels with variables (symbolic shapes) keep their indices as built: simplifying them under the valid gave wrong
-// values in the LLM decode step (left to find: see issue 19's note).
-// SIMPLIFY_VALID=1 turns it on. Off by default: with it, kernels of the LLM example failed to lower ("used before it is
-// defined") or computed wrong logits, and a fused AdamW step's kernel hit a linearize cycle; the codegen bug these
-// index forms expose is not found yet (issue 18's note).
-bool simplify_valid_on() { return getenv_int("SIMPLIFY_VALID", 0) != 0; }
-bool has_var(const UOpRef& e) {
-  for (const UOp* u : toposort(e.get()))
-    if (u->op == Ops::DEFINE_VAR) return true;
-  return false;
-}
-
+// SIMPLIFY_VALID=0 turns it off (to compare kernels).
+bool simplify_valid_on() { return getenv_int("SIMPLIFY_VALID", 1) != 0; }
 UOpRef simplify_given_valid(const UOpRef& idx, const UOpRef& valid) {
   std::vector<const UOp*> clauses, st{valid.get()};
   while (!st.empty()) {
@@ -95,15 +85,23 @@ UOpRef simplify_given_valid(const UOpRef& idx, const UOpRef& valid) {
   return substitute(graph_rewrite(substitute(idx, to_var), symbolic(), nullptr, false, "simplify given valid"), back);
 }
 
+// A memo key: the node and its access. The key owns the access's index nodes: identity is by address, and a node
+// freed while its key is still in the memo could be replaced by another at the same address (an index that a load
+// simplified under its valid no longer holds its parts; such a reuse gave one load another load's value).
 struct AccessKey {
   const UOp* node;
-  std::vector<const UOp*> parts;
-  bool operator==(const AccessKey&) const = default;
+  std::vector<UOpRef> parts;
+  bool operator==(const AccessKey& o) const {
+    if (node != o.node || parts.size() != o.parts.size()) return false;
+    for (size_t i = 0; i < parts.size(); i++)
+      if (parts[i].get() != o.parts[i].get()) return false;
+    return true;
+  }
 };
 struct AccessKeyHash {
   size_t operator()(const AccessKey& k) const {
     size_t h = std::hash<const void*>()(k.node);
-    for (auto* p : k.parts) h = h * 1000003u ^ std::hash<const void*>()(p);
+    for (auto& p : k.parts) h = h * 1000003u ^ std::hash<const void*>()(p.get());
     return h;
   }
 };
@@ -118,7 +116,6 @@ struct KernelBuilder {
   std::vector<const UOp*> not_hoisted;  // row_fused EXPANDs whose value would be recomputed in this kernel
   int next_range = 0;
   std::unordered_map<AccessKey, UOpRef, AccessKeyHash> memo;
-  std::vector<Access> keep;
 
   int param_of(const UOp* m) {
     for (size_t i = 0; i < params.size(); i++)
@@ -129,8 +126,8 @@ struct KernelBuilder {
 
   static AccessKey key(const UOp* n, const Access& a) {
     AccessKey k{n, {}};
-    for (auto& i : a.idx) k.parts.push_back(i.get());
-    k.parts.push_back(a.valid.get());
+    for (auto& i : a.idx) k.parts.push_back(i);
+    k.parts.push_back(a.valid);
     return k;
   }
 
@@ -151,7 +148,7 @@ struct KernelBuilder {
     int p = param_of(buf);
     UOpRef param = UOp::make(Ops::PARAM, n->dtype.ptr_to(), {}, int64_t(p));
     UOpRef lin = linear(shapes.at(n), a);
-    if (a.valid && simplify_valid_on() && !has_var(lin) && !has_var(a.valid)) lin = simplify_given_valid(lin, a.valid);
+    if (a.valid && simplify_valid_on()) lin = simplify_given_valid(lin, a.valid);
     UOpRef idx = UOp::make(Ops::INDEX, param->dtype, {param, lin});
     if (a.valid) return UOp::make(Ops::LOAD, n->dtype, {idx, UOp::cnst(n->dtype, 0), a.valid});
     return UOp::make(Ops::LOAD, n->dtype, {idx});
@@ -765,7 +762,7 @@ Template build_template(std::span<const UOpRef> roots_in) {
         item.slots.push_back(value_slot(u->src(0)));
         item.ast = UOpRef(u);
       } else {
-        KernelBuilder kb{shapes, realized, u, row_fused, {}, {}, 0, {}, {}};
+        KernelBuilder kb{shapes, realized, u, row_fused, {}, {}, 0, {}};
         item.ast = kernel_ast_rules(kb.kernel_ast());
         retry.insert(kb.not_hoisted.begin(), kb.not_hoisted.end());
         for (const UOp* p : kb.params) {
