@@ -234,3 +234,42 @@ TEST_CASE("pow at its edges: torch's values and gradients") {
   CHECK(std::isnan(gy[3]));
   CHECK(gy[4] == doctest::Approx(std::log(3.0)));
 }
+
+TEST_CASE("prod's gradient is the product of the others, exact at zeros (torch's values)") {
+  auto grad_of = [](std::vector<float> v) {
+    auto x = Tensor::from_vector(v).requires_grad_();
+    x.prod().backward();
+    return x.grad().to_vector<float>();
+  };
+  CHECK(grad_of({2, 3, 4}) == std::vector<float>{12, 8, 6});
+  CHECK(grad_of({2, 0, 3}) == std::vector<float>{0, 6, 0});  // torch.prod backward: the zero gets 2*3
+  CHECK(grad_of({0, 0, 3}) == std::vector<float>{0, 0, 0});
+  // along an axis, keepdim, rows with and without zeros
+  auto x = Tensor::from_vector(std::vector<float>{1, 0, 5, 2, 3, 4}, {2, 3}).requires_grad_();
+  Tensor(x.prod({1}, true) * Tensor::from_vector(std::vector<float>{1, 10}, {2, 1})).sum().backward();
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{0, 5, 0, 120, 80, 60});
+}
+
+TEST_CASE("a copy to another device passes the gradient back to the source's device") {
+  std::string here = default_device(), there = here == "CPU" ? "CL" : "CPU";
+  auto x = Tensor::from_vector(std::vector<float>{1, 2, 3}, {3}, here).requires_grad_();
+  Tensor y = x.to(there);
+  Tensor(y * y * 3.0f).sum().backward();
+  CHECK(get_device(x.grad().device()).name() == get_device(x.device()).name());
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{6, 12, 18});
+}
+
+TEST_CASE("one weight in two stacked convolutions gets the sum of both uses' gradients") {
+  // conv(relu(conv(x, w)), w) against the same network with two copies of w: d/dw = d/dw1 + d/dw2
+  for (int64_t c : {3, 16}) {  // few input channels (gradient of the forward graph) and many (channels-last)
+    CAPTURE(c);
+    Tensor x = Tensor::rand({2, c, 6, 6}).realize();
+    Tensor w0 = Tensor(Tensor::rand({c, c, 3, 3}) - 0.5f).realize();
+    auto w = Tensor(w0 * 1.0f).contiguous().realize().requires_grad_();
+    x.conv2d(w, std::nullopt, 1, 1).relu().conv2d(w, std::nullopt, 1, 1).sum().backward();
+    auto w1 = Tensor(w0 * 1.0f).contiguous().realize().requires_grad_(), w2 = Tensor(w0 * 1.0f).contiguous().realize().requires_grad_();
+    x.conv2d(w1, std::nullopt, 1, 1).relu().conv2d(w2, std::nullopt, 1, 1).sum().backward();
+    auto g = w.grad().to_vector<float>(), g1 = w1.grad().to_vector<float>(), g2 = w2.grad().to_vector<float>();
+    for (size_t i = 0; i < g.size(); i++) CHECK(g[i] == doctest::Approx(g1[i] + g2[i]).epsilon(1e-5));
+  }
+}

@@ -18,8 +18,9 @@ thread_local bool g_no_grad = false;
 struct GradCtx {
   Tensor grad;
   const std::unordered_map<const UOp*, Shape>* shapes;
-  std::string device;
-  Tensor T(const UOp* u) const { return Tensor(UOpRef(u), shapes->at(u), device); }
+  const std::unordered_map<const UOp*, std::string>* devices;  // each forward node's device
+  std::string dev(const UOp* u) const { return devices->at(u); }
+  Tensor T(const UOp* u) const { return Tensor(UOpRef(u), shapes->at(u), dev(u)); }
 };
 
 UOpRef none() { return UOp::make(Ops::NOOP, dtypes::void_); }
@@ -74,7 +75,15 @@ UOpRef do_grad_reduce(const UOp* r, GradCtx& c) {
       Tensor count = is_max.sum(ra.axes, true).expand(in);
       return tup({Tensor(is_max / count * g.expand(in)).uop()});
     }
-    case Ops::MUL: return tup({Tensor(Tensor(g * ret).expand(in) / x).uop()});
+    case Ops::MUL: {
+      // d prod / d x_i = the product of the others: prod / x_i without zeros (as torch), else exact: with one zero
+      // the zero's gradient is the product of the rest and the others' is 0; with two or more all are 0 (no 0/0)
+      Tensor is0 = Tensor(x == 0.0), ge = g.expand(in);
+      Tensor rest = is0.where(Tensor(1.0), x).prod(ra.axes, true).expand(in);
+      Tensor zeros = is0.cast(x.dtype()).sum(ra.axes, true).expand(in);
+      Tensor at0 = Tensor(zeros == 1.0).where(rest, Tensor(0.0)), other = Tensor(zeros == 0.0).where(Tensor(rest / x), Tensor(0.0));
+      return tup({Tensor(is0.where(at0, other) * ge).uop()});
+    }
     default: return tup({none()});
   }
 }
@@ -186,7 +195,12 @@ const PatternMatcher& pm_gradient() {
            [](auto& m) { return do_grad_custom(m.root, m.template ctx<GradCtx>()); }),  // Tensor::custom_gradient
       rule(op_any<opset<Ops::CONTIGUOUS>>,
            [](auto& m) { return tup({m.template ctx<GradCtx>().grad.uop()}); }),  // d contiguous(x) = dx
-      rule(op_any<opset<Ops::DETACH, Ops::COPY, Ops::ASSIGN>>,
+      rule(op_any<opset<Ops::COPY>>,  // d x.to(dev) = the gradient copied back to x's device
+           [](auto& m) {
+             auto& c = m.template ctx<GradCtx>();
+             return tup({c.grad.to(c.dev(m.root->src(0))).uop(), none()});
+           }),
+      rule(op_any<opset<Ops::DETACH, Ops::ASSIGN>>,
            [](auto& m) { return tup(std::vector<UOpRef>(m.root->nsrc(), none())); })));  // stops gradients
   return pm;
 }
@@ -200,6 +214,22 @@ std::vector<UOpRef> compute_gradient(const UOpRef& root, const UOpRef& root_grad
     for (auto& s : u->src()) in.push_back(&shapes.at(s.get()));
     shapes[u] = infer_shape(u->op, in, u->arg, u->dtype);
   }
+  // Each node's device: a buffer's, a copy's target, else its first source's that has one (the root's for none).
+  std::unordered_map<const UOp*, std::string> devices;
+  for (const UOp* u : topo) {
+    std::string d;
+    if (u->op == Ops::BUFFER) d = std::get<std::string>(u->src(0)->arg);
+    else if (u->op == Ops::COPY) d = std::get<std::string>(u->src(1)->arg);
+    else
+      for (auto& s : u->src())
+        if (auto it = devices.find(s.get()); it != devices.end() && !it->second.empty() && s->op != Ops::DEVICE) {
+          d = it->second;
+          break;
+        }
+    devices[u] = d;
+  }
+  for (auto& [u, d] : devices)
+    if (d.empty()) d = device;
   // Only nodes on a path from a target to the root need a gradient.
   std::unordered_set<const UOp*> tset;
   for (auto& t : targets) tset.insert(t.get());
@@ -219,14 +249,14 @@ std::vector<UOpRef> compute_gradient(const UOpRef& root, const UOpRef& root_grad
     bool any_src = false;
     for (auto& s : u->src()) any_src |= on_path.count(s.get()) > 0;
     if (!any_src) continue;
-    GradCtx ctx{git->second, &shapes, device};
+    GradCtx ctx{git->second, &shapes, &devices};
     UOpRef t = pm_gradient().rewrite(u, &ctx);
     if (!t) throw Error(std::string("[gradient] no gradient rule for ") + op_name(u->op));
     for (size_t k = 0; k < u->nsrc(); k++) {
       const UOp* s = u->src(k);
       const UOp* g = t->src(k);
       if (g->op == Ops::NOOP || !on_path.count(s)) continue;
-      Tensor gt(UOpRef(g), shapes.at(s), device);
+      Tensor gt(UOpRef(g), shapes.at(s), devices.at(s));
       if (!(gt.dtype() == s->dtype) && dtypes::is_float(s->dtype)) gt = gt.cast(s->dtype);
       auto it = grads.find(s);
       if (it == grads.end()) grads.emplace(s, gt);

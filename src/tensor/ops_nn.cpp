@@ -1,6 +1,7 @@
 // nn functional: convolutions (sliding windows from movement ops, then multiply and sum, like tinygrad's
 // _pool), transposed convolutions, pools, norms, dropout, attention, embedding and interpolation.
 #include <algorithm>
+#include <atomic>
 
 #include "ops_util.hpp"
 
@@ -116,7 +117,17 @@ Tensor conv_impl(const Tensor& x0, const Tensor& w, const std::optional<Tensor>&
       for (size_t i = 0; i < n; i++) back.push_back(int64_t(1 + i));
       gw = Tensor(prod.sum(red)).permute(back).cast(wi.dtype());  // (Cout, *k, Cin) -> (Cout, Cin, *k)
     } else {
-      gw = value.gradient({wi}, &g)[0];
+      // d/dw with the input held constant: the input may itself depend on w (one weight in two stacked
+      // convolutions), and that path belongs to the outer gradient, through this convolution's gx. The input is
+      // a placeholder leaf while differentiating, then put back (the result still depends on it: second order)
+      static std::atomic<int64_t> next_id{0};
+      UOpRef dev = UOp::make(Ops::DEVICE, dtypes::void_, {}, xi.device());
+      UOpRef hole = UOp::make(Ops::BUFFER, xi.dtype(), {dev}, std::vector<int64_t>{INT64_MIN / 2 + next_id++, xi.numel()});
+      UOpRef held = Tensor(hole, {xi.numel()}, xi.device()).reshape(xi.shape()).uop(), flat = xi.reshape({xi.numel()}).uop();
+      const UOp* xu = xi.uop().get();
+      Tensor fwd(substitute(value.uop(), [&](const UOp* u) { return u == xu ? held : UOpRef{}; }), value.shape(), value.device());
+      Tensor gwh = fwd.gradient({wi}, &g)[0];
+      gw = Tensor(substitute(gwh.uop(), [&](const UOp* u) { return u == hole.get() ? flat : UOpRef{}; }), gwh.shape(), gwh.device());
     }
     return std::vector<std::optional<Tensor>>{gx.cast(xi.dtype()), gw};
   });
