@@ -699,3 +699,30 @@ TEST_CASE("every optimiser trains a small conv net under TinyJit exactly as it d
     CHECK(eager.back() < eager.front());
   }
 }
+
+TEST_CASE("TinyJit refuses a function that reads a value computed from its inputs on the host; other host reads are fine") {
+  Tensor w = Tensor::from_vector<float>({1, 2, 3}).realize();
+  TinyJit data_read([&](const std::vector<Tensor>& in) {
+    float s = Tensor(in[0] * 1.0f).sum().item<float>();  // a value of the input, read while capturing
+    return std::vector<Tensor>{Tensor(in[0] + s)};
+  });
+  TinyJit weight_read([&](const std::vector<Tensor>& in) {
+    float s = w.sum().item<float>();  // no input in it: the same on every call
+    return std::vector<Tensor>{Tensor(in[0] + s)};
+  });
+  std::string err;
+  for (int i = 0; i < 5; i++) {
+    Tensor x = Tensor::full({3}, float(i)).realize();
+    if (err.empty()) {
+      try {
+        data_read({x});
+      } catch (const Error& e) {
+        err = e.what();
+      }
+    }
+    CHECK(weight_read({x})[0].to_vector<float>() == std::vector<float>{float(i) + 6, float(i) + 6, float(i) + 6});
+  }
+  CHECK(err.find("computed from its inputs on the host") != std::string::npos);
+  CHECK(data_read.reads_inputs_on_host());
+  CHECK_FALSE(weight_read.reads_inputs_on_host());
+}

@@ -27,6 +27,9 @@ struct JitItem {
 /** Start / stop recording every item run_schedule executes on this thread. */
 void jit_begin_capture(std::vector<JitItem>* sink);
 void jit_end_capture();
+/** During a TinyJit capture, notes a host read (to_vector, item) of buffer `b`: the capture cannot be replayed if
+ *  `b` holds a value computed from the function's inputs (a replay would reuse the value read at capture). */
+void jit_note_host_read(const Buffer* b);
 /** Run one captured item on these buffers (same count and sizes as captured). */
 void jit_run(const JitItem& item, const std::vector<Buffer*>& bufs, const VarVals& vals = {});
 
@@ -45,11 +48,15 @@ class TinyJit {
   int calls() const { return calls_; }
   bool replaying() const { return calls_ >= 3; }
   size_t captured_kernels() const { return items_.size(); }
+  /** Whether a capture read a value computed from the inputs on the host (the call threw: such a function cannot be
+   *  replayed; run it without the JIT). */
+  bool reads_inputs_on_host() const { return reads_inputs_; }
 
  private:
   std::vector<Tensor> run_capture(const std::vector<Tensor>& inputs, const std::vector<sint>& vars, std::vector<JitItem>& items);
   FnVars fn_;
   int calls_ = 0;
+  bool reads_inputs_ = false;
   std::vector<std::pair<std::string, DType>> specs_;  // each input's shape (symbolic dims by expression) and dtype
   std::vector<std::string> var_names_;
   std::vector<JitItem> items_;

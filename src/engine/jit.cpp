@@ -1,6 +1,8 @@
 // TinyJit: capture, verify, replay.
 #include "tg/jit.hpp"
 
+#include <unordered_set>
+
 #include "tg/device.hpp"
 #include "tg/schedule.hpp"
 
@@ -31,11 +33,36 @@ VarVals call_vals(const std::vector<Tensor>& inputs, const std::vector<sint>& va
     if (t.is_symbolic()) roots.push_back(t.uop());
   return bound_vars(roots, "TinyJit");
 }
+// The capture in progress on this thread: its items so far, the function's input buffers, whether a host read saw
+// a value computed from them.
+struct CaptureWatch {
+  const std::vector<JitItem>* items = nullptr;
+  std::vector<const Buffer*> inputs;
+  bool input_read = false;
+};
+thread_local CaptureWatch* g_watch = nullptr;
 }  // namespace
+
+void jit_note_host_read(const Buffer* b) {
+  CaptureWatch* w = g_watch;
+  if (!w || w->input_read) return;
+  // taint: the inputs, then every buffer an item writes (bufs[0]) from a tainted one
+  std::unordered_set<const Buffer*> tainted(w->inputs.begin(), w->inputs.end());
+  for (const JitItem& it : *w->items)
+    for (size_t k = 1; k < it.bufs.size(); k++)
+      if (tainted.count(it.bufs[k].get())) {
+        tainted.insert(it.bufs[0].get());
+        break;
+      }
+  w->input_read = tainted.count(b) > 0;
+}
 
 std::vector<Tensor> TinyJit::run_capture(const std::vector<Tensor>& inputs, const std::vector<sint>& vars,
                                          std::vector<JitItem>& items) {
+  CaptureWatch watch{&items, {}, false};
+  for (auto& t : inputs) watch.inputs.push_back(buffer_of(contiguous_buffer(t.uop().get())).get());
   jit_begin_capture(&items);
+  g_watch = &watch;
   std::vector<Tensor> out;
   try {
     out = fn_(inputs, vars);
@@ -44,9 +71,17 @@ std::vector<Tensor> TinyJit::run_capture(const std::vector<Tensor>& inputs, cons
     Tensor::realize_all(ptrs);
   } catch (...) {
     jit_end_capture();
+    g_watch = nullptr;
     throw;
   }
   jit_end_capture();
+  g_watch = nullptr;
+  if (watch.input_read) {
+    reads_inputs_ = true;
+    throw Error("[TinyJit] the function read a value computed from its inputs on the host (to_vector, item, a shape "
+                "or branch taken from data): a replay would reuse the value read during the capture; run it without "
+                "the JIT");
+  }
   return out;
 }
 

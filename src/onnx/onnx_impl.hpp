@@ -8,10 +8,13 @@
 
 #include <functional>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
+#include "tg/jit.hpp"
 #include "tg/onnx.hpp"
 
 namespace tg::onnx {
@@ -30,6 +33,15 @@ Value value_of_proto(const pb::TensorProto& t, const std::string& where, const s
 /** A checked TensorProto -> realised Tensor (strings refused); base_dir "" forbids external data. */
 Tensor tensor_of_proto(const pb::TensorProto& t, const std::string& where, const std::string& base_dir);
 
+/** A captured run for one input signature (names, shapes, dtypes): replayed by TinyJit, or marked eager when
+ *  the graph cannot be replayed (it reads input data on the host, or returns sequences or strings). */
+struct RunJit {
+  std::mutex mu;  // one call at a time
+  std::unique_ptr<TinyJit> jit;
+  bool eager = false;
+  bool non_tensor = false;  // set by the captured function: an output is not a tensor
+};
+
 struct Model::Impl {
   std::string name, base_dir;
   pb::ModelProto proto;
@@ -37,6 +49,9 @@ struct Model::Impl {
   std::map<std::string, Tensor> initializers;
   std::vector<ValueInfo> inputs, outputs;
   std::map<std::string, std::string> kinds;  // declared kind of each graph input/output
+  mutable std::mutex jits_mu;
+  mutable std::map<std::string, std::shared_ptr<RunJit>> jits;  // by input signature, at most kMaxJits
+  static constexpr size_t kMaxJits = 32;
 };
 
 /** Run one graph (the main graph or a subgraph of If/Loop/Scan) with `scope` holding outer values. */

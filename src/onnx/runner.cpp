@@ -2,6 +2,10 @@
 // with its inputs and attributes. Values stay lazy Tensors; only inputs that decide shapes are read on the host.
 #include "onnx_impl.hpp"
 
+#include "tg/device.hpp"
+#include "tg/env.hpp"
+#include "tg/schedule.hpp"
+
 namespace tg::onnx {
 
 namespace {
@@ -185,9 +189,88 @@ std::map<std::string, Value> Model::run(const std::map<std::string, Value>& inpu
       if (!is_init) fail(impl_->name, "the model has no input '" + k + "'");
       scope[k] = v;  // overriding an initializer
     }
-  std::vector<Value> outs = run_graph(*impl_, impl_->proto.graph(), scope, {});
+  const Impl& m = *impl_;
+  auto eager = [&]() {
+    std::vector<Value> outs = run_graph(m, m.proto.graph(), scope, {});
+    std::map<std::string, Value> res;
+    for (size_t i = 0; i < outs.size(); i++) res[m.outputs[i].name] = outs[i];
+    return res;
+  };
+  // Replayed runs (ONNX_JIT=0 turns them off): the graph's kernels for one input signature are captured by
+  // TinyJit and launched again without building, scheduling or lowering anything. Inputs that are all tensors
+  // and are all declared inputs (not initializer overrides) qualify; a graph that reads input data on the host
+  // (a shape or a branch taken from values) or returns sequences runs eagerly from then on.
+  std::vector<std::string> names;
+  std::vector<Tensor> ins;
+  std::string sig;
+  for (const auto& vi : m.inputs) {
+    auto it = inputs.find(vi.name);
+    if (it == inputs.end()) {
+      sig += vi.name + "=none;";
+      continue;
+    }
+    if (it->second.kind != Value::Kind::Tensor) return eager();
+    const Tensor& t = it->second.tensor;
+    if (t.is_symbolic()) return eager();
+    names.push_back(vi.name);
+    ins.push_back(t);
+    sig += vi.name + "=" + t.dtype().name() + shape_str(t.shape()) + "@" + t.device() + ";";
+  }
+  if (names.size() != inputs.size() || getenv_int("ONNX_JIT", 1) == 0) return eager();
+  std::shared_ptr<RunJit> rj;
+  {
+    std::lock_guard lk(m.jits_mu);
+    auto it = m.jits.find(sig);
+    if (it != m.jits.end()) rj = it->second;
+    else if (m.jits.size() < Impl::kMaxJits) rj = m.jits[sig] = std::make_shared<RunJit>();
+  }
+  if (!rj) return eager();  // too many signatures: new shapes run eagerly
+  std::lock_guard lk(rj->mu);
+  if (rj->eager) return eager();
+  if (!rj->jit) {
+    RunJit* state = rj.get();
+    const Impl* mp = &m;
+    std::map<std::string, Value> fixed;  // the omitted optional inputs
+    for (const auto& [k, v] : scope)
+      if (!inputs.count(k)) fixed[k] = v;
+    rj->jit = std::make_unique<TinyJit>([state, mp, names, fixed](const std::vector<Tensor>& in) {
+      std::map<std::string, Value> sc = fixed;
+      for (size_t i = 0; i < names.size(); i++) sc[names[i]] = Value::of(in[i]);
+      std::vector<Value> outs = run_graph(*mp, mp->proto.graph(), sc, {});
+      std::vector<Tensor> ts;
+      for (const Value& v : outs) {
+        if (v.kind != Value::Kind::Tensor) {
+          state->non_tensor = true;
+          throw Error("[onnx] an output is not a tensor");
+        }
+        ts.push_back(v.tensor);
+      }
+      return ts;
+    });
+  }
+  std::vector<Tensor> outs;
+  try {
+    outs = (*rj->jit)(ins);
+  } catch (const Error&) {
+    if (!rj->jit->reads_inputs_on_host() && !rj->non_tensor) throw;
+    rj->eager = true;
+    rj->jit.reset();
+    return eager();
+  }
+  // The JIT's outputs are its buffers, overwritten by the next replay: the caller gets copies (buffer to buffer,
+  // nothing scheduled).
   std::map<std::string, Value> res;
-  for (size_t i = 0; i < outs.size(); i++) res[impl_->outputs[i].name] = outs[i];
+  std::vector<uint8_t> host;
+  for (size_t i = 0; i < outs.size(); i++) {
+    const Tensor& t = outs[i];
+    const UOp* b = contiguous_buffer(t.uop().get());
+    if (!b) throw Error("[onnx] " + m.name + ": internal: output '" + m.outputs[i].name + "' is not a buffer after the run");
+    std::shared_ptr<Buffer> src = buffer_of(b);
+    auto dst = std::make_shared<Buffer>(src->device(), src->dtype(), src->size());
+    host.resize(src->nbytes());
+    if (!host.empty()) src->copyout(host.data(), host.size()), dst->copyin(host.data(), host.size());
+    res[m.outputs[i].name] = Value::of(Tensor(buffer_uop(dst), {int64_t(src->size())}, t.device()).reshape(t.shape()));
+  }
   return res;
 }
 

@@ -1119,6 +1119,7 @@ void Tensor::copy_to_host(void* dst, size_t bytes) const {
   }
   auto buf = buffer_of(contiguous_buffer(t.uop().get()));
   if (!buf) throw Error("[to_vector] internal: no buffer after realize");
+  jit_note_host_read(buf.get());
   if (t.is_symbolic()) {  // the buffer is laid out at the largest dims: gather the valid prefix of each
     const Shape& mx = t.max_shape();
     Shape now;
