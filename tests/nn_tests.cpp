@@ -86,6 +86,21 @@ Tensor quad_loss(const Tensor& w, const std::vector<float>& target) {
 }
 }  // namespace
 
+// torch: w = torch.tensor([1., 2., 3.], requires_grad=True); loss = (w * w).sum(); loss.backward();
+// torch.optim.SGD([w], lr=0.1).step(); loss.item() -> 14.0, w -> [0.8, 1.6, 2.4], w.grad -> [2., 4., 6.]
+TEST_CASE("a loss read after the optimizer step is the loss before it, and so is the gradient") {
+  Tensor w = Tensor::from_vector(std::vector<float>{1, 2, 3});
+  nn::optim::SGD opt({w}, 0.1);
+  Tensor loss = Tensor(w * w).sum();
+  loss.backward();
+  opt.step();
+  CHECK(loss.item<float>() == 14.f);
+  CHECK(w.grad().to_vector<float>() == std::vector<float>{2, 4, 6});
+  auto got = w.to_vector<float>();
+  std::vector<float> want{0.8f, 1.6f, 2.4f};
+  for (size_t i = 0; i < 3; i++) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-6));
+}
+
 TEST_CASE("SGD with momentum and nesterov matches torch.optim.SGD's update rule") {
   for (bool nesterov : {false, true}) {
     std::vector<float> w0{1, -2, 3}, target{0.5f, 0.5f, 0.5f};

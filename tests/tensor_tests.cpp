@@ -308,6 +308,26 @@ TEST_CASE("assign writes in place and reads see the old value first") {
   CHECK_THROWS_AS(a.assign(Tensor::zeros({3})), Error);
 }
 
+TEST_CASE("a lazy tensor keeps the value it had when defined after an assign overwrites what it reads") {
+  auto w = Tensor::from_vector(std::vector<float>{1, 2, 3});
+  Tensor sq = Tensor(w * w).sum();                  // lazy: reads w's buffer
+  Tensor c = Tensor::zeros({3}).contiguous();
+  c.realize();
+  c.assign(Tensor(w * 2));                          // a pending assign elsewhere that reads w
+  Tensor view = w.reshape({3, 1});                  // a view of w's buffer is an alias, as a torch view
+  w.assign(Tensor(w - 1));
+  w.realize();
+  CHECK(w.to_vector<float>() == std::vector<float>{0, 1, 2});
+  CHECK(sq.item<float>() == 14.f);                  // 1 + 4 + 9, not 0 + 1 + 4
+  CHECK(c.to_vector<float>() == std::vector<float>{2, 4, 6});
+  CHECK(view.to_vector<float>() == std::vector<float>{0, 1, 2});
+  Tensor after = Tensor(w * w).sum();               // defined after the write: reads the new values
+  CHECK(after.item<float>() == 5.f);
+  w += 1;                                           // a compound assignment realised by a host read
+  CHECK(w.to_vector<float>() == std::vector<float>{1, 2, 3});
+  CHECK(after.item<float>() == 5.f);
+}
+
 TEST_CASE("reading back with the wrong type or an unknown device is an error") {
   auto a = Tensor::from_vector(iota_f(4));
   CHECK_THROWS_AS(a.to_vector<int32_t>(), Error);

@@ -183,7 +183,8 @@ class Tensor {
   std::vector<double> to_doubles() const;
   /** The same values on another device. */
   Tensor to(const std::string& device) const;
-  /** Write x's values into this tensor's buffer (shapes must match; dtype is converted). */
+  /** Write x's values into this tensor's buffer (shapes must match; dtype is converted). Lazy tensors defined
+   *  before keep the old values (they are realised before the write); views of the buffer see the new ones. */
   Tensor& assign(const Tensor& x);
   /** In place, like torch's `t += x`: x broadcasts to this shape, the result keeps this dtype (a float result into
    *  an int or bool tensor is an error). Every handle sharing this tensor sees the new value: a realised buffer is

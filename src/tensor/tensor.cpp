@@ -143,6 +143,77 @@ void replace_realized(const std::vector<std::pair<const UOp*, UOpRef>>& becomes)
   g_becomes_visits.fetch_add(visits);
 }
 
+namespace {
+// Movement ops (and DETACH) down to a buffer: a view that aliases the buffer's storage, as a torch view does.
+bool is_buffer_view(const UOp* u) {
+  while (is_movement(u->op) || u->op == Ops::DETACH) u = u->src(0);
+  return u->op == Ops::BUFFER;
+}
+
+/** A tensor keeps the value it had when it was defined: the live lazy tensors that read the old contents of a
+ *  buffer an ASSIGN under roots overwrites are added to roots, and the schedule runs every read of the old
+ *  contents before the write (WAR). Reading through a scheduled ASSIGN is reading the new value; a pure view of
+ *  the buffer is an alias and sees the write. Costs one walk of the roots, and of the live graphs only when an
+ *  ASSIGN is among the roots. */
+void add_old_readers(std::vector<UOpRef>& roots) {
+  std::unordered_set<const UOp*> seen, assigns, targets;
+  std::vector<const UOp*> st;
+  for (auto& r : roots) st.push_back(r.get());
+  while (!st.empty()) {
+    const UOp* u = st.back();
+    st.pop_back();
+    if (!seen.insert(u).second || u->op == Ops::BUFFER) continue;
+    if (u->op == Ops::ASSIGN) {
+      assigns.insert(u);
+      if (const UOp* b = contiguous_buffer(u->src(0))) targets.insert(b);
+    }
+    for (auto& c : u->src()) st.push_back(c.get());
+  }
+  if (targets.empty()) return;
+  uint64_t oldest = UINT64_MAX;  // a node older than every target cannot read one
+  for (const UOp* b : targets) oldest = std::min(oldest, b->seq());
+  std::vector<std::shared_ptr<TensorImpl>> live;
+  {
+    std::lock_guard lk(g_live_mu);
+    for (auto& w : g_live)
+      if (auto p = w.lock()) live.push_back(std::move(p));
+  }
+  std::unordered_set<const UOp*> in_roots;
+  for (auto& r : roots) in_roots.insert(r.get());
+  std::unordered_map<const UOp*, bool> reads;  // node -> reads a target's old contents
+  auto reads_old = [&](const UOp* root) {
+    std::vector<std::pair<const UOp*, bool>> ws{{root, false}};
+    while (!ws.empty()) {
+      auto [u, ready] = ws.back();
+      ws.pop_back();
+      if (reads.count(u)) continue;
+      if (u->seq() < oldest || assigns.count(u) || u->op == Ops::BUFFER) {
+        reads[u] = targets.count(u) > 0;
+        continue;
+      }
+      if (!ready) {
+        ws.push_back({u, true});
+        for (auto& c : u->src())
+          if (!reads.count(c.get())) ws.push_back({c.get(), false});
+        continue;
+      }
+      bool r = false;
+      for (auto& c : u->src()) r = r || reads.at(c.get());
+      reads[u] = r;
+    }
+    return reads.at(root);
+  };
+  for (auto& p : live) {
+    const UOp* u = p->uop.get();
+    if (!u || u->op == Ops::CONST || u->seq() < oldest || in_roots.count(u) || is_buffer_view(u)) continue;
+    if (reads_old(u)) {
+      roots.push_back(p->uop);
+      in_roots.insert(u);
+    }
+  }
+}
+}  // namespace
+
 // ---------------------------------------------------------------- construction
 
 Tensor::Tensor() : impl_(make_impl(UOp::cnst(dtypes::float32, 0), {}, "", false)) {}
@@ -1100,6 +1171,7 @@ void Tensor::realize_all(std::vector<Tensor*> ts) {
     roots.push_back(t->uop());
   }
   if (roots.empty()) return;
+  add_old_readers(roots);
   Schedule s = create_schedule(roots);
   run_schedule(s);
   std::vector<std::pair<const UOp*, UOpRef>> becomes;
