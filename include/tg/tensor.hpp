@@ -2,8 +2,10 @@
 // tg::Tensor: a lazy tensor (a handle on a UOp graph) with a PyTorch/tinygrad-style API.
 // Operators build expression templates (tg::et); they become UOps when assigned to a Tensor, passed to a
 // non-elementwise op, or realised. Nothing computes until realize().
-// Thread-safety: a Tensor may be read from several threads; realize() and assign() on tensors that share
-// a graph must not run concurrently.
+// Thread-safety: Tensors may be built, realised and read from several threads. realize(), assign() and host
+// reads take one process-wide lock (a realise also substitutes its results into every live tensor), so they run
+// one at a time while graph building runs in parallel; the kernels of one realise use every core. A tensor
+// handle (and its copies) that one thread realises or assigns must not be read by another at the same moment.
 #include "tg/config.hpp"
 
 #include <cstdint>

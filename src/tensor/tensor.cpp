@@ -138,7 +138,8 @@ void replace_realized(const std::vector<std::pair<const UOp*, UOpRef>>& becomes)
   };
   for (auto& p : live) {
     if (!p->uop || p->uop->seq() < oldest || contiguous_buffer(p->uop.get()) || p->uop->op == Ops::CONST) continue;
-    p->uop = substitute(p->uop.get());
+    UOpRef n = substitute(p->uop.get());
+    if (n.get() != p->uop.get()) p->uop = std::move(n);  // a tensor whose graph is unchanged is not written
   }
   g_becomes_visits.fetch_add(visits);
 }
@@ -1163,7 +1164,14 @@ Tensor& Tensor::realize() {
   return *this;
 }
 
+namespace {
+// One realise at a time in the process: scheduling, running and substituting the results into live tensors (the
+// kernels themselves use every core). Recursive: an assign or a host read realises inside it.
+std::recursive_mutex g_realize_mu;
+}  // namespace
+
 void Tensor::realize_all(std::vector<Tensor*> ts) {
+  std::lock_guard lk(g_realize_mu);
   std::vector<UOpRef> roots;
   for (Tensor* t : ts) {
     const UOp* u = t->uop().get();
@@ -1180,6 +1188,7 @@ void Tensor::realize_all(std::vector<Tensor*> ts) {
 }
 
 void Tensor::copy_to_host(void* dst, size_t bytes) const {
+  std::lock_guard lk(g_realize_mu);
   Tensor t = *this;
   // A pending assign (t.assign(x), t += x) is realised on the handle itself, which every copy shares: realised
   // only inside the CONTIGUOUS copy below, the handle would keep the ASSIGN and a second read would write again.
@@ -1267,6 +1276,7 @@ Tensor Tensor::to(const std::string& dev) const {
 }
 
 Tensor& Tensor::assign(const Tensor& x) {
+  std::lock_guard lk(g_realize_mu);
   if (x.shape() != shape())
     throw Error("[assign] shape " + shape_str(x.shape()) + " does not match target shape " + shape_str(shape()));
   if (!contiguous_buffer(uop().get())) realize();
