@@ -196,6 +196,26 @@ TEST_CASE("TinyJit replays captured kernels with new inputs, without scheduling"
   CHECK(jit.captured_kernels() == 1);
 }
 
+TEST_CASE("a lazy tensor defined before a TinyJit replay keeps its value") {
+  Tensor w = Tensor::from_vector(std::vector<float>{1, 2, 3});
+  TinyJit step([&](const std::vector<Tensor>&) -> std::vector<Tensor> {
+    Tensor loss = Tensor(w * 2).sum();
+    w.assign(Tensor(w + 1));  // an in-place update, as an optimizer step
+    return {loss, w};
+  });
+  for (int call = 0; call < 3; call++) step({});  // runs and captures: w = [4, 5, 6]
+  REQUIRE(step.replaying());
+  Tensor before = Tensor(w * 10).sum();          // lazy: 150 while w = [4, 5, 6]
+  Tensor view = w.reshape({3, 1});               // a view of w's buffer: an alias
+  Tensor out = step({})[0];                      // replay: w = [5, 6, 7]
+  Tensor twice = out * 2;                        // lazy reader of the output buffer, which replays overwrite
+  step({});                                      // w = [6, 7, 8]
+  CHECK(before.item<float>() == 150.f);
+  CHECK(twice.item<float>() == 60.f);            // 2 * (2 * (4 + 5 + 6)), not 2 * (2 * (5 + 6 + 7))
+  CHECK(out.item<float>() == 36.f);              // outputs are the same buffers on every call (README)
+  CHECK(view.to_vector<float>() == std::vector<float>{6, 7, 8});
+}
+
 TEST_CASE("TinyJit refuses changed inputs") {
   TinyJit jit([](const std::vector<Tensor>& in) -> std::vector<Tensor> { return {Tensor(in[0] * 2)}; });
   jit({Tensor::from_vector(std::vector<float>{1, 2})});

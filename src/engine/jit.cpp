@@ -106,6 +106,16 @@ std::vector<Tensor> TinyJit::operator()(const std::vector<Tensor>& in, const std
   // Replay with this call's input buffers in place of the captured ones.
   std::vector<std::shared_ptr<Buffer>> now;
   for (auto& t : inputs) now.push_back(buffer_of(contiguous_buffer(t.uop().get())));
+  // A lazy tensor that reads what the replay overwrites (a parameter, a previous call's output) keeps its value.
+  std::vector<const Buffer*> written;
+  for (const JitItem& it : items_)
+    for (size_t k = 0; k < it.outputs && k < it.bufs.size(); k++) {
+      const Buffer* b = it.bufs[k].get();
+      for (size_t i = 0; i < input_bufs_.size(); i++)
+        if (input_bufs_[i] == b) b = now[i].get();
+      written.push_back(b);
+    }
+  realize_readers_of(written);
   std::vector<Buffer*> bufs;
   for (const JitItem& it : items_) {
     bufs.clear();

@@ -151,6 +151,53 @@ bool is_buffer_view(const UOp* u) {
   return u->op == Ops::BUFFER;
 }
 
+/** The live lazy tensors (not pure views of a buffer, not in `skip`) whose graph reaches a BUFFER node for which
+ *  `hit` is true, walking no node in `stop` and none older than `oldest` (a node cannot read a younger buffer). */
+template <class Hit>
+std::vector<UOpRef> live_readers(Hit&& hit, const std::unordered_set<const UOp*>& stop, uint64_t oldest,
+                                 const std::unordered_set<const UOp*>& skip) {
+  std::vector<std::shared_ptr<TensorImpl>> live;
+  {
+    std::lock_guard lk(g_live_mu);
+    for (auto& w : g_live)
+      if (auto p = w.lock()) live.push_back(std::move(p));
+  }
+  std::unordered_map<const UOp*, bool> reads;  // node -> reaches a hit buffer
+  auto reaches = [&](const UOp* root) {
+    std::vector<std::pair<const UOp*, bool>> ws{{root, false}};
+    while (!ws.empty()) {
+      auto [u, ready] = ws.back();
+      ws.pop_back();
+      if (reads.count(u)) continue;
+      if (u->seq() < oldest || stop.count(u) || u->op == Ops::BUFFER) {
+        reads[u] = u->op == Ops::BUFFER && hit(u);
+        continue;
+      }
+      if (!ready) {
+        ws.push_back({u, true});
+        for (auto& c : u->src())
+          if (!reads.count(c.get())) ws.push_back({c.get(), false});
+        continue;
+      }
+      bool r = false;
+      for (auto& c : u->src()) r = r || reads.at(c.get());
+      reads[u] = r;
+    }
+    return reads.at(root);
+  };
+  std::vector<UOpRef> out;
+  std::unordered_set<const UOp*> taken;
+  for (auto& p : live) {
+    const UOp* u = p->uop.get();
+    if (!u || u->op == Ops::CONST || u->seq() < oldest || skip.count(u) || taken.count(u) || is_buffer_view(u)) continue;
+    if (reaches(u)) {
+      out.push_back(p->uop);
+      taken.insert(u);
+    }
+  }
+  return out;
+}
+
 /** A tensor keeps the value it had when it was defined: the live lazy tensors that read the old contents of a
  *  buffer an ASSIGN under roots overwrites are added to roots, and the schedule runs every read of the old
  *  contents before the write (WAR). Reading through a scheduled ASSIGN is reading the new value; a pure view of
@@ -173,45 +220,10 @@ void add_old_readers(std::vector<UOpRef>& roots) {
   if (targets.empty()) return;
   uint64_t oldest = UINT64_MAX;  // a node older than every target cannot read one
   for (const UOp* b : targets) oldest = std::min(oldest, b->seq());
-  std::vector<std::shared_ptr<TensorImpl>> live;
-  {
-    std::lock_guard lk(g_live_mu);
-    for (auto& w : g_live)
-      if (auto p = w.lock()) live.push_back(std::move(p));
-  }
   std::unordered_set<const UOp*> in_roots;
   for (auto& r : roots) in_roots.insert(r.get());
-  std::unordered_map<const UOp*, bool> reads;  // node -> reads a target's old contents
-  auto reads_old = [&](const UOp* root) {
-    std::vector<std::pair<const UOp*, bool>> ws{{root, false}};
-    while (!ws.empty()) {
-      auto [u, ready] = ws.back();
-      ws.pop_back();
-      if (reads.count(u)) continue;
-      if (u->seq() < oldest || assigns.count(u) || u->op == Ops::BUFFER) {
-        reads[u] = targets.count(u) > 0;
-        continue;
-      }
-      if (!ready) {
-        ws.push_back({u, true});
-        for (auto& c : u->src())
-          if (!reads.count(c.get())) ws.push_back({c.get(), false});
-        continue;
-      }
-      bool r = false;
-      for (auto& c : u->src()) r = r || reads.at(c.get());
-      reads[u] = r;
-    }
-    return reads.at(root);
-  };
-  for (auto& p : live) {
-    const UOp* u = p->uop.get();
-    if (!u || u->op == Ops::CONST || u->seq() < oldest || in_roots.count(u) || is_buffer_view(u)) continue;
-    if (reads_old(u)) {
-      roots.push_back(p->uop);
-      in_roots.insert(u);
-    }
-  }
+  for (UOpRef& r : live_readers([&](const UOp* b) { return targets.count(b) > 0; }, assigns, oldest, in_roots))
+    roots.push_back(std::move(r));
 }
 }  // namespace
 
@@ -1180,6 +1192,23 @@ void Tensor::realize_all(std::vector<Tensor*> ts) {
   }
   if (roots.empty()) return;
   add_old_readers(roots);
+  Schedule s = create_schedule(roots);
+  run_schedule(s);
+  std::vector<std::pair<const UOp*, UOpRef>> becomes;
+  for (auto& [a, b] : s.becomes) becomes.emplace_back(a.get(), b);
+  replace_realized(becomes);
+}
+
+void realize_readers_of(const std::vector<const Buffer*>& written) {
+  if (written.empty()) return;
+  std::lock_guard lk(g_realize_mu);
+  std::unordered_set<const Buffer*> w(written.begin(), written.end());
+  auto hit = [&](const UOp* b) {
+    auto buf = buffer_of(b);
+    return buf && w.count(buf.get()) > 0;
+  };
+  std::vector<UOpRef> roots = live_readers(hit, {}, 0, {});
+  if (roots.empty()) return;
   Schedule s = create_schedule(roots);
   run_schedule(s);
   std::vector<std::pair<const UOp*, UOpRef>> becomes;
