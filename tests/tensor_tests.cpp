@@ -326,6 +326,13 @@ TEST_CASE("a lazy tensor keeps the value it had when defined after an assign ove
   w += 1;                                           // a compound assignment realised by a host read
   CHECK(w.to_vector<float>() == std::vector<float>{1, 2, 3});
   CHECK(after.item<float>() == 5.f);
+  // one schedule with a reader of the old contents and a kernel reading the written ones (x + 1 on the assign)
+  auto x = Tensor::from_vector(std::vector<float>{1, 2});
+  Tensor y = x * 3;
+  x += 1;
+  x += 1;                                           // builds on the pending assign: a lazy graph over it
+  CHECK(x.to_vector<float>() == std::vector<float>{3, 4});
+  CHECK(y.to_vector<float>() == std::vector<float>{3, 6});
 }
 
 TEST_CASE("reading back with the wrong type or an unknown device is an error") {

@@ -9,6 +9,7 @@
 #include <functional>
 #include <list>
 #include <mutex>
+#include <queue>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -763,6 +764,7 @@ Template build_template(std::span<const UOpRef> roots_in) {
       if (u->op == Ops::COPY) {
         item.kind = ScheduleItem::Kind::Copy;
         item.slots.push_back(value_slot(u->src(0)));
+        if (contiguous_buffer(u->src(0))) item.old_reads.push_back(item.slots.back());  // the contents before
         item.ast = UOpRef(u);
       } else {
         KernelBuilder kb{shapes, realized, u, row_fused, {}, {}, 0, {}, {}};
@@ -784,19 +786,52 @@ Template build_template(std::span<const UOpRef> roots_in) {
       t.root_shapes.push_back(shapes.at(roots[i].get()));
       if (!contiguous_buffer(roots[i].get())) t.becomes.emplace_back(i, slot_of.at(roots[i].get()));
     }
-    // An in-place write (ASSIGN) waits for every kernel that reads the old contents of its buffer (WAR);
-    // read-after-write order comes from the topological order.
-    for (int ai : assign_items) {
-      int target = t.items[size_t(ai)].slots[0];
-      size_t last = size_t(ai);
-      for (size_t j = size_t(ai) + 1; j < t.items.size(); j++)
-        for (int r : t.items[j].old_reads)
-          if (r == target) last = j;
-      if (last != size_t(ai)) {
-        Template::Item it = std::move(t.items[size_t(ai)]);
-        t.items.erase(t.items.begin() + ai);
-        t.items.insert(t.items.begin() + int64_t(last), std::move(it));
+    // Order: a kernel runs after the kernels whose results it reads (RAW; an ASSIGN's result is its target
+    // buffer after the write), and an in-place write (ASSIGN) after every kernel that reads the old contents of
+    // its buffer (WAR). A stable topological sort: the graph's order wherever both allow it.
+    if (!assign_items.empty()) {
+      size_t ni = t.items.size();
+      std::unordered_map<int, size_t> writer;  // slot -> the item that writes it
+      for (size_t i = 0; i < ni; i++) writer[t.items[i].slots[0]] = i;
+      std::vector<std::vector<size_t>> next(ni);
+      std::vector<int> deps(ni, 0);
+      auto edge = [&](size_t a, size_t b) {
+        if (a == b) return;
+        next[a].push_back(b);
+        deps[b]++;
+      };
+      for (size_t j = 0; j < ni; j++) {
+        const Template::Item& it = t.items[j];
+        std::unordered_map<int, int> old_left;  // reads through the BUFFER node, by slot
+        for (int r : it.old_reads) old_left[r]++;
+        for (size_t k = 1; k < it.slots.size(); k++) {
+          int sl = it.slots[k];
+          auto w = writer.find(sl);
+          if (auto o = old_left.find(sl); o != old_left.end() && o->second > 0) {
+            o->second--;
+            if (w != writer.end() && t.items[w->second].slots[0] == sl && sl < n_inputs) edge(j, w->second);  // WAR
+          } else if (w != writer.end()) {
+            edge(w->second, j);  // RAW
+          }
+        }
       }
+      std::priority_queue<size_t, std::vector<size_t>, std::greater<>> ready;
+      for (size_t i = 0; i < ni; i++)
+        if (deps[i] == 0) ready.push(i);
+      std::vector<size_t> order;
+      while (!ready.empty()) {
+        size_t i = ready.top();
+        ready.pop();
+        order.push_back(i);
+        for (size_t b : next[i])
+          if (--deps[b] == 0) ready.push(b);
+      }
+      if (order.size() != ni)
+        throw Error("[schedule] a kernel reads a buffer both before and after an assign to it in one realize: realize "
+                    "the assign first");
+      std::vector<Template::Item> sorted;
+      for (size_t i : order) sorted.push_back(std::move(t.items[i]));
+      t.items = std::move(sorted);
     }
     // Memory planner: an intermediate buffer (not a root's, not an input) whose last reader has run can be
     // reused by a later intermediate of the same device, dtype and size.
