@@ -333,6 +333,17 @@ TEST_CASE("a lazy tensor keeps the value it had when defined after an assign ove
   x += 1;                                           // builds on the pending assign: a lazy graph over it
   CHECK(x.to_vector<float>() == std::vector<float>{3, 4});
   CHECK(y.to_vector<float>() == std::vector<float>{3, 6});
+  // one kernel reading the old values (a reader no longer held) and the assigned ones: the old from a copy
+  // torch: x = torch.tensor([1., 2.]); old = x * 1; x += 1; z = old + x -> [3., 5.]
+  auto v = Tensor::from_vector(std::vector<float>{1, 2});
+  Tensor z;
+  {
+    Tensor old = v * 1;
+    v += 1;
+    z = old + v;
+  }
+  CHECK(z.to_vector<float>() == std::vector<float>{3, 5});
+  CHECK(v.to_vector<float>() == std::vector<float>{2, 3});
 }
 
 TEST_CASE("reading back with the wrong type or an unknown device is an error") {

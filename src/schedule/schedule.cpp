@@ -534,7 +534,7 @@ struct Template {
     UOpRef ast;
     std::vector<int> slots;  // outputs first
     std::string device;
-    std::vector<int> old_reads;  // slots read through their BUFFER node: the contents before this schedule
+    std::vector<int> old_reads;  // positions in slots read through their BUFFER node: the contents before this schedule
   };
   std::vector<Slot> slots;
   std::vector<Item> items;
@@ -764,7 +764,7 @@ Template build_template(std::span<const UOpRef> roots_in) {
       if (u->op == Ops::COPY) {
         item.kind = ScheduleItem::Kind::Copy;
         item.slots.push_back(value_slot(u->src(0)));
-        if (contiguous_buffer(u->src(0))) item.old_reads.push_back(item.slots.back());  // the contents before
+        if (contiguous_buffer(u->src(0))) item.old_reads.push_back(1);  // the contents before
         item.ast = UOpRef(u);
       } else {
         KernelBuilder kb{shapes, realized, u, row_fused, {}, {}, 0, {}, {}};
@@ -772,7 +772,7 @@ Template build_template(std::span<const UOpRef> roots_in) {
         retry.insert(kb.not_hoisted.begin(), kb.not_hoisted.end());
         for (const UOp* p : kb.params) {
           item.slots.push_back(value_slot(p));
-          if (p->op == Ops::BUFFER) item.old_reads.push_back(item.slots.back());
+          if (p->op == Ops::BUFFER) item.old_reads.push_back(int(item.slots.size() - 1));
         }
       }
       if (u->op == Ops::ASSIGN) assign_items.push_back(int(t.items.size()));
@@ -790,9 +790,34 @@ Template build_template(std::span<const UOpRef> roots_in) {
     // buffer after the write), and an in-place write (ASSIGN) after every kernel that reads the old contents of
     // its buffer (WAR). A stable topological sort: the graph's order wherever both allow it.
     if (!assign_items.empty()) {
-      size_t ni = t.items.size();
       std::unordered_map<int, size_t> writer;  // slot -> the item that writes it
-      for (size_t i = 0; i < ni; i++) writer[t.items[i].slots[0]] = i;
+      for (size_t i = 0; i < t.items.size(); i++) writer[t.items[i].slots[0]] = i;
+      // A kernel that reads a buffer both before and after an assign to it (a reader of the old values combined
+      // with the assigned tensor) reads the old values from a copy made before the write.
+      for (size_t j = 0, n0 = t.items.size(); j < n0; j++) {
+        for (int pos : t.items[j].old_reads) {
+          int sl = t.items[j].slots[size_t(pos)];
+          auto w = writer.find(sl);
+          if (sl >= n_inputs || w == writer.end() || w->second == j) continue;
+          bool reads_new = false;
+          for (size_t k = 1; k < t.items[j].slots.size(); k++)
+            reads_new |= t.items[j].slots[k] == sl &&
+                         std::find(t.items[j].old_reads.begin(), t.items[j].old_reads.end(), int(k)) == t.items[j].old_reads.end();
+          if (!reads_new) continue;
+          const UOp* bnode = nullptr;
+          for (auto& [node, v] : slot_of)
+            if (v == sl && node->op == Ops::BUFFER) bnode = node;
+          if (!bnode) continue;
+          int copy = int(t.slots.size());
+          t.slots.push_back({-1, t.slots[size_t(sl)].device, t.slots[size_t(sl)].dtype, t.slots[size_t(sl)].size});
+          UOpRef dev = UOp::make(Ops::DEVICE, dtypes::void_, {}, t.slots[size_t(sl)].device);
+          t.items.push_back(Template::Item{ScheduleItem::Kind::Copy, UOp::make(Ops::COPY, bnode->dtype, {UOpRef(bnode), dev}),
+                                           {copy, sl}, t.slots[size_t(sl)].device, {1}});
+          t.items[j].slots[size_t(pos)] = copy;
+          writer[copy] = t.items.size() - 1;
+        }
+      }
+      size_t ni = t.items.size();
       std::vector<std::vector<size_t>> next(ni);
       std::vector<int> deps(ni, 0);
       auto edge = [&](size_t a, size_t b) {
@@ -802,17 +827,13 @@ Template build_template(std::span<const UOpRef> roots_in) {
       };
       for (size_t j = 0; j < ni; j++) {
         const Template::Item& it = t.items[j];
-        std::unordered_map<int, int> old_left;  // reads through the BUFFER node, by slot
-        for (int r : it.old_reads) old_left[r]++;
         for (size_t k = 1; k < it.slots.size(); k++) {
           int sl = it.slots[k];
           auto w = writer.find(sl);
-          if (auto o = old_left.find(sl); o != old_left.end() && o->second > 0) {
-            o->second--;
-            if (w != writer.end() && t.items[w->second].slots[0] == sl && sl < n_inputs) edge(j, w->second);  // WAR
-          } else if (w != writer.end()) {
-            edge(w->second, j);  // RAW
-          }
+          if (w == writer.end()) continue;
+          bool old = std::find(it.old_reads.begin(), it.old_reads.end(), int(k)) != it.old_reads.end();
+          if (old && sl < n_inputs) edge(j, w->second);  // WAR: only an ASSIGN writes an input
+          else if (!old) edge(w->second, j);             // RAW
         }
       }
       std::priority_queue<size_t, std::vector<size_t>, std::greater<>> ready;
@@ -826,9 +847,7 @@ Template build_template(std::span<const UOpRef> roots_in) {
         for (size_t b : next[i])
           if (--deps[b] == 0) ready.push(b);
       }
-      if (order.size() != ni)
-        throw Error("[schedule] a kernel reads a buffer both before and after an assign to it in one realize: realize "
-                    "the assign first");
+      if (order.size() != ni) throw Error("[schedule] internal: the kernels' read/write order has a cycle");
       std::vector<Template::Item> sorted;
       for (size_t i : order) sorted.push_back(std::move(t.items[i]));
       t.items = std::move(sorted);

@@ -203,7 +203,7 @@ std::vector<UOpRef> live_readers(Hit&& hit, const std::unordered_set<const UOp*>
  *  contents before the write (WAR). Reading through a scheduled ASSIGN is reading the new value; a pure view of
  *  the buffer is an alias and sees the write. Costs one walk of the roots, and of the live graphs only when an
  *  ASSIGN is among the roots. */
-void add_old_readers(std::vector<UOpRef>& roots) {
+std::vector<const UOp*> add_old_readers(std::vector<UOpRef>& roots) {
   std::unordered_set<const UOp*> seen, assigns, targets;
   std::vector<const UOp*> st;
   for (auto& r : roots) st.push_back(r.get());
@@ -217,13 +217,14 @@ void add_old_readers(std::vector<UOpRef>& roots) {
     }
     for (auto& c : u->src()) st.push_back(c.get());
   }
-  if (targets.empty()) return;
+  if (targets.empty()) return {};
   uint64_t oldest = UINT64_MAX;  // a node older than every target cannot read one
   for (const UOp* b : targets) oldest = std::min(oldest, b->seq());
   std::unordered_set<const UOp*> in_roots;
   for (auto& r : roots) in_roots.insert(r.get());
   for (UOpRef& r : live_readers([&](const UOp* b) { return targets.count(b) > 0; }, assigns, oldest, in_roots))
     roots.push_back(std::move(r));
+  return {assigns.begin(), assigns.end()};
 }
 }  // namespace
 
@@ -1191,11 +1192,16 @@ void Tensor::realize_all(std::vector<Tensor*> ts) {
     roots.push_back(t->uop());
   }
   if (roots.empty()) return;
-  add_old_readers(roots);
+  std::vector<const UOp*> assigns = add_old_readers(roots);
   Schedule s = create_schedule(roots);
   run_schedule(s);
   std::vector<std::pair<const UOp*, UOpRef>> becomes;
-  for (auto& [a, b] : s.becomes) becomes.emplace_back(a.get(), b);
+  std::unordered_set<const UOp*> done;
+  for (auto& [a, b] : s.becomes) becomes.emplace_back(a.get(), b), done.insert(a.get());
+  // An assign done inside another tensor's graph is done: a handle still holding it reads the written buffer
+  // (read again as an ASSIGN, it would write a second time).
+  for (const UOp* a : assigns)
+    if (!done.count(a)) becomes.emplace_back(a, a->src(0));
   replace_realized(becomes);
 }
 
