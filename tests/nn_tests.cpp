@@ -86,6 +86,21 @@ Tensor quad_loss(const Tensor& w, const std::vector<float>& target) {
 }
 }  // namespace
 
+// torch: w = torch.tensor([1., 2., 3.], requires_grad=True); loss = (w * w).sum(); loss.backward();
+// torch.optim.SGD([w], lr=0.1).step(); loss.item() -> 14.0, w -> [0.8, 1.6, 2.4], w.grad -> [2., 4., 6.]
+TEST_CASE("a loss read after the optimizer step is the loss before it, and so is the gradient") {
+  Tensor w = Tensor::from_vector(std::vector<float>{1, 2, 3});
+  nn::optim::SGD opt({w}, 0.1);
+  Tensor loss = Tensor(w * w).sum();
+  loss.backward();
+  opt.step();
+  CHECK(loss.item<float>() == 14.f);
+  CHECK(w.grad().to_vector<float>() == std::vector<float>{2, 4, 6});
+  auto got = w.to_vector<float>();
+  std::vector<float> want{0.8f, 1.6f, 2.4f};
+  for (size_t i = 0; i < 3; i++) CHECK(got[i] == doctest::Approx(want[i]).epsilon(1e-6));
+}
+
 TEST_CASE("SGD with momentum and nesterov matches torch.optim.SGD's update rule") {
   for (bool nesterov : {false, true}) {
     std::vector<float> w0{1, -2, 3}, target{0.5f, 0.5f, 0.5f};
@@ -179,6 +194,26 @@ TEST_CASE("TinyJit replays captured kernels with new inputs, without scheduling"
     }
   }
   CHECK(jit.captured_kernels() == 1);
+}
+
+TEST_CASE("a lazy tensor defined before a TinyJit replay keeps its value") {
+  Tensor w = Tensor::from_vector(std::vector<float>{1, 2, 3});
+  TinyJit step([&](const std::vector<Tensor>&) -> std::vector<Tensor> {
+    Tensor loss = Tensor(w * 2).sum();
+    w.assign(Tensor(w + 1));  // an in-place update, as an optimizer step
+    return {loss, w};
+  });
+  for (int call = 0; call < 3; call++) step({});  // runs and captures: w = [4, 5, 6]
+  REQUIRE(step.replaying());
+  Tensor before = Tensor(w * 10).sum();          // lazy: 150 while w = [4, 5, 6]
+  Tensor view = w.reshape({3, 1});               // a view of w's buffer: an alias
+  Tensor out = step({})[0];                      // replay: w = [5, 6, 7]
+  Tensor twice = out * 2;                        // lazy reader of the output buffer, which replays overwrite
+  step({});                                      // w = [6, 7, 8]
+  CHECK(before.item<float>() == 150.f);
+  CHECK(twice.item<float>() == 60.f);            // 2 * (2 * (4 + 5 + 6)), not 2 * (2 * (5 + 6 + 7))
+  CHECK(out.item<float>() == 36.f);              // outputs are the same buffers on every call (README)
+  CHECK(view.to_vector<float>() == std::vector<float>{6, 7, 8});
 }
 
 TEST_CASE("TinyJit refuses changed inputs") {

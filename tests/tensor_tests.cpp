@@ -308,6 +308,44 @@ TEST_CASE("assign writes in place and reads see the old value first") {
   CHECK_THROWS_AS(a.assign(Tensor::zeros({3})), Error);
 }
 
+TEST_CASE("a lazy tensor keeps the value it had when defined after an assign overwrites what it reads") {
+  auto w = Tensor::from_vector(std::vector<float>{1, 2, 3});
+  Tensor sq = Tensor(w * w).sum();                  // lazy: reads w's buffer
+  Tensor c = Tensor::zeros({3}).contiguous();
+  c.realize();
+  c.assign(Tensor(w * 2));                          // a pending assign elsewhere that reads w
+  Tensor view = w.reshape({3, 1});                  // a view of w's buffer is an alias, as a torch view
+  w.assign(Tensor(w - 1));
+  w.realize();
+  CHECK(w.to_vector<float>() == std::vector<float>{0, 1, 2});
+  CHECK(sq.item<float>() == 14.f);                  // 1 + 4 + 9, not 0 + 1 + 4
+  CHECK(c.to_vector<float>() == std::vector<float>{2, 4, 6});
+  CHECK(view.to_vector<float>() == std::vector<float>{0, 1, 2});
+  Tensor after = Tensor(w * w).sum();               // defined after the write: reads the new values
+  CHECK(after.item<float>() == 5.f);
+  w += 1;                                           // a compound assignment realised by a host read
+  CHECK(w.to_vector<float>() == std::vector<float>{1, 2, 3});
+  CHECK(after.item<float>() == 5.f);
+  // one schedule with a reader of the old contents and a kernel reading the written ones (x + 1 on the assign)
+  auto x = Tensor::from_vector(std::vector<float>{1, 2});
+  Tensor y = x * 3;
+  x += 1;
+  x += 1;                                           // builds on the pending assign: a lazy graph over it
+  CHECK(x.to_vector<float>() == std::vector<float>{3, 4});
+  CHECK(y.to_vector<float>() == std::vector<float>{3, 6});
+  // one kernel reading the old values (a reader no longer held) and the assigned ones: the old from a copy
+  // torch: x = torch.tensor([1., 2.]); old = x * 1; x += 1; z = old + x -> [3., 5.]
+  auto v = Tensor::from_vector(std::vector<float>{1, 2});
+  Tensor z;
+  {
+    Tensor old = v * 1;
+    v += 1;
+    z = old + v;
+  }
+  CHECK(z.to_vector<float>() == std::vector<float>{3, 5});
+  CHECK(v.to_vector<float>() == std::vector<float>{2, 3});
+}
+
 TEST_CASE("reading back with the wrong type or an unknown device is an error") {
   auto a = Tensor::from_vector(iota_f(4));
   CHECK_THROWS_AS(a.to_vector<int32_t>(), Error);

@@ -23,6 +23,7 @@ struct JitItem {
   std::shared_ptr<void> runner;  // the compiled kernel (null for a copy)
   std::vector<std::shared_ptr<Buffer>> bufs;
   const void* key = nullptr;     // identifies the kernel (its AST), for comparing captures
+  size_t outputs = 1;            // bufs[0, outputs) are written
 };
 /** Start / stop recording every item run_schedule executes on this thread. */
 void jit_begin_capture(std::vector<JitItem>* sink);
@@ -30,6 +31,9 @@ void jit_end_capture();
 /** During a TinyJit capture, notes a host read (to_vector, item) of buffer `b`: the capture cannot be replayed if
  *  `b` holds a value computed from the function's inputs (a replay would reuse the value read at capture). */
 void jit_note_host_read(const Buffer* b);
+/** Realise, in one schedule, the live lazy tensors that read any of these buffers (not pure views of them): a
+ *  replay calls it before overwriting them, so a tensor keeps the value it had when it was defined. */
+void realize_readers_of(const std::vector<const Buffer*>& written);
 /** Run one captured item on these buffers (same count and sizes as captured). */
 void jit_run(const JitItem& item, const std::vector<Buffer*>& bufs, const VarVals& vals = {});
 

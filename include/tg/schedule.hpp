@@ -1,6 +1,7 @@
 #pragma once
 // The scheduler: from tensor-graph UOps to a list of kernels (rangeify + fusion), and the engine that runs them.
-// Thread-safety: scheduling and running are not reentrant; call from one thread at a time.
+// Thread-safety: scheduling and running are not reentrant; call from one thread at a time (Tensor::realize does:
+// it holds the process-wide realise lock around both).
 #include "tg/config.hpp"
 
 #include <functional>

@@ -2,8 +2,10 @@
 // tg::Tensor: a lazy tensor (a handle on a UOp graph) with a PyTorch/tinygrad-style API.
 // Operators build expression templates (tg::et); they become UOps when assigned to a Tensor, passed to a
 // non-elementwise op, or realised. Nothing computes until realize().
-// Thread-safety: a Tensor may be read from several threads; realize() and assign() on tensors that share
-// a graph must not run concurrently.
+// Thread-safety: Tensors may be built, realised and read from several threads. realize(), assign() and host
+// reads take one process-wide lock (a realise also substitutes its results into every live tensor), so they run
+// one at a time while graph building runs in parallel; the kernels of one realise use every core. A tensor
+// handle (and its copies) that one thread realises or assigns must not be read by another at the same moment.
 #include "tg/config.hpp"
 
 #include <cstdint>
@@ -183,7 +185,8 @@ class Tensor {
   std::vector<double> to_doubles() const;
   /** The same values on another device. */
   Tensor to(const std::string& device) const;
-  /** Write x's values into this tensor's buffer (shapes must match; dtype is converted). */
+  /** Write x's values into this tensor's buffer (shapes must match; dtype is converted). Lazy tensors defined
+   *  before keep the old values (they are realised before the write); views of the buffer see the new ones. */
   Tensor& assign(const Tensor& x);
   /** In place, like torch's `t += x`: x broadcasts to this shape, the result keeps this dtype (a float result into
    *  an int or bool tensor is an error). Every handle sharing this tensor sees the new value: a realised buffer is

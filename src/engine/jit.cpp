@@ -1,6 +1,7 @@
 // TinyJit: capture, verify, replay.
 #include "tg/jit.hpp"
 
+#include <algorithm>
 #include <unordered_set>
 
 #include "tg/device.hpp"
@@ -46,14 +47,15 @@ thread_local CaptureWatch* g_watch = nullptr;
 void jit_note_host_read(const Buffer* b) {
   CaptureWatch* w = g_watch;
   if (!w || w->input_read) return;
-  // taint: the inputs, then every buffer an item writes (bufs[0]) from a tainted one
+  // taint: the inputs, then every buffer an item writes (bufs[0, outputs)) from a tainted one
   std::unordered_set<const Buffer*> tainted(w->inputs.begin(), w->inputs.end());
-  for (const JitItem& it : *w->items)
-    for (size_t k = 1; k < it.bufs.size(); k++)
-      if (tainted.count(it.bufs[k].get())) {
-        tainted.insert(it.bufs[0].get());
-        break;
-      }
+  for (const JitItem& it : *w->items) {
+    size_t n_out = std::min(it.outputs, it.bufs.size());
+    bool reads = false;
+    for (size_t k = n_out; k < it.bufs.size() && !reads; k++) reads = tainted.count(it.bufs[k].get()) > 0;
+    if (reads)
+      for (size_t k = 0; k < n_out; k++) tainted.insert(it.bufs[k].get());
+  }
   w->input_read = tainted.count(b) > 0;
 }
 
@@ -141,6 +143,16 @@ std::vector<Tensor> TinyJit::operator()(const std::vector<Tensor>& in, const std
   // Replay with this call's input buffers in place of the captured ones.
   std::vector<std::shared_ptr<Buffer>> now;
   for (auto& t : inputs) now.push_back(buffer_of(contiguous_buffer(t.uop().get())));
+  // A lazy tensor that reads what the replay overwrites (a parameter, a previous call's output) keeps its value.
+  std::vector<const Buffer*> written;
+  for (const JitItem& it : items_)
+    for (size_t k = 0; k < it.outputs && k < it.bufs.size(); k++) {
+      const Buffer* b = it.bufs[k].get();
+      for (size_t i = 0; i < input_bufs_.size(); i++)
+        if (input_bufs_[i] == b) b = now[i].get();
+      written.push_back(b);
+    }
+  realize_readers_of(written);
   std::vector<Buffer*> bufs;
   for (const JitItem& it : items_) {
     bufs.clear();

@@ -326,7 +326,8 @@ void run_schedule(Schedule& s) {
   // 2. Run in order.
   for (size_t i = 0; i < s.items.size(); i++) {
     ScheduleItem& it = s.items[i];
-    if (g_capture) g_capture->push_back(JitItem{runners[i], it.bufs, it.ast.get()});
+    if (g_capture)
+      g_capture->push_back(JitItem{runners[i], it.bufs, it.ast.get(), it.kind == ScheduleItem::Kind::Copy ? 1 : it.ast->nsrc()});
     if (it.kind == ScheduleItem::Kind::Copy) {
       std::vector<uint8_t> host(it.bufs[1]->nbytes());
       it.bufs[1]->copyout(host.data(), host.size());

@@ -9,6 +9,7 @@
 #include <functional>
 #include <list>
 #include <mutex>
+#include <queue>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -530,7 +531,7 @@ struct Template {
     UOpRef ast;
     std::vector<int> slots;  // outputs first
     std::string device;
-    std::vector<int> old_reads;  // slots read through their BUFFER node: the contents before this schedule
+    std::vector<int> old_reads;  // positions in slots read through their BUFFER node: the contents before this schedule
   };
   std::vector<Slot> slots;
   std::vector<Item> items;
@@ -760,6 +761,7 @@ Template build_template(std::span<const UOpRef> roots_in) {
       if (u->op == Ops::COPY) {
         item.kind = ScheduleItem::Kind::Copy;
         item.slots.push_back(value_slot(u->src(0)));
+        if (contiguous_buffer(u->src(0))) item.old_reads.push_back(1);  // the contents before
         item.ast = UOpRef(u);
       } else {
         KernelBuilder kb{shapes, realized, u, row_fused, {}, {}, 0, {}};
@@ -767,7 +769,7 @@ Template build_template(std::span<const UOpRef> roots_in) {
         retry.insert(kb.not_hoisted.begin(), kb.not_hoisted.end());
         for (const UOp* p : kb.params) {
           item.slots.push_back(value_slot(p));
-          if (p->op == Ops::BUFFER) item.old_reads.push_back(item.slots.back());
+          if (p->op == Ops::BUFFER) item.old_reads.push_back(int(item.slots.size() - 1));
         }
       }
       if (u->op == Ops::ASSIGN) assign_items.push_back(int(t.items.size()));
@@ -781,19 +783,71 @@ Template build_template(std::span<const UOpRef> roots_in) {
       t.root_shapes.push_back(shapes.at(roots[i].get()));
       if (!contiguous_buffer(roots[i].get())) t.becomes.emplace_back(i, slot_of.at(roots[i].get()));
     }
-    // An in-place write (ASSIGN) waits for every kernel that reads the old contents of its buffer (WAR);
-    // read-after-write order comes from the topological order.
-    for (int ai : assign_items) {
-      int target = t.items[size_t(ai)].slots[0];
-      size_t last = size_t(ai);
-      for (size_t j = size_t(ai) + 1; j < t.items.size(); j++)
-        for (int r : t.items[j].old_reads)
-          if (r == target) last = j;
-      if (last != size_t(ai)) {
-        Template::Item it = std::move(t.items[size_t(ai)]);
-        t.items.erase(t.items.begin() + ai);
-        t.items.insert(t.items.begin() + int64_t(last), std::move(it));
+    // Order: a kernel runs after the kernels whose results it reads (RAW; an ASSIGN's result is its target
+    // buffer after the write), and an in-place write (ASSIGN) after every kernel that reads the old contents of
+    // its buffer (WAR). A stable topological sort: the graph's order wherever both allow it.
+    if (!assign_items.empty()) {
+      std::unordered_map<int, size_t> writer;  // slot -> the item that writes it
+      for (size_t i = 0; i < t.items.size(); i++) writer[t.items[i].slots[0]] = i;
+      // A kernel that reads a buffer both before and after an assign to it (a reader of the old values combined
+      // with the assigned tensor) reads the old values from a copy made before the write.
+      for (size_t j = 0, n0 = t.items.size(); j < n0; j++) {
+        for (int pos : t.items[j].old_reads) {
+          int sl = t.items[j].slots[size_t(pos)];
+          auto w = writer.find(sl);
+          if (sl >= n_inputs || w == writer.end() || w->second == j) continue;
+          bool reads_new = false;
+          for (size_t k = 1; k < t.items[j].slots.size(); k++)
+            reads_new |= t.items[j].slots[k] == sl &&
+                         std::find(t.items[j].old_reads.begin(), t.items[j].old_reads.end(), int(k)) == t.items[j].old_reads.end();
+          if (!reads_new) continue;
+          const UOp* bnode = nullptr;
+          for (auto& [node, v] : slot_of)
+            if (v == sl && node->op == Ops::BUFFER) bnode = node;
+          if (!bnode) continue;
+          int copy = int(t.slots.size());
+          t.slots.push_back({-1, t.slots[size_t(sl)].device, t.slots[size_t(sl)].dtype, t.slots[size_t(sl)].size});
+          UOpRef dev = UOp::make(Ops::DEVICE, dtypes::void_, {}, t.slots[size_t(sl)].device);
+          t.items.push_back(Template::Item{ScheduleItem::Kind::Copy, UOp::make(Ops::COPY, bnode->dtype, {UOpRef(bnode), dev}),
+                                           {copy, sl}, t.slots[size_t(sl)].device, {1}});
+          t.items[j].slots[size_t(pos)] = copy;
+          writer[copy] = t.items.size() - 1;
+        }
       }
+      size_t ni = t.items.size();
+      std::vector<std::vector<size_t>> next(ni);
+      std::vector<int> deps(ni, 0);
+      auto edge = [&](size_t a, size_t b) {
+        if (a == b) return;
+        next[a].push_back(b);
+        deps[b]++;
+      };
+      for (size_t j = 0; j < ni; j++) {
+        const Template::Item& it = t.items[j];
+        for (size_t k = 1; k < it.slots.size(); k++) {
+          int sl = it.slots[k];
+          auto w = writer.find(sl);
+          if (w == writer.end()) continue;
+          bool old = std::find(it.old_reads.begin(), it.old_reads.end(), int(k)) != it.old_reads.end();
+          if (old && sl < n_inputs) edge(j, w->second);  // WAR: only an ASSIGN writes an input
+          else if (!old) edge(w->second, j);             // RAW
+        }
+      }
+      std::priority_queue<size_t, std::vector<size_t>, std::greater<>> ready;
+      for (size_t i = 0; i < ni; i++)
+        if (deps[i] == 0) ready.push(i);
+      std::vector<size_t> order;
+      while (!ready.empty()) {
+        size_t i = ready.top();
+        ready.pop();
+        order.push_back(i);
+        for (size_t b : next[i])
+          if (--deps[b] == 0) ready.push(b);
+      }
+      if (order.size() != ni) throw Error("[schedule] internal: the kernels' read/write order has a cycle");
+      std::vector<Template::Item> sorted;
+      for (size_t i : order) sorted.push_back(std::move(t.items[i]));
+      t.items = std::move(sorted);
     }
     // Memory planner: an intermediate buffer (not a root's, not an input) whose last reader has run can be
     // reused by a later intermediate of the same device, dtype and size.

@@ -138,10 +138,95 @@ void replace_realized(const std::vector<std::pair<const UOp*, UOpRef>>& becomes)
   };
   for (auto& p : live) {
     if (!p->uop || p->uop->seq() < oldest || contiguous_buffer(p->uop.get()) || p->uop->op == Ops::CONST) continue;
-    p->uop = substitute(p->uop.get());
+    UOpRef n = substitute(p->uop.get());
+    if (n.get() != p->uop.get()) p->uop = std::move(n);  // a tensor whose graph is unchanged is not written
   }
   g_becomes_visits.fetch_add(visits);
 }
+
+namespace {
+// Movement ops (and DETACH) down to a buffer: a view that aliases the buffer's storage, as a torch view does.
+bool is_buffer_view(const UOp* u) {
+  while (is_movement(u->op) || u->op == Ops::DETACH) u = u->src(0);
+  return u->op == Ops::BUFFER;
+}
+
+/** The live lazy tensors (not pure views of a buffer, not in `skip`) whose graph reaches a BUFFER node for which
+ *  `hit` is true, walking no node in `stop` and none older than `oldest` (a node cannot read a younger buffer). */
+template <class Hit>
+std::vector<UOpRef> live_readers(Hit&& hit, const std::unordered_set<const UOp*>& stop, uint64_t oldest,
+                                 const std::unordered_set<const UOp*>& skip) {
+  std::vector<std::shared_ptr<TensorImpl>> live;
+  {
+    std::lock_guard lk(g_live_mu);
+    for (auto& w : g_live)
+      if (auto p = w.lock()) live.push_back(std::move(p));
+  }
+  std::unordered_map<const UOp*, bool> reads;  // node -> reaches a hit buffer
+  auto reaches = [&](const UOp* root) {
+    std::vector<std::pair<const UOp*, bool>> ws{{root, false}};
+    while (!ws.empty()) {
+      auto [u, ready] = ws.back();
+      ws.pop_back();
+      if (reads.count(u)) continue;
+      if (u->seq() < oldest || stop.count(u) || u->op == Ops::BUFFER) {
+        reads[u] = u->op == Ops::BUFFER && hit(u);
+        continue;
+      }
+      if (!ready) {
+        ws.push_back({u, true});
+        for (auto& c : u->src())
+          if (!reads.count(c.get())) ws.push_back({c.get(), false});
+        continue;
+      }
+      bool r = false;
+      for (auto& c : u->src()) r = r || reads.at(c.get());
+      reads[u] = r;
+    }
+    return reads.at(root);
+  };
+  std::vector<UOpRef> out;
+  std::unordered_set<const UOp*> taken;
+  for (auto& p : live) {
+    const UOp* u = p->uop.get();
+    if (!u || u->op == Ops::CONST || u->seq() < oldest || skip.count(u) || taken.count(u) || is_buffer_view(u)) continue;
+    if (reaches(u)) {
+      out.push_back(p->uop);
+      taken.insert(u);
+    }
+  }
+  return out;
+}
+
+/** A tensor keeps the value it had when it was defined: the live lazy tensors that read the old contents of a
+ *  buffer an ASSIGN under roots overwrites are added to roots, and the schedule runs every read of the old
+ *  contents before the write (WAR). Reading through a scheduled ASSIGN is reading the new value; a pure view of
+ *  the buffer is an alias and sees the write. Costs one walk of the roots, and of the live graphs only when an
+ *  ASSIGN is among the roots. */
+std::vector<const UOp*> add_old_readers(std::vector<UOpRef>& roots) {
+  std::unordered_set<const UOp*> seen, assigns, targets;
+  std::vector<const UOp*> st;
+  for (auto& r : roots) st.push_back(r.get());
+  while (!st.empty()) {
+    const UOp* u = st.back();
+    st.pop_back();
+    if (!seen.insert(u).second || u->op == Ops::BUFFER) continue;
+    if (u->op == Ops::ASSIGN) {
+      assigns.insert(u);
+      if (const UOp* b = contiguous_buffer(u->src(0))) targets.insert(b);
+    }
+    for (auto& c : u->src()) st.push_back(c.get());
+  }
+  if (targets.empty()) return {};
+  uint64_t oldest = UINT64_MAX;  // a node older than every target cannot read one
+  for (const UOp* b : targets) oldest = std::min(oldest, b->seq());
+  std::unordered_set<const UOp*> in_roots;
+  for (auto& r : roots) in_roots.insert(r.get());
+  for (UOpRef& r : live_readers([&](const UOp* b) { return targets.count(b) > 0; }, assigns, oldest, in_roots))
+    roots.push_back(std::move(r));
+  return {assigns.begin(), assigns.end()};
+}
+}  // namespace
 
 // ---------------------------------------------------------------- construction
 
@@ -1092,13 +1177,43 @@ Tensor& Tensor::realize() {
   return *this;
 }
 
+namespace {
+// One realise at a time in the process: scheduling, running and substituting the results into live tensors (the
+// kernels themselves use every core). Recursive: an assign or a host read realises inside it.
+std::recursive_mutex g_realize_mu;
+}  // namespace
+
 void Tensor::realize_all(std::vector<Tensor*> ts) {
+  std::lock_guard lk(g_realize_mu);
   std::vector<UOpRef> roots;
   for (Tensor* t : ts) {
     const UOp* u = t->uop().get();
     if (contiguous_buffer(u) || (u->op == Ops::CONST && t->impl_->weak)) continue;
     roots.push_back(t->uop());
   }
+  if (roots.empty()) return;
+  std::vector<const UOp*> assigns = add_old_readers(roots);
+  Schedule s = create_schedule(roots);
+  run_schedule(s);
+  std::vector<std::pair<const UOp*, UOpRef>> becomes;
+  std::unordered_set<const UOp*> done;
+  for (auto& [a, b] : s.becomes) becomes.emplace_back(a.get(), b), done.insert(a.get());
+  // An assign done inside another tensor's graph is done: a handle still holding it reads the written buffer
+  // (read again as an ASSIGN, it would write a second time).
+  for (const UOp* a : assigns)
+    if (!done.count(a)) becomes.emplace_back(a, a->src(0));
+  replace_realized(becomes);
+}
+
+void realize_readers_of(const std::vector<const Buffer*>& written) {
+  if (written.empty()) return;
+  std::lock_guard lk(g_realize_mu);
+  std::unordered_set<const Buffer*> w(written.begin(), written.end());
+  auto hit = [&](const UOp* b) {
+    auto buf = buffer_of(b);
+    return buf && w.count(buf.get()) > 0;
+  };
+  std::vector<UOpRef> roots = live_readers(hit, {}, 0, {});
   if (roots.empty()) return;
   Schedule s = create_schedule(roots);
   run_schedule(s);
@@ -1108,6 +1223,7 @@ void Tensor::realize_all(std::vector<Tensor*> ts) {
 }
 
 void Tensor::copy_to_host(void* dst, size_t bytes) const {
+  std::lock_guard lk(g_realize_mu);
   Tensor t = *this;
   // A pending assign (t.assign(x), t += x) is realised on the handle itself, which every copy shares: realised
   // only inside the CONTIGUOUS copy below, the handle would keep the ASSIGN and a second read would write again.
@@ -1196,6 +1312,7 @@ Tensor Tensor::to(const std::string& dev) const {
 }
 
 Tensor& Tensor::assign(const Tensor& x) {
+  std::lock_guard lk(g_realize_mu);
   if (x.shape() != shape())
     throw Error("[assign] shape " + shape_str(x.shape()) + " does not match target shape " + shape_str(shape()));
   if (!contiguous_buffer(uop().get())) realize();
