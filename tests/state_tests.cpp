@@ -636,12 +636,13 @@ TEST_CASE("GGUF dequantisation is exact: f16, bf16, q8_0, q4_0, q4_1, q4_K, q5_K
   CHECK(k.tensors.at("f16").dtype() == dtypes::float16);
   CHECK(k.shapes.at("q8_0") == Shape{2, 32});
   CHECK(k.tensors.at("q4_K").device() == "DISK");
-  for (const auto& [name, v] : want) {
+  for (const auto& entry : want) {
+    const std::string name = entry.first;  // a plain variable: clang 14 cannot capture bindings (CAPTURE)
     CAPTURE(name);
     const std::string type = k.tensor_types.at(name);
     Tensor y = nn::ggml_dequantize(k.tensors.at(name).to(default_device()), type);
     CHECK(y.shape() == k.shapes.at(name));
-    CHECK(bits(y.to_vector<float>()) == bits(v));
+    CHECK(bits(y.to_vector<float>()) == bits(entry.second));
   }
   CHECK_ERROR(nn::ggml_dequantize(k.tensors.at("q4_0").to(default_device()), "q8_0"), "q8_0 blocks must be uint8 (..., blocks, 34)");
   CHECK_ERROR(nn::ggml_dequantize(k.tensors.at("q4_0").to(default_device()), "q3_K"), "unknown type 'q3_K'");
@@ -789,6 +790,13 @@ TEST_CASE("malformed GGUF files are errors naming the file and the problem") {
     CHECK_ERROR(gguf_of(w.build()), "type q5_0, which tg does not dequantise");
     w.tensors[0].type = 99;
     CHECK_ERROR(gguf_of(w.build()), "unknown ggml type 99");
+    w.tensors[0].type = 12;  // q4_K: blocks of 256 elements, 144 bytes
+    CHECK_ERROR(gguf_of(w.build()), "'t' (q4_K) has a first dimension of 2, not a multiple of the block size 256");
+    w.tensors[0].dims = {256};
+    CHECK_ERROR(gguf_of(w.build()), "'t'", "lies past the end of the file");
+    CHECK_ERROR(nn::gguf_load_bytes(w.build().data(), w.build().size(), "mem.gguf", "DISK", false), "mem.gguf", "'t'",
+                "lies past the end of the file");
+    w.tensors[0].dims = {2};
     w.tensors[0].type = 8;  // q8_0 needs a multiple of 32
     CHECK_ERROR(gguf_of(w.build()), "not a multiple of the block size 32");
   }
