@@ -306,6 +306,12 @@ TEST_CASE("llama.cpp (node-llama-cpp) tokenizes like tg: SentencePiece and GPT-2
 
 TEST_CASE("Llama keeps quantised weights as the file stores them: the logits of dequantising at load, the same "
           "kernels, and the file's bytes in memory") {
+  {  // a weight said to be stored as blocks that is not: an error naming it and what was expected
+    models::LlamaConfig t = tiny();
+    CHECK(error_of([&] { models::Llama(t, llm_util::random_weights(t, 1), 1, {{"blk.1.attn_q.weight", "q8_0"}}); })
+              .find("[llama] weight 'blk.1.attn_q.weight': [ggml_dequantize] q8_0 blocks must be uint8 (..., blocks, 34), "
+                    "got float32 (32, 32)") != std::string::npos);
+  }
   models::LlamaConfig c;
   c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.max_context = 16;
   std::vector<int32_t> toks = {1, 7, 42, 3, 19, 25, 8};
