@@ -2,10 +2,11 @@
 // tg and by llama.cpp (npm node-llama-cpp, bench/llm_llama_cpp.mjs) in the same run, on the same file, the same
 // prompt tokens and the same number of threads: prompt processing (one prefill of LLM_PROMPT tokens) and decode (ms
 // a token, tg's TinyJit replays after its 3 capture steps; llama.cpp one token per call). Prints the ratios, the GB/s
-// each decode step reads (tg: float32 weights, dequantised at load; llama.cpp: the file's tensors) and the bytes of
-// tg's KV-cache write (a masked assign of every layer's whole cache each token).
+// each decode step reads (both: the file's tensors but the embedding; tg keeps the weights as the file stores them
+// and dequantises inside its kernels, LLM_DEQUANTISE=1: float32 at load), tg's resident memory for the model against
+// the file's size, and the bytes of tg's KV-cache write (a masked assign of every layer's whole cache each token).
 // Environment: LLM_DIM (512), LLM_LAYERS (8), LLM_HEADS (8), LLM_KV_HEADS (4), LLM_FFN (1536), LLM_CTX (512),
-// LLM_PROMPT (64), LLM_DECODE (32), LLM_TYPES (f32,q8_0), LLM_REPS (3), THREADS (both libraries; default: every CPU),
+// LLM_PROMPT (64), LLM_DECODE (32), LLM_TYPES (f32,q8_0,q4_0), LLM_REPS (3), THREADS (both libraries; default: every CPU),
 // TG_NODE_MODULES (data/node/node_modules). On a busy machine llama.cpp's spinning thread barriers suffer more than
 // tg's pool: compare at THREADS=1 there (bench/run runs both).
 #include <unistd.h>
@@ -24,13 +25,28 @@
 
 using namespace tg;
 
+namespace {
+// This process's resident set (VmRSS of /proc/self/status), bytes.
+double rss_bytes() {
+  std::ifstream f("/proc/self/status");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("VmRSS:", 0) == 0) return 1024.0 * std::stod(line.substr(6));
+  return 0;
+}
+int64_t shape_numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+}  // namespace
+
 int main() {
   bench::LoadReport load;
   models::LlamaConfig c;
   c.dim = getenv_int("LLM_DIM", 512), c.n_layers = getenv_int("LLM_LAYERS", 8), c.n_heads = getenv_int("LLM_HEADS", 8);
   c.n_kv_heads = getenv_int("LLM_KV_HEADS", 4), c.hidden_dim = getenv_int("LLM_FFN", 1536), c.max_context = getenv_int("LLM_CTX", 512);
   int64_t n_prompt = getenv_int("LLM_PROMPT", 64), n_decode = getenv_int("LLM_DECODE", 32), reps = getenv_int("LLM_REPS", 3);
-  std::string types = getenv_str("LLM_TYPES", "f32,q8_0"), modules = getenv_str("TG_NODE_MODULES", TG_SOURCE_ROOT "/data/node/node_modules");
+  std::string types = getenv_str("LLM_TYPES", "f32,q8_0,q4_0"), modules = getenv_str("TG_NODE_MODULES", TG_SOURCE_ROOT "/data/node/node_modules");
   // the same thread count for both: THREADS (tg's CPU backend reads it too), else every CPU
   unsigned threads = unsigned(getenv_int("THREADS", int64_t(std::thread::hardware_concurrency())));
   if (!std::filesystem::exists(modules + "/node-llama-cpp/package.json")) {
@@ -48,10 +64,19 @@ int main() {
     llm_util::write_random_llama(path, c, 1, type);
     double file_bytes = double(std::filesystem::file_size(path));
     // tg
-    auto llm = models::Llama::from_gguf(path, c.max_context);
-    int64_t params = 0;
-    for (const auto& [name, t] : nn::gguf_load(path).tensors)
-      if (name != "token_embd.weight") params += t.numel();
+    bool dequantise = getenv_int("LLM_DEQUANTISE", 0) != 0;
+    double rss0 = rss_bytes();
+    auto llm = models::Llama::from_gguf(path, c.max_context, 1, dequantise);
+    double rss_load = rss_bytes() - rss0, weight_bytes = double(llm->weight_bytes());
+    double read_bytes = 0, stored_bytes = 0;  // what a decode step reads of the weights (the embedding: one row)
+    {
+      nn::GGUFFile f = nn::gguf_load(path, "DISK", false);
+      for (const auto& [name, t] : f.tensors)
+        if (name != "token_embd.weight") {
+          stored_bytes += double(t.numel() * t.dtype().itemsize());
+          read_bytes += dequantise ? 4.0 * double(shape_numel(f.shapes.at(name))) : double(t.numel() * t.dtype().itemsize());
+        }
+    }
     auto run_prefill = [&] {
       llm->reset();
       return llm->prefill(prompt, 0, true).to_vector<float>();
@@ -91,13 +116,14 @@ int main() {
     std::vector<int32_t> peer_tokens = j["tokens"].get<std::vector<int32_t>>();
     size_t same = 0;
     while (same < std::min(peer_tokens.size(), tg_tokens.size()) && peer_tokens[same] == tg_tokens[same]) same++;
-    double tg_bytes = 4.0 * double(params), cache_bytes = 16.0 * double(c.max_context * c.n_kv_heads * c.head_dim() * c.n_layers);
+    double tg_bytes = read_bytes, peer_bytes = stored_bytes, cache_bytes = 16.0 * double(c.max_context * c.n_kv_heads * c.head_dim() * c.n_layers);
     std::printf("%s: prefill tg %.1f ms (%.0f tokens/s), llama.cpp %.1f ms (%.0f tokens/s): %.2fx; decode tg %.2f ms (%.0f tokens/s, "
-                "%.1f GB/s of float32 weights + %.1f MiB of KV-cache writes a token), llama.cpp %.2f ms (%.0f tokens/s, %.1f GB/s of a "
-                "%.1f MB file): %.2fx; greedy tokens agree for %zu of %zu\n",
+                "%.1f GB/s of %s weights + %.1f MiB of KV-cache writes a token), llama.cpp %.2f ms (%.0f tokens/s, %.1f GB/s): %.2fx; "
+                "greedy tokens agree for %zu of %zu; tg memory: weights %.1f MB, resident growth at load %.1f MB, file %.1f MB (%.2fx)\n",
                 type.c_str(), tg_prefill, 1e3 * double(n_prompt) / tg_prefill, peer_prefill, 1e3 * double(n_prompt) / peer_prefill,
-                peer_prefill / tg_prefill, tg_decode, 1e3 / tg_decode, tg_bytes / tg_decode / 1e6, cache_bytes / (1 << 20), peer_decode,
-                1e3 / peer_decode, file_bytes / peer_decode / 1e6, file_bytes / 1e6, peer_decode / tg_decode, same, tg_tokens.size());
+                peer_prefill / tg_prefill, tg_decode, 1e3 / tg_decode, tg_bytes / tg_decode / 1e6, dequantise ? "float32" : "stored",
+                cache_bytes / (1 << 20), peer_decode, 1e3 / peer_decode, peer_bytes / peer_decode / 1e6, peer_decode / tg_decode, same,
+                tg_tokens.size(), weight_bytes / 1e6, rss_load / 1e6, file_bytes / 1e6, rss_load / file_bytes);
     std::string extra = ", \"threads\": " + std::to_string(threads);
     bench::json("llm_prefill_" + std::to_string(n_prompt) + "_" + type, bench::variant(), tg_prefill, "llama.cpp", peer_prefill, extra);
     bench::json("llm_decode_" + type, bench::variant(), tg_decode, "llama.cpp", peer_decode, extra);

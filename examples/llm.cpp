@@ -75,11 +75,16 @@ int main(int argc, char** argv) {
   if (n < 0) usage("-n must be >= 0");
   try {
     auto t0 = clk::now();
-    nn::GGUFFile f = nn::gguf_load(model);
-    models::LlamaConfig cfg = models::LlamaConfig::from_gguf(f, model, ctx);
+    models::LlamaConfig cfg;
+    models::Tokenizer tok = [&] {  // the metadata; the tensors are only viewed (DISK) and dropped with f
+      nn::GGUFFile f = nn::gguf_load(model, "DISK", false);
+      cfg = models::LlamaConfig::from_gguf(f, model, ctx);
+      return models::Tokenizer::from_gguf(f, model);
+    }();
     if (ctx == 0) cfg.max_context = std::min<int64_t>(cfg.max_context, 2048);
-    models::Tokenizer tok = models::Tokenizer::from_gguf(f, model);
-    models::Llama llm(cfg, std::move(f.tensors));
+    // the weights as the file stores them (quantised blocks stay quantised, dequantised inside the kernels)
+    std::unique_ptr<models::Llama> llm_ptr = models::Llama::from_gguf(model, cfg.max_context);
+    models::Llama& llm = *llm_ptr;
     models::Sampler sampler(sc);
     std::vector<int32_t> ids = tok.encode(prompt);
     if (int64_t(ids.size()) + n > cfg.max_context)

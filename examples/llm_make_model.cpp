@@ -3,7 +3,8 @@
 // llama.cpp check and bench/llm:
 //   build/examples/llm_make_model OUT.gguf [--dim 64] [--layers 2] [--heads 4]
 //   [--kv-heads 2] [--ffn 128] [--ctx 256]
-//                                 [--type f32|f16|q8_0|q4_0] [--seed 1]
+//                                 [--type f32|f16|q8_0|q4_0|q4_1|q4_K|q5_K|q6_K] [--seed 1]
+// (q4_1 and the K-quants are random blocks: tg has no quantiser for them; K-quant rows need a multiple of 256)
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -16,7 +17,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr,
                  "usage: llm_make_model OUT.gguf [--dim D] [--layers "
                  "L] [--heads H] [--kv-heads K] [--ffn F] [--ctx C] "
-                 "[--type f32|f16|q8_0|q4_0] [--vocab llama|gpt2] [--arch llama|qwen2] [--seed S]\n");
+                 "[--type f32|f16|q8_0|q4_0|q4_1|q4_K|q5_K|q6_K] [--vocab llama|gpt2] [--arch llama|qwen2] [--seed S]\n");
     return 2;
   }
   tg::models::LlamaConfig c;

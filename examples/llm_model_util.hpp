@@ -7,7 +7,9 @@
 // keep activations O(1) and logits spread (greedy choices are stable).
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <map>
+#include <random>
 #include <string>
 #include <vector>
 
@@ -152,15 +154,55 @@ inline std::map<std::string, tg::Tensor> random_weights(const tg::models::LlamaC
   return w;
 }
 
-/** Write a random LLaMA GGUF with vocabulary `v`: matrices stored as `type` ("f32", "f16", "q8_0",
- * "q4_0"), norms as f32. */
+/** Whether tg's GGUF writer has no quantiser for `type` (q4_1, q4_K, q5_K, q6_K): random_blocks makes its weights. */
+inline bool blocks_only(const std::string& type) { return type == "q4_1" || type == "q4_K" || type == "q5_K" || type == "q6_K"; }
+
+/** Random blocks of a quantised GGML type ("q8_0", "q4_0", "q4_1", "q4_K", "q5_K", "q6_K") for an (out, in) weight,
+ * as GGUF stores them: uint8 (out, in / block, bytes per block). The quants and packed scales are random bytes;
+ * the f16 scales are set so that the weights lie within about +-bound. */
+inline tg::Tensor random_blocks(const std::string& type, int64_t out, int64_t in, double bound, std::mt19937_64& rng) {
+  struct Layout {
+    int64_t block, bytes;
+    std::vector<std::pair<int, double>> f16s;  // (byte offset, value in units of bound)
+  };
+  Layout l = type == "q8_0"   ? Layout{32, 34, {{0, 1.0 / 127}}}
+             : type == "q4_0" ? Layout{32, 18, {{0, 1.0 / 8}}}
+             : type == "q4_1" ? Layout{32, 20, {{0, 2.0 / 15}, {2, -1.0}}}
+             : type == "q4_K" ? Layout{256, 144, {{0, 2.0 / (15 * 63)}, {2, 1.0 / 63}}}
+             : type == "q5_K" ? Layout{256, 176, {{0, 2.0 / (31 * 63)}, {2, 1.0 / 63}}}
+             : type == "q6_K" ? Layout{256, 210, {{208, 1.0 / (32 * 127)}}}
+                              : Layout{0, 0, {}};
+  if (l.block == 0 || in % l.block != 0) throw tg::Error("[random_blocks] cannot make " + type + " blocks of rows of " + std::to_string(in));
+  std::vector<uint8_t> b(size_t(out * in / l.block * l.bytes));
+  for (uint8_t& x : b) x = uint8_t(rng());
+  for (size_t i = 0; i < b.size(); i += size_t(l.bytes))
+    for (auto [off, v] : l.f16s) {
+      uint16_t h = tg::float_to_half_bits(float(v * bound * (0.5 + double(rng() % 1024) / 1024)));
+      std::memcpy(&b[i + size_t(off)], &h, 2);
+    }
+  return tg::Tensor::from_blob(b.data(), {out, in / l.block, l.bytes}, tg::dtypes::uint8);
+}
+
+/** Write a random LLaMA GGUF with vocabulary `v`: matrices stored as `type` ("f32", "f16", "q8_0", "q4_0"
+ * quantised from random_weights; "q4_1", "q4_K", "q5_K", "q6_K" as random blocks of the same spread), norms as f32. */
 inline void write_random_llama(const std::string& path, tg::models::LlamaConfig c, uint64_t seed, const std::string& type = "f32",
                                const Vocab& v = byte_vocab()) {
   c.vocab_size = int64_t(v.tokens.size());
   std::map<std::string, tg::Tensor> w = random_weights(c, seed);
   std::map<std::string, std::string> types;
-  for (const auto& [name, t] : w)
-    if (t.ndim() == 2) types[name] = type;
+  std::mt19937_64 rng(seed);
+  for (auto& [name, t] : w) {
+    if (t.ndim() != 2) continue;
+    types[name] = type;
+    if (!blocks_only(type)) continue;
+    int64_t in = t.shape()[1];
+    double gain = name.find("output.") != std::string::npos                                               ? 3.0
+                  : name.find("attn_q") != std::string::npos || name.find("attn_k") != std::string::npos ? 2.0
+                  : name.find("attn_output") != std::string::npos || name.find("ffn_down") != std::string::npos ? 0.5
+                                                                                                            : 1.0;
+    double bound = name == "token_embd.weight" ? 1.0 : gain * std::sqrt(3.0 / double(in));
+    t = random_blocks(type, t.shape()[0], in, bound, rng);
+  }
   tg::nn::gguf_save(path, metadata(c, v), w, types);
 }
 

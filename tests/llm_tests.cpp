@@ -13,6 +13,8 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <numeric>
 #include <nlohmann/json.hpp>
 
 #include "../examples/llm_model_util.hpp"
@@ -202,20 +204,32 @@ TEST_CASE(
     std::string arch, type;
     double tol;
   };
-  for (const Run& run : std::initializer_list<Run>{{"llama", "f32", 5e-3}, {"llama", "q8_0", 4e-2}, {"qwen2", "f32", 5e-3}}) {
+  // q4_0 is quantised by tg's writer; q4_1 and the K-quants are random blocks (llm_util::random_blocks) of rows of
+  // 256 (the K-quants' block), which llama.cpp dequantises with its own kernels: a check of tg's block layouts.
+  // tg keeps every quantised file's weights as stored (Llama::from_gguf's default)
+  for (const Run& run : std::initializer_list<Run>{{"llama", "f32", 5e-3},
+                                                   {"llama", "q8_0", 4e-2},
+                                                   {"qwen2", "f32", 5e-3},
+                                                   {"llama", "q4_0", 4e-2},
+                                                   {"llama", "q4_1", 4e-2},
+                                                   {"llama", "q4_K", 4e-2},
+                                                   {"llama", "q5_K", 4e-2},
+                                                   {"llama", "q6_K", 4e-2}}) {
     // plain variables, not bindings: clang 14 cannot capture bindings in CAPTURE's lambda (the sanitizer build)
     const std::string arch = run.arch, type = run.type;
     const double tol = run.tol;
     CAPTURE(arch);
     CAPTURE(type);
     c.arch = arch;
+    bool k_quant = type.find("_K") != std::string::npos;
+    c.dim = k_quant ? 256 : 64, c.hidden_dim = k_quant ? 512 : 128;
     std::string path = tmp_path("llama_cpp_" + arch + "_" + type + ".gguf"), out = path + ".json", err = path + ".err";
     llm_util::write_random_llama(path, c, 5, type);
     nlohmann::json j = nlohmann::json::parse(run_node("llama_cpp_run.mjs", {modules, path, prompt, std::to_string(kSteps)}, out, err));
-    nn::GGUFFile f = nn::gguf_load(path);
+    nn::GGUFFile f = nn::gguf_load(path, "DISK", false);
     models::Tokenizer tok = models::Tokenizer::from_gguf(f, path);
-    models::LlamaConfig lc = models::LlamaConfig::from_gguf(f, path);
-    models::Llama llm(lc, std::move(f.tensors));
+    auto llm_ptr = models::Llama::from_gguf(path);
+    models::Llama& llm = *llm_ptr;
     std::vector<int32_t> ids = tok.encode(prompt);
     CHECK(ids == j["prompt"].get<std::vector<int32_t>>());
     std::vector<int32_t> want = j["tokens"].get<std::vector<int32_t>>();
@@ -287,5 +301,63 @@ TEST_CASE("llama.cpp (node-llama-cpp) tokenizes like tg: SentencePiece and GPT-2
       CHECK(tok.encode(texts[i]) == want[i]);
     }
     for (const std::string& p : {path, in, out, err}) std::filesystem::remove(p);
+  }
+}
+
+TEST_CASE("Llama keeps quantised weights as the file stores them: the logits of dequantising at load, the same "
+          "kernels, and the file's bytes in memory") {
+  {  // a weight said to be stored as blocks that is not: an error naming it and what was expected
+    models::LlamaConfig t = tiny();
+    CHECK(error_of([&] { models::Llama(t, llm_util::random_weights(t, 1), 1, {{"blk.1.attn_q.weight", "q8_0"}}); })
+              .find("[llama] weight 'blk.1.attn_q.weight': [ggml_dequantize] q8_0 blocks must be uint8 (..., blocks, 34), "
+                    "got float32 (32, 32)") != std::string::npos);
+  }
+  models::LlamaConfig c;
+  c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.max_context = 16;
+  std::vector<int32_t> toks = {1, 7, 42, 3, 19, 25, 8};
+  for (const char* type_name : {"q8_0", "q4_0", "f16", "q4_1", "q4_K", "q5_K", "q6_K"}) {
+    const std::string type = type_name;
+    CAPTURE(type);
+    bool k_quant = type.find("_K") != std::string::npos;
+    c.dim = k_quant ? 256 : 64, c.hidden_dim = k_quant ? 512 : 128;
+    std::string path = tmp_path("kept_" + type + ".gguf");
+    llm_util::write_random_llama(path, c, 3, type);
+    auto ref = models::Llama::from_gguf(path, 16, 1, true);  // float32 at load
+    auto kept = models::Llama::from_gguf(path, 16, 1);
+    // memory: the weights' buffers hold the file's tensor bytes (the file adds its header and 32-byte padding);
+    // float32 at load takes 4 bytes a weight
+    nn::GGUFFile f = nn::gguf_load(path, "DISK", false);
+    int64_t tensor_bytes = 0, elems = 0;
+    for (const auto& [name, t] : f.tensors) tensor_bytes += t.numel() * t.dtype().itemsize();
+    for (const auto& [name, s] : f.shapes) elems += std::accumulate(s.begin(), s.end(), int64_t(1), std::multiplies<int64_t>());
+    int64_t file_bytes = int64_t(std::filesystem::file_size(path));
+    CHECK(kept->weight_bytes() == tensor_bytes);
+    CHECK(kept->weight_bytes() <= file_bytes);
+    CHECK(ref->weight_bytes() == 4 * elems);
+    // prefill and decode logits: the same values up to float32 rounding (sums in another order)
+    size_t k0 = kernels_run();
+    std::vector<float> a = ref->prefill(toks).to_vector<float>();
+    size_t k1 = kernels_run();
+    std::vector<float> b = kept->prefill(toks).to_vector<float>();
+    size_t ref_kernels = k1 - k0, kept_kernels = kernels_run() - k1;
+    REQUIRE(a.size() == b.size());
+    float mx = 0, err = 0;
+    for (size_t i = 0; i < a.size(); i++) mx = std::max(mx, std::fabs(a[i])), err = std::max(err, std::fabs(a[i] - b[i]));
+    CHECK(err <= 1e-4f * mx);
+    // the dequantisation fuses into the kernels that read the weights. Prefill of T >= 4 tokens: the scheduler's
+    // fusion cost may compute a weight once into a float32 buffer rather than dequantise it for every row of x
+    // (at most one kernel more per weight, one weight at a time)
+    CHECK(kept_kernels <= ref_kernels + 16);
+    for (int64_t t = int64_t(toks.size()); t < int64_t(toks.size()) + 5; t++) {
+      CAPTURE(t);
+      std::vector<float> x = ref->decode({int32_t(t % 40)}, t).to_vector<float>(), y = kept->decode({int32_t(t % 40)}, t).to_vector<float>();
+      float m = 0, e = 0;
+      for (size_t i = 0; i < x.size(); i++) m = std::max(m, std::fabs(x[i])), e = std::max(e, std::fabs(x[i] - y[i]));
+      CHECK(e <= 1e-4f * m);
+    }
+    // decode: each linear is one kernel reading the blocks; one kernel more, the embedding's picked rows of blocks
+    // (the gather is computed into a small buffer before their blocks are dequantised; f16 rows need not be)
+    CHECK(kept->decode_jit()->captured_kernels() == ref->decode_jit()->captured_kernels() + (type == "f16" ? 0 : 1));
+    std::filesystem::remove(path);
   }
 }

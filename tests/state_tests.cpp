@@ -487,7 +487,7 @@ TEST_CASE("GGUF metadata of every value type, arrays, alignment, versions 2 and 
   }
 }
 
-TEST_CASE("GGUF dequantisation is exact: f16, bf16, q8_0, q4_0, q4_1, q6_K") {
+TEST_CASE("GGUF dequantisation is exact: f16, bf16, q8_0, q4_0, q4_1, q4_K, q5_K, q6_K, on the host and by tensor ops") {
   GGUFWriter w;
   const uint16_t d_bits = 0x2E4B, m_bits = 0xB8CD;  // d ~ 0.0983, m ~ -0.6001 (non-trivial mantissas)
   double d = half_value(d_bits), m = half_value(m_bits);
@@ -554,12 +554,58 @@ TEST_CASE("GGUF dequantisation is exact: f16, bf16, q8_0, q4_0, q4_1, q6_K") {
   REQUIRE(q6.size() == 210);
   for (int i = 0; i < 256; i++) want_q6.push_back(float(d * sc[i / 16] * (L[size_t(i)] - 32)));
 
+  // q4_K and q5_K: 8 sub-blocks of 32 with 6-bit scales S and mins M packed in 12 bytes, d and dmin (f16);
+  // y = d * S * L - dmin * M (L: 4 or 5 bits); packed as ggml's quantize_row_q4_K_ref / q5_K_ref
+  const uint16_t dmin_bits = 0x2A3D;  // ~ 0.0487
+  double dmin = half_value(dmin_bits);
+  int S[8], M[8];
+  for (int j = 0; j < 8; j++) S[j] = (23 * j + 50) % 64, M[j] = (41 * j + 7) % 64;  // high bits set in several
+  uint8_t scales[12] = {};
+  for (int j = 0; j < 8; j++) {
+    if (j < 4) {
+      scales[j] = uint8_t(S[j]), scales[j + 4] = uint8_t(M[j]);
+    } else {
+      scales[j + 4] = uint8_t((S[j] & 0xF) | (M[j] & 0xF) << 4);
+      scales[j - 4] |= uint8_t((S[j] >> 4) << 6);
+      scales[j] |= uint8_t((M[j] >> 4) << 6);
+    }
+  }
+  std::vector<int> L5(256);
+  for (int i = 0; i < 256; i++) L5[size_t(i)] = (29 * i + 5) % 32;
+  uint8_t q4k[128], q5l[128], q5h[32] = {};
+  for (int n = 0; n < 256; n += 64)
+    for (int l = 0; l < 32; l++) {
+      int a = L5[size_t(n + l)], b = L5[size_t(n + l + 32)];
+      q4k[n / 2 + l] = uint8_t((a & 0xF) | (b & 0xF) << 4);
+      q5l[n / 2 + l] = q4k[n / 2 + l];
+      q5h[l] |= uint8_t((a >> 4) << (n / 32) | (b >> 4) << (n / 32 + 1));
+    }
+  Bytes q4K, q5K;
+  for (Bytes* b : {&q4K, &q5K}) {
+    GGUFWriter::put(*b, d_bits);
+    GGUFWriter::put(*b, dmin_bits);
+    append(*b, scales, 12);
+  }
+  append(q4K, q4k, 128);
+  append(q5K, q5h, 32);
+  append(q5K, q5l, 128);
+  REQUIRE(q4K.size() == 144);
+  REQUIRE(q5K.size() == 176);
+  std::vector<float> want_q4K, want_q5K;
+  for (int i = 0; i < 256; i++) {
+    int L = L5[size_t(i)], j = i / 32;
+    want_q4K.push_back(float(d * S[j] * (L & 0xF) - dmin * M[j]));  // exact in double, one rounding to float
+    want_q5K.push_back(float(d * S[j] * L - dmin * M[j]));
+  }
+
   w.tensors.push_back({"f16", {6}, 1, f16});
   w.tensors.push_back({"bf16", {2}, 30, bf16});
   w.tensors.push_back({"q8_0", {32, 2}, 8, q8});
   w.tensors.push_back({"q4_0", {32}, 2, q40});
   w.tensors.push_back({"q4_1", {32}, 3, q41});
   w.tensors.push_back({"q6_K", {256}, 14, q6});
+  w.tensors.push_back({"q4_K", {256}, 12, q4K});
+  w.tensors.push_back({"q5_K", {256}, 13, q5K});
   Bytes file = w.build();
   std::string p = tmp_path("quant.gguf");
   write_bytes(p, file);
@@ -576,7 +622,42 @@ TEST_CASE("GGUF dequantisation is exact: f16, bf16, q8_0, q4_0, q4_1, q6_K") {
   CHECK(bits(g.tensors.at("q4_0").to_vector<float>()) == bits(want_q4_0));
   CHECK(bits(g.tensors.at("q4_1").to_vector<float>()) == bits(want_q4_1));
   CHECK(bits(g.tensors.at("q6_K").to_vector<float>()) == bits(want_q6));
+  CHECK(bits(g.tensors.at("q4_K").to_vector<float>()) == bits(want_q4K));
+  CHECK(bits(g.tensors.at("q5_K").to_vector<float>()) == bits(want_q5K));
   CHECK(g.tensor_types.at("q6_K") == "q6_K");
+  // kept as stored (on DISK, viewing the mapping), then dequantised by tensor ops on the default device: the same bits
+  std::map<std::string, std::vector<float>> want = {{"f16", want_f16}, {"bf16", want_bf16}, {"q8_0", want_q8},
+                                                    {"q4_0", want_q4_0}, {"q4_1", want_q4_1}, {"q6_K", want_q6},
+                                                    {"q4_K", want_q4K}, {"q5_K", want_q5K}};
+  auto k = nn::gguf_load(p, "DISK", false);
+  CHECK(k.tensors.at("q8_0").dtype() == dtypes::uint8);
+  CHECK(k.tensors.at("q8_0").shape() == Shape{2, 1, 34});
+  CHECK(k.tensors.at("q6_K").shape() == Shape{1, 210});
+  CHECK(k.tensors.at("f16").dtype() == dtypes::float16);
+  CHECK(k.shapes.at("q8_0") == Shape{2, 32});
+  CHECK(k.tensors.at("q4_K").device() == "DISK");
+  for (const auto& entry : want) {
+    const std::string name = entry.first;  // a plain variable: clang 14 cannot capture bindings (CAPTURE)
+    CAPTURE(name);
+    const std::string type = k.tensor_types.at(name);
+    Tensor y = nn::ggml_dequantize(k.tensors.at(name).to(default_device()), type);
+    CHECK(y.shape() == k.shapes.at(name));
+    CHECK(bits(y.to_vector<float>()) == bits(entry.second));
+  }
+  CHECK_ERROR(nn::ggml_dequantize(k.tensors.at("q4_0").to(default_device()), "q8_0"), "q8_0 blocks must be uint8 (..., blocks, 34)");
+  CHECK_ERROR(nn::ggml_dequantize(k.tensors.at("q4_0").to(default_device()), "q3_K"), "unknown type 'q3_K'");
+  CHECK_ERROR(nn::ggml_dequantize(k.tensors.at("f16").to(default_device()), "bf16"), "a bf16 tensor must be bfloat16");
+  CHECK_ERROR(nn::gguf_load(p, "DISK"), "dequantised tensors cannot be placed on DISK");
+  // written back as they are: the same file bytes for the blocks
+  std::map<std::string, Tensor> raw;
+  std::map<std::string, std::string> types;
+  for (const char* name : {"q6_K", "q4_K", "q5_K", "q4_1"}) raw[name] = k.tensors.at(name), types[name] = name;
+  std::string p2 = tmp_path("quant_raw.gguf");
+  nn::gguf_save(p2, {}, raw, types);
+  auto g2 = nn::gguf_load(p2);
+  for (const char* name : {"q6_K", "q4_K", "q5_K", "q4_1"}) CHECK(bits(g2.tensors.at(name).to_vector<float>()) == bits(want.at(name)));
+  CHECK_ERROR(nn::gguf_save(p2, {}, {{"x", Tensor::zeros({2, 34}).cast(dtypes::uint8)}}, {{"x", "q4_K"}}),
+              "q4_K blocks must be (..., blocks, 144)");
 }
 
 TEST_CASE("gguf_save writes metadata and f32/f16/q8_0/q4_0 tensors that gguf_load reads back") {
@@ -709,6 +790,14 @@ TEST_CASE("malformed GGUF files are errors naming the file and the problem") {
     CHECK_ERROR(gguf_of(w.build()), "type q5_0, which tg does not dequantise");
     w.tensors[0].type = 99;
     CHECK_ERROR(gguf_of(w.build()), "unknown ggml type 99");
+    w.tensors[0].type = 12;  // q4_K: blocks of 256 elements, 144 bytes
+    CHECK_ERROR(gguf_of(w.build()), "'t' (q4_K) has a first dimension of 2, not a multiple of the block size 256");
+    w.tensors[0].dims = {256};
+    CHECK_ERROR(gguf_of(w.build()), "tensor 't' (256 q4_K elements) is larger than the file");
+    Bytes img = w.build();
+    CHECK_ERROR(nn::gguf_load_bytes(img.data(), img.size(), "mem.gguf", "DISK", false), "mem.gguf",
+                "tensor 't' (256 q4_K elements) is larger than the file");
+    w.tensors[0].dims = {2};
     w.tensors[0].type = 8;  // q8_0 needs a multiple of 32
     CHECK_ERROR(gguf_of(w.build()), "not a multiple of the block size 32");
   }

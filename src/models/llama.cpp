@@ -5,8 +5,11 @@
 
 #include <cmath>
 #include <limits>
+#include <set>
 
+#include "tg/device.hpp"
 #include "tg/error.hpp"
+#include "tg/schedule.hpp"
 
 namespace tg::models {
 
@@ -58,22 +61,37 @@ LlamaConfig LlamaConfig::from_gguf(const nn::GGUFFile& f, const std::string& fil
   return c;
 }
 
-Llama::Llama(LlamaConfig cfg, std::map<std::string, Tensor> w, int64_t batch)
+Llama::Llama(LlamaConfig cfg, std::map<std::string, Tensor> w, int64_t batch, const std::map<std::string, std::string>& types)
     : cfg_(cfg), batch_(batch), start_pos_("start_pos", 0, std::max<int64_t>(cfg.max_context - 1, 0)) {
   const LlamaConfig& c = cfg_;
   if (c.max_context <= 0) fail("max_context must be positive, got " + std::to_string(c.max_context));
   if (batch <= 0) fail("batch must be positive, got " + std::to_string(batch));
   int64_t hd = c.head_dim(), kvd = c.n_kv_heads * hd;
+  auto type_of = [&](const std::string& name) {
+    auto it = types.find(name);
+    return it == types.end() ? std::string("f32") : it->second;
+  };
+  // the weight's value: a float32 tensor as given, or the lazy dequantisation of the stored form (fused into the
+  // kernels that read it)
   auto take = [&](const std::string& name, const Shape& shape) {
     auto it = w.find(name);
     if (it == w.end()) fail("weight '" + name + "' is missing");
-    if (it->second.shape() != shape)
-      fail("weight '" + name + "' has shape " + shape_str(it->second.shape()) + ", expected " + shape_str(shape));
-    return it->second;
+    std::string type = type_of(name);
+    Tensor v;
+    try {
+      v = type == "f32" ? it->second : nn::ggml_dequantize(it->second, type);
+    } catch (const Error& e) {
+      fail("weight '" + name + "': " + e.what());
+    }
+    if (v.shape() != shape) fail("weight '" + name + "' has shape " + shape_str(v.shape()) + ", expected " + shape_str(shape));
+    stored_.push_back(it->second);
+    return v;
   };
   tok_embd_ = take("token_embd.weight", {c.vocab_size, c.dim});
-  output_norm_ = take("output_norm.weight", {c.dim});
+  tok_embd_type_ = type_of("token_embd.weight");
   output_ = w.count("output.weight") ? take("output.weight", {c.vocab_size, c.dim}) : tok_embd_;
+  if (tok_embd_type_ != "f32") tok_embd_ = w.at("token_embd.weight");  // rows are picked from the stored form
+  output_norm_ = take("output_norm.weight", {c.dim});
   for (int64_t i = 0; i < c.n_layers; i++) {
     std::string p = "blk." + std::to_string(i) + ".";
     Layer l;
@@ -107,11 +125,21 @@ Llama::Llama(LlamaConfig cfg, std::map<std::string, Tensor> w, int64_t batch)
   rope_sin_ = Tensor::from_vector(sn, {c.max_context, hd / 2}).realize();
 }
 
-std::unique_ptr<Llama> Llama::from_gguf(const std::string& path, int64_t max_context, int64_t batch) {
-  nn::GGUFFile f = nn::gguf_load(path);
+std::unique_ptr<Llama> Llama::from_gguf(const std::string& path, int64_t max_context, int64_t batch, bool dequantise) {
+  nn::GGUFFile f = dequantise ? nn::gguf_load(path) : nn::gguf_load(path, "DISK", false);
   LlamaConfig c = LlamaConfig::from_gguf(f, path, max_context);
+  std::map<std::string, std::string> types;
+  if (!dequantise) {  // each tensor copied once out of the mapping onto the default device, which is then unmapped
+    std::vector<Tensor*> all;
+    for (auto& [name, t] : f.tensors) {
+      t = t.to(default_device());
+      all.push_back(&t);
+    }
+    Tensor::realize_all(all);
+    types = f.tensor_types;
+  }
   try {
-    return std::make_unique<Llama>(c, std::move(f.tensors), batch);
+    return std::make_unique<Llama>(c, std::move(f.tensors), batch, types);
   } catch (const Error& e) {
     throw Error(std::string(e.what()) + " (in " + path + ")");
   }
@@ -200,7 +228,8 @@ Tensor Llama::forward(const Tensor& tokens, const sint& start, bool last_only) {
   if (start.min() < 0 || start.max() + T > c.max_context)
     fail("forward: positions " + start.str() + ".." + start.str() + "+" + std::to_string(T - 1) + " can reach " +
          std::to_string(start.max() + T - 1) + ", past the KV cache (max_context " + std::to_string(c.max_context) + ")");
-  Tensor x = tok_embd_.index_select(0, tokens.reshape({B * T})).reshape({B, T, D});
+  Tensor rows = tok_embd_.index_select(0, tokens.reshape({B * T}));
+  Tensor x = (tok_embd_type_ == "f32" ? rows : nn::ggml_dequantize(rows, tok_embd_type_)).reshape({B, T, D});
   for (Layer& l : layers_) {
     Tensor h = Tensor(x + attention(l, x, start, T));
     Tensor n = h.rms_norm({D}, l.ffn_norm, c.norm_eps);
@@ -235,6 +264,18 @@ Tensor Llama::decode(const std::vector<int32_t>& tokens, int64_t pos) {
     }));
   Tensor tok = Tensor::from_vector(tokens, {batch_, 1}).realize();
   return (*jit_)({tok}, {start_pos_.bind(pos)})[0];
+}
+
+int64_t Llama::weight_bytes() const {
+  std::set<const Buffer*> seen;
+  int64_t n = 0;
+  for (const Tensor& t : stored_) {
+    const UOp* b = contiguous_buffer(t.uop().get());
+    std::shared_ptr<Buffer> buf = b ? buffer_of(b) : nullptr;
+    if (!buf) fail("weight_bytes: a weight " + shape_str(t.shape()) + " is not held in a buffer (realise it first)");
+    if (seen.insert(buf.get()).second) n += int64_t(buf->nbytes());
+  }
+  return n;
 }
 
 void Llama::reset() {

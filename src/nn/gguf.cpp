@@ -8,6 +8,8 @@
 #include <set>
 
 #include "mapped.hpp"
+#include "tg/device.hpp"
+#include "tg/schedule.hpp"
 #include "tg/nn/state.hpp"
 
 namespace tg::nn {
@@ -39,8 +41,8 @@ GgmlType ggml_type(uint32_t t) {
     case 9: return {"q8_1", 0, 0};
     case 10: return {"q2_K", 0, 0};
     case 11: return {"q3_K", 0, 0};
-    case 12: return {"q4_K", 0, 0};
-    case 13: return {"q5_K", 0, 0};
+    case 12: return {"q4_K", 256, 144};
+    case 13: return {"q5_K", 256, 176};
     case 14: return {"q6_K", 256, 210};
     case 15: return {"q8_K", 0, 0};
     case 30: return {"bf16", 1, 2};
@@ -135,6 +137,17 @@ struct TensorInfo {
   uint64_t offset, nelem = 1, nbytes = 0;
 };
 
+// ggml's get_scale_min_k4: the 6-bit scale and min of sub-block j (0..7) from the 12 packed bytes of a q4_K/q5_K block
+void scale_min_k4(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {
+  if (j < 4) {
+    sc = q[j] & 63;
+    m = q[j + 4] & 63;
+  } else {
+    sc = uint8_t((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    m = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
+
 void dequantize(const uint8_t* src, const TensorInfo& t, float* y) {
   auto f16 = [](const uint8_t* q) {
     uint16_t h;
@@ -176,6 +189,38 @@ void dequantize(const uint8_t* src, const TensorInfo& t, float* y) {
         }
       }
       break;
+    case 12:  // q4_K: d, dmin (f16), 12 bytes of 6-bit scales and mins, 128 bytes of nibbles; y = d*sc*q - dmin*m
+      for (uint64_t i = 0; i < nb; i++, src += 144) {
+        float d = f16(src), dmin = f16(src + 2);
+        const uint8_t* sc = src + 4;
+        const uint8_t* q = src + 16;
+        for (int j = 0, is = 0; j < 256; j += 64, is += 2, q += 32) {
+          uint8_t s1, m1, s2, m2;
+          scale_min_k4(is, sc, s1, m1);
+          scale_min_k4(is + 1, sc, s2, m2);
+          float d1 = d * float(s1), mm1 = dmin * float(m1), d2 = d * float(s2), mm2 = dmin * float(m2);
+          for (int l = 0; l < 32; l++) *y++ = d1 * float(q[l] & 0xF) - mm1;
+          for (int l = 0; l < 32; l++) *y++ = d2 * float(q[l] >> 4) - mm2;
+        }
+      }
+      break;
+    case 13:  // q5_K: as q4_K, with a fifth bit per element in qh[32] (bit 2j / 2j+1 of qh[l] for chunk j)
+      for (uint64_t i = 0; i < nb; i++, src += 176) {
+        float d = f16(src), dmin = f16(src + 2);
+        const uint8_t* sc = src + 4;
+        const uint8_t* qh = src + 16;
+        const uint8_t* ql = src + 48;
+        uint8_t u1 = 1, u2 = 2;
+        for (int j = 0, is = 0; j < 256; j += 64, is += 2, ql += 32, u1 = uint8_t(u1 << 2), u2 = uint8_t(u2 << 2)) {
+          uint8_t s1, m1, s2, m2;
+          scale_min_k4(is, sc, s1, m1);
+          scale_min_k4(is + 1, sc, s2, m2);
+          float d1 = d * float(s1), mm1 = dmin * float(m1), d2 = d * float(s2), mm2 = dmin * float(m2);
+          for (int l = 0; l < 32; l++) *y++ = d1 * float((ql[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - mm1;
+          for (int l = 0; l < 32; l++) *y++ = d2 * float((ql[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - mm2;
+        }
+      }
+      break;
     case 14:  // q6_K: ql[128] (low 4 bits), qh[64] (high 2 bits), 16 int8 scales, d (f16); y = d * scale * (q - 32)
       for (uint64_t i = 0; i < nb; i++, src += 210) {
         const uint8_t* ql = src;
@@ -204,7 +249,7 @@ void dequantize(const uint8_t* src, const TensorInfo& t, float* y) {
   }
 }
 
-GGUFFile parse(const Bytes& f, const std::string& path, const std::string& device) {
+GGUFFile parse(const Bytes& f, const std::string& path, const std::string& device, bool dequantise) {
   Reader r{f.p, f.n, 0, path};
   uint8_t magic[4];
   for (uint8_t& m : magic) m = r.get<uint8_t>("the magic");
@@ -252,7 +297,7 @@ GGUFFile parse(const Bytes& f, const std::string& path, const std::string& devic
     GgmlType gt = ggml_type(t.type);
     if (!gt.name) r.bad("tensor '" + t.name + "' has unknown ggml type " + std::to_string(t.type));
     if (gt.block == 0)
-      r.bad("tensor '" + t.name + "' has type " + gt.name + ", which tg does not dequantise (f32, f16, bf16, q8_0, q4_0, q4_1, q6_K)");
+      r.bad("tensor '" + t.name + "' has type " + gt.name + ", which tg does not dequantise (f32, f16, bf16, q8_0, q4_0, q4_1, q4_K, q5_K, q6_K)");
     if ((t.dims.empty() ? 1 : t.dims[0]) % gt.block != 0)
       r.bad("tensor '" + t.name + "' (" + gt.name + ") has a first dimension of " + std::to_string(t.dims.empty() ? 1 : t.dims[0]) +
             ", not a multiple of the block size " + std::to_string(gt.block));
@@ -277,15 +322,150 @@ GGUFFile parse(const Bytes& f, const std::string& path, const std::string& devic
   for (size_t i = 1; i < by_off.size(); i++)
     if (by_off[i]->offset < by_off[i - 1]->offset + by_off[i - 1]->nbytes)
       r.bad("tensors '" + by_off[i - 1]->name + "' and '" + by_off[i]->name + "' overlap in the data section");
+  bool disk = !device.empty() && !get_device(device).runs_kernels();
+  if (disk && dequantise)
+    r.bad("dequantised tensors cannot be placed on " + device + " (storage only): load them with dequantise = false");
   for (auto& t : infos) {
-    std::vector<float> y(size_t(t.nelem));
-    if (t.nelem) dequantize(f.p + data_start + t.offset, t, y.data());
     Shape s(t.dims.rbegin(), t.dims.rend());
-    out.tensors.emplace(t.name, Tensor::from_blob(y.data(), s, dtypes::float32, device));
     out.tensor_types.emplace(t.name, ggml_type(t.type).name);
+    out.shapes.emplace(t.name, s);
+    const uint8_t* src = f.p + data_start + t.offset;
+    if (dequantise) {
+      std::vector<float> y(size_t(t.nelem));
+      if (t.nelem) dequantize(src, t, y.data());
+      out.tensors.emplace(t.name, Tensor::from_blob(y.data(), s, dtypes::float32, device));
+      continue;
+    }
+    // as stored: f32/f16/bf16 in their dtype, quantised blocks as uint8 (..., blocks per row, bytes per block)
+    GgmlType gt = ggml_type(t.type);
+    DType dt = t.type == 0 ? dtypes::float32 : t.type == 1 ? dtypes::float16 : t.type == 30 ? dtypes::bfloat16 : dtypes::uint8;
+    Shape rs = s;
+    if (gt.block > 1) {
+      if (rs.empty()) rs.push_back(1);
+      rs.back() = int64_t(uint64_t(rs.back()) / gt.block);
+      rs.push_back(int64_t(gt.bytes));
+    }
+    if (!disk) {
+      out.tensors.emplace(t.name, Tensor::from_blob(src, rs, dt, device));
+      continue;
+    }
+    std::string dev = get_device(device).name();
+    auto buf = std::make_shared<Buffer>(dev, dt, size_t(t.nbytes) / size_t(dt.itemsize()), const_cast<uint8_t*>(src), f.owner);
+    out.tensors.emplace(t.name, Tensor(UOp::make(Ops::RESHAPE, dt, {buffer_uop(std::move(buf))}, std::vector<int64_t>(rs)), rs, dev));
   }
   return out;
 }
+
+// ---- dequantisation as tensor ops (fused into the kernels that read the weights)
+
+// Columns [b, e) of the last dim.
+Tensor cols(const Tensor& x, int64_t b, int64_t e) {
+  std::vector<std::pair<int64_t, int64_t>> r;
+  for (int64_t d : x.shape()) r.emplace_back(0, d);
+  r.back() = {b, e};
+  return x.shrink(r);
+}
+
+// The little-endian f16 in bytes [s, s+2) of the last dim, as float32 with a last dim of 1.
+Tensor f16_at(const Tensor& x, int64_t s) {
+  Tensor lo = cols(x, s, s + 1).cast(dtypes::uint16), hi = cols(x, s + 1, s + 2).cast(dtypes::uint16);
+  return lo.bitwise_or(hi.lshift(Tensor(8).cast(dtypes::uint16))).bitcast(dtypes::float16).cast(dtypes::float32);
+}
+
+// The 8/bits fields of `bits` bits in each byte of x (..., n), lowest first: (..., 8/bits, n), uint8.
+Tensor unpack(const Tensor& x, int64_t bits) {
+  int64_t k = 8 / bits;
+  Tensor shifts = (Tensor::arange(k, dtypes::int32) * int(bits)).cast(dtypes::uint8).reshape({k, 1});
+  return x.unsqueeze(-2).rshift(shifts).bitwise_and(Tensor((1 << bits) - 1).cast(dtypes::uint8));
+}
+
+// (..., a, b) -> (..., a*b)
+Tensor merge_last(const Tensor& x) {
+  Shape s = x.shape();
+  int64_t b = s.back();
+  s.pop_back();
+  s.back() *= b;
+  return x.reshape(s);
+}
+
+// The 8 6-bit scales and mins of a q4_K/q5_K block from its 12 packed bytes q (..., 12): (..., 8) each, float32.
+std::pair<Tensor, Tensor> scale_min_k4_t(const Tensor& q) {
+  Tensor a = cols(q, 0, 4), b = cols(q, 4, 8), c = cols(q, 8, 12);
+  auto u8 = [](int v) { return Tensor(v).cast(dtypes::uint8); };
+  Tensor sc = cat({a.bitwise_and(u8(63)), c.bitwise_and(u8(15)).bitwise_or(a.rshift(u8(6)).lshift(u8(4)))}, -1);
+  Tensor m = cat({b.bitwise_and(u8(63)), c.rshift(u8(4)).bitwise_or(b.rshift(u8(6)).lshift(u8(4)))}, -1);
+  return {sc.cast(dtypes::float32), m.cast(dtypes::float32)};
+}
+
+}  // namespace
+
+Tensor ggml_dequantize(const Tensor& raw, const std::string& type) {
+  auto need = [&](int64_t bytes) {
+    if (raw.dtype() != dtypes::uint8 || raw.ndim() < 2 || raw.shape().back() != bytes)
+      throw Error("[ggml_dequantize] " + type + " blocks must be uint8 (..., blocks, " + std::to_string(bytes) + "), got " +
+                  raw.dtype().name() + " " + shape_str(raw.shape()));
+  };
+  auto as_float = [&](DType d) {
+    if (raw.dtype() != d) throw Error("[ggml_dequantize] a " + type + " tensor must be " + d.name() + ", got " + raw.dtype().name());
+    return raw.cast(dtypes::float32);
+  };
+  if (type == "f32") return as_float(dtypes::float32);
+  if (type == "f16") return as_float(dtypes::float16);
+  if (type == "bf16") return as_float(dtypes::bfloat16);
+  if (type == "q8_0") {  // y = d * q
+    need(34);
+    return merge_last(cols(raw, 2, 34).bitcast(dtypes::int8).cast(dtypes::float32) * f16_at(raw, 0));
+  }
+  if (type == "q4_0") {  // y = (q - 8) * d; low nibbles are elements 0..15
+    need(18);
+    Tensor q = merge_last(unpack(cols(raw, 2, 18), 4)).cast(dtypes::float32);
+    return merge_last((q - 8.0) * f16_at(raw, 0));
+  }
+  if (type == "q4_1") {  // y = q * d + m
+    need(20);
+    Tensor q = merge_last(unpack(cols(raw, 4, 20), 4)).cast(dtypes::float32);
+    return merge_last(q * f16_at(raw, 0) + f16_at(raw, 2));
+  }
+  if (type == "q4_K" || type == "q5_K") {  // sub-block s (32 elements): y = (d * sc[s]) * q - dmin * m[s]
+    bool five = type == "q5_K";
+    need(five ? 176 : 144);
+    Shape s = raw.shape();
+    s.back() = 4;
+    s.push_back(32);  // (..., chunk j, l): byte l of chunk j holds elements 64j + l (low nibble) and 64j + 32 + l
+    Shape s8 = raw.shape();
+    s8.back() = 8;
+    s8.push_back(32);
+    Tensor q = unpack(cols(raw, five ? 48 : 16, five ? 176 : 144).reshape(s), 4).reshape(s8);  // (..., 8, 32)
+    if (five) q = q.bitwise_or(unpack(cols(raw, 16, 48), 1).lshift(Tensor(4).cast(dtypes::uint8)));  // bit s of qh[l]
+    auto [sc, m] = scale_min_k4_t(cols(raw, 4, 16));
+    Tensor d = f16_at(raw, 0), dmin = f16_at(raw, 2);
+    Tensor y = Tensor(Tensor(d * sc).unsqueeze(-1) * q.cast(dtypes::float32)) - Tensor(dmin * m).unsqueeze(-1);
+    return merge_last(merge_last(y));
+  }
+  if (type == "q6_K") {  // y = d * sc[i/16] * (q - 32), q = 4 low bits from ql, 2 high bits from qh
+    need(210);
+    Shape s = raw.shape();
+    s.back() = 2;
+    Shape sl = s, sh = s, s16 = raw.shape();
+    sl.push_back(64), sh.push_back(32), s16.back() = 16;
+    // within each half of 128: element 32g + l takes ql[32(g%2) + l] >> 4(g/2) and (qh[l] >> 2g) & 3
+    Tensor lo = merge_last(unpack(cols(raw, 0, 128).reshape(sl), 4));     // (..., 2, 128)
+    Tensor hi = merge_last(unpack(cols(raw, 128, 192).reshape(sh), 2));   // (..., 2, 128)
+    Tensor q = merge_last(lo.bitwise_or(hi.lshift(Tensor(4).cast(dtypes::uint8)))).cast(dtypes::float32) - 32.0;  // (..., 256)
+    Shape e16 = s16;
+    e16.push_back(16);
+    Shape u16 = s16;
+    u16.push_back(1);
+    Tensor sc = merge_last(cols(raw, 192, 208).bitcast(dtypes::int8).cast(dtypes::float32).reshape(u16).expand(e16));
+    Shape out = raw.shape();
+    out.pop_back();
+    out.back() *= 256;
+    return merge_last(Tensor(f16_at(raw, 208) * sc) * q).reshape(out);
+  }
+  throw Error("[ggml_dequantize] unknown type '" + type + "' (f32, f16, bf16, q8_0, q4_0, q4_1, q4_K, q5_K, q6_K)");
+}
+
+namespace {
 
 // ---- writing
 
@@ -388,8 +568,29 @@ void gguf_save(const std::string& path, const std::map<std::string, GGUFValue>& 
     auto it = types.find(name);
     std::string type = it == types.end() ? "f32" : it->second;
     uint32_t code = type == "f32" ? 0 : type == "f16" ? 1 : type == "q4_0" ? 2 : type == "q8_0" ? 8 : ~0u;
+    uint32_t raw_code = ~0u;  // a uint8 tensor of blocks, written as it is
+    for (uint32_t c = 2; c < 31 && t.dtype() == dtypes::uint8; c++)
+      if (ggml_type(c).name && ggml_type(c).block > 1 && type == ggml_type(c).name) raw_code = c;
+    if (raw_code != ~0u) {
+      GgmlType gt = ggml_type(raw_code);
+      if (t.ndim() < 2 || t.shape().back() != int64_t(gt.bytes) || t.ndim() > 5)
+        throw Error("[gguf_save] " + path + ": tensor '" + name + "' is uint8 " + shape_str(t.shape()) + ": " + type +
+                    " blocks must be (..., blocks, " + std::to_string(gt.bytes) + ") with at most 4 element dims");
+      Shape es(t.shape().begin(), t.shape().end() - 1);
+      es.back() *= int64_t(gt.block);
+      std::vector<uint8_t> bytes = (get_device(t.device()).runs_kernels() ? t : t.to(default_device())).contiguous().to_vector<uint8_t>();
+      head.str(name);
+      head.put(uint32_t(es.size()));
+      for (auto d = es.rbegin(); d != es.rend(); ++d) head.put(uint64_t(*d));
+      head.put(raw_code);
+      head.put(uint64_t(data.b.size()));
+      data.b.insert(data.b.end(), bytes.begin(), bytes.end());
+      data.pad(kAlign);
+      continue;
+    }
     if (code == ~0u)
-      throw Error("[gguf_save] " + path + ": tensor '" + name + "' has type '" + type + "'; the writer stores f32, f16, q8_0 and q4_0");
+      throw Error("[gguf_save] " + path + ": tensor '" + name + "' has type '" + type +
+                  "'; the writer stores f32, f16, q8_0 and q4_0 (and blocks of the other quantised types as uint8 tensors)");
     const Shape& shape = t.shape();
     if (shape.size() > 4) throw Error("[gguf_save] " + path + ": tensor '" + name + "' has " + std::to_string(shape.size()) + " dims, GGUF allows 4");
     int64_t last = shape.empty() ? 1 : shape.back();
@@ -467,12 +668,13 @@ const std::vector<GGUFValue>& GGUFValue::as_array() const {
   throw Error(std::string("[gguf] a ") + value_type_name(type) + " value is not an array");
 }
 
-GGUFFile gguf_load(const std::string& path, const std::string& device) {
-  return parse(map_file(path, "gguf_load"), path, device);
+GGUFFile gguf_load(const std::string& path, const std::string& device, bool dequantise) {
+  return parse(map_file(path, "gguf_load"), path, device, dequantise);
 }
 
-GGUFFile gguf_load_bytes(const uint8_t* data, size_t size, const std::string& name, const std::string& device) {
-  return parse(Bytes{data, size, nullptr}, name, device);
+GGUFFile gguf_load_bytes(const uint8_t* data, size_t size, const std::string& name, const std::string& device, bool dequantise) {
+  bool disk = !device.empty() && !get_device(device).runs_kernels();
+  return parse(disk ? copy_bytes(data, size) : Bytes{data, size, nullptr}, name, device, dequantise);  // DISK views a copy
 }
 
 }  // namespace tg::nn

@@ -708,6 +708,15 @@ Template build_template(std::span<const UOpRef> roots_in) {
         for (int64_t d : shapes.at(u->src(0))) in_n *= double(d);
         for (int64_t d : shapes.at(u)) out_n *= double(d);
         double copies = out_n / std::max(in_n, 1.0);
+        // Float values copied along the innermost dims (a per-block scale broadcast over its block, (..., n, 1) ->
+        // (..., n, 32)) are consecutive elements: a reduce over them runs them in an inner loop (split ranges) or in
+        // the lanes of one vector, where the value is computed once; those copies do not count (quantised weights'
+        // scales stay fused). Integer values (indices) still materialise: the one-hot fold reads them as loads.
+        const Shape& in_s = shapes.at(u->src(0));
+        const Shape& out_s = shapes.at(u);
+        double run = 1;
+        for (size_t i = in_s.size(); i-- > 0 && in_s[i] == 1;) run *= double(out_s[i]);
+        if (run >= 8 && dtypes::is_float(u->dtype)) copies /= run;
         int cost = (is_alu(v->op) || v->op == Ops::CAST) && !realized.count(v) ? recompute_cost(v, realized) : 0;
         if (copies >= 4 && cost >= 4) {
           realized.insert(v);

@@ -87,7 +87,8 @@ TEST_CASE(
     "chunked prefill, KV-cache decode under TinyJit") {
   // 2 layers, dim 64, 4 query heads over 2 KV heads (and over 1: multi-query),
   // SwiGLU 128, vocab 320; f32 and q8_0 files (the q8_0 reference uses the
-  // dequantised weights the file holds)
+  // dequantised weights the file holds; tg keeps the q8_0 blocks and
+  // dequantises them inside its kernels, Llama::from_gguf's default)
   std::vector<Model> models;
   LlamaConfig c;
   c.dim = 64, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.hidden_dim = 128, c.max_context = 32;

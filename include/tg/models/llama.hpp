@@ -42,10 +42,17 @@ struct LlamaConfig {
 class Llama {
  public:
   /** The model from weights by llama.cpp's names; a missing or mis-shaped
-   * weight is a tg::Error naming it. */
-  Llama(LlamaConfig cfg, std::map<std::string, Tensor> weights, int64_t batch = 1);
-  /** Load a GGUF file (weights dequantised to float32 by nn::gguf_load). */
-  static std::unique_ptr<Llama> from_gguf(const std::string& path, int64_t max_context = 0, int64_t batch = 1);
+   * weight is a tg::Error naming it. `types` gives the GGML type of weights kept as a GGUF file stores them
+   * (nn::gguf_load with dequantise = false: f16/bf16 tensors, uint8 blocks of q8_0, q4_0, q4_K, ...); those stay
+   * as they are in memory and are dequantised by tensor ops (nn::ggml_dequantize) inside the kernels that read
+   * them (each linear layer is one kernel reading the blocks). A weight not named there is float32. */
+  Llama(LlamaConfig cfg, std::map<std::string, Tensor> weights, int64_t batch = 1,
+        const std::map<std::string, std::string>& types = {});
+  /** Load a GGUF file. Its weights stay as the file stores them (mapped through DISK, copied once onto the
+   * default device: memory about the file's tensor bytes), dequantised inside the kernels; dequantise = true
+   * dequantises them to float32 at load instead (nn::gguf_load), 4 bytes a weight. */
+  static std::unique_ptr<Llama> from_gguf(const std::string& path, int64_t max_context = 0, int64_t batch = 1,
+                                          bool dequantise = false);
   Llama(const Llama&) = delete;
   Llama& operator=(const Llama&) = delete;
 
@@ -65,6 +72,9 @@ class Llama {
   void reset();
   /** The TinyJit of decode (calls, captured kernels). */
   const TinyJit* decode_jit() const { return jit_.get(); }
+  /** The bytes of the device buffers that hold the weights (each buffer once: a tied output head is not counted
+   * twice); with weights kept as stored, about the GGUF file's tensor bytes. */
+  int64_t weight_bytes() const;
 
  private:
   struct Layer {
@@ -75,6 +85,8 @@ class Llama {
   LlamaConfig cfg_;
   int64_t batch_;
   Tensor tok_embd_, output_norm_, output_, rope_cos_, rope_sin_;
+  std::string tok_embd_type_ = "f32";  // tok_embd_ as stored: rows are picked first, then dequantised
+  std::vector<Tensor> stored_;        // every weight as given (the buffers weight_bytes counts)
   std::vector<Layer> layers_;
   Variable start_pos_;
   std::unique_ptr<TinyJit> jit_;

@@ -1,6 +1,7 @@
 #pragma once
 // State: a module's tensors by name, safetensors files (save, load as views of the mapped file on the DISK device)
-// and GGUF files (metadata and tensors, quantised blocks dequantised to float32).
+// and GGUF files (metadata and tensors: quantised blocks dequantised to float32 at load, or kept as the file stores
+// them and dequantised by tensor ops, ggml_dequantize, inside the kernels that read them).
 // Loaders check every size and offset against the file before reading or allocating: a truncated or corrupt file
 // is a tg::Error naming the file and what is wrong. Each loader also reads bytes in memory (the fuzz targets do).
 // Thread-safety: functions share no state.
@@ -73,24 +74,38 @@ struct GGUFValue {
   static GGUFValue ints(const std::vector<int32_t>& v);
 };
 
-/** A GGUF file's contents: version, metadata by key, tensors by name (float32; shape = GGUF dims reversed, so the
- *  first GGUF dimension is the last, contiguous one), and each tensor's GGML type name as stored ("q4_0", ...). */
+/** A GGUF file's contents: version, metadata by key, tensors by name, each tensor's GGML type name as stored
+ *  ("q4_0", ...) and its element shape (GGUF dims reversed, so the first GGUF dimension is the last, contiguous one).
+ *  Dequantised (the default), a tensor is float32 of that shape. Kept as stored: f32, f16 and bf16 tensors have
+ *  that shape in their own dtype; a quantised one is uint8 (..., blocks per row, bytes per block), the file's
+ *  blocks (q4_0 (..., n/32, 18), q8_0 (..., n/32, 34), q6_K (..., n/256, 210), ...), for ggml_dequantize. */
 struct GGUFFile {
   uint32_t version = 0;
   std::map<std::string, GGUFValue> metadata;
   std::map<std::string, Tensor> tensors;
   std::map<std::string, std::string> tensor_types;
+  std::map<std::string, Shape> shapes;
 };
 
-/** Load a GGUF file (v2 or v3; alignment from general.alignment, default 32). Tensors of type f32, f16, bf16,
- *  q8_0, q4_0, q4_1 and q6_K are dequantised on the host to float32 with ggml's formulas, then placed on `device`;
- *  another type is an error naming it. */
-GGUFFile gguf_load(const std::string& path, const std::string& device = "");
-/** The same for a GGUF image in memory (`name` stands for the file in errors). */
-GGUFFile gguf_load_bytes(const uint8_t* data, size_t size, const std::string& name, const std::string& device = "");
+/** Load a GGUF file (v2 or v3; alignment from general.alignment, default 32). Types f32, f16, bf16, q8_0, q4_0,
+ *  q4_1, q4_K, q5_K and q6_K are read; another type is an error naming it and the tensor. dequantise: each tensor
+ *  is dequantised on the host to float32 with ggml's formulas (dequantize_row_*), then placed on `device`.
+ *  dequantise = false: each tensor keeps the file's bytes (see GGUFFile); on "DISK" the tensors view the mapped
+ *  file (nothing is copied; the mapping lives while any of them does), on another device they are copied there. */
+GGUFFile gguf_load(const std::string& path, const std::string& device = "", bool dequantise = true);
+/** The same for a GGUF image in memory (`name` stands for the file in errors; DISK tensors view a copy). */
+GGUFFile gguf_load_bytes(const uint8_t* data, size_t size, const std::string& name, const std::string& device = "",
+                         bool dequantise = true);
+/** A tensor as gguf_load(..., dequantise = false) keeps it, of GGML type `type`, dequantised to float32 by lazy
+ *  tensor ops (bitcast of the f16 scales, nibble and bit unpacking, scale and offset), so that the dequantisation
+ *  fuses into the kernel that reads it (a matmul reads the file's bytes, never a float32 copy). Its values equal
+ *  the host dequantisation's exactly. A wrong dtype or block size, or an unknown type, is a tg::Error. */
+Tensor ggml_dequantize(const Tensor& raw, const std::string& type);
 /** Write a GGUF v3 file (all or nothing, as safe_save): the metadata, then each tensor (realised, read back as
  *  float32; GGUF dims are its shape reversed) stored as the GGML type `types` names for it: "f32" (the default),
- *  "f16", "q8_0" or "q4_0", quantised with ggml's reference formulas (quantize_row_*_ref). A quantised tensor's last
+ *  "f16", "q8_0" or "q4_0", quantised with ggml's reference formulas (quantize_row_*_ref). A uint8 tensor of a
+ *  quantised type's block shape (..., blocks, bytes per block, as gguf_load keeps it) is written as it is, for any
+ *  type gguf_load reads (q4_1, q4_K, q5_K, q6_K too). A quantised tensor's last
  *  dim must be a multiple of 32; an unknown type, or metadata that sets general.alignment, is a tg::Error. */
 void gguf_save(const std::string& path, const std::map<std::string, GGUFValue>& metadata,
                const std::map<std::string, Tensor>& tensors, const std::map<std::string, std::string>& types = {});
