@@ -38,12 +38,15 @@ std::string slurp(const std::string& p) {
 struct TestModel {
   std::string path;
   TestModel() {
-    path = (std::filesystem::temp_directory_path() / ("tg_server_tests_" + std::to_string(::getpid()) + "_tiny.gguf")).string();
+    dir = std::filesystem::temp_directory_path() / ("tg_server_tests_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir);
+    path = (dir / "tiny.gguf").string();
     models::LlamaConfig c;
     c.dim = 64, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.hidden_dim = 128, c.max_context = 256;
     llm_util::write_random_llama(path, c, 7);
   }
-  ~TestModel() { std::filesystem::remove(path); }
+  ~TestModel() { std::filesystem::remove_all(dir); }
+  std::filesystem::path dir;
 };
 const std::string& model_path() {
   static TestModel m;
@@ -59,7 +62,8 @@ struct Reference {
 Reference greedy(const std::vector<int32_t>& prompt, int64_t n) {
   nn::GGUFFile f = nn::gguf_load(model_path());
   models::Tokenizer tok = models::Tokenizer::from_gguf(f, model_path());
-  models::Llama llm(models::LlamaConfig::from_gguf(f, model_path()), std::move(f.tensors));
+  models::LlamaConfig cfg = models::LlamaConfig::from_gguf(f, model_path());
+  models::Llama llm(cfg, std::move(f.tensors));
   models::Sampler s(models::SamplerConfig{});
   std::vector<float> logits = llm.prefill(prompt, 0, true).to_vector<float>();
   std::string bytes;
@@ -82,9 +86,9 @@ models::Tokenizer tokenizer() {
   return models::Tokenizer::from_gguf(f, model_path());
 }
 
-llm_server::Options options(int parallel, int queue) {
+llm_server::Options options(int parallel, int queue, int64_t ctx) {
   llm_server::Options o;
-  o.model = model_path(), o.host = "127.0.0.1", o.port = 0, o.parallel = parallel, o.queue = queue;
+  o.model = model_path(), o.host = "127.0.0.1", o.port = 0, o.parallel = parallel, o.queue = queue, o.ctx = ctx;
   return o;
 }
 
@@ -93,7 +97,8 @@ struct Running {
   llm_server::Server server;
   int port;
   std::thread thread;
-  Running(int parallel, int queue) : server(options(parallel, queue)), port(server.bind()) {
+  // ctx 0: the model's 256 positions
+  Running(int parallel, int queue, int64_t ctx = 0) : server(options(parallel, queue, ctx)), port(server.bind()) {
     thread = std::thread([this] { server.listen(); });
   }
   ~Running() {
@@ -285,6 +290,10 @@ TEST_CASE("the server answers every endpoint as OpenAI's API does, the model's g
     std::string a = post_json(c, "/v1/completions", body)["choices"][0]["text"];
     std::string b = post_json(c, "/v1/completions", body)["choices"][0]["text"];
     CHECK(a == b);
+    // ignore_eos (llama.cpp's extension): exactly max_tokens
+    json all = post_json(c, "/v1/completions", {{"prompt", "hello"}, {"max_tokens", 40}, {"ignore_eos", true}});
+    CHECK(all["usage"]["completion_tokens"] == 40);
+    CHECK(all["choices"][0]["finish_reason"] == "length");
     // both slots at once (each its own KV cache): the greedy answers of the two prompts, as when run alone
     json r1, r2;
     std::thread t1([&] {
@@ -319,6 +328,7 @@ TEST_CASE("the server answers every endpoint as OpenAI's API does, the model's g
     check_bad(c, chat, R"({"messages": [{"role": "user", "content": "hi"}], "max_tokens": 2.5})", "max_tokens", "integer >= 1");
     check_bad(c, chat, R"({"messages": [{"role": "user", "content": "hi"}], "seed": "x"})", "seed", "must be an integer");
     check_bad(c, chat, R"({"messages": [{"role": "user", "content": "hi"}], "stream": 1})", "stream", "must be a boolean");
+    check_bad(c, chat, R"({"messages": [{"role": "user", "content": "hi"}], "ignore_eos": "yes"})", "ignore_eos", "must be a boolean");
     check_bad(c, chat, R"({"messages": [{"role": "user", "content": "hi"}], "stop": 7})", "stop", "a string or an array");
     check_bad(c, chat, R"({"messages": [{"role": "user", "content": "hi"}], "stop": [""]})", "stop", "must not be empty");
     check_bad(c, chat, R"({"messages": [{"role": "user", "content": "hi"}], "model": "gpt-4"})", "model", "unknown model 'gpt-4'");
@@ -356,6 +366,8 @@ TEST_CASE("the server answers 503 beyond its queue, and a client that goes away 
   std::thread b(long_stream);
   while (started < 2) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   json h = health(s);
+  for (auto t0 = clk::now(); h["slots_busy"] != 1 && clk::now() - t0 < std::chrono::seconds(20); h = health(s))  // the worker takes it
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
   CHECK(h["slots_busy"] == 1);
   CHECK(h["queued"] == 1);
   httplib::Client c = s.client();
@@ -382,8 +394,8 @@ TEST_CASE("the server answers 503 beyond its queue, and a client that goes away 
 }
 
 TEST_CASE("load: 8 concurrent streaming clients get complete, well-formed answers (requests/s, time to first token)") {
-  const int clients = 8, per_client = 3;
-  const int64_t max_tokens = 16;
+  const int clients = 8, per_client = 4;
+  const int64_t max_tokens = 32;
   models::Tokenizer tok = tokenizer();
   Reference ref = greedy(tok.encode_special("User: tell me a story\nAssistant:"), max_tokens);
   Running s(4, 8);
@@ -411,8 +423,9 @@ TEST_CASE("load: 8 concurrent streaming clients get complete, well-formed answer
         double first = -1;
         req.content_receiver = [&](const char* d, size_t n, uint64_t, uint64_t) {
           body.append(d, n);
-          if (first < 0 && body.find("\"content\":\"") != std::string::npos && body.find("\"content\":\"\"") == std::string::npos)
-            first = std::chrono::duration<double>(clk::now() - start).count();
+          // the first token: the first non-empty "content" (the opening event has an empty one)
+          for (size_t p = 0; first < 0 && (p = body.find("\"content\":\"", p)) != std::string::npos;)
+            if ((p += 11) < body.size() && body[p] != '"') first = std::chrono::duration<double>(clk::now() - start).count();
           return true;
         };
         httplib::Response res;
@@ -467,7 +480,7 @@ TEST_CASE("the chat page in headless Chromium streams the same answer as the API
   const std::string modules = TG_SOURCE_ROOT "/data/node/node_modules";
   REQUIRE_MESSAGE(std::filesystem::exists("/usr/bin/chromium"), "Debian's chromium is missing: run scripts/setup");
   REQUIRE_MESSAGE(std::filesystem::exists(modules + "/playwright-core/package.json"), "npm playwright-core is missing: run scripts/setup");
-  Running s(2, 4);
+  Running s(2, 4, 2048);  // room for a long answer, which the page stops
   httplib::Client c = s.client();
   json api = post_json(c, "/v1/chat/completions",
                        {{"messages", {{{"role", "user"}, {"content", "hello there"}}}}, {"temperature", 0}, {"max_tokens", 24}});
@@ -477,7 +490,7 @@ TEST_CASE("the chat page in headless Chromium streams the same answer as the API
               err = TG_BUILD_ROOT "/llm_server_chat.err";
   std::filesystem::remove(shot);
   std::string cmd = "node " TG_SOURCE_ROOT "/tests/server/chat_page.mjs '" + modules + "' 'http://127.0.0.1:" + std::to_string(s.port) +
-                    "/' 'hello there' 24 '" + shot + "' >'" + out + "' 2>'" + err + "'";
+                    "/' 'hello there' 24 2000 '" + shot + "' >'" + out + "' 2>'" + err + "'";
   int rc = std::system(cmd.c_str());
   REQUIRE_MESSAGE(rc == 0, "the browser script failed: " << slurp(err));
   json page = json::parse(slurp(out));
@@ -489,4 +502,12 @@ TEST_CASE("the chat page in headless Chromium streams the same answer as the API
   CHECK(page["stats"].get<std::string>().find(std::to_string(api["usage"]["completion_tokens"].get<int64_t>()) + " tokens, ") == 0);
   CHECK(page["model"].get<std::string>().find(s.server.model_id()) == 0);
   CHECK(std::filesystem::file_size(shot) > 10000);
+  // Stop: the page ends the stream, the server frees the slot (2000 tokens at ignore_eos would end as "length")
+  CHECK(page["stopped"] == "stopped");
+  CHECK(page["stop_disabled"] == true);
+  auto t0 = clk::now();
+  while (health(s)["slots_busy"] != 0 && clk::now() - t0 < std::chrono::seconds(20)) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  json h = health(s);
+  CHECK(h["finished"].value("cancelled", 0) == 1);
+  CHECK(h["slots_busy"] == 0);
 }

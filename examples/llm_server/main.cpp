@@ -1,10 +1,13 @@
 // An OpenAI-compatible server with a chat page for a LLaMA-family GGUF model (see server.hpp):
 //   build/examples/llm_server --model FILE.gguf [--host 127.0.0.1] [--port 8080] [--parallel N] [--queue Q] [--ctx C]
 // Prints "llm_server: listening on http://HOST:PORT" once it accepts connections (--port 0: a free port).
+#include <pthread.h>
+
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
+#include <thread>
 
 #include "server.hpp"
 #include "tg/error.hpp"
@@ -18,11 +21,6 @@ namespace {
                "context length, at most 2048)]\n",
                why.c_str());
   std::exit(2);
-}
-
-llm_server::Server* running = nullptr;
-void on_signal(int) {
-  if (running) running->stop();
 }
 
 }  // namespace
@@ -56,16 +54,23 @@ int main(int argc, char** argv) {
   }
   if (o.model.empty()) usage("--model is required");
   std::signal(SIGPIPE, SIG_IGN);
+  // SIGINT and SIGTERM are taken by one thread (sigwait), which stops the server: every other thread blocks them
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
   try {
     llm_server::Server server(o);
     int port = server.bind();
-    running = &server;
-    std::signal(SIGINT, on_signal);
-    std::signal(SIGTERM, on_signal);
+    std::thread([&server, stop_signals] {
+      int sig = 0;
+      sigwait(&stop_signals, &sig);
+      server.stop();
+    }).detach();
     std::printf("llm_server: model %s, %d slots; listening on http://%s:%d\n", server.model_id().c_str(), o.parallel, o.host.c_str(), port);
     std::fflush(stdout);
     server.listen();
-    running = nullptr;
   } catch (const tg::Error& e) {
     std::fprintf(stderr, "llm_server: %s\n", e.what());
     return 1;

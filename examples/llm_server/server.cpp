@@ -115,11 +115,12 @@ class TextStream {
 
 // One request, shared by its HTTP handler and the worker.
 struct Job {
-  Job(std::vector<int32_t> p, models::SamplerConfig s, int64_t max, std::vector<std::string> stop)
-      : prompt(std::move(p)), sampling(s), max_tokens(max), text(std::move(stop)) {}
+  Job(std::vector<int32_t> p, models::SamplerConfig s, int64_t max, std::vector<std::string> stop, bool no_eos)
+      : prompt(std::move(p)), sampling(s), max_tokens(max), ignore_eos(no_eos), text(std::move(stop)) {}
   const std::vector<int32_t> prompt;
   const models::SamplerConfig sampling;
   const int64_t max_tokens;
+  const bool ignore_eos;
   TextStream text;  // the worker's
   std::atomic<bool> cancelled{false};
   // under m: what the worker has made, for the handler
@@ -189,6 +190,7 @@ struct Params {
   int64_t max_tokens = -1;  // -1: up to the context
   std::vector<std::string> stop;
   bool stream = false, include_usage = false;
+  bool ignore_eos = false;  // llama.cpp's extension: EOS and end-of-turn tokens do not end the answer
 };
 
 double number_field(const json& body, const char* key, double lo, double hi, bool lo_open = false) {
@@ -235,6 +237,10 @@ Params parse_params(const json& body) {
   if (has("stream")) {
     if (!body.at("stream").is_boolean()) bad("stream", "'stream' must be a boolean, got " + std::string(body.at("stream").type_name()));
     p.stream = body.at("stream").get<bool>();
+  }
+  if (has("ignore_eos")) {
+    if (!body.at("ignore_eos").is_boolean()) bad("ignore_eos", "'ignore_eos' must be a boolean, got " + std::string(body.at("ignore_eos").type_name()));
+    p.ignore_eos = body.at("ignore_eos").get<bool>();
   }
   if (has("stream_options")) {
     const json& o = body.at("stream_options");
@@ -307,6 +313,7 @@ struct Server::Impl {
     // handler threads: every slot and queue place can hold one (streams block theirs), plus some for the rest
     int threads = o.parallel + o.queue + 8;
     http.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
+    http.set_tcp_nodelay(true);  // each event goes out at once
     worker = std::thread([this] { work(); });
   }
 
@@ -370,7 +377,7 @@ struct Server::Impl {
     }
     int32_t next = s.sampler->sample(s.logits, s.history);
     s.history.push_back(next);
-    if (end_ids.count(next)) {
+    if (!j.ignore_eos && end_ids.count(next)) {
       finish(j, "stop");
       return true;
     }
@@ -513,7 +520,7 @@ struct Server::Impl {
                        ": it must leave room for at least one new token");
       int64_t room = ctx - int64_t(prompt.size());
       int64_t max_tokens = p.max_tokens < 0 ? room : std::min(p.max_tokens, room);
-      auto job = std::make_shared<Job>(prompt, p.sampling, max_tokens, p.stop);
+      auto job = std::make_shared<Job>(prompt, p.sampling, max_tokens, p.stop, p.ignore_eos);
       if (!submit(job)) {
         send_error(res, 503, "the server is busy: all " + std::to_string(opts.parallel) + " slots and " + std::to_string(opts.queue) +
                                  " queue places are taken, try again later",
