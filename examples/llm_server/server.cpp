@@ -126,7 +126,7 @@ struct Job {
   // under m: what the worker has made, for the handler
   std::mutex m;
   std::condition_variable cv;
-  std::string ready;  // text not taken by the handler yet
+  std::vector<std::string> ready;  // text not taken by the handler yet: one piece per token (a stream's events)
   int64_t completion_tokens = 0;
   bool done = false;
   std::string finish_reason, error;
@@ -353,7 +353,7 @@ struct Server::Impl {
   static void finish(Job& j, const std::string& reason, const std::string& error = "") {
     j.text.push("", true);
     std::lock_guard<std::mutex> lk(j.m);
-    j.ready += j.text.take(true);
+    if (std::string rest = j.text.take(true); !rest.empty()) j.ready.push_back(rest);
     j.done = true;
     j.finish_reason = reason;
     j.error = error;
@@ -385,7 +385,7 @@ struct Server::Impl {
     bool hit = j.text.push(tok->piece(next));
     {
       std::lock_guard<std::mutex> lk(j.m);
-      j.ready += j.text.take(false);
+      if (std::string piece = j.text.take(false); !piece.empty()) j.ready.push_back(piece);
       j.completion_tokens = s.made;
     }
     j.cv.notify_all();
@@ -539,7 +539,9 @@ struct Server::Impl {
           return;
         }
         json out = head;
-        json c = choice_text(chat, job->ready, false);
+        std::string all;
+        for (const std::string& piece : job->ready) all += piece;
+        json c = choice_text(chat, all, false);
         c["index"] = 0, c["finish_reason"] = job->finish_reason, c["logprobs"] = nullptr;
         out["choices"] = json::array({c});
         out["usage"] = {{"prompt_tokens", n_prompt}, {"completion_tokens", job->completion_tokens},
@@ -574,18 +576,20 @@ struct Server::Impl {
               if (chat) first["choices"][0]["delta"]["role"] = "assistant";
               if (!send(first)) return gone();
             }
-            std::string text, reason, error;
+            std::vector<std::string> pieces;
+            std::string reason, error;
             bool done;
             int64_t made;
             {
               std::unique_lock<std::mutex> lk(job->m);
               job->cv.wait_for(lk, std::chrono::milliseconds(100), [&] { return job->done || !job->ready.empty(); });
-              text.swap(job->ready);
+              pieces.swap(job->ready);
               done = job->done, reason = job->finish_reason, error = job->error, made = job->completion_tokens;
             }
-            if (!text.empty() && !send(chunk(text, nullptr))) return gone();
+            for (const std::string& piece : pieces)
+              if (!send(chunk(piece, nullptr))) return gone();
             if (!done) {
-              if (text.empty() && !sink.is_writable()) return gone();
+              if (pieces.empty() && !sink.is_writable()) return gone();
               return true;
             }
             if (reason == "error") {
