@@ -59,10 +59,10 @@ struct Reference {
   int64_t tokens = 0;
   std::string finish;
 };
-Reference greedy(const std::vector<int32_t>& prompt, int64_t n) {
-  nn::GGUFFile f = nn::gguf_load(model_path());
-  models::Tokenizer tok = models::Tokenizer::from_gguf(f, model_path());
-  models::LlamaConfig cfg = models::LlamaConfig::from_gguf(f, model_path());
+Reference greedy(const std::vector<int32_t>& prompt, int64_t n, const std::string& path = model_path()) {
+  nn::GGUFFile f = nn::gguf_load(path);
+  models::Tokenizer tok = models::Tokenizer::from_gguf(f, path);
+  models::LlamaConfig cfg = models::LlamaConfig::from_gguf(f, path);
   models::Llama llm(cfg, std::move(f.tensors));
   models::Sampler s(models::SamplerConfig{});
   std::vector<float> logits = llm.prefill(prompt, 0, true).to_vector<float>();
@@ -86,9 +86,9 @@ models::Tokenizer tokenizer() {
   return models::Tokenizer::from_gguf(f, model_path());
 }
 
-llm_server::Options options(int parallel, int queue, int64_t ctx) {
+llm_server::Options options(int parallel, int queue, int64_t ctx, const std::string& model) {
   llm_server::Options o;
-  o.model = model_path(), o.host = "127.0.0.1", o.port = 0, o.parallel = parallel, o.queue = queue, o.ctx = ctx;
+  o.model = model, o.host = "127.0.0.1", o.port = 0, o.parallel = parallel, o.queue = queue, o.ctx = ctx;
   return o;
 }
 
@@ -98,7 +98,8 @@ struct Running {
   int port;
   std::thread thread;
   // ctx 0: the model's 256 positions
-  Running(int parallel, int queue, int64_t ctx = 0) : server(options(parallel, queue, ctx)), port(server.bind()) {
+  Running(int parallel, int queue, int64_t ctx = 0, const std::string& model = model_path())
+      : server(options(parallel, queue, ctx, model)), port(server.bind()) {
     thread = std::thread([this] { server.listen(); });
   }
   ~Running() {
@@ -339,6 +340,29 @@ TEST_CASE("the server answers every endpoint as OpenAI's API does, the model's g
     CHECK(post_json(c, cmpl, {{"prompt", "the world and"}, {"max_tokens", 10}})["choices"][0]["text"] == text_ref.text);
     CHECK(health(s)["finished"].value("error", 0) == 0);
   }
+}
+
+TEST_CASE("a model's ChatML template (tokenizer.chat_template) shapes the chat prompt") {
+  // the suite's model with a Qwen-style template added to its metadata
+  nn::GGUFFile f = nn::gguf_load(model_path());
+  f.metadata["tokenizer.chat_template"] = nn::GGUFValue::str(
+      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n'}}"
+      "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}");
+  f.metadata.erase("general.alignment");  // the writer sets it
+  std::string path = (std::filesystem::path(model_path()).parent_path() / "chatml.gguf").string();
+  nn::gguf_save(path, f.metadata, f.tensors);
+  std::string text = "<|im_start|>system\nbe brief<|im_end|>\n<|im_start|>user\nhello<|im_end|>\n<|im_start|>assistant\n";
+  std::vector<int32_t> prompt = tokenizer().encode_special(text);
+  Reference ref = greedy(prompt, 8, path);
+  Running s(1, 1, 0, path);
+  httplib::Client c = s.client();
+  auto m = c.Get("/v1/models");
+  REQUIRE(m);
+  CHECK(json::parse(m->body)["data"][0]["meta"]["chat_template"] == "chatml");
+  json j = post_json(c, "/v1/chat/completions",
+                     {{"messages", {{{"role", "system"}, {"content", "be brief"}}, {{"role", "user"}, {"content", "hello"}}}}, {"max_tokens", 8}});
+  CHECK(j["usage"]["prompt_tokens"] == prompt.size());
+  CHECK(j["choices"][0]["message"]["content"] == ref.text);
 }
 
 TEST_CASE("the server answers 503 beyond its queue, and a client that goes away frees its slot") {
