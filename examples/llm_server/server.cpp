@@ -3,6 +3,7 @@
 #include "server.hpp"
 
 #include <httplib.h>
+#include <sys/socket.h>
 
 #include <algorithm>
 #include <atomic>
@@ -290,6 +291,7 @@ struct Server::Impl {
   std::map<std::string, int64_t> finished;  // requests by finish reason (stop, length, cancelled, error)
   std::thread worker;
   std::atomic<uint64_t> next_id{1};
+  int listen_fd = -1;
 
   explicit Impl(const Options& o) : opts(o) {
     if (o.parallel < 1) throw tg::Error("[llm_server] --parallel must be >= 1, got " + std::to_string(o.parallel));
@@ -314,6 +316,13 @@ struct Server::Impl {
     int threads = o.parallel + o.queue + 8;
     http.new_task_queue = [threads] { return new httplib::ThreadPool(size_t(threads)); };
     http.set_tcp_nodelay(true);  // each event goes out at once
+    // the listening socket, so bind() can raise its backlog: httplib's is 5 connections, and a burst of clients
+    // beyond it waits for TCP's 1 s SYN retry
+    http.set_socket_options([this](socket_t sock) {
+      int yes = 1;
+      ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+      listen_fd = sock;
+    });
     worker = std::thread([this] { work(); });
   }
 
@@ -630,6 +639,7 @@ int Server::bind() {
   const Options& o = impl_->opts;
   int port = o.port == 0 ? impl_->http.bind_to_any_port(o.host) : (impl_->http.bind_to_port(o.host, o.port) ? o.port : -1);
   if (port <= 0) throw tg::Error("[llm_server] cannot listen on " + o.host + ":" + std::to_string(o.port));
+  if (impl_->listen_fd >= 0) ::listen(impl_->listen_fd, 256);  // a second listen() sets the backlog
   return port;
 }
 
