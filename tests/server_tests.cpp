@@ -366,7 +366,7 @@ TEST_CASE("a model's ChatML template (tokenizer.chat_template) shapes the chat p
 }
 
 TEST_CASE("the server answers 503 beyond its queue, and a client that goes away frees its slot") {
-  Running s(1, 1);
+  Running s(1, 1, 2048);  // room for answers that last seconds: they must still run when the clients hang up
   // two long streams: one in the slot, one queued; each client reads its first event, then waits
   std::atomic<int> started{0};
   std::atomic<bool> hang_up{false};
@@ -376,7 +376,7 @@ TEST_CASE("the server answers 503 beyond its queue, and a client that goes away 
     req.method = "POST";
     req.path = "/v1/completions";
     req.headers = {{"Content-Type", "application/json"}};
-    req.body = json{{"prompt", "hello"}, {"max_tokens", 200}, {"ignore_eos", true}, {"stream", true}}.dump();  // no early EOS
+    req.body = json{{"prompt", "hello"}, {"max_tokens", 2000}, {"ignore_eos", true}, {"stream", true}}.dump();  // no early EOS
     bool counted = false;
     req.content_receiver = [&](const char*, size_t, uint64_t, uint64_t) {
       if (!counted) counted = true, started++;
@@ -404,7 +404,7 @@ TEST_CASE("the server answers 503 beyond its queue, and a client that goes away 
   hang_up = true;
   a.join();
   b.join();
-  // both streams end as cancelled (200 tokens each would take far longer on this machine than the wait below)
+  // both streams end as cancelled, not after their 2000 tokens
   auto t0 = clk::now();
   for (h = health(s); (h["slots_busy"] != 0 || h["queued"] != 0) && clk::now() - t0 < std::chrono::seconds(20); h = health(s))
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
