@@ -187,6 +187,44 @@ TEST_CASE(
   CHECK(replay_compiles == 0);
 }
 
+TEST_CASE("Llama's KV-cache slots keep sequences apart: decode steps interleaved over two slots give each one's prefill logits") {
+  models::LlamaConfig c = tiny();
+  models::Llama llm(c, llm_util::random_weights(c, 11), 1, 2);
+  CHECK(llm.slots() == 2);
+  std::vector<int32_t> a = {1, 7, 42, 3, 19, 25, 8, 33}, b = {1, 12, 40, 5, 9, 30, 22, 14};
+  int64_t T = int64_t(a.size()), V = c.vocab_size;
+  std::vector<float> all_a = llm.prefill(a).to_vector<float>(), all_b = llm.prefill(b, 0, false, 1).to_vector<float>();
+  (void)llm.prefill({a[0], a[1]}, 0, false, 0);
+  (void)llm.prefill({b[0], b[1], b[2]}, 0, false, 1);  // slot 1 one position ahead of slot 0
+  for (int64_t t = 2; t < T; t++) {
+    CAPTURE(t);
+    std::vector<float> ga = llm.decode({a[size_t(t)]}, t, 0).to_vector<float>();
+    for (int64_t i = 0; i < V; i++) CHECK(std::fabs(ga[size_t(i)] - all_a[size_t(t * V + i)]) <= 1e-4f * (1 + std::fabs(all_a[size_t(t * V + i)])));
+    if (t + 1 >= T) continue;
+    std::vector<float> gb = llm.decode({b[size_t(t + 1)]}, t + 1, 1).to_vector<float>();
+    for (int64_t i = 0; i < V; i++)
+      CHECK(std::fabs(gb[size_t(i)] - all_b[size_t((t + 1) * V + i)]) <= 1e-4f * (1 + std::fabs(all_b[size_t((t + 1) * V + i)])));
+  }
+  CHECK(llm.decode_jit(0)->replaying());
+  CHECK(llm.decode_jit(1)->replaying());
+  CHECK(error_of([&] { (void)llm.decode({1}, 0, 2); }).find("[llama] decode: slot 2 is outside the 2 KV-cache slots") != std::string::npos);
+  CHECK(error_of([&] { models::Llama(c, llm_util::random_weights(c, 11), 1, {}, 0); }).find("[llama] slots must be positive, got 0") !=
+        std::string::npos);
+}
+
+TEST_CASE("encode_special turns control tokens written in the text into their ids") {
+  models::Tokenizer tok = test_tokenizer();
+  CHECK(tok.token_id("</s>") == 2);
+  CHECK(tok.token_id("no such token") == -1);
+  // "<s>" and "</s>" are control tokens: their ids; the text around them as encode gives it
+  std::vector<int32_t> want = {1, 1};
+  for (int32_t t : tok.encode("hello", false)) want.push_back(t);
+  want.push_back(2);
+  for (int32_t t : tok.encode("the", false)) want.push_back(t);
+  CHECK(tok.encode_special("<s>hello</s>the") == want);
+  CHECK(tok.encode_special("hello world", false) == tok.encode("hello world", false));
+}
+
 TEST_CASE(
     "llama.cpp (node-llama-cpp) runs a tg-written GGUF to the same "
     "tokens, greedy tokens and logits as tg") {

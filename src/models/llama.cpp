@@ -61,11 +61,13 @@ LlamaConfig LlamaConfig::from_gguf(const nn::GGUFFile& f, const std::string& fil
   return c;
 }
 
-Llama::Llama(LlamaConfig cfg, std::map<std::string, Tensor> w, int64_t batch, const std::map<std::string, std::string>& types)
+Llama::Llama(LlamaConfig cfg, std::map<std::string, Tensor> w, int64_t batch, const std::map<std::string, std::string>& types,
+             int64_t slots)
     : cfg_(cfg), batch_(batch), start_pos_("start_pos", 0, std::max<int64_t>(cfg.max_context - 1, 0)) {
   const LlamaConfig& c = cfg_;
   if (c.max_context <= 0) fail("max_context must be positive, got " + std::to_string(c.max_context));
   if (batch <= 0) fail("batch must be positive, got " + std::to_string(batch));
+  if (slots <= 0) fail("slots must be positive, got " + std::to_string(slots));
   int64_t hd = c.head_dim(), kvd = c.n_kv_heads * hd;
   auto type_of = [&](const std::string& name) {
     auto it = types.find(name);
@@ -109,10 +111,14 @@ Llama::Llama(LlamaConfig cfg, std::map<std::string, Tensor> w, int64_t batch, co
     l.w_gate = take(p + "ffn_gate.weight", {c.hidden_dim, c.dim});
     l.w_up = take(p + "ffn_up.weight", {c.hidden_dim, c.dim});
     l.w_down = take(p + "ffn_down.weight", {c.dim, c.hidden_dim});
-    l.cache_k = Tensor::zeros({batch, c.max_context, c.n_kv_heads, hd}).contiguous().realize();
-    l.cache_v = Tensor::zeros({batch, c.max_context, c.n_kv_heads, hd}).contiguous().realize();
     layers_.push_back(std::move(l));
   }
+  caches_.resize(size_t(slots));
+  for (Cache& kv : caches_)
+    for (int64_t i = 0; i < c.n_layers; i++) {
+      kv.k.push_back(Tensor::zeros({batch, c.max_context, c.n_kv_heads, hd}).contiguous().realize());
+      kv.v.push_back(Tensor::zeros({batch, c.max_context, c.n_kv_heads, hd}).contiguous().realize());
+    }
   // RoPE tables: angle(p, i) = p * theta^(-2i/head_dim), i < head_dim/2
   std::vector<float> cs(size_t(c.max_context * hd / 2)), sn(cs.size());
   for (int64_t p = 0; p < c.max_context; p++)
@@ -125,21 +131,31 @@ Llama::Llama(LlamaConfig cfg, std::map<std::string, Tensor> w, int64_t batch, co
   rope_sin_ = Tensor::from_vector(sn, {c.max_context, hd / 2}).realize();
 }
 
-std::unique_ptr<Llama> Llama::from_gguf(const std::string& path, int64_t max_context, int64_t batch, bool dequantise) {
-  nn::GGUFFile f = dequantise ? nn::gguf_load(path) : nn::gguf_load(path, "DISK", false);
+std::unique_ptr<Llama> Llama::from_gguf(const std::string& path, int64_t max_context, int64_t batch, bool dequantise,
+                                        int64_t slots) {
+  return from_file(dequantise ? nn::gguf_load(path) : nn::gguf_load(path, "DISK", false), path, max_context, batch, slots);
+}
+
+std::unique_ptr<Llama> Llama::from_file(nn::GGUFFile f, const std::string& path, int64_t max_context, int64_t batch,
+                                        int64_t slots) {
   LlamaConfig c = LlamaConfig::from_gguf(f, path, max_context);
   std::map<std::string, std::string> types;
-  if (!dequantise) {  // each tensor copied once out of the mapping onto the default device, which is then unmapped
+  bool kept = false, mapped = false;  // tensors as stored (read with dequantise = false), views of the mapping
+  for (auto& [name, t] : f.tensors) {
+    kept |= t.dtype() != dtypes::float32;
+    mapped |= !get_device(t.device()).runs_kernels();
+  }
+  if (mapped) {  // each tensor copied once out of the mapping onto the default device, which is then unmapped
     std::vector<Tensor*> all;
     for (auto& [name, t] : f.tensors) {
       t = t.to(default_device());
       all.push_back(&t);
     }
     Tensor::realize_all(all);
-    types = f.tensor_types;
   }
+  if (kept) types = f.tensor_types;
   try {
-    return std::make_unique<Llama>(c, std::move(f.tensors), batch, types);
+    return std::make_unique<Llama>(c, std::move(f.tensors), batch, types, slots);
   } catch (const Error& e) {
     throw Error(std::string(e.what()) + " (in " + path + ")");
   }
@@ -166,7 +182,13 @@ Tensor rope(const Tensor& x, const Tensor& cos_t, const Tensor& sin_t, const sin
 
 }  // namespace
 
-Tensor Llama::attention(Layer& l, Tensor& resid, const sint& start, int64_t T) {
+Llama::Cache& Llama::cache(int64_t slot, const char* op) {
+  if (slot < 0 || slot >= slots())
+    fail(std::string(op) + ": slot " + std::to_string(slot) + " is outside the " + std::to_string(slots()) + " KV-cache slots");
+  return caches_[size_t(slot)];
+}
+
+Tensor Llama::attention(Layer& l, Tensor& ck, Tensor& cv, Tensor& resid, const sint& start, int64_t T) {
   Tensor x = resid.rms_norm({cfg_.dim}, l.attn_norm, cfg_.norm_eps);
   const LlamaConfig& c = cfg_;
   int64_t B = batch_, H = c.n_heads, KVH = c.n_kv_heads, hd = c.head_dim(), rep = H / KVH, M = c.max_context;
@@ -194,11 +216,11 @@ Tensor Llama::attention(Layer& l, Tensor& resid, const sint& start, int64_t T) {
     kn = k.pad({{0, 0}, {s, M - s - T}, {0, 0}, {0, 0}});
     vn = v.pad({{0, 0}, {s, M - s - T}, {0, 0}, {0, 0}});
   }
-  l.cache_k.assign(here.where(kn, l.cache_k));
-  l.cache_v.assign(here.where(vn, l.cache_v));
+  ck.assign(here.where(kn, ck));
+  cv.assign(here.where(vn, cv));
   // the residual stream is realised with the caches: the rest of the layer reads it from its buffer instead of
   // computing the layers before again
-  Tensor::realize_all({&l.cache_k, &l.cache_v, &resid});
+  Tensor::realize_all({&ck, &cv, &resid});
   // attend over positions 0..start+T-1; query head h reads KV head h / rep
   // (grouped: no copy of the KV heads)
   sint L = start + T;
@@ -207,7 +229,7 @@ Tensor Llama::attention(Layer& l, Tensor& resid, const sint& start, int64_t T) {
         .permute({0, 2, 1, 3})
         .reshape({sint(B), sint(KVH), sint(1), L, sint(hd)});
   };
-  Tensor keys = heads(l.cache_k), vals = heads(l.cache_v);
+  Tensor keys = heads(ck), vals = heads(cv);
   Tensor qh = q.permute({0, 2, 1, 3}).reshape({B, KVH, rep, T, hd});
   Tensor scores = Tensor(qh.matmul(keys.permute({0, 1, 2, 4, 3})) * (1.0 / std::sqrt(double(hd))));
   if (T > 1) {
@@ -218,8 +240,9 @@ Tensor Llama::attention(Layer& l, Tensor& resid, const sint& start, int64_t T) {
   return out.matmul(l.wo.T());
 }
 
-Tensor Llama::forward(const Tensor& tokens, const sint& start, bool last_only) {
+Tensor Llama::forward(const Tensor& tokens, const sint& start, bool last_only, int64_t slot) {
   const LlamaConfig& c = cfg_;
+  Cache& kv = cache(slot, "forward");
   if (tokens.ndim() != 2 || tokens.shape()[0] != batch_)
     fail("forward: tokens must be (batch=" + std::to_string(batch_) + ", T), got " + shape_str(tokens.sym_shape()));
   int64_t B = batch_, T = tokens.shape()[1], D = c.dim;
@@ -230,8 +253,9 @@ Tensor Llama::forward(const Tensor& tokens, const sint& start, bool last_only) {
          std::to_string(start.max() + T - 1) + ", past the KV cache (max_context " + std::to_string(c.max_context) + ")");
   Tensor rows = tok_embd_.index_select(0, tokens.reshape({B * T}));
   Tensor x = (tok_embd_type_ == "f32" ? rows : nn::ggml_dequantize(rows, tok_embd_type_)).reshape({B, T, D});
-  for (Layer& l : layers_) {
-    Tensor h = Tensor(x + attention(l, x, start, T));
+  for (size_t i = 0; i < layers_.size(); i++) {
+    Layer& l = layers_[i];
+    Tensor h = Tensor(x + attention(l, kv.k[i], kv.v[i], x, start, T));
     Tensor n = h.rms_norm({D}, l.ffn_norm, c.norm_eps);
     Tensor gate = n.matmul(l.w_gate.T()).silu(), up = n.matmul(l.w_up.T());
     x = Tensor(h + Tensor(gate * up).matmul(l.w_down.T()));
@@ -240,17 +264,19 @@ Tensor Llama::forward(const Tensor& tokens, const sint& start, bool last_only) {
   return x.rms_norm({D}, output_norm_, c.norm_eps).matmul(output_.T());
 }
 
-Tensor Llama::prefill(const std::vector<int32_t>& tokens, int64_t start_pos, bool last_only) {
+Tensor Llama::prefill(const std::vector<int32_t>& tokens, int64_t start_pos, bool last_only, int64_t slot) {
+  (void)cache(slot, "prefill");
   if (tokens.empty() || int64_t(tokens.size()) % batch_ != 0)
     fail("prefill: " + std::to_string(tokens.size()) + " tokens do not make " + std::to_string(batch_) + " equal sequences");
   for (int32_t t : tokens)
     if (t < 0 || t >= cfg_.vocab_size)
       fail("prefill: token " + std::to_string(t) + " is outside the vocabulary (0.." + std::to_string(cfg_.vocab_size - 1) + ")");
   Tensor tok = Tensor::from_vector(tokens, {batch_, int64_t(tokens.size()) / batch_});
-  return forward(tok, sint(start_pos), last_only).realize();
+  return forward(tok, sint(start_pos), last_only, slot).realize();
 }
 
-Tensor Llama::decode(const std::vector<int32_t>& tokens, int64_t pos) {
+Tensor Llama::decode(const std::vector<int32_t>& tokens, int64_t pos, int64_t slot) {
+  Cache& kv = cache(slot, "decode");
   if (int64_t(tokens.size()) != batch_)
     fail("decode: " + std::to_string(tokens.size()) + " tokens for a batch of " + std::to_string(batch_));
   for (int32_t t : tokens)
@@ -258,12 +284,12 @@ Tensor Llama::decode(const std::vector<int32_t>& tokens, int64_t pos) {
       fail("decode: token " + std::to_string(t) + " is outside the vocabulary (0.." + std::to_string(cfg_.vocab_size - 1) + ")");
   if (pos < 0 || pos >= cfg_.max_context)
     fail("decode: position " + std::to_string(pos) + " is past the KV cache (max_context " + std::to_string(cfg_.max_context) + ")");
-  if (!jit_)
-    jit_ = std::make_unique<TinyJit>(TinyJit::FnVars([this](const std::vector<Tensor>& in, const std::vector<sint>& vars) {
-      return std::vector<Tensor>{forward(in[0], vars[0]).reshape({batch_, cfg_.vocab_size}).contiguous()};
+  if (!kv.jit)
+    kv.jit = std::make_unique<TinyJit>(TinyJit::FnVars([this, slot](const std::vector<Tensor>& in, const std::vector<sint>& vars) {
+      return std::vector<Tensor>{forward(in[0], vars[0], false, slot).reshape({batch_, cfg_.vocab_size}).contiguous()};
     }));
   Tensor tok = Tensor::from_vector(tokens, {batch_, 1}).realize();
-  return (*jit_)({tok}, {start_pos_.bind(pos)})[0];
+  return (*kv.jit)({tok}, {start_pos_.bind(pos)})[0];
 }
 
 int64_t Llama::weight_bytes() const {
@@ -278,11 +304,12 @@ int64_t Llama::weight_bytes() const {
   return n;
 }
 
-void Llama::reset() {
-  for (Layer& l : layers_) {
-    l.cache_k.assign(Tensor::zeros(l.cache_k.shape()));
-    l.cache_v.assign(Tensor::zeros(l.cache_v.shape()));
-    Tensor::realize_all({&l.cache_k, &l.cache_v});
+void Llama::reset(int64_t slot) {
+  Cache& kv = cache(slot, "reset");
+  for (size_t i = 0; i < kv.k.size(); i++) {
+    kv.k[i].assign(Tensor::zeros(kv.k[i].shape()));
+    kv.v[i].assign(Tensor::zeros(kv.v[i].shape()));
+    Tensor::realize_all({&kv.k[i], &kv.v[i]});
   }
 }
 

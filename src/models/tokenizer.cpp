@@ -6,6 +6,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <queue>
 
@@ -113,6 +114,12 @@ void Tokenizer::index(int32_t bos, int32_t eos, int32_t unk) {
     if (id < -1 || id >= n) fail(std::string(what) + " token id " + std::to_string(id) + " is outside the vocabulary of " + std::to_string(n));
   bos_ = bos, eos_ = eos, unk_ = unk;
   for (int32_t i = 0; i < n; i++) ids_.emplace(tokens_[size_t(i)], i);  // the first of duplicates wins
+  for (int32_t i = 0; i < n; i++) {
+    auto ty = TokenType(types_[size_t(i)]);
+    if ((ty == TokenType::CONTROL || ty == TokenType::USER_DEFINED) && !tokens_[size_t(i)].empty()) specials_.push_back(i);
+  }
+  std::stable_sort(specials_.begin(), specials_.end(),
+                   [&](int32_t a, int32_t b) { return tokens_[size_t(a)].size() > tokens_[size_t(b)].size(); });
 }
 
 Tokenizer::Tokenizer(std::vector<std::string> tokens, std::vector<float> scores, std::vector<int32_t> types, int32_t bos, int32_t eos,
@@ -274,6 +281,37 @@ std::vector<int32_t> Tokenizer::encode(const std::string& text, bool add_bos) co
   for (char ch : (add_space_prefix_ ? " " : "") + text) s += ch == ' ' ? kSpace : std::string(1, ch);
   merge_into(s, out);
   return out;
+}
+
+std::vector<int32_t> Tokenizer::encode_special(const std::string& text, bool add_bos) const {
+  std::vector<int32_t> out;
+  if (add_bos && add_bos_ && bos_ >= 0) out.push_back(bos_);
+  size_t start = 0;  // the plain text not yet encoded begins here
+  for (size_t i = 0; i < text.size();) {
+    int32_t hit = -1;
+    for (int32_t id : specials_)
+      if (text.compare(i, tokens_[size_t(id)].size(), tokens_[size_t(id)]) == 0) {
+        hit = id;
+        break;
+      }
+    if (hit < 0) {
+      i++;
+      continue;
+    }
+    if (i > start)
+      for (int32_t t : encode(text.substr(start, i - start), false)) out.push_back(t);
+    out.push_back(hit);
+    i += tokens_[size_t(hit)].size();
+    start = i;
+  }
+  if (start < text.size())
+    for (int32_t t : encode(text.substr(start), false)) out.push_back(t);
+  return out;
+}
+
+int32_t Tokenizer::token_id(const std::string& text) const {
+  auto it = ids_.find(text);
+  return it == ids_.end() ? -1 : it->second;
 }
 
 std::string Tokenizer::piece(int32_t id) const {

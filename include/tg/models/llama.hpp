@@ -8,6 +8,9 @@
 // The KV cache holds max_context positions; a decode step's position is the Variable "start_pos", so its kernels are
 // compiled once and TinyJit replays them for every token. Writing into the cache is a masked assign of the whole
 // cache (tg cannot assign into a slice): every token reads and writes each layer's K and V caches once.
+// Several sequences can coexist (a server's requests): `slots` KV caches, each with its own decode TinyJit, share the
+// weights; prefill, decode and reset name the slot they work on (slot 0 by default). A slot's kernels are the same
+// kernels on other buffers, so they compile once for all slots.
 // Thread-safety: a Llama is used from one thread (its caches and JIT are state).
 #include "tg/config.hpp"
 
@@ -45,51 +48,64 @@ class Llama {
    * weight is a tg::Error naming it. `types` gives the GGML type of weights kept as a GGUF file stores them
    * (nn::gguf_load with dequantise = false: f16/bf16 tensors, uint8 blocks of q8_0, q4_0, q4_K, ...); those stay
    * as they are in memory and are dequantised by tensor ops (nn::ggml_dequantize) inside the kernels that read
-   * them (each linear layer is one kernel reading the blocks). A weight not named there is float32. */
+   * them (each linear layer is one kernel reading the blocks). A weight not named there is float32. `slots`: the
+   * number of KV caches (sequences that coexist). */
   Llama(LlamaConfig cfg, std::map<std::string, Tensor> weights, int64_t batch = 1,
-        const std::map<std::string, std::string>& types = {});
+        const std::map<std::string, std::string>& types = {}, int64_t slots = 1);
   /** Load a GGUF file. Its weights stay as the file stores them (mapped through DISK, copied once onto the
    * default device: memory about the file's tensor bytes), dequantised inside the kernels; dequantise = true
    * dequantises them to float32 at load instead (nn::gguf_load), 4 bytes a weight. */
   static std::unique_ptr<Llama> from_gguf(const std::string& path, int64_t max_context = 0, int64_t batch = 1,
-                                          bool dequantise = false);
+                                          bool dequantise = false, int64_t slots = 1);
+  /** The model from a GGUF file already read (its metadata also gives the tokenizer): `f` read by nn::gguf_load,
+   * either way (tensors kept as stored, as `from_gguf` does, or dequantised); `path` is used in errors. */
+  static std::unique_ptr<Llama> from_file(nn::GGUFFile f, const std::string& path, int64_t max_context = 0,
+                                          int64_t batch = 1, int64_t slots = 1);
   Llama(const Llama&) = delete;
   Llama& operator=(const Llama&) = delete;
 
   const LlamaConfig& config() const { return cfg_; }
+  /** The number of KV-cache slots. */
+  int64_t slots() const { return int64_t(caches_.size()); }
   /** The forward pass of tokens (batch, T) int32 at positions
    * start_pos..start_pos+T-1, writing their keys and values into the cache:
    * logits (batch, T, vocab), lazy. T > 1 needs a concrete start_pos (causal
    * mask); T == 1 takes a symbolic one. `last_only` computes the head for the
-   * last position only: (batch, 1, vocab). */
-  Tensor forward(const Tensor& tokens, const sint& start_pos, bool last_only = false);
+   * last position only: (batch, 1, vocab). Works on KV-cache slot `slot`. */
+  Tensor forward(const Tensor& tokens, const sint& start_pos, bool last_only = false, int64_t slot = 0);
   /** Prefill: forward at a concrete position, realised. */
-  Tensor prefill(const std::vector<int32_t>& tokens, int64_t start_pos = 0, bool last_only = false);
+  Tensor prefill(const std::vector<int32_t>& tokens, int64_t start_pos = 0, bool last_only = false, int64_t slot = 0);
   /** One decode step for one token per sequence (batch tokens) at `pos`,
-   * through TinyJit with start_pos bound to pos: logits (batch, vocab). */
-  Tensor decode(const std::vector<int32_t>& tokens, int64_t pos);
-  /** Zero the KV caches (a new sequence). */
-  void reset();
-  /** The TinyJit of decode (calls, captured kernels). */
-  const TinyJit* decode_jit() const { return jit_.get(); }
+   * through slot's TinyJit with start_pos bound to pos: logits (batch, vocab). */
+  Tensor decode(const std::vector<int32_t>& tokens, int64_t pos, int64_t slot = 0);
+  /** Zero a slot's KV caches (a new sequence). */
+  void reset(int64_t slot = 0);
+  /** The TinyJit of a slot's decode (calls, captured kernels); null before its first decode. */
+  const TinyJit* decode_jit(int64_t slot = 0) const { return caches_.at(size_t(slot)).jit.get(); }
   /** The bytes of the device buffers that hold the weights (each buffer once: a tied output head is not counted
    * twice); with weights kept as stored, about the GGUF file's tensor bytes. */
   int64_t weight_bytes() const;
 
  private:
   struct Layer {
-    Tensor attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down, cache_k, cache_v;
+    Tensor attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
     std::optional<Tensor> bq, bk, bv;
   };
-  Tensor attention(Layer& l, Tensor& resid, const sint& start_pos, int64_t T);  // realises resid with l's caches
+  struct Cache {  // one sequence's KV cache: per layer (batch, max_context, kv_heads, head_dim), and its decode JIT
+    std::vector<Tensor> k, v;
+    std::unique_ptr<TinyJit> jit;
+  };
+  // realises resid with the layer's caches ck, cv
+  Tensor attention(Layer& l, Tensor& ck, Tensor& cv, Tensor& resid, const sint& start_pos, int64_t T);
+  Cache& cache(int64_t slot, const char* op);
   LlamaConfig cfg_;
   int64_t batch_;
   Tensor tok_embd_, output_norm_, output_, rope_cos_, rope_sin_;
   std::string tok_embd_type_ = "f32";  // tok_embd_ as stored: rows are picked first, then dequantised
   std::vector<Tensor> stored_;        // every weight as given (the buffers weight_bytes counts)
   std::vector<Layer> layers_;
+  std::vector<Cache> caches_;
   Variable start_pos_;
-  std::unique_ptr<TinyJit> jit_;
 };
 
 }  // namespace tg::models

@@ -43,6 +43,11 @@ class Tokenizer {
 
   /** Token ids of `text` (BOS first when the vocabulary adds it and `add_bos`). */
   std::vector<int32_t> encode(const std::string& text, bool add_bos = true) const;
+  /** Like encode, but control and user-defined tokens written in the text (a chat template's "<|im_start|>") become
+   *  their ids, longest first; the text between them is encoded as by encode (without BOS). */
+  std::vector<int32_t> encode_special(const std::string& text, bool add_bos = true) const;
+  /** The id of the token spelt `text` (as stored in the vocabulary), or -1. */
+  int32_t token_id(const std::string& text) const;
   /** One token's bytes: "▁" as a space (SPM), GPT-2's byte characters as their bytes (BPE), a byte token as its byte,
    *  a control token as nothing. */
   std::string piece(int32_t id) const;
@@ -68,6 +73,7 @@ class Tokenizer {
   std::unordered_map<std::string, int32_t> ids_;
   std::map<std::pair<std::string, std::string>, int32_t> ranks_;  // BPE merges
   std::unique_ptr<Regex> split_;                                  // BPE pre-tokenizer
+  std::vector<int32_t> specials_;                                 // control and user-defined tokens, longest first
   int32_t bos_ = -1, eos_ = -1, unk_ = -1;
   bool add_bos_ = true, add_space_prefix_ = true;
 };
