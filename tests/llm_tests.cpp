@@ -189,7 +189,7 @@ TEST_CASE(
 
 TEST_CASE("Llama's KV-cache slots keep sequences apart: decode steps interleaved over two slots give each one's prefill logits") {
   models::LlamaConfig c = tiny();
-  models::Llama llm(c, llm_util::random_weights(c, 11), 1, 2);
+  models::Llama llm(c, llm_util::random_weights(c, 11), 1, {}, 2);
   CHECK(llm.slots() == 2);
   std::vector<int32_t> a = {1, 7, 42, 3, 19, 25, 8, 33}, b = {1, 12, 40, 5, 9, 30, 22, 14};
   int64_t T = int64_t(a.size()), V = c.vocab_size;

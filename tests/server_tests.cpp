@@ -60,10 +60,10 @@ struct Reference {
   std::string finish;
 };
 Reference greedy(const std::vector<int32_t>& prompt, int64_t n, const std::string& path = model_path()) {
-  nn::GGUFFile f = nn::gguf_load(path);
+  nn::GGUFFile f = nn::gguf_load(path, "DISK", false);  // as the server loads it: weights kept as stored
   models::Tokenizer tok = models::Tokenizer::from_gguf(f, path);
-  models::LlamaConfig cfg = models::LlamaConfig::from_gguf(f, path);
-  models::Llama llm(cfg, std::move(f.tensors));
+  auto llm_ptr = models::Llama::from_file(std::move(f), path);
+  models::Llama& llm = *llm_ptr;
   models::Sampler s(models::SamplerConfig{});
   std::vector<float> logits = llm.prefill(prompt, 0, true).to_vector<float>();
   std::string bytes;
