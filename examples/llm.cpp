@@ -11,6 +11,8 @@
 #include <iostream>
 #include <string>
 
+#include <CLI/CLI.hpp>
+
 #include "tg/error.hpp"
 #include "tg/models/llama.hpp"
 #include "tg/models/sampler.hpp"
@@ -21,16 +23,6 @@ using clk = std::chrono::steady_clock;
 
 namespace {
 
-[[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "llm: %s\nusage: llm --model FILE.gguf --prompt TEXT [-n N "
-               "(32)] [--temp T (0: greedy)] [--top-k K (0)] "
-               "[--top-p P (1)] [--repeat-penalty R (1: none; over the last 64 tokens)] [--seed S (0)] [--ctx C (the file's context "
-               "length, at most 2048 by default)]\n",
-               why.c_str());
-  std::exit(2);
-}
-
 double secs(clk::duration d) { return std::chrono::duration<double>(d).count(); }
 
 }  // namespace
@@ -39,40 +31,20 @@ int main(int argc, char** argv) {
   std::string model, prompt;
   int64_t n = 32, ctx = 0;
   models::SamplerConfig sc;
-  bool have_prompt = false;
-  for (int i = 1; i < argc; i++) {
-    std::string a = argv[i];
-    auto val = [&]() -> std::string {
-      if (i + 1 >= argc) usage(a + " needs a value");
-      return argv[++i];
-    };
-    try {
-      if (a == "--model" || a == "-m")
-        model = val();
-      else if (a == "--prompt" || a == "-p")
-        prompt = val(), have_prompt = true;
-      else if (a == "-n" || a == "--n-predict")
-        n = std::stoll(val());
-      else if (a == "--temp")
-        sc.temperature = std::stod(val());
-      else if (a == "--top-k")
-        sc.top_k = std::stoll(val());
-      else if (a == "--top-p")
-        sc.top_p = std::stod(val());
-      else if (a == "--repeat-penalty")
-        sc.repeat_penalty = std::stod(val());
-      else if (a == "--seed")
-        sc.seed = std::stoull(val());
-      else if (a == "--ctx")
-        ctx = std::stoll(val());
-      else
-        usage("unknown argument " + a);
-    } catch (const std::logic_error&) {
-      usage("bad value for " + a);
-    }
-  }
-  if (model.empty() || !have_prompt) usage("--model and --prompt are required");
-  if (n < 0) usage("-n must be >= 0");
+  // flags by CLI11 (Debian's libcli11-dev): --help, typed values, ranges and required flags checked with messages
+  CLI::App app{"Text generation with a LLaMA-family GGUF model", "llm"};
+  app.add_option("-m,--model", model, "GGUF file")->required()->check(CLI::ExistingFile);
+  app.add_option("-p,--prompt", prompt, "the prompt")->required();
+  app.add_option("-n,--n-predict", n, "tokens to make")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--temp", sc.temperature, "temperature (0: greedy)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--top-k", sc.top_k, "top-k (0: all)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--top-p", sc.top_p, "top-p")->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  app.add_option("--repeat-penalty", sc.repeat_penalty, "repetition penalty over the last 64 tokens (1: none)")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  app.add_option("--seed", sc.seed, "sampling seed")->capture_default_str();
+  app.add_option("--ctx", ctx, "context length (0: the file's, at most 2048)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  CLI11_PARSE(app, argc, argv);
   try {
     auto t0 = clk::now();
     models::LlamaConfig cfg;

@@ -9,54 +9,34 @@
 #include <cstdlib>
 #include <string>
 
+#include <CLI/CLI.hpp>
+
 #include "llm_model_util.hpp"
 #include "tg/error.hpp"
 
 int main(int argc, char** argv) {
-  if (argc < 2 || argv[1][0] == '-') {
-    std::fprintf(stderr,
-                 "usage: llm_make_model OUT.gguf [--dim D] [--layers "
-                 "L] [--heads H] [--kv-heads K] [--ffn F] [--ctx C] "
-                 "[--type f32|f16|q8_0|q4_0|q4_1|q4_K|q5_K|q6_K] [--vocab llama|gpt2] [--arch llama|qwen2] [--seed S]\n");
-    return 2;
-  }
   tg::models::LlamaConfig c;
   c.dim = 64, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.hidden_dim = 128, c.max_context = 256;
-  std::string type = "f32", vocab = "llama";
+  std::string out, type = "f32", vocab = "llama";
   uint64_t seed = 1;
-  for (int i = 2; i + 1 < argc; i += 2) {
-    std::string a = argv[i], v = argv[i + 1];
-    if (a == "--dim")
-      c.dim = std::stoll(v);
-    else if (a == "--layers")
-      c.n_layers = std::stoll(v);
-    else if (a == "--heads")
-      c.n_heads = std::stoll(v);
-    else if (a == "--kv-heads")
-      c.n_kv_heads = std::stoll(v);
-    else if (a == "--ffn")
-      c.hidden_dim = std::stoll(v);
-    else if (a == "--ctx")
-      c.max_context = std::stoll(v);
-    else if (a == "--type")
-      type = v;
-    else if (a == "--vocab")
-      vocab = v;
-    else if (a == "--arch")
-      c.arch = v;
-    else if (a == "--seed")
-      seed = std::stoull(v);
-    else {
-      std::fprintf(stderr, "llm_make_model: unknown argument %s\n", a.c_str());
-      return 2;
-    }
-  }
+  // flags by CLI11 (Debian's libcli11-dev), as the other LLM programs
+  CLI::App app{"Write a random-weight LLaMA GGUF", "llm_make_model"};
+  app.add_option("out", out, "the GGUF file to write")->required();
+  app.add_option("--dim", c.dim, "model width")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--layers", c.n_layers, "layers")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--heads", c.n_heads, "attention heads")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--kv-heads", c.n_kv_heads, "key/value heads")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--ffn", c.hidden_dim, "feed-forward width")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--ctx", c.max_context, "context length")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--type", type, "weight type")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"f32", "f16", "q8_0", "q4_0", "q4_1", "q4_K", "q5_K", "q6_K"}));
+  app.add_option("--vocab", vocab, "vocabulary kind")->capture_default_str()->check(CLI::IsMember({"llama", "gpt2"}));
+  app.add_option("--arch", c.arch, "architecture")->capture_default_str()->check(CLI::IsMember({"llama", "qwen2"}));
+  app.add_option("--seed", seed, "weights' seed")->capture_default_str();
+  CLI11_PARSE(app, argc, argv);
   try {
-    if (vocab != "llama" && vocab != "gpt2") {
-      std::fprintf(stderr, "llm_make_model: --vocab is llama or gpt2, got %s\n", vocab.c_str());
-      return 2;
-    }
-    llm_util::write_random_llama(argv[1], c, seed, type, vocab == "gpt2" ? llm_util::gpt2_vocab() : llm_util::byte_vocab());
+    llm_util::write_random_llama(out, c, seed, type, vocab == "gpt2" ? llm_util::gpt2_vocab() : llm_util::byte_vocab());
   } catch (const tg::Error& e) {
     std::fprintf(stderr, "llm_make_model: %s\n", e.what());
     return 1;
@@ -64,7 +44,7 @@ int main(int argc, char** argv) {
   std::printf(
       "%s: dim %lld, %lld layers, %lld heads (%lld KV), ffn %lld, "
       "context %lld, %s\n",
-      argv[1], (long long)c.dim, (long long)c.n_layers, (long long)c.n_heads, (long long)c.n_kv_heads, (long long)c.hidden_dim,
+      out.c_str(), (long long)c.dim, (long long)c.n_layers, (long long)c.n_heads, (long long)c.n_kv_heads, (long long)c.hidden_dim,
       (long long)c.max_context, type.c_str());
   return 0;
 }

@@ -9,50 +9,23 @@
 #include <string>
 #include <thread>
 
+#include <CLI/CLI.hpp>
+
 #include "server.hpp"
 #include "tg/error.hpp"
 
-namespace {
-
-[[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "llm_server: %s\nusage: llm_server --model FILE.gguf [--host H (127.0.0.1)] [--port P (8080; 0: any free port)] "
-               "[--parallel N (1: KV-cache slots)] [--queue Q (16: requests waiting beyond the slots)] [--ctx C (the file's "
-               "context length, at most 2048)]\n",
-               why.c_str());
-  std::exit(2);
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   llm_server::Options o;
-  for (int i = 1; i < argc; i++) {
-    std::string a = argv[i];
-    auto val = [&]() -> std::string {
-      if (i + 1 >= argc) usage(a + " needs a value");
-      return argv[++i];
-    };
-    try {
-      if (a == "--model" || a == "-m")
-        o.model = val();
-      else if (a == "--host")
-        o.host = val();
-      else if (a == "--port")
-        o.port = std::stoi(val());
-      else if (a == "--parallel" || a == "-np")
-        o.parallel = std::stoi(val());
-      else if (a == "--queue")
-        o.queue = std::stoi(val());
-      else if (a == "--ctx")
-        o.ctx = std::stoll(val());
-      else
-        usage("unknown argument " + a);
-    } catch (const std::logic_error&) {
-      usage("bad value for " + a);
-    }
-  }
-  if (o.model.empty()) usage("--model is required");
+  // flags by CLI11 (Debian's libcli11-dev), as the other LLM programs
+  CLI::App app{"An OpenAI-compatible server with a chat page for a LLaMA-family GGUF model", "llm_server"};
+  app.add_option("-m,--model", o.model, "GGUF file")->required()->check(CLI::ExistingFile);
+  app.add_option("--host", o.host, "address to listen on")->capture_default_str();
+  app.add_option("--port", o.port, "port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
+  app.add_option("--parallel", o.parallel, "KV-cache slots")->capture_default_str()->check(CLI::PositiveNumber);
+  app.add_option("--queue", o.queue, "requests waiting beyond the slots")->capture_default_str()->check(CLI::NonNegativeNumber);
+  app.add_option("--ctx", o.ctx, "context length (0: the file's, at most 2048)")->capture_default_str()->check(CLI::NonNegativeNumber);
+  CLI11_PARSE(app, argc, argv);
   std::signal(SIGPIPE, SIG_IGN);
   // SIGINT and SIGTERM are taken by one thread (sigwait), which stops the server: every other thread blocks them
   sigset_t stop_signals;

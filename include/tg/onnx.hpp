@@ -1,7 +1,8 @@
 #pragma once
 // ONNX: load a model (.onnx) and run it by mapping each ONNX operator onto tg Tensor ops (no per-operator kernels).
-// Thread-safety: a Model is immutable after load; run() may be called from one thread at a time (tg's realize is
-// not reentrant across threads). load/load_tensor are safe to call concurrently.
+// Thread-safety: a Model's graph is immutable after load; run() may be called from several threads (its replayed
+// runs take one lock per input signature, and realize is serialised, see tensor.hpp). load/load_tensor are safe
+// to call concurrently.
 #include "tg/config.hpp"
 
 #include <cstdint>
