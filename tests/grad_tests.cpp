@@ -246,7 +246,7 @@ TEST_CASE("prod's gradient is the product of the others, exact at zeros (torch's
   CHECK(grad_of({0, 0, 3}) == std::vector<float>{0, 0, 0});
   // along an axis, keepdim, rows with and without zeros
   auto x = Tensor::from_vector(std::vector<float>{1, 0, 5, 2, 3, 4}, {2, 3}).requires_grad_();
-  Tensor(x.prod({1}, true) * Tensor::from_vector(std::vector<float>{1, 10}, {2, 1})).sum().backward();
+  Tensor(x.prod(std::vector<int64_t>{1}, true) * Tensor::from_vector(std::vector<float>{1, 10}, {2, 1})).sum().backward();
   CHECK(x.grad().to_vector<float>() == std::vector<float>{0, 5, 0, 120, 80, 60});
 }
 

@@ -29,35 +29,29 @@ UOpRef tup(std::vector<UOpRef> g) { return UOp::make(Ops::TUPLE, dtypes::void_, 
 
 const std::vector<int64_t>& vec_arg(const UOp* u) { return std::get<std::vector<int64_t>>(u->arg); }
 
-UOpRef do_grad_unary(const UOp* r, GradCtx& c) {
-  Tensor g = c.grad, x = c.T(r->src(0)), ret = c.T(r);
-  switch (r->op) {
-    case Ops::NEG: return tup({Tensor(-g).uop()});
-    case Ops::RECIPROCAL: return tup({Tensor(-g * ret * ret).uop()});
-    case Ops::SIN: return tup({Tensor(Tensor(M_PI / 2 - x).sin() * g).uop()});
-    case Ops::LOG2: return tup({Tensor(g / (x * M_LN2)).uop()});
-    case Ops::EXP2: return tup({Tensor(ret * g * M_LN2).uop()});
-    case Ops::SQRT: return tup({Tensor(g / (ret * 2)).uop()});
-    case Ops::TRUNC: return tup({Tensor(g * 0).uop()});
-    case Ops::CAST: return tup({dtypes::is_float(x.dtype()) ? g.cast(x.dtype()).uop() : none()});
-    default: return tup({none()});
-  }
+// What a rule reads: the context, the incoming gradient, the forward node's sources and value, as Tensors.
+template <class M>
+GradCtx& ctx_of(M& m) {
+  return m.template ctx<GradCtx>();
 }
-
-UOpRef do_grad_binary(const UOp* r, GradCtx& c) {
-  Tensor g = c.grad, x = c.T(r->src(0)), y = c.T(r->src(1));
-  switch (r->op) {
-    case Ops::ADD: return tup({g.uop(), g.uop()});
-    case Ops::SUB: return tup({g.uop(), Tensor(-g).uop()});
-    case Ops::MUL: return tup({Tensor(y * g).uop(), Tensor(x * g).uop()});
-    case Ops::FDIV: return tup({Tensor(g / y).uop(), Tensor(-g * x / (y * y)).uop()});
-    case Ops::MAX: {  // ties split the gradient evenly, as tinygrad and torch.maximum
-      Tensor half = Tensor(x == y).where(g * 0.5, Tensor(0.0));
-      return tup({Tensor(x > y).where(g, half).uop(), Tensor(x < y).where(g, half).uop()});
-    }
-    default: return tup({none(), none()});  // comparisons, bitwise, IDIV/MOD: not differentiable
-  }
+template <class M>
+Tensor g_of(M& m) {
+  return ctx_of(m).grad;
 }
+template <class M>
+Tensor src_of(M& m, size_t i) {
+  return ctx_of(m).T(m.root->src(i));
+}
+template <class M>
+Tensor ret_of(M& m) {
+  return ctx_of(m).T(m.root);
+}
+template <class M>
+const Shape& in_shape(M& m) {
+  return ctx_of(m).shapes->at(m.root->src(0));
+}
+UOpRef tup1(const Tensor& a) { return tup({a.uop()}); }
+UOpRef tup2(const Tensor& a, const Tensor& b) { return tup({a.uop(), b.uop()}); }
 
 UOpRef do_grad_where(const UOp* r, GradCtx& c) {
   Tensor cond = c.T(r->src(0)), g = c.grad, z = Tensor(0.0);
@@ -83,43 +77,6 @@ UOpRef do_grad_reduce(const UOp* r, GradCtx& c) {
       Tensor zeros = is0.cast(x.dtype()).sum(ra.axes, true).expand(in);
       Tensor at0 = Tensor(zeros == 1.0).where(rest, Tensor(0.0)), other = Tensor(zeros == 0.0).where(Tensor(rest / x), Tensor(0.0));
       return tup({Tensor(is0.where(at0, other) * ge).uop()});
-    }
-    default: return tup({none()});
-  }
-}
-
-UOpRef do_grad_movement(const UOp* r, GradCtx& c) {
-  Tensor g = c.grad;
-  const Shape& in = c.shapes->at(r->src(0));
-  const Shape& out = c.shapes->at(r);
-  switch (r->op) {
-    case Ops::RESHAPE: return tup({g.reshape(in).uop()});
-    case Ops::PERMUTE: {
-      std::vector<int64_t> inv(vec_arg(r).size());
-      for (size_t i = 0; i < inv.size(); i++) inv[size_t(vec_arg(r)[i])] = int64_t(i);
-      return tup({g.permute(inv).uop()});
-    }
-    case Ops::EXPAND: {
-      std::vector<int64_t> axes;
-      for (size_t i = 0; i < in.size(); i++)
-        if (in[i] != out[i]) axes.push_back(int64_t(i));
-      return tup({g.sum(axes, true).cast(g.dtype()).uop()});
-    }
-    case Ops::PAD: {
-      std::vector<std::pair<int64_t, int64_t>> s;
-      for (size_t i = 0; i < in.size(); i++) s.push_back({vec_arg(r)[2 * i], vec_arg(r)[2 * i] + in[i]});
-      return tup({g.shrink(s).uop()});
-    }
-    case Ops::SHRINK: {
-      std::vector<std::pair<int64_t, int64_t>> p;
-      for (size_t i = 0; i < in.size(); i++) p.push_back({vec_arg(r)[2 * i], in[i] - vec_arg(r)[2 * i + 1]});
-      return tup({g.pad(p).uop()});
-    }
-    case Ops::FLIP: {
-      std::vector<int64_t> axes;
-      for (size_t i = 0; i < vec_arg(r).size(); i++)
-        if (vec_arg(r)[i]) axes.push_back(int64_t(i));
-      return tup({g.flip(axes).uop()});
     }
     default: return tup({none()});
   }
@@ -177,31 +134,87 @@ Tensor Tensor::custom_gradient(const std::vector<Tensor>& inputs, const std::str
   return Tensor(UOp::make(Ops::FUNCTION, dtype(), src, id), shape(), device());
 }
 
+// One rule per op: the op's local derivative applied to the incoming gradient, a TUPLE with one gradient per source
+// (NOOP: none). Ops not listed have no rule: differentiating through them is an error naming the op.
 const PatternMatcher& pm_gradient() {
   static const PatternMatcher pm(table(
-      rule(op_any<opset<Ops::NEG, Ops::RECIPROCAL, Ops::SIN, Ops::LOG2, Ops::EXP2, Ops::SQRT, Ops::TRUNC, Ops::CAST,
-                        Ops::BITCAST>>,
-           [](auto& m) { return do_grad_unary(m.root, m.template ctx<GradCtx>()); }),  // d f(x) = f'(x) dx
-      rule(op_any<opset<Ops::ADD, Ops::SUB, Ops::MUL, Ops::FDIV, Ops::MAX, Ops::CMPLT, Ops::CMPNE, Ops::CMPEQ,
-                        Ops::IDIV, Ops::MOD, Ops::AND, Ops::OR, Ops::XOR, Ops::SHL, Ops::SHR>>,
-           [](auto& m) { return do_grad_binary(m.root, m.template ctx<GradCtx>()); }),  // d(x op y)
-      rule(op_any<opset<Ops::WHERE>>,
-           [](auto& m) { return do_grad_where(m.root, m.template ctx<GradCtx>()); }),  // d where(c,x,y)
-      rule(op_any<opset<Ops::REDUCE_AXIS>>,
-           [](auto& m) { return do_grad_reduce(m.root, m.template ctx<GradCtx>()); }),  // d sum/max/prod
-      rule(op_any<opset<Ops::RESHAPE, Ops::PERMUTE, Ops::EXPAND, Ops::PAD, Ops::SHRINK, Ops::FLIP>>,
-           [](auto& m) { return do_grad_movement(m.root, m.template ctx<GradCtx>()); }),  // the inverse view
-      rule(op_any<opset<Ops::FUNCTION>>,
-           [](auto& m) { return do_grad_custom(m.root, m.template ctx<GradCtx>()); }),  // Tensor::custom_gradient
-      rule(op_any<opset<Ops::CONTIGUOUS>>,
-           [](auto& m) { return tup({m.template ctx<GradCtx>().grad.uop()}); }),  // d contiguous(x) = dx
-      rule(op_any<opset<Ops::COPY>>,  // d x.to(dev) = the gradient copied back to x's device
+      // d f(x) = f'(x) dx
+      rule(op_any<opset<Ops::NEG>>, [](auto& m) { return tup1(-g_of(m)); }),
+      rule(op_any<opset<Ops::RECIPROCAL>>, [](auto& m) { return tup1(-g_of(m) * ret_of(m) * ret_of(m)); }),
+      rule(op_any<opset<Ops::SIN>>, [](auto& m) { return tup1(Tensor(M_PI / 2 - src_of(m, 0)).sin() * g_of(m)); }),
+      rule(op_any<opset<Ops::LOG2>>, [](auto& m) { return tup1(g_of(m) / (src_of(m, 0) * M_LN2)); }),
+      rule(op_any<opset<Ops::EXP2>>, [](auto& m) { return tup1(ret_of(m) * g_of(m) * M_LN2); }),
+      rule(op_any<opset<Ops::SQRT>>, [](auto& m) { return tup1(g_of(m) / (ret_of(m) * 2)); }),
+      rule(op_any<opset<Ops::TRUNC>>, [](auto& m) { return tup1(g_of(m) * 0); }),
+      rule(op_any<opset<Ops::CAST>>,  // back to the source's float dtype; an int source gets none
            [](auto& m) {
-             auto& c = m.template ctx<GradCtx>();
-             return tup({c.grad.to(c.dev(m.root->src(0))).uop(), none()});
+             DType d = m.root->src(0)->dtype;
+             return tup({dtypes::is_float(d) ? g_of(m).cast(d).uop() : none()});
            }),
+      // d(x op y)
+      rule(op_any<opset<Ops::ADD>>, [](auto& m) { return tup2(g_of(m), g_of(m)); }),
+      rule(op_any<opset<Ops::SUB>>, [](auto& m) { return tup2(g_of(m), -g_of(m)); }),
+      rule(op_any<opset<Ops::MUL>>, [](auto& m) { return tup2(src_of(m, 1) * g_of(m), src_of(m, 0) * g_of(m)); }),
+      rule(op_any<opset<Ops::FDIV>>,
+           [](auto& m) {
+             Tensor g = g_of(m), x = src_of(m, 0), y = src_of(m, 1);
+             return tup2(g / y, -g * x / (y * y));
+           }),
+      rule(op_any<opset<Ops::MAX>>,  // ties split the gradient evenly, as tinygrad and torch.maximum
+           [](auto& m) {
+             Tensor g = g_of(m), x = src_of(m, 0), y = src_of(m, 1);
+             Tensor half = Tensor(x == y).where(g * 0.5, Tensor(0.0));
+             return tup2(Tensor(x > y).where(g, half), Tensor(x < y).where(g, half));
+           }),
+      rule(op_any<opset<Ops::CMPLT, Ops::CMPNE, Ops::CMPEQ, Ops::IDIV, Ops::MOD, Ops::AND, Ops::OR, Ops::XOR, Ops::SHL,
+                        Ops::SHR, Ops::BITCAST>>,  // comparisons, integer and bitwise ops: not differentiable
+           [](auto& m) { return tup(std::vector<UOpRef>(m.root->nsrc(), none())); }),
+      rule(op_any<opset<Ops::WHERE>>, [](auto& m) { return do_grad_where(m.root, ctx_of(m)); }),  // d where(c,x,y)
+      rule(op_any<opset<Ops::REDUCE_AXIS>>, [](auto& m) { return do_grad_reduce(m.root, ctx_of(m)); }),  // sum/max/prod
+      // movement ops: the inverse view
+      rule(op_any<opset<Ops::RESHAPE>>, [](auto& m) { return tup1(g_of(m).reshape(in_shape(m))); }),
+      rule(op_any<opset<Ops::PERMUTE>>,
+           [](auto& m) {
+             const auto& order = vec_arg(m.root);
+             std::vector<int64_t> inv(order.size());
+             for (size_t i = 0; i < inv.size(); i++) inv[size_t(order[i])] = int64_t(i);
+             return tup1(g_of(m).permute(inv));
+           }),
+      rule(op_any<opset<Ops::EXPAND>>,  // summed over the expanded axes
+           [](auto& m) {
+             const Shape &in = in_shape(m), &out = ctx_of(m).shapes->at(m.root);
+             std::vector<int64_t> axes;
+             for (size_t i = 0; i < in.size(); i++)
+               if (in[i] != out[i]) axes.push_back(int64_t(i));
+             return tup1(g_of(m).sum(axes, true).cast(g_of(m).dtype()));
+           }),
+      rule(op_any<opset<Ops::PAD>>,
+           [](auto& m) {
+             const Shape& in = in_shape(m);
+             std::vector<std::pair<int64_t, int64_t>> s;
+             for (size_t i = 0; i < in.size(); i++) s.push_back({vec_arg(m.root)[2 * i], vec_arg(m.root)[2 * i] + in[i]});
+             return tup1(g_of(m).shrink(s));
+           }),
+      rule(op_any<opset<Ops::SHRINK>>,
+           [](auto& m) {
+             const Shape& in = in_shape(m);
+             std::vector<std::pair<int64_t, int64_t>> p;
+             for (size_t i = 0; i < in.size(); i++) p.push_back({vec_arg(m.root)[2 * i], in[i] - vec_arg(m.root)[2 * i + 1]});
+             return tup1(g_of(m).pad(p));
+           }),
+      rule(op_any<opset<Ops::FLIP>>,
+           [](auto& m) {
+             std::vector<int64_t> axes;
+             for (size_t i = 0; i < vec_arg(m.root).size(); i++)
+               if (vec_arg(m.root)[i]) axes.push_back(int64_t(i));
+             return tup1(g_of(m).flip(axes));
+           }),
+      rule(op_any<opset<Ops::FUNCTION>>, [](auto& m) { return do_grad_custom(m.root, ctx_of(m)); }),  // custom_gradient
+      rule(op_any<opset<Ops::CONTIGUOUS>>, [](auto& m) { return tup1(g_of(m)); }),  // d contiguous(x) = dx
+      rule(op_any<opset<Ops::COPY>>,  // d x.to(dev) = the gradient copied back to x's device
+           [](auto& m) { return tup({g_of(m).to(ctx_of(m).dev(m.root->src(0))).uop(), none()}); }),
       rule(op_any<opset<Ops::DETACH, Ops::ASSIGN>>,
-           [](auto& m) { return tup(std::vector<UOpRef>(m.root->nsrc(), none())); })));  // stops gradients
+           [](auto& m) { return tup(std::vector<UOpRef>(m.root->nsrc(), none())); })));  // stop gradients
   return pm;
 }
 
