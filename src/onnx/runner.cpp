@@ -264,7 +264,12 @@ std::map<std::string, Value> Model::run(const std::map<std::string, Value>& inpu
   for (size_t i = 0; i < outs.size(); i++) {
     const Tensor& t = outs[i];
     const UOp* b = contiguous_buffer(t.uop().get());
-    if (!b) throw Error("[onnx] " + m.name + ": internal: output '" + m.outputs[i].name + "' is not a buffer after the run");
+    if (!b) {  // a constant or a view: its own contiguous copy, made now
+      Tensor c = t.contiguous();
+      c.realize();
+      res[m.outputs[i].name] = Value::of(c);
+      continue;
+    }
     std::shared_ptr<Buffer> src = buffer_of(b);
     auto dst = std::make_shared<Buffer>(src->device(), src->dtype(), src->size());
     host.resize(src->nbytes());
