@@ -552,6 +552,22 @@ std::string device_of(const UOp* u) {
   return default_device();
 }
 
+// Whether a value is decoded from stored bytes within its own expression: a BITCAST below it before any
+// materialised node or reduce (a GGUF block's f16 scale read from the weight's bytes).
+bool decoded_from_bytes(const UOp* v, const std::unordered_set<const UOp*>& realized) {
+  std::vector<const UOp*> st{v};
+  std::unordered_set<const UOp*> seen{v};
+  while (!st.empty()) {
+    const UOp* u = st.back();
+    st.pop_back();
+    if (u->op == Ops::BITCAST) return true;
+    if ((u != v && realized.count(u)) || u->op == Ops::REDUCE_AXIS) continue;
+    for (auto& x : u->src())
+      if (seen.insert(x.get()).second) st.push_back(x.get());
+  }
+  return false;
+}
+
 std::atomic<size_t> g_schedules_built{0};
 
 // Split reduce: a reduce whose input is many times its output (a convolution's weight gradient, a batch
@@ -708,15 +724,17 @@ Template build_template(std::span<const UOpRef> roots_in) {
         for (int64_t d : shapes.at(u->src(0))) in_n *= double(d);
         for (int64_t d : shapes.at(u)) out_n *= double(d);
         double copies = out_n / std::max(in_n, 1.0);
-        // Float values copied along the innermost dims (a per-block scale broadcast over its block, (..., n, 1) ->
-        // (..., n, 32)) are consecutive elements: a reduce over them runs them in an inner loop (split ranges) or in
-        // the lanes of one vector, where the value is computed once; those copies do not count (quantised weights'
-        // scales stay fused). Integer values (indices) still materialise: the one-hot fold reads them as loads.
+        // Float values decoded from stored bytes (a BITCAST below: a quantised block's f16 scale) and copied along
+        // the innermost dims ((..., n, 1) -> (..., n, 32)) are consecutive elements: the matmul's reduce over them
+        // runs them in an inner loop (split ranges) or in the lanes of one vector, where the value is computed once;
+        // those copies do not count (quantised weights' scales stay fused). Other broadcasts keep their cost: a
+        // batch norm's per-channel scale over H x W recomputed per element made beautiful_mnist's step 25% slower.
+        // Integer values (indices) still materialise: the one-hot fold reads them as loads.
         const Shape& in_s = shapes.at(u->src(0));
         const Shape& out_s = shapes.at(u);
         double run = 1;
         for (size_t i = in_s.size(); i-- > 0 && in_s[i] == 1;) run *= double(out_s[i]);
-        if (run >= 8 && dtypes::is_float(u->dtype)) copies /= run;
+        if (run >= 8 && dtypes::is_float(u->dtype) && decoded_from_bytes(v, realized)) copies /= run;
         int cost = (is_alu(v->op) || v->op == Ops::CAST) && !realized.count(v) ? recompute_cost(v, realized) : 0;
         if (copies >= 4 && cost >= 4) {
           realized.insert(v);
