@@ -167,7 +167,7 @@ TEST_CASE("a large CPU matmul packs B into 32-column panels: the same values as 
     CHECK(kernels_run() - b0 == 1);
   }
   CHECK(c.to_vector<float>() == plain);  // the sum over k in the same order
-  // gradients through custom_gradient: those of the plain product
+  // gradients: those of the plain product (packed again by the scheduler where large)
   Tensor g = randn({256, 2048}, 7);
   auto grads = [&](bool packed) {
     ScopedEnv env("PACKED_MATMUL", packed ? "1" : "0");
@@ -186,6 +186,42 @@ TEST_CASE("a large CPU matmul packs B into 32-column panels: the same values as 
   size_t b1 = kernels_run();
   s1.matmul(s2).realize();
   CHECK(kernels_run() - b1 == 1);
+}
+
+TEST_CASE("the panelled matmul is a scheduler rule: the README's broadcast-and-sum product and a gradient's product get it") {
+  // pm_layout matches the reduce of a product of two broadcasts, however it was written (issue 16: this form got
+  // the plain kernel while a.matmul(b) was packed by a branch of Tensor::matmul)
+  const int64_t N = 1024;  // B of 4 MiB
+  Tensor a = randn({N, N}, 11), b = randn({N, N}, 12);
+  a.realize(), b.realize();
+  size_t before = kernels_run();
+  Tensor c = Tensor(a.reshape({N, 1, N}) * b.T().reshape({1, N, N})).sum(2);
+  c.realize();
+  CHECK(kernels_run() - before == 3);  // pack B, the product in panels, back to row-major
+  std::vector<float> plain;
+  {
+    ScopedEnv off("PACKED_MATMUL", "0");  // a knob of the scheduler: part of its cache key
+    size_t b0 = kernels_run();
+    plain = Tensor(Tensor(a.reshape({N, 1, N}) * b.T().reshape({1, N, N})).sum(2)).to_vector<float>();
+    CHECK(kernels_run() - b0 == 1);
+  }
+  CHECK(c.to_vector<float>() == plain);  // the sum over k in the same order
+  CHECK(a.matmul(b).to_vector<float>() == plain);
+  // d/dA of sum(A @ B * G) is G @ B^T: a reduce over the product's middle axis, packed as well
+  Tensor g = randn({N, N}, 13);
+  Tensor x = a.detach();
+  x.requires_grad_();
+  Tensor(x.matmul(b) * g).sum().backward();
+  size_t b2 = kernels_run();
+  Tensor ga = x.grad().contiguous();
+  ga.realize();
+  CHECK(kernels_run() - b2 >= 3);
+  std::vector<float> want;
+  {
+    ScopedEnv off("PACKED_MATMUL", "0");
+    want = g.matmul(b.T()).to_vector<float>();
+  }
+  check_close(ga.to_vector<float>(), want, N * 1.2e-7f);
 }
 
 TEST_CASE("on the CPU a lone UNROLL stays a Lane loop that LLVM is told to vectorise, with the same sums") {

@@ -541,4 +541,9 @@ inline UOpRef graph_rewrite(const UOpRef& root, const PatternMatcher& pm, void* 
   return graph_rewrite(root, pm, RewriteOptions{ctx, bottom_up, name, nullptr});
 }
 
+/** Visit every node of `nodes` (sources before their users: a toposort) with `pm`'s rules, for what they record in
+ *  `ctx`: an analysis pass (tinygrad's rewrites that return None and mark their context, as the scheduler's realize
+ *  map). Every rule that matches a node runs, in table order; a rule that returns a node is an error. */
+void graph_visit(std::span<const UOp* const> nodes, const PatternMatcher& pm, void* ctx, const char* name);
+
 }  // namespace tg

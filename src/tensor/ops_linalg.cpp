@@ -10,33 +10,6 @@
 namespace tg {
 using namespace detail;
 
-namespace {
-
-// A large matrix product on a serial (CPU) device: B is first copied into panels of 32 columns, each K x 32 and
-// contiguous (Bp[j/32][k][j%32]), and the product is computed panel by panel, C'[j/32][i][j%32] = sum_k A[i][k]
-// Bp[j/32][k][j%32], then permuted back. One panel (K x 128 bytes) stays in L2 while every row tile of A streams
-// past it; B read in place has a row stride of N floats, so its column tiles alias in the cache sets and each row
-// tile streamed all of B from memory again (N=4096: 105 -> 329 GFLOPS, bench/matmul). The sum over k runs in the
-// same order as the plain kernel's: the same values. Its gradient is the plain one (whose matmuls pack again when
-// large). Packing copies B once, so it pays from a few hundred rows of A on.
-std::optional<Tensor> packed_matmul(const Tensor& a, const Tensor& b) {
-  constexpr int64_t P = 32;
-  if (a.ndim() != 2 || b.ndim() != 2 || a.dtype() != dtypes::float32 || b.dtype() != dtypes::float32 ||
-      a.device() != b.device() || getenv_int("PACKED_MATMUL", 1) == 0)
-    return std::nullopt;
-  int64_t m = a.shape()[0], k = a.shape()[1], n = b.shape()[1];
-  if (n % P || m < 256 || k * n * 4 < (int64_t(4) << 20)) return std::nullopt;
-  if (!serial_device(a.device())) return std::nullopt;  // GPUs tile in the kernel
-  Tensor bp = b.reshape({k, n / P, P}).permute({1, 0, 2}).contiguous();
-  Tensor c = Tensor(Tensor(a.reshape({1, m, k, 1}) * bp.reshape({n / P, 1, k, P})).sum(2)).contiguous();
-  Tensor out = c.reshape({n / P, m, P}).permute({1, 0, 2}).reshape({m, n});
-  return out.custom_gradient({a, b}, "packed matmul", [](const Tensor& g, const Tensor&, const std::vector<Tensor>& in) {
-    return std::vector<std::optional<Tensor>>{g.matmul(in[1].T()), in[0].T().matmul(g)};
-  });
-}
-
-}  // namespace
-
 Tensor Tensor::matmul(const Tensor& b) const {
   int64_t dx = ndim(), dw = b.ndim();
   if (dx == 0 || dw == 0)
@@ -63,7 +36,6 @@ Tensor Tensor::matmul(const Tensor& b) const {
                        std::to_string(k) + " and " + std::to_string(b.shape()[size_t(axis_w)]) + " differ");
   Shape xb(shape().begin(), shape().end() - std::min<int64_t>(dx, 2)), wb(b.shape().begin(), b.shape().begin() + axis_w);
   (void)broadcast_shape(xb, wb, "matmul");  // batch dims must broadcast
-  if (auto p = packed_matmul(*this, b)) return *p;
   int64_t ones = std::min<int64_t>({dx - 1, dw - 1, 1});
   Shape xs(shape().begin(), shape().end() - 1);
   xs.insert(xs.end(), size_t(ones), 1);

@@ -138,6 +138,12 @@ struct Rewriter {
 
 }  // namespace
 
+void graph_visit(std::span<const UOp* const> nodes, const PatternMatcher& pm, void* ctx, const char* name) {
+  for (const UOp* n : nodes)
+    if (pm.rewrite(n, ctx))
+      throw Error(std::string("[graph_visit ") + name + "] internal: a rule returned a node; a visit's rules only mark");
+}
+
 UOpRef graph_rewrite(const UOpRef& root, const PatternMatcher& pm, const RewriteOptions& opts) {
   Rewriter rw{pm, opts, debug_level() >= 6, {}, {}};
   return rw.run(root);

@@ -1,0 +1,216 @@
+// Stage "realize map" of the scheduler: which nodes of the tensor graph are computed into buffers of their own.
+// Every other node fuses into the kernel of the materialised node that reads it.
+//
+// The decisions are the rules of pm_realize_map, visited over the graph in topological order (graph_visit): each
+// rule looks at one node, with what the rules decided about the nodes below it in the context (which are realised,
+// which still carry an unrealised reduce), and marks. A node's rules run in table order.
+#include <cstdio>
+
+#include "stages.hpp"
+#include "tg/env.hpp"
+#include "tg/opt.hpp"
+
+namespace tg::sched {
+
+namespace {
+
+struct RealizeCtx {
+  ScheduleCtx& s;
+  bool fuse_rows;
+  std::unordered_map<std::string, bool> serial;  // device -> its output loops run in order
+  std::unordered_map<const UOp*, bool> has_reduce;  // an unrealised reduce lies below (within the kernel)
+  // the node being visited
+  bool hr = false;     // its value carries an unrealised reduce
+  bool inner = false;  // an unrealised reduce lies below it
+  bool row = false;    // it is a row-fused EXPAND
+
+  bool realized(const UOp* u) const { return s.realized.count(u) != 0; }
+  double numel(const UOp* u) const {
+    double n = 1;
+    for (int64_t d : s.shapes.at(u)) n *= double(d);
+    return n;
+  }
+};
+
+// Work of the kernel-local computation under `v`: ALU ops plus buffer reads (stops at realised nodes); 0 when
+// it reads no buffer (an arange or a constant costs nothing to recompute).
+int recompute_cost(const UOp* v, const NodeSet& realized) {
+  std::vector<const UOp*> st{v};
+  NodeSet seen;
+  int alu = 0, reads = 0;
+  while (!st.empty()) {
+    const UOp* n = st.back();
+    st.pop_back();
+    if (!seen.insert(n).second) continue;
+    if (n->op == Ops::BUFFER || (n != v && realized.count(n))) {
+      reads++;
+      continue;
+    }
+    if (is_alu(n->op) || n->op == Ops::CAST) alu++;
+    for (auto& s : n->src()) st.push_back(s.get());
+  }
+  return reads ? alu + reads : 0;
+}
+
+// Whether a value is decoded from stored bytes within its own expression: a BITCAST below it before any
+// materialised node or reduce (a GGUF block's f16 scale read from the weight's bytes).
+bool decoded_from_bytes(const UOp* v, const NodeSet& realized) {
+  std::vector<const UOp*> st{v};
+  NodeSet seen{v};
+  while (!st.empty()) {
+    const UOp* u = st.back();
+    st.pop_back();
+    if (u->op == Ops::BITCAST) return true;
+    if ((u != v && realized.count(u)) || u->op == Ops::REDUCE_AXIS) continue;
+    for (auto& x : u->src())
+      if (seen.insert(x.get()).second) st.push_back(x.get());
+  }
+  return false;
+}
+
+// Row fusion applies on devices whose output loops run in order (the CPU), to a broadcast of at most 128 KiB of
+// floats per row (re-read from cache).
+bool row_fusable(RealizeCtx& c, const UOp* u) {
+  const Shape& in = c.s.shapes.at(u->src(0));
+  const Shape& out = c.s.shapes.at(u);
+  double copies = 1;
+  for (size_t i = 0; i < in.size(); i++)
+    if (in[i] == 1) copies *= double(out[i]);
+  if (copies > double(1 << 15)) return false;
+  std::string dev = device_of(u);
+  if (!c.serial.count(dev)) c.serial[dev] = get_device(dev).renderer().grid_limits().threads == 0;
+  return c.serial[dev];
+}
+
+// The reduces below `top` (down to buffers and realised nodes) are computed into buffers.
+void realize_reduces_below(RealizeCtx& c, const UOp* top) {
+  std::vector<const UOp*> st{top};
+  NodeSet seen;
+  while (!st.empty()) {
+    const UOp* v = st.back();
+    st.pop_back();
+    if (!seen.insert(v).second || v->op == Ops::BUFFER || (c.realized(v) && v != top)) continue;
+    if (v->op == Ops::REDUCE_AXIS) {
+      c.s.realized.insert(v);
+      continue;
+    }
+    for (auto& s : v->src()) st.push_back(s.get());
+  }
+}
+
+// Fusion cost: computation under a broadcast runs again for every copy. When the copies' work (ALU ops and reads,
+// times the copies) clearly exceeds a write and a read of the value, it is computed once into a buffer instead
+// (e.g. relu(conv + bias) feeding the next conv, or a normalisation feeding a reduce). One op on a reduce's result
+// (softmax's reciprocal of the sum) stays fused.
+//
+// Float values decoded from stored bytes (a BITCAST below: a quantised block's f16 scale) and copied along the
+// innermost dims ((..., n, 1) -> (..., n, 32)) are consecutive elements: the matmul's reduce over them runs them in
+// an inner loop (split ranges) or in the lanes of one vector, where the value is computed once; those copies do not
+// count (quantised weights' scales stay fused). Other broadcasts keep their cost: a batch norm's per-channel scale
+// over H x W recomputed per element made beautiful_mnist's step 25% slower. Integer values (indices) still
+// materialise: the one-hot fold reads them as loads.
+void broadcast_cost(RealizeCtx& c, const UOp* u) {
+  const UOp* v = u->src(0);
+  while (is_movement(v->op) && !c.realized(v)) v = v->src(0);
+  double copies = c.numel(u) / std::max(c.numel(u->src(0)), 1.0);
+  const Shape& in_s = c.s.shapes.at(u->src(0));
+  const Shape& out_s = c.s.shapes.at(u);
+  double run = 1;
+  for (size_t i = in_s.size(); i-- > 0 && in_s[i] == 1;) run *= double(out_s[i]);
+  if (run >= 8 && dtypes::is_float(u->dtype) && decoded_from_bytes(v, c.s.realized)) copies /= run;
+  int cost = (is_alu(v->op) || v->op == Ops::CAST) && !c.realized(v) ? recompute_cost(v, c.s.realized) : 0;
+  if (copies >= 4 && cost >= 4) {
+    c.s.realized.insert(v);
+    c.hr = false;
+  }
+}
+
+using Ctx = RealizeCtx;
+inline Ctx& ctx_of(auto& m) { return m.template ctx<Ctx>(); }
+
+/** The realize map's rules. Each returns null (it marks the context); all that match a node run, in this order. */
+const PatternMatcher& pm_realize_map() {
+  using namespace pat;
+  static const PatternMatcher pm(table(
+      // contiguous, copies and in-place writes are buffers by definition
+      rule(op_any<opset<Ops::CONTIGUOUS, Ops::COPY, Ops::ASSIGN>>, [](auto& m) -> UOpRef {
+        ctx_of(m).s.realized.insert(m.root);
+        return {};
+      }),
+      // a reduce read by several nodes runs once
+      rule(op_any<opset<Ops::REDUCE_AXIS>>, [](auto& m) -> UOpRef {
+        if (ctx_of(m).s.consumers[m.root] > 1) ctx_of(m).s.realized.insert(m.root);
+        return {};
+      }),
+      // what the node carries from below: an unrealised reduce in a source, or its own
+      rule(op_any<all_ops>, [](auto& m) -> UOpRef {
+        Ctx& c = ctx_of(m);
+        const UOp* u = m.root;
+        c.hr = u->op == Ops::REDUCE_AXIS && !c.realized(u);
+        c.inner = c.row = false;
+        for (auto& s : u->src())
+          if (!c.realized(s.get()) && c.has_reduce[s.get()]) c.hr = c.inner = true;
+        return {};
+      }),
+      // Row fusion: a reduce broadcast back over the axes it reduced (softmax's max and sum, layernorm's mean and
+      // variance) stays in the kernel of its consumer when those axes are its innermost output loops: the reduce
+      // runs once per row, before the row's output loop, and the row's second and third passes read it from cache.
+      // Kernels where the broadcast value would be recomputed (the axes are not the inner ones after the movement
+      // ops above) are found by rangeify, and those EXPANDs materialise on the next pass. FUSE_REDUCE_ROWS=0: off.
+      rule(op_any<opset<Ops::EXPAND>>, [](auto& m) -> UOpRef {
+        Ctx& c = ctx_of(m);
+        if (c.fuse_rows && c.hr && !c.s.no_row_fuse.count(m.root) && row_fusable(c, m.root)) {
+          c.s.row_fused.insert(m.root);
+          c.row = true;
+          c.hr = false;  // computed once per row: no recompute for the rules below
+        }
+        return {};
+      }),
+      // An expanded reduce would be recomputed for every output element, and a reduce over a reduce's results
+      // (a max pool over a convolution) nested inside the outer reduce's loops gets no register tile or vectors of
+      // its own (a pool over an eval-mode conv ran 20x slower fused): the reduces below are computed into buffers.
+      rule(op_any<opset<Ops::EXPAND, Ops::REDUCE_AXIS>>, [](auto& m) -> UOpRef {
+        Ctx& c = ctx_of(m);
+        const UOp* u = m.root;
+        if (!((u->op == Ops::EXPAND && c.hr) || (u->op == Ops::REDUCE_AXIS && c.inner))) return {};
+        realize_reduces_below(c, u->src(0));
+        c.hr = u->op == Ops::REDUCE_AXIS && !c.realized(u);  // the outer reduce itself stays
+        return {};
+      }),
+      rule(op_any<opset<Ops::EXPAND>>, [](auto& m) -> UOpRef {
+        if (!ctx_of(m).row) broadcast_cost(ctx_of(m), m.root);
+        return {};
+      }),
+      // A value with a reduce inside and several users would run its reduce once per user: computed once. Then
+      // the node's state is final.
+      rule(op_any<all_ops>, [](auto& m) -> UOpRef {
+        Ctx& c = ctx_of(m);
+        const UOp* u = m.root;
+        if (c.hr && c.s.consumers[u] > 1 && !is_movement(u->op) && !c.realized(u)) {
+          c.s.realized.insert(u);
+          c.hr = false;
+        }
+        c.has_reduce[u] = c.hr;
+        return {};
+      })));
+  return pm;
+}
+
+}  // namespace
+
+void realize_map(ScheduleCtx& s) {
+  s.realized.clear();
+  s.row_fused.clear();
+  for (auto& r : s.roots)  // the roots are the results
+    if (!contiguous_buffer(r.get())) s.realized.insert(r.get());
+  RealizeCtx c{s, s.knobs.fuse_rows, {}, {}};
+  graph_visit(s.topo, pm_realize_map(), &c, "realize map");
+  if (debug_level() >= 5) {
+    std::fprintf(stderr, "--- schedule: realize map (%zu realised, %zu row-fused)\n", s.realized.size(), s.row_fused.size());
+    for (const UOp* u : s.topo)
+      if (s.realized.count(u) && !contiguous_buffer(u))
+        std::fprintf(stderr, "  %s %s\n", op_name(u->op), shape_str(s.shapes.at(u)).c_str());
+  }
+}
+
+}  // namespace tg::sched

@@ -1,0 +1,112 @@
+// Stage "split reduceop" of the scheduler: early rewrites of the tensor graph.
+//
+// Split reduce: a reduce whose input is many times its output (a convolution's weight gradient, a batch
+// statistic, a full sum) runs as two kernels: partial reduces over chunks of its outermost reduce axis, the chunk
+// index the outermost output axis (so the chunks spread over threads, and each chunk's inputs stay in cache while
+// every output is accumulated from them), then a reduce over the chunks. As tinygrad's split_reduceop, which puts
+// the chunk index innermost for GPUs. SPLIT_REDUCEOP=0 turns it off; REDUCEOP_SPLIT_THRESHOLD is the input/output
+// ratio from which it applies.
+#include <algorithm>
+#include <cstdio>
+
+#include "stages.hpp"
+#include "tg/env.hpp"
+
+namespace tg::sched {
+
+const Shape& ShapeCache::of(const UOp* u) {
+  if (auto it = shapes.find(u); it != shapes.end()) return it->second;
+  std::vector<std::pair<const UOp*, bool>> st{{u, false}};  // (node, its sources have shapes)
+  while (!st.empty()) {
+    auto [n, ready] = st.back();
+    st.pop_back();
+    if (shapes.count(n)) continue;
+    if (!ready) {
+      st.push_back({n, true});
+      for (auto& s : n->src())
+        if (!shapes.count(s.get())) st.push_back({s.get(), false});
+      continue;
+    }
+    std::vector<const Shape*> in;
+    for (auto& s : n->src()) in.push_back(&shapes.at(s.get()));
+    shapes[n] = infer_shape(n->op, in, n->arg, n->dtype);
+    keep.push_back(UOpRef(n));
+  }
+  return shapes.at(u);
+}
+
+namespace {
+
+struct SplitCtx {
+  ShapeCache shapes;
+  double threshold;
+  NodeSet made;  // the partial reduces this stage made: not split again
+  std::vector<UOpRef> keep;
+};
+
+double numel(const Shape& s) {
+  double n = 1;
+  for (int64_t d : s) n *= double(d);
+  return n;
+}
+
+// (.., n, ..) -> (.., d, n/d, ..) -> (d, .., n/d, ..): reduce the original axes (shifted by one), then d.
+UOpRef split_reduce(const UOp* u, SplitCtx& ctx) {
+  if (ctx.made.count(u)) return {};
+  const Shape& xs = ctx.shapes.of(u->src(0));
+  const Shape& out = ctx.shapes.of(u);
+  const auto& ra = std::get<ReduceArg>(u->arg);
+  double in_n = numel(xs), out_n = numel(out);
+  std::vector<int64_t> axes = ra.axes;
+  std::sort(axes.begin(), axes.end());
+  if (const auto* sy = u->src(0)->sym())  // a symbolic reduce axis is not split (its size is not known here)
+    for (int64_t a : axes)
+      if (!(*sy)[size_t(a)]->is_const()) return {};
+  if (out_n < 1 || in_n / out_n < ctx.threshold || axes.empty()) return {};
+  int64_t dmax = int64_t(std::min(256.0, double(1 << 22) / std::max(out_n, 1.0)));
+  for (int64_t a : axes) {
+    int64_t n = xs[size_t(a)], d = dmax;
+    while (d >= 8 && n % d) d--;
+    if (d < 8) continue;
+    Shape s1(xs.begin(), xs.begin() + a);
+    s1.push_back(d);
+    s1.push_back(n / d);
+    s1.insert(s1.end(), xs.begin() + a + 1, xs.end());
+    std::vector<int64_t> perm{a};
+    for (int64_t i = 0; i < int64_t(s1.size()); i++)
+      if (i != a) perm.push_back(i);
+    UOpRef x = UOp::make(Ops::RESHAPE, u->dtype, {u->src()[0]}, std::vector<int64_t>(s1));
+    x = UOp::make(Ops::PERMUTE, u->dtype, {x}, perm);
+    std::vector<int64_t> ax1;
+    for (int64_t j : axes) ax1.push_back(j + 1);
+    UOpRef r1 = UOp::make(Ops::REDUCE_AXIS, u->dtype, {x}, ReduceArg{ra.op, ax1});
+    UOpRef r2 = UOp::make(Ops::REDUCE_AXIS, u->dtype, {UOp::make(Ops::CONTIGUOUS, u->dtype, {r1})}, ReduceArg{ra.op, {0}});
+    ctx.made.insert(r1.get());
+    ctx.made.insert(r2.get());
+    ctx.keep.insert(ctx.keep.end(), {r1, r2});
+    if (debug_level() >= 3)
+      std::fprintf(stderr, "split reduce %s by %lld on axis %lld\n", shape_str(xs).c_str(), (long long)d, (long long)a);
+    return UOp::make(Ops::RESHAPE, u->dtype, {r2}, std::vector<int64_t>(out));
+  }
+  return {};
+}
+
+const PatternMatcher& pm_split_reduceop() {
+  using namespace pat;
+  static const PatternMatcher pm(
+      table(rule(op_any<opset<Ops::REDUCE_AXIS>>, [](auto& m) { return split_reduce(m.root, m.template ctx<SplitCtx>()); })));
+  return pm;
+}
+
+}  // namespace
+
+std::vector<UOpRef> split_reduceop(std::span<const UOpRef> roots, const Knobs& knobs) {
+  std::vector<UOpRef> out(roots.begin(), roots.end());
+  if (!knobs.split_reduceop) return out;
+  SplitCtx ctx{{}, double(knobs.split_threshold), {}, {}};
+  UOpRef sink = graph_rewrite(UOp::make(Ops::SINK, dtypes::void_, out), pm_split_reduceop(), &ctx, false, "split reduceop");
+  out.assign(sink->src().begin(), sink->src().end());
+  return out;
+}
+
+}  // namespace tg::sched

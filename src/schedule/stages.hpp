@@ -1,0 +1,114 @@
+#pragma once
+// The scheduler's stages (internal to src/schedule/). create_schedule (schedule.cpp) runs them in order over one
+// ScheduleCtx, as lower_kernel runs the lowering's stages:
+//   layouts         (layout.cpp)        pm_layout: memory layouts by the device's capabilities
+//   split reduceop  (split_reduce.cpp)  early rewrites: a graph_rewrite with pm_split_reduceop
+//   realize map     (realize_map.cpp)   which nodes materialise: pm_realize_map visited over the graph
+//   rangeify        (rangeify.cpp)      one kernel AST per materialised node, then pm_kernel_ast (kernel_ast.cpp)
+//   order           (linearize.cpp)     the kernels in read/write order
+//   plan memory     (linearize.cpp)     intermediate buffers reused once their last reader has run
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <vector>
+
+#include "tg/pattern.hpp"
+#include "tg/schedule.hpp"
+#include "tg/symbolic.hpp"
+#include "tg/tensor.hpp"
+
+namespace tg::sched {
+
+using ShapeMap = std::unordered_map<const UOp*, Shape>;
+using NodeSet = std::unordered_set<const UOp*>;
+
+/** Shapes of tensor-graph nodes, computed on demand and memoised. The cache holds the nodes it has seen: a node
+ *  freed while its shape is cached could be replaced by another at the same address. */
+struct ShapeCache {
+  ShapeMap shapes;
+  std::vector<UOpRef> keep;
+  const Shape& of(const UOp* u);
+};
+
+/** Where a kernel's buffer comes from: an input BUFFER of the graph (by its normalised number) or a new one. */
+struct Slot {
+  int input = -1;  // >= 0: the input-th BUFFER of the graph
+  std::string device;
+  DType dtype;
+  int64_t size = 0;
+};
+
+/** A schedule with buffers as slots: built once per graph structure, instantiated for each realize. */
+struct Template {
+  struct Item {
+    ScheduleItem::Kind kind;
+    UOpRef ast;
+    std::vector<int> slots;  // outputs first
+    std::string device;
+    std::vector<int> old_reads;  // positions in slots read through their BUFFER node: the contents before this schedule
+  };
+  std::vector<Slot> slots;
+  std::vector<Item> items;
+  std::vector<std::pair<size_t, int>> becomes;  // root index -> slot
+  std::vector<Shape> root_shapes;
+};
+
+/** The environment knobs the stages read. They are part of the schedule cache's key: a template is built for one
+ *  setting of them (a test that turns one off sees its effect on a graph scheduled before). */
+struct Knobs {
+  bool packed_matmul = true;        // PACKED_MATMUL=0: no panelled matmul
+  bool split_reduceop = true;       // SPLIT_REDUCEOP=0: no split reduce
+  int64_t split_threshold = 16384;  // REDUCEOP_SPLIT_THRESHOLD: input/output ratio from which a reduce splits
+  bool fuse_rows = true;            // FUSE_REDUCE_ROWS=0: no row fusion
+  bool simplify_valid = true;       // SIMPLIFY_VALID=0: indices not simplified under their load's valid
+  static Knobs from_env();
+  std::string key() const;
+};
+
+/** What every stage reads and writes. */
+struct ScheduleCtx {
+  Knobs knobs;
+  std::vector<UOpRef> roots;                // the graph (normalised: BUFFER args are -1 - input number)
+  std::vector<const UOp*> topo;             // its nodes, sources first
+  ShapeMap shapes;
+  std::unordered_map<const UOp*, int> consumers;
+  // the realize map
+  NodeSet realized;     // nodes computed into a buffer of their own
+  NodeSet row_fused;    // EXPANDs of reduces that stay in their consumer's kernel (row fusion)
+  NodeSet no_row_fuse;  // EXPANDs a kernel would recompute: row fusion refused on the next pass
+  // the kernels
+  Template t;
+  std::unordered_map<const UOp*, int> slot_of;  // BUFFERs and realised nodes -> slot
+  int n_inputs = 0;
+  bool has_assign = false;
+};
+
+// ---- the stages' entry points
+
+/** layouts: pm_layout, memory layouts chosen by the device's capabilities (the panelled matmul). */
+std::vector<UOpRef> apply_layouts(std::span<const UOpRef> roots, const Knobs& knobs);
+/** split reduceop: big reductions become two kernels (SPLIT_REDUCEOP, REDUCEOP_SPLIT_THRESHOLD). */
+std::vector<UOpRef> split_reduceop(std::span<const UOpRef> roots, const Knobs& knobs);
+/** realize map: fills ctx.realized and ctx.row_fused from ctx.roots, topo, shapes and consumers. */
+void realize_map(ScheduleCtx& ctx);
+/** One kernel: its AST (a SINK of one STORE into PARAM 0), the materialised nodes it reads (PARAM 1..), and the
+ *  row-fused EXPANDs whose value it would recompute. */
+struct KernelAst {
+  UOpRef ast;
+  std::vector<const UOp*> params;
+  std::vector<const UOp*> not_hoisted;
+};
+KernelAst rangeify(ScheduleCtx& ctx, const UOp* root);
+/** The kernel AST stage after rangeify: pm_kernel_ast (one-hot sums become indexed loads). */
+UOpRef kernel_ast_rules(const UOpRef& ast);
+/** order: kernels after those whose results they read, in-place writes after the readers of the old contents. */
+void order_items(ScheduleCtx& ctx);
+/** plan memory: an intermediate buffer whose last reader has run is reused by a later one of its kind. */
+void plan_memory(ScheduleCtx& ctx);
+
+// ---- shared helpers
+
+/** The device a node's value lives on. */
+std::string device_of(const UOp* u);
+
+}  // namespace tg::sched
