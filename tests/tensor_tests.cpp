@@ -386,6 +386,7 @@ TEST_CASE("a repeated realize of the same shape of graph skips scheduling") {
 }
 
 TEST_CASE("the memory planner reuses a dead intermediate buffer") {
+  ScopedEnv one("MULTI_OUTPUT", "0");  // one kernel per materialised node (else the chain is one kernel, below)
   auto x = Tensor::rand({256});
   x.realize();
   Tensor t1 = Tensor(x + 1).contiguous();
@@ -589,4 +590,38 @@ TEST_CASE("a padded tensor read through a reshape indexes without divisions: its
   auto [stem_divmods, stem_kernels] = divmods_of(stem);
   CHECK(stem_kernels == 3);
   CHECK(stem_divmods == 0);
+}
+
+TEST_CASE("a multi-output kernel stores every materialised node of an elementwise chain, each read in registers") {
+  auto x = Tensor::rand({256});
+  x.realize();
+  Tensor t1 = Tensor(x + 1).contiguous();
+  Tensor t2 = Tensor(t1 * 2).contiguous();
+  Tensor t3 = Tensor(t2.sqrt() * t1).contiguous();
+  Tensor out = t3 + 1;
+  std::vector<UOpRef> roots{t1.uop(), t2.uop(), out.uop()};
+  Schedule s = create_schedule(roots);
+  REQUIRE(s.items.size() == 1);
+  CHECK(s.items[0].ast->nsrc() == 4);  // t1, t2, t3 and out stored by one kernel
+  size_t loads = 0;
+  for (const UOp* u : toposort(s.items[0].ast.get())) loads += u->op == Ops::LOAD;
+  CHECK(loads == 1);  // x, once
+  size_t k0 = kernels_run();
+  Tensor::realize_all({&t1, &t2, &out});
+  CHECK(kernels_run() - k0 == 1);
+  auto xv = x.to_vector<float>(), v1 = t1.to_vector<float>(), v2 = t2.to_vector<float>(), vo = out.to_vector<float>();
+  for (size_t i = 0; i < 256; i++) {
+    float a = xv[i] + 1, b = a * 2;
+    CHECK(v1[i] == a);
+    CHECK(v2[i] == b);
+    CHECK(vo[i] == std::sqrt(b) * a + 1);
+  }
+  // a node read at another element (through a movement op) is not computed in its reader's kernel
+  Tensor f = Tensor(x * 3).contiguous();
+  Tensor g = f.flip(std::vector<int64_t>{0}) + f;
+  k0 = kernels_run();
+  Tensor::realize_all({&f, &g});
+  CHECK(kernels_run() - k0 == 2);
+  auto fv = f.to_vector<float>(), gv = g.to_vector<float>();
+  for (size_t i = 0; i < 256; i++) CHECK(gv[i] == fv[255 - i] + fv[i]);
 }

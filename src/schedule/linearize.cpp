@@ -25,7 +25,7 @@ void copy_old_contents(ScheduleCtx& ctx, std::unordered_map<int, size_t>& writer
       auto w = writer.find(sl);
       if (sl >= ctx.n_inputs || w == writer.end() || w->second == j) continue;
       bool reads_new = false;
-      for (size_t k = 1; k < t.items[j].slots.size(); k++) reads_new |= t.items[j].slots[k] == sl && !reads_old(t.items[j], k);
+      for (size_t k = size_t(t.items[j].n_out); k < t.items[j].slots.size(); k++) reads_new |= t.items[j].slots[k] == sl && !reads_old(t.items[j], k);
       if (!reads_new) continue;
       const UOp* bnode = nullptr;
       for (auto& [node, v] : ctx.slot_of)
@@ -47,12 +47,14 @@ void copy_old_contents(ScheduleCtx& ctx, std::unordered_map<int, size_t>& writer
 
 // Order: a kernel runs after the kernels whose results it reads (RAW; an ASSIGN's result is its target buffer after
 // the write), and an in-place write (ASSIGN) after every kernel that reads the old contents of its buffer (WAR). A
-// stable topological sort: the graph's order wherever both allow it. Without an assign the graph's order is one.
+// stable topological sort: the graph's order wherever both allow it. Without an assign or a multi-output kernel (which
+// runs where its last member was, after readers of its first) the graph's order is one.
 void order_items(ScheduleCtx& ctx) {
-  if (!ctx.has_assign) return;
+  if (!ctx.has_assign && ctx.groups.empty()) return;
   Template& t = ctx.t;
   std::unordered_map<int, size_t> writer;  // slot -> the item that writes it
-  for (size_t i = 0; i < t.items.size(); i++) writer[t.items[i].slots[0]] = i;
+  for (size_t i = 0; i < t.items.size(); i++)
+    for (int k = 0; k < t.items[i].n_out; k++) writer[t.items[i].slots[size_t(k)]] = i;
   copy_old_contents(ctx, writer);
   size_t ni = t.items.size();
   std::vector<std::vector<size_t>> next(ni);
@@ -64,7 +66,7 @@ void order_items(ScheduleCtx& ctx) {
   };
   for (size_t j = 0; j < ni; j++) {
     const Item& it = t.items[j];
-    for (size_t k = 1; k < it.slots.size(); k++) {
+    for (size_t k = size_t(it.n_out); k < it.slots.size(); k++) {
       int sl = it.slots[k];
       auto w = writer.find(sl);
       if (w == writer.end()) continue;
@@ -104,8 +106,9 @@ void plan_memory(ScheduleCtx& ctx) {
   for (size_t i = 0; i < remap.size(); i++) remap[i] = int(i);
   std::vector<int> free_slots;
   for (size_t i = 0; i < t.items.size(); i++) {
-    int out = t.items[i].slots[0];
-    if (out >= n_inputs && !exposed[size_t(out)] && remap[size_t(out)] == out) {
+    for (int k = 0; k < t.items[i].n_out; k++) {
+      int out = t.items[i].slots[size_t(k)];
+      if (out < n_inputs || exposed[size_t(out)] || remap[size_t(out)] != out) continue;
       const Slot& so = t.slots[size_t(out)];
       for (auto it = free_slots.begin(); it != free_slots.end(); ++it) {
         const Slot& sf = t.slots[size_t(*it)];

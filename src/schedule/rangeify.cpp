@@ -94,17 +94,18 @@ struct KernelBuilder {
   const std::unordered_set<const UOp*>& realized;
   const UOp* root;
   const std::unordered_set<const UOp*>& row_fused;  // EXPANDs of reduces that may stay in the kernel (see below)
-  std::vector<const UOp*> params;  // realised nodes read (param i+1) ; param 0 is the output
+  std::vector<const UOp*> params;  // realised nodes read (param n_out + i); params 0.. are the outputs
   std::vector<const UOp*> not_hoisted;  // row_fused EXPANDs whose value would be recomputed in this kernel
   int next_range = 0;
   std::unordered_map<AccessKey, UOpRef, AccessKeyHash> memo;
   bool simplify_valid = true;
+  std::vector<const UOp*> outputs;  // the nodes stored (a multi-output kernel's group; else the root)
 
   int param_of(const UOp* m) {
     for (size_t i = 0; i < params.size(); i++)
-      if (params[i] == m) return int(i) + 1;
+      if (params[i] == m) return int(i + outputs.size());
     params.push_back(m);
-    return int(params.size());
+    return int(params.size() - 1 + outputs.size());
   }
 
   static AccessKey key(const UOp* n, const Access& a) {
@@ -114,7 +115,10 @@ struct KernelBuilder {
     return k;
   }
 
-  bool is_source(const UOp* n) const { return n != root && (n->op == Ops::BUFFER || realized.count(n)); }
+  bool is_source(const UOp* n) const {
+    if (n->op != Ops::BUFFER && !realized.count(n)) return false;
+    return std::find(outputs.begin(), outputs.end(), n) == outputs.end();
+  }
 
   UOpRef linear(const Shape& s, const Access& a) {
     UOpRef lin = ci(0);
@@ -345,10 +349,13 @@ struct KernelBuilder {
       UOpRef ext = extent(root, s, i);  // a symbolic dim loops to its variable's value
       out.idx.push_back(is_one(ext) ? ci(0) : UOp::range(ext, int64_t(i), AxisType::Loop));
     }
-    UOpRef value = build(root, out);
-    UOpRef param = UOp::make(Ops::PARAM, root->dtype.ptr_to(), {}, int64_t(0));
-    UOpRef st = UOp::make(Ops::STORE, dtypes::void_, {UOp::make(Ops::INDEX, param->dtype, {param, linear(s, out)}), value});
-    return UOp::make(Ops::SINK, dtypes::void_, {st});
+    std::vector<UOpRef> stores;  // one per output, PARAM i for output i: members read by later ones are values here
+    for (size_t i = 0; i < outputs.size(); i++) {
+      UOpRef value = build(outputs[i], out);
+      UOpRef param = UOp::make(Ops::PARAM, outputs[i]->dtype.ptr_to(), {}, int64_t(i));
+      stores.push_back(UOp::make(Ops::STORE, dtypes::void_, {UOp::make(Ops::INDEX, param->dtype, {param, linear(s, out)}), value}));
+    }
+    return UOp::make(Ops::SINK, dtypes::void_, stores);
   }
 };
 
@@ -356,7 +363,8 @@ struct KernelBuilder {
 }  // namespace
 
 KernelAst rangeify(ScheduleCtx& ctx, const UOp* root) {
-  KernelBuilder kb{ctx.shapes, ctx.realized, root, ctx.row_fused, {}, {}, 0, {}, ctx.knobs.simplify_valid};
+  KernelBuilder kb{ctx.shapes, ctx.realized, root, ctx.row_fused, {}, {}, 0, {}, ctx.knobs.simplify_valid, {root}};
+  if (auto g = ctx.groups.find(root); g != ctx.groups.end()) kb.outputs = g->second;
   UOpRef ast = kernel_ast_rules(kb.kernel_ast());
   return {ast, std::move(kb.params), std::move(kb.not_hoisted)};
 }

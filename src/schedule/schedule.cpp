@@ -26,12 +26,13 @@ Knobs Knobs::from_env() {
   k.split_threshold = getenv_int("REDUCEOP_SPLIT_THRESHOLD", 16384, 1, INT64_MAX);
   k.fuse_rows = getenv_int("FUSE_REDUCE_ROWS", 1) != 0;
   k.simplify_valid = getenv_int("SIMPLIFY_VALID", 1) != 0;
+  k.multi_output = getenv_int("MULTI_OUTPUT", 1) != 0;
   return k;
 }
 
 std::string Knobs::key() const {
   return std::string(packed_matmul ? "p" : "-") + (split_reduceop ? "s" : "-") + (fuse_rows ? "r" : "-") +
-         (simplify_valid ? "v" : "-") + std::to_string(split_threshold);
+         (simplify_valid ? "v" : "-") + (multi_output ? "m" : "-") + std::to_string(split_threshold);
 }
 
 std::string device_of(const UOp* u) {
@@ -113,7 +114,13 @@ bool run_rangeify(ScheduleCtx& c) {
     }
     c.slot_of[u] = out;
     if (n == 0) continue;  // nothing to compute
+    if (c.leader_of.count(u)) continue;  // stored by its group's kernel
     Template::Item item{ScheduleItem::Kind::Kernel, {}, {out}, t.slots[size_t(out)].device, {}};
+    if (auto g = c.groups.find(u); g != c.groups.end()) {  // a multi-output kernel: the members' slots, in order
+      item.slots.clear();
+      for (const UOp* m : g->second) item.slots.push_back(c.slot_of.at(m));
+      item.n_out = int(item.slots.size());
+    }
     if (u->op == Ops::COPY) {
       item.kind = ScheduleItem::Kind::Copy;
       item.slots.push_back(value_slot(c, u->src(0)));
@@ -152,6 +159,7 @@ const std::vector<ScheduleStage>& schedule_stages() {
       {"layouts", [](ScheduleCtx& c) { return c.roots = apply_layouts(c.roots, c.knobs), true; }},
       {"split reduceop", [](ScheduleCtx& c) { return run_split_reduceop(c), true; }},
       {"realize map", [](ScheduleCtx& c) { return realize_map(c), true; }},
+      {"group outputs", [](ScheduleCtx& c) { return group_outputs(c), true; }},
       {"rangeify", run_rangeify},
       {"order", [](ScheduleCtx& c) { return order_items(c), true; }},
       {"plan memory", [](ScheduleCtx& c) { return plan_memory(c), true; }},

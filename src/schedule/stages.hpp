@@ -4,6 +4,7 @@
 //   layouts         (layout.cpp)        pm_layout: memory layouts by the device's capabilities
 //   split reduceop  (split_reduce.cpp)  early rewrites: a graph_rewrite with pm_split_reduceop
 //   realize map     (realize_map.cpp)   which nodes materialise: pm_realize_map visited over the graph
+//   group outputs   (group.cpp)         multi-output kernels: nodes that read each other element for element
 //   rangeify        (rangeify.cpp)      one kernel AST per materialised node, then pm_kernel_ast (kernel_ast.cpp)
 //   order           (linearize.cpp)     the kernels in read/write order
 //   plan memory     (linearize.cpp)     intermediate buffers reused once their last reader has run
@@ -46,6 +47,7 @@ struct Template {
     std::vector<int> slots;  // outputs first
     std::string device;
     std::vector<int> old_reads;  // positions in slots read through their BUFFER node: the contents before this schedule
+    int n_out = 1;               // slots[0, n_out) are written
   };
   std::vector<Slot> slots;
   std::vector<Item> items;
@@ -61,6 +63,7 @@ struct Knobs {
   int64_t split_threshold = 16384;  // REDUCEOP_SPLIT_THRESHOLD: input/output ratio from which a reduce splits
   bool fuse_rows = true;            // FUSE_REDUCE_ROWS=0: no row fusion
   bool simplify_valid = true;       // SIMPLIFY_VALID=0: indices not simplified under their load's valid
+  bool multi_output = true;         // MULTI_OUTPUT=0: one output per kernel
   static Knobs from_env();
   std::string key() const;
 };
@@ -76,6 +79,9 @@ struct ScheduleCtx {
   NodeSet realized;     // nodes computed into a buffer of their own
   NodeSet row_fused;    // EXPANDs of reduces that stay in their consumer's kernel (row fusion)
   NodeSet no_row_fuse;  // EXPANDs a kernel would recompute: row fusion refused on the next pass
+  // multi-output kernels: materialised nodes computed in the kernel of a later one (their group's leader)
+  std::unordered_map<const UOp*, std::vector<const UOp*>> groups;  // leader -> members, sources first, leader last
+  std::unordered_map<const UOp*, const UOp*> leader_of;             // member -> its leader
   // the kernels
   Template t;
   std::unordered_map<const UOp*, int> slot_of;  // BUFFERs and realised nodes -> slot
@@ -91,8 +97,10 @@ std::vector<UOpRef> apply_layouts(std::span<const UOpRef> roots, const Knobs& kn
 std::vector<UOpRef> split_reduceop(std::span<const UOpRef> roots, const Knobs& knobs);
 /** realize map: fills ctx.realized and ctx.row_fused from ctx.roots, topo, shapes and consumers. */
 void realize_map(ScheduleCtx& ctx);
-/** One kernel: its AST (a SINK of one STORE into PARAM 0), the materialised nodes it reads (PARAM 1..), and the
- *  row-fused EXPANDs whose value it would recompute. */
+/** group outputs: materialised elementwise nodes that read each other element for element join one kernel. */
+void group_outputs(ScheduleCtx& ctx);
+/** One kernel: its AST (a SINK of one STORE per output: PARAM 0..n-1 for the group's members, or PARAM 0), the
+ *  materialised nodes it reads (PARAM n..), and the row-fused EXPANDs whose value it would recompute. */
 struct KernelAst {
   UOpRef ast;
   std::vector<const UOp*> params;
