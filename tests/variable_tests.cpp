@@ -250,3 +250,46 @@ TEST_CASE("a one-hot sum is an indexed load: index_select and gather on float an
   for (size_t c = 0; c < 6; c++) CHECK(gz[c] == xf[2 * 6 + c]);
   CHECK(reduces(f.gather(0, far.reshape({2, 1}).expand({2, 6}))) == 0);
 }
+
+TEST_CASE("an assign into a view of a buffer writes those elements in place: a KV cache's rows at a symbolic position") {
+  const int64_t M = 16, D = 8;
+  Tensor cache = Tensor::zeros({M, D}).contiguous();
+  cache.realize();
+  // concrete rows 2..4, permuted view: one kernel that stores 2 x 8 elements, the rest of the buffer kept
+  Tensor rows = Tensor::from_vector(seq(2 * D, 1.f), {2, D});
+  rows.realize();
+  size_t k0 = kernels_run();
+  Tensor view = cache.shrink({{2, 4}, {0, D}}).permute({1, 0});
+  view.assign(rows.permute({1, 0}));
+  view.realize();
+  CHECK(kernels_run() - k0 == 1);
+  auto c = cache.to_vector<float>(), r = rows.to_vector<float>();
+  for (int64_t i = 0; i < M; i++)
+    for (int64_t j = 0; j < D; j++) CHECK(c[size_t(i * D + j)] == (i >= 2 && i < 4 ? r[size_t((i - 2) * D + j)] : 0.f));
+  CHECK(view.to_vector<float>()[1] == r[size_t(D)]);  // the assigned view reads the buffer through its view
+  // a decode loop: row `pos` written each step through a shrink at a Variable, replayed by TinyJit, one kernel each
+  Variable pos("pos", 0, M - 1);
+  TinyJit jit([&](const std::vector<Tensor>& in, const std::vector<sint>& vars) -> std::vector<Tensor> {
+    Tensor row = cache.shrink({{vars[0], vars[0] + 1}, {sint(0), sint(D)}});
+    row.assign(Tensor(in[0] * 2));
+    row.realize();
+    return {Tensor(cache.sum(1)).contiguous()};
+  });
+  for (int64_t p = 5; p < 9; p++) {
+    Tensor x = Tensor::full({1, D}, double(p));
+    x.realize();
+    auto sums = jit({x}, {pos.bind(p)})[0].to_vector<float>();
+    CHECK(sums[size_t(p)] == float(2 * p * D));
+    if (p > 5) CHECK(sums[size_t(p - 1)] == float(2 * (p - 1) * D));  // the row before kept
+    CHECK(sums[0] == 0.f);
+  }
+  c = cache.to_vector<float>();
+  for (int64_t j = 0; j < D; j++) CHECK(c[size_t(8 * D + j)] == 16.f);
+  // a view that addresses an element twice (an expand) or pads is still materialised first: the buffer unchanged
+  Tensor before = Tensor(cache * 1).contiguous();
+  before.realize();
+  Tensor e = cache.shrink({{0, 1}, {0, D}}).expand({3, D});
+  e.assign(Tensor::ones({3, D}));
+  e.realize();
+  CHECK(cache.to_vector<float>() == before.to_vector<float>());
+}

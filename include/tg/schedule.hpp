@@ -47,6 +47,9 @@ UOpRef buffer_uop(std::shared_ptr<Buffer> b);
 std::shared_ptr<Buffer> buffer_of(const UOp* buffer_uop);
 /** The BUFFER under a contiguous view (BUFFER or RESHAPE(BUFFER)), else null. */
 const UOp* contiguous_buffer(const UOp* u);
+/** The BUFFER an assign writes: its target, a buffer or a view of one through movement ops that address each element
+ *  once (RESHAPE, PERMUTE, SHRINK, FLIP: `cache.shrink(rows).assign(x)` writes those rows in place); else null. */
+const UOp* assign_buffer(const UOp* target);
 
 /** Number of schedules built (a realize whose graph structure was seen before builds none). */
 size_t schedules_built();

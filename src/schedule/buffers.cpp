@@ -13,6 +13,11 @@ const UOp* contiguous_buffer(const UOp* u) {
   return nullptr;
 }
 
+const UOp* assign_buffer(const UOp* t) {
+  while (t->op == Ops::RESHAPE || t->op == Ops::PERMUTE || t->op == Ops::SHRINK || t->op == Ops::FLIP) t = t->src(0);
+  return t->op == Ops::BUFFER ? t : nullptr;
+}
+
 namespace {
 
 std::mutex g_buf_mu;

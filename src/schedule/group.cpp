@@ -61,6 +61,7 @@ KernelReads kernel_reads(const ScheduleCtx& c, const UOp* root) {
 bool groupable(const ScheduleCtx& c, const UOp* u, const KernelReads& r) {
   if (!r.elementwise || u->op == Ops::COPY || contiguous_buffer(u) || u->sym()) return false;
   if (u->op == Ops::CONTIGUOUS && contiguous_buffer(u->src(0))) return false;
+  if (u->op == Ops::ASSIGN && !contiguous_buffer(u->src(0))) return false;  // stored through its view
   for (int64_t d : c.shapes.at(u))
     if (d == 0) return false;
   return true;

@@ -130,11 +130,20 @@ struct KernelBuilder {
     return lin;
   }
 
+  // The index into the buffer behind `n` for access `a` of n: an assign into a view of a buffer (its target a
+  // movement op) addresses the buffer through the view; any other materialised node is contiguous.
+  UOpRef address(const UOp* n, const Access& a) {
+    if (n->op != Ops::ASSIGN || contiguous_buffer(n->src(0))) return linear(shapes.at(n), a);
+    Access v = a;
+    const UOp* t = n->src(0);
+    for (; t->op != Ops::BUFFER; t = t->src(0)) v = child_access(t, v);
+    return linear(shapes.at(t), v);
+  }
+
   UOpRef load(const UOp* n, const Access& a) {
-    const UOp* buf = n->op == Ops::BUFFER ? n : n;
-    int p = param_of(buf);
+    int p = param_of(n);
     UOpRef param = UOp::make(Ops::PARAM, n->dtype.ptr_to(), {}, int64_t(p));
-    UOpRef lin = linear(shapes.at(n), a);
+    UOpRef lin = address(n, a);
     if (a.valid && simplify_valid) lin = simplify_given_valid(lin, a.valid);
     UOpRef idx = UOp::make(Ops::INDEX, param->dtype, {param, lin});
     if (a.valid) return UOp::make(Ops::LOAD, n->dtype, {idx, UOp::cnst(n->dtype, 0), a.valid});
@@ -353,7 +362,7 @@ struct KernelBuilder {
     for (size_t i = 0; i < outputs.size(); i++) {
       UOpRef value = build(outputs[i], out);
       UOpRef param = UOp::make(Ops::PARAM, outputs[i]->dtype.ptr_to(), {}, int64_t(i));
-      stores.push_back(UOp::make(Ops::STORE, dtypes::void_, {UOp::make(Ops::INDEX, param->dtype, {param, linear(s, out)}), value}));
+      stores.push_back(UOp::make(Ops::STORE, dtypes::void_, {UOp::make(Ops::INDEX, param->dtype, {param, address(outputs[i], out)}), value}));
     }
     return UOp::make(Ops::SINK, dtypes::void_, stores);
   }

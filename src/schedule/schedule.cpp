@@ -104,8 +104,8 @@ bool run_rangeify(ScheduleCtx& c) {
     for (int64_t d : c.shapes.at(u)) n *= d;
     int out;
     if (u->op == Ops::ASSIGN) {
-      const UOp* tb = contiguous_buffer(u->src(0));
-      if (!tb) throw Error("[assign] the target must be a realised buffer");
+      const UOp* tb = assign_buffer(u->src(0));
+      if (!tb) throw Error("[assign] the target must be a realised buffer or a view of one");
       out = c.slot_of.at(tb);
       c.has_assign = true;
     } else {
@@ -310,6 +310,10 @@ Schedule create_schedule(std::span<const UOpRef> roots) {
   for (auto& [r, sl] : t->becomes) {
     const Shape& s = t->root_shapes[r];
     const UOpRef& bu = slot_uop[size_t(sl)];
+    if (roots[r]->op == Ops::ASSIGN && !contiguous_buffer(roots[r]->src(0))) {  // written through a view: that view
+      sched.becomes.emplace_back(roots[r], roots[r]->src()[0]);
+      continue;
+    }
     if (const auto* sym = roots[r]->sym()) {  // the buffer at the largest dims, viewed with the root's symbolic ones
       std::vector<UOpRef> src{bu};
       src.insert(src.end(), sym->begin(), sym->end());

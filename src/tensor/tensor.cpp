@@ -213,7 +213,7 @@ std::vector<const UOp*> add_old_readers(std::vector<UOpRef>& roots) {
     if (!seen.insert(u).second || u->op == Ops::BUFFER) continue;
     if (u->op == Ops::ASSIGN) {
       assigns.insert(u);
-      if (const UOp* b = contiguous_buffer(u->src(0))) targets.insert(b);
+      if (const UOp* b = assign_buffer(u->src(0))) targets.insert(b);
     }
     for (auto& c : u->src()) st.push_back(c.get());
   }
@@ -1315,8 +1315,16 @@ Tensor& Tensor::assign(const Tensor& x) {
   std::lock_guard lk(g_realize_mu);
   if (x.shape() != shape())
     throw Error("[assign] shape " + shape_str(x.shape()) + " does not match target shape " + shape_str(shape()));
+  // A view of a buffer that addresses each element once (a shrink, reshape, permute or flip of it, as a KV cache's
+  // rows `cache.shrink(rows)`) is written in place: the buffer's other elements keep their values, and every tensor
+  // on the buffer reads the write once this assign is realised.
+  if (!contiguous_buffer(uop().get()) && assign_buffer(uop().get())) {
+    Tensor v = x.cast(dtype());
+    impl_->uop = UOp::make(Ops::ASSIGN, dtype(), {uop(), v.uop()});
+    return *this;
+  }
   if (!contiguous_buffer(uop().get())) realize();
-  if (!contiguous_buffer(uop().get())) {  // a view: materialise first
+  if (!contiguous_buffer(uop().get())) {  // another view: materialise first
     Tensor c = contiguous();
     c.realize();
     impl_->uop = c.uop();
