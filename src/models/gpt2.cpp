@@ -114,10 +114,10 @@ std::unique_ptr<GPT2> GPT2::from_safetensors(const std::string& path, int64_t n_
   std::map<std::string, Tensor> w = load_weights(path);
   double eps = 1e-5;
   std::filesystem::path cfg_path = std::filesystem::path(path).parent_path() / "config.json";
+  nlohmann::json j;  // config.json, read when the head count is not given
   if (n_heads <= 0) {
     if (!std::filesystem::exists(cfg_path))
       fail(path + ": the head count is not given and there is no " + cfg_path.string() + " (its \"n_head\")");
-    nlohmann::json j;
     try {
       std::ifstream f(cfg_path);
       j = nlohmann::json::parse(f);
@@ -127,18 +127,17 @@ std::unique_ptr<GPT2> GPT2::from_safetensors(const std::string& path, int64_t n_
     } catch (const nlohmann::json::exception& e) {
       fail(cfg_path.string() + ": " + e.what());
     }
-    auto agree = [&](const char* key, const char* tensor, int64_t have) {
-      if (j.contains(key) && j.at(key).is_number_integer() && j.at(key).get<int64_t>() != have)
-        fail(cfg_path.string() + ": \"" + key + "\" " + std::to_string(j.at(key).get<int64_t>()) + " differs from " + path + "'s " +
-             tensor + " (" + std::to_string(have) + ")");
-    };
-    GPT2Config c = GPT2Config::from_weights(w, path, n_heads, max_context, eps);
-    agree("n_embd", "width of wte.weight", c.dim);
-    agree("n_layer", "block count", c.n_layers);
-    agree("n_positions", "rows of wpe.weight", c.n_positions);
-    agree("vocab_size", "rows of wte.weight", c.vocab_size);
   }
   GPT2Config c = GPT2Config::from_weights(w, path, n_heads, max_context, eps);
+  auto agree = [&](const char* key, const char* what, int64_t have) {
+    if (j.is_object() && j.contains(key) && j.at(key).is_number_integer() && j.at(key).get<int64_t>() != have)
+      fail(cfg_path.string() + ": \"" + key + "\" " + std::to_string(j.at(key).get<int64_t>()) + " differs from " + path + "'s " + what +
+           " (" + std::to_string(have) + ")");
+  };
+  agree("n_embd", "width of wte.weight", c.dim);
+  agree("n_layer", "block count", c.n_layers);
+  agree("n_positions", "rows of wpe.weight", c.n_positions);
+  agree("vocab_size", "rows of wte.weight", c.vocab_size);
   std::vector<Tensor*> all;  // each tensor copied once out of the mapping onto the default device
   for (auto& [name, t] : w) {
     t = t.to(default_device());
