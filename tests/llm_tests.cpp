@@ -495,6 +495,19 @@ TEST_CASE("GPT2 from safetensors: config.json or a head count, and errors naming
   w.erase("wpe.weight");
   nn::safe_save(w, path);
   CHECK(error_of([&] { (void)models::GPT2::from_safetensors(path, 4); }).find(path + ": tensor 'wpe.weight' is missing") != std::string::npos);
+  // float16 weights stay float16 and are cast inside the kernels: the logits of float32 weights of the same values
+  std::map<std::string, Tensor> w16, w32;
+  for (auto& [name, t] : llm_util::random_gpt2_weights(c, 5)) {
+    w16[name] = t.cast(dtypes::float16).realize();
+    w32[name] = w16[name].cast(dtypes::float32).realize();
+  }
+  std::vector<float> got[2];
+  for (int k = 0; k < 2; k++) {
+    nn::safe_save(k ? w32 : w16, path);
+    got[k] = models::GPT2::from_safetensors(path, 4)->prefill(toks).to_vector<float>();
+  }
+  REQUIRE(got[0].size() == got[1].size());
+  for (size_t i = 0; i < got[0].size(); i++) CHECK(got[0][i] == doctest::Approx(got[1][i]).epsilon(1e-5));
   std::ofstream(path) << "not a safetensors file";
   CHECK(error_of([&] { (void)models::GPT2::from_safetensors(path, 4); }).find(path) != std::string::npos);
   std::filesystem::remove_all(dir);
