@@ -199,7 +199,8 @@ inline tg::Tensor random_blocks(const std::string& type, int64_t out, int64_t in
 }
 
 /** Write a random LLaMA GGUF with vocabulary `v`: matrices stored as `type` ("f32", "f16", "q8_0", "q4_0"
- * quantised from random_weights; "q4_1", "q4_K", "q5_K", "q6_K" as random blocks of the same spread), norms as f32. */
+ * quantised from random_weights, stacked experts too; "q4_1", "q4_K", "q5_K", "q6_K" as random blocks of the same
+ * spread, experts then f32), norms as f32. */
 inline void write_random_llama(const std::string& path, tg::models::LlamaConfig c, uint64_t seed, const std::string& type = "f32",
                                const Vocab& v = byte_vocab()) {
   c.vocab_size = int64_t(v.tokens.size());
@@ -207,7 +208,7 @@ inline void write_random_llama(const std::string& path, tg::models::LlamaConfig 
   std::map<std::string, std::string> types;
   std::mt19937_64 rng(seed);
   for (auto& [name, t] : w) {
-    if (t.ndim() != 2) continue;
+    if (t.ndim() == 1 || (t.ndim() == 3 && blocks_only(type))) continue;  // stacked experts: f16, q8_0, q4_0 only
     types[name] = type;
     if (!blocks_only(type)) continue;
     int64_t in = t.shape()[1];

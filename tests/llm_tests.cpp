@@ -258,7 +258,8 @@ TEST_CASE(
                                                    {"llama", "q4_K", 4e-2},
                                                    {"llama", "q5_K", 4e-2},
                                                    {"llama", "q6_K", 4e-2},
-                                                   {"llama", "f32", 5e-3, 4}}) {
+                                                   {"llama", "f32", 5e-3, 4},
+                                                   {"llama", "q8_0", 4e-2, 4}}) {
     // plain variables, not bindings: clang 14 cannot capture bindings in CAPTURE's lambda (the sanitizer build)
     const std::string arch = run.arch, type = run.type;
     const double tol = run.tol;

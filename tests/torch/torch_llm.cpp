@@ -120,6 +120,7 @@ TEST_CASE(
   models.push_back({c, "f32"});
   c.arch = "llama", c.n_experts = 4, c.n_experts_used = 2;  // a mixture of 4 experts, 2 a token (Mixtral's layout)
   models.push_back({c, "f32"});
+  models.push_back({c, "q8_0"});  // the stacked experts' q8_0 blocks dequantised in the kernels
   std::vector<int32_t> toks = {1, 300, 17, 45, 290, 3, 311, 88, 259, 260, 301, 150};
   int64_t T = int64_t(toks.size());
   for (const Model& m : models) {
