@@ -19,6 +19,7 @@
 #include "tg/symbolic.hpp"
 #include "tg/tensor.hpp"
 #include "tg/variable.hpp"
+#include "tg/viz.hpp"
 
 namespace tg {
 
@@ -930,6 +931,8 @@ TemplateCache& template_cache() {
 size_t schedules_built() { return g_schedules_built.load(); }
 
 Schedule create_schedule(std::span<const UOpRef> roots) {
+  viz::Context vctx("schedule", "schedule");  // VIZ / PROFILE stage label
+  profile::Span span("schedule", "create_schedule");
   // Normalise: the schedule depends on the graph's structure, not on which buffers it reads.
   std::vector<const UOp*> topo = toposort(roots);
   std::unordered_map<const UOp*, UOpRef> norm;
