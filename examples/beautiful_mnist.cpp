@@ -14,6 +14,7 @@
 #include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <string>
 
 #include "beautiful_mnist_model.hpp"
@@ -77,6 +78,8 @@ int main(int argc, char** argv) {
   app.add_option("--plot", plot_file, "write the loss and test-accuracy curves to this SVG file");
   CLI11_PARSE(app, argc, argv);
   try {
+    if (!plot_file.empty() && !std::ofstream(plot_file))  // before training, not after it
+      throw Error("[beautiful_mnist] cannot write --plot " + plot_file + ": expected a writable file path");
     int64_t bs = positive_env("BS", 512), steps = positive_env("STEPS", 70);
     int64_t fashion = getenv_int("FASHION", 0), seed = getenv_int("SEED", 1337);
     if (fashion != 0 && fashion != 1) throw Error("[beautiful_mnist] FASHION must be 0 or 1, got " + std::to_string(fashion));

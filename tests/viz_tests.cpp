@@ -283,15 +283,15 @@ TEST_CASE("plot: tick values and an SVG chart with exact point coordinates") {
   CHECK(plot::nice_ticks(0.5, 2.3, 4) == std::vector<double>{0.5, 1.0, 1.5, 2.0, 2.5});
   plot::Chart c{"loss", "step", "loss", "", {plot::Series{"train", {{0, 0}, {10, 1}}, false, ""}}};
   std::string s = plot::svg(c);
-  // 720x400: the plot area is x 64..700 and y 352..40 for ticks 0..10 and 0..1
-  CHECK(s.find("points=\"64.00,352.00 700.00,40.00\"") != std::string::npos);
+  // 720x400: the plot area is x 64..700 and y 352..58 for ticks 0..10 and 0..1
+  CHECK(s.find("points=\"64.00,352.00 700.00,58.00\"") != std::string::npos);
   CHECK(s.rfind("<svg xmlns=\"http://www.w3.org/2000/svg\"", 0) == 0);
   CHECK(s.find("</svg>") != std::string::npos);
   c.series.push_back(plot::Series{"acc", {{0, 50}, {10, 100}}, true, ""});
   s = plot::svg(c);
   // a right axis: the plot area ends at 720-64; its ticks 0..100 scale the second line
-  CHECK(s.find("points=\"64.00,352.00 656.00,40.00\"") != std::string::npos);
-  CHECK(s.find("points=\"64.00,196.00 656.00,40.00\"") != std::string::npos);
+  CHECK(s.find("points=\"64.00,352.00 656.00,58.00\"") != std::string::npos);
+  CHECK(s.find("points=\"64.00,205.00 656.00,58.00\"") != std::string::npos);
   c.series[1].points.push_back({11, std::nan("")});
   CHECK(test::error_of([&] { plot::svg(c); }).find("[plot] series 'acc' has a point that is not finite") == 0);
   CHECK(test::error_of([] { plot::svg(plot::Chart{"empty", "", "", "", {}}); }) == "[plot] chart 'empty' has no points");

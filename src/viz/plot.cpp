@@ -78,7 +78,7 @@ std::string svg(const Chart& c) {
   std::vector<double> xt = nice_ticks(x0, x1, 7);
   for (Range& r : ax)
     if (r.any) r.ticks = nice_ticks(std::min(r.lo, 0.0), r.hi, 5);
-  const double L = 64, R = c.width - (ax[1].any ? 64.0 : 20.0), T = 40, B = c.height - 48.0;
+  const double L = 64, R = c.width - (ax[1].any ? 64.0 : 20.0), T = 58, B = c.height - 48.0;  // the legend above T
   auto px = [&](double x) { return L + (x - xt.front()) / (xt.back() - xt.front()) * (R - L); };
   auto py = [&](const Range& r, double y) { return B - (y - r.ticks.front()) / (r.ticks.back() - r.ticks.front()) * (B - T); };
 
@@ -110,7 +110,7 @@ std::string svg(const Chart& c) {
        "\" fill=\"none\" stroke=\"#6b7280\"/>\n";
   o += "<text x=\"" + num((L + R) / 2) + "\" y=\"" + num(B + 36) + "\" text-anchor=\"middle\">" + esc(c.x_label) + "</text>\n";
   size_t k = 0;
-  double legend_y = T + 16;
+  double legend_x = L;
   for (const Series& s : c.series) {
     std::string color = s.color.empty() ? kPalette[k++ % std::size(kPalette)] : s.color;
     if (s.points.empty()) continue;
@@ -121,10 +121,11 @@ std::string svg(const Chart& c) {
     if (s.points.size() <= 40)
       for (auto [x, y] : s.points)
         o += "<circle cx=\"" + num(px(x)) + "\" cy=\"" + num(py(ax[s.right], y)) + "\" r=\"3\" fill=\"" + color + "\"/>\n";
-    o += "<line x1=\"" + num(R - 170) + "\" x2=\"" + num(R - 150) + "\" y1=\"" + num(legend_y - 4) + "\" y2=\"" + num(legend_y - 4) +
+    std::string label = esc(s.name) + (s.right ? " (right axis)" : "");
+    o += "<line x1=\"" + num(legend_x) + "\" x2=\"" + num(legend_x + 20) + "\" y1=\"" + num(T - 14) + "\" y2=\"" + num(T - 14) +
          "\" stroke=\"" + color + "\" stroke-width=\"2\"/>\n";
-    o += "<text x=\"" + num(R - 144) + "\" y=\"" + num(legend_y) + "\">" + esc(s.name) + (s.right ? " (right)" : "") + "</text>\n";
-    legend_y += 16;
+    o += "<text x=\"" + num(legend_x + 26) + "\" y=\"" + num(T - 10) + "\">" + label + "</text>\n";
+    legend_x += 40 + 7.0 * double(s.name.size() + (s.right ? 13 : 0));
   }
   o += "</svg>\n";
   return o;
