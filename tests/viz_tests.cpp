@@ -21,7 +21,9 @@
 #include <sstream>
 #include <thread>
 
+#include "scoped_env.hpp"
 #include "test_util.hpp"
+#include "tg/env.hpp"
 #include "tg/plot.hpp"
 #include "tg/tensor.hpp"
 #include "tg/viz.hpp"
@@ -126,6 +128,23 @@ TEST_CASE("VIZ off records nothing, and a caller's own trace still gets every ru
   CHECK(j["contexts"][0]["kind"] == "other");  // outside any Context
   CHECK(j["contexts"][0]["rewrites"][0]["stage"] == "traced");
   CHECK_THROWS_AS(viz::set_level(3), Error);
+}
+
+TEST_CASE("a bad VIZ or PROFILE value is an EnvError naming the variable") {
+  for (const char* var : {"VIZ", "PROFILE"}) {
+    std::string msg;
+    {
+      ScopedEnv e(var, "7");
+      env_reset_cache();
+      viz::detail::g_viz.store(-1);  // read the environment again
+      viz::detail::g_profile.store(-1);
+      msg = test::error_of([&] { std::string(var) == "VIZ" ? (void)viz::level() : (void)profile::enabled(); });
+    }
+    env_reset_cache();
+    viz::set_level(0);
+    profile::set_enabled(false);
+    CHECK(msg.find(std::string("[getenv] ") + var + "=7 is out of range") == 0);
+  }
 }
 
 TEST_CASE("VIZ records the schedule and each kernel's lowering stages with its rendered source") {
