@@ -5,12 +5,16 @@
 // folder with the four IDX files; default: $TG_MNIST_DIR, else data/mnist), SEED (1337: tg's generator, which draws
 // the initial weights and, inside the jitted step as tinygrad's does, the batch indices), OPT=adam|adamw|sgd|lamb|
 // lars|muon (tinygrad's defaults for each), TARGET_EVAL_ACC_PCT (exit 1 below it).
+// Flags: --plot FILE.svg writes the training loss (every step) and the test accuracy (every 10 steps) as an SVG chart.
 #include <unistd.h>
+
+#include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <string>
 
 #include "beautiful_mnist_model.hpp"
@@ -19,6 +23,7 @@
 #include "tg/nn/datasets.hpp"
 #include "tg/nn/nn.hpp"
 #include "tg/nn/optim.hpp"
+#include "tg/plot.hpp"
 
 using namespace tg;
 using clk = std::chrono::steady_clock;
@@ -66,8 +71,15 @@ std::string rate_str(double steps, double seconds) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  std::string plot_file;
+  CLI::App app{"tinygrad's beautiful_mnist: a conv net trained on MNIST (settings in the environment, see the source)",
+               "beautiful_mnist"};
+  app.add_option("--plot", plot_file, "write the loss and test-accuracy curves to this SVG file");
+  CLI11_PARSE(app, argc, argv);
   try {
+    if (!plot_file.empty() && !std::ofstream(plot_file))  // before training, not after it
+      throw Error("[beautiful_mnist] cannot write --plot " + plot_file + ": expected a writable file path");
     int64_t bs = positive_env("BS", 512), steps = positive_env("STEPS", 70);
     int64_t fashion = getenv_int("FASHION", 0), seed = getenv_int("SEED", 1337);
     if (fashion != 0 && fashion != 1) throw Error("[beautiful_mnist] FASHION must be 0 or 1, got " + std::to_string(fashion));
@@ -139,12 +151,14 @@ int main() {
     bool tty = isatty(fileno(stdout));
     double acc = -1, train_s = 0;
     float loss = 0;
+    plot::Series loss_curve{"training loss", {}, false, ""}, acc_curve{"test accuracy %", {}, true, ""};
     auto t_start = clk::now();
     for (int64_t i = 0; i < steps; i++) {
       auto t0 = clk::now();
       loss = train_step({}).back().item<float>();
       train_s += std::chrono::duration<double>(clk::now() - t0).count();
-      if (i % 10 == 9 || i + 1 == steps) acc = test_accuracy();
+      loss_curve.points.emplace_back(double(i + 1), double(loss));
+      if (i % 10 == 9 || i + 1 == steps) acc = test_accuracy(), acc_curve.points.emplace_back(double(i + 1), acc);
       double elapsed = std::chrono::duration<double>(clk::now() - t_start).count();
       int bar = int(30 * (i + 1) / steps);
       char accs[32] = "  -   ";
@@ -158,6 +172,12 @@ int main() {
     std::printf("%strained %lld steps in %.1f s (train steps %.1f s, %.0f ms/step on average)\n", tty ? "\n" : "",
                 (long long)steps, total_s, train_s, 1000 * train_s / double(steps));
     std::printf("test_accuracy: %.2f%%\n", acc);
+    if (!plot_file.empty()) {
+      plot::write_svg(plot_file, {std::string(fashion ? "Fashion-MNIST" : "MNIST") + ": beautiful_mnist, " + opt_name + ", batch " +
+                                      std::to_string(bs),
+                                  "step", "training loss", "test accuracy (%)", {loss_curve, acc_curve}});
+      std::printf("plot: %s\n", plot_file.c_str());
+    }
     if (!target_str.empty() && acc < target) {
       std::fprintf(stderr, "beautiful_mnist: test accuracy %.2f%% is below TARGET_EVAL_ACC_PCT=%s\n", acc, target_str.c_str());
       return 1;

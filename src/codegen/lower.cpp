@@ -14,6 +14,7 @@
 #include "tg/env.hpp"
 #include "tg/opt.hpp"
 #include "tg/symbolic.hpp"
+#include "tg/viz.hpp"
 
 namespace tg {
 using namespace tg::pat;
@@ -615,9 +616,14 @@ CompiledKernel lower_kernel(const UOpRef& ast, const std::string& name, Renderer
   int dbg = debug_level();
   if (dbg >= 5) std::fprintf(stderr, "--- %s: input\n%s", name.c_str(), print_graph(ast.get()).c_str());
   LowerCtx ctx{renderer, opt, name, renderer.grid_limits(), {}, {}};
+  viz::Context vctx("kernel", name);
+  profile::Span span("lower", name);
   UOpRef k = ast;
   for (const LowerStage& st : lowering_stages()) {
+    size_t recorded = viz::enabled() ? viz::thread_records() : 0;
     UOpRef next = st.run(k, ctx);
+    // VIZ: a stage that changed the kernel without a graph_rewrite (a hand pass) is recorded as a whole
+    if (viz::enabled() && viz::thread_records() == recorded) viz::record_rewrite(st.name, k, {}, next);
     if (dbg >= 5)
       std::fprintf(stderr, "--- %s: %s%s\n%s", name.c_str(), st.name, next == k ? " (unchanged)" : "",
                    next == k ? "" : print_graph(next.get()).c_str());
@@ -675,6 +681,7 @@ CompiledKernel lower_kernel(const UOpRef& ast, const std::string& name, Renderer
       std::fprintf(stderr, "%4zu %s %s\n", i, op_name(ck.program[i]->op), ck.program[i]->dtype.name().c_str());
   }
   ck.src = renderer.render(name, ck.program);
+  if (viz::enabled()) viz::attach_source(ck.src);
   if (dbg >= 4) std::fprintf(stderr, "%s\n", ck.src.c_str());
   return ck;
 }

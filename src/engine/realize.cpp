@@ -22,6 +22,7 @@
 #include "tg/jit.hpp"
 #include "tg/schedule.hpp"
 #include "tg/search.hpp"
+#include "tg/viz.hpp"
 
 namespace tg {
 
@@ -130,7 +131,8 @@ const std::string& build_id() {
 // Everything lowering reads besides the AST: the device and its compiler, the opt config, the knobs, this build.
 // Empty where the cache must not be used (no build id; a compile hook or process replay must see every lowering).
 std::string program_key_material(const ScheduleItem& it, Device& dev, const LowerOptions& lo) {
-  if (build_id().empty() || compile_hook() || !getenv_str("TG_PROCESS_REPLAY").empty() || getenv_int("CACHELEVEL", 1) <= 0)
+  if (build_id().empty() || compile_hook() || !getenv_str("TG_PROCESS_REPLAY").empty() || getenv_int("CACHELEVEL", 1) <= 0 ||
+      viz::enabled())  // VIZ: every kernel is lowered here, so its rewrites are recorded
     return "";
   const OptConfig& c = lo.config;
   std::string m = "tgprog1|" + it.ast->key() + "|" + dev.name() + "|" + dev.compiler().id() + "|" + build_id() + "|" +
@@ -204,6 +206,7 @@ std::shared_ptr<Runner> compile_item(const ScheduleItem& it) {
     if (auto k = load_program(material)) {
       r->kernel = std::move(*k);
       try {
+        profile::Span span("compile", r->kernel.name + " (disk cache)", it.device);
         r->program = dev.get_program(r->kernel.src, r->kernel.name);
         return r;
       } catch (const Error&) {  // a source this compiler refuses now: lower afresh
@@ -221,7 +224,10 @@ std::shared_ptr<Runner> compile_item(const ScheduleItem& it) {
   g_kernels_lowered++;
   record_for_replay(it, dev, r->kernel);
   if (auto& hook = compile_hook()) hook(it.ast, r->kernel.name);
-  r->program = dev.get_program(r->kernel.src, r->kernel.name);
+  {
+    profile::Span span("compile", r->kernel.name, it.device);
+    r->program = dev.get_program(r->kernel.src, r->kernel.name);
+  }
   if (!material.empty()) save_program(material, r->kernel);
   return r;
 }
@@ -296,7 +302,14 @@ void jit_run(const JitItem& item, const std::vector<Buffer*>& bufs, const VarVal
   auto& r = *static_cast<Runner*>(item.runner.get());
   std::vector<void*> ptrs;
   for (Buffer* b : bufs) ptrs.push_back(b->ptr());
-  launch(r, ptrs.data(), vals);
+  if (profile::enabled()) [[unlikely]] {
+    auto t0 = profile::Clock::now();
+    launch(r, ptrs.data(), vals);
+    get_device(r.device).synchronize();
+    profile::event("kernel", r.kernel.name, r.device, t0, profile::Clock::now(), r.kernel.flops, r.kernel.mem_bytes);
+  } else {
+    launch(r, ptrs.data(), vals);
+  }
   g_kernels_run++;
 }
 
@@ -329,9 +342,13 @@ void run_schedule(Schedule& s) {
     if (g_capture)
       g_capture->push_back(JitItem{runners[i], it.bufs, it.ast.get(), it.kind == ScheduleItem::Kind::Copy ? 1 : it.ast->nsrc()});
     if (it.kind == ScheduleItem::Kind::Copy) {
+      auto c0 = profile::Clock::now();
       std::vector<uint8_t> host(it.bufs[1]->nbytes());
       it.bufs[1]->copyout(host.data(), host.size());
       it.bufs[0]->copyin(host.data(), host.size());
+      if (profile::enabled())
+        profile::event("copy", it.bufs[1]->device() + " -> " + it.bufs[0]->device(), it.device, c0, profile::Clock::now(), 0,
+                       double(host.size()));
       if (dbg >= 2)
         std::fprintf(stderr, "*** %-6s copy %8zu bytes %s -> %s\n", it.device.c_str(), host.size(),
                      it.bufs[1]->device().c_str(), it.bufs[0]->device().c_str());
@@ -342,8 +359,11 @@ void run_schedule(Schedule& s) {
     for (auto& b : it.bufs) ptrs.push_back(b->ptr());
     auto t0 = std::chrono::steady_clock::now();
     launch(r, ptrs.data(), s.var_vals);
-    if (dbg >= 2) get_device(it.device).synchronize();
-    double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+    bool prof = profile::enabled();
+    if (dbg >= 2 || prof) get_device(it.device).synchronize();
+    auto t1 = std::chrono::steady_clock::now();
+    double us = std::chrono::duration<double, std::micro>(t1 - t0).count();
+    if (prof) profile::event("kernel", r.kernel.name, it.device, t0, t1, r.kernel.flops, r.kernel.mem_bytes);
     size_t n = ++g_kernels_run;
     if (dbg >= 2) {
       std::string vs;  // the bound values this launch used

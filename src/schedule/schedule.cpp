@@ -14,6 +14,7 @@
 #include "tg/env.hpp"
 #include "tg/opt.hpp"
 #include "tg/variable.hpp"
+#include "tg/viz.hpp"
 
 namespace tg {
 
@@ -227,6 +228,8 @@ using sched::Template;
 size_t schedules_built() { return sched::g_schedules_built.load(); }
 
 Schedule create_schedule(std::span<const UOpRef> roots) {
+  viz::Context vctx("schedule", "schedule");  // VIZ / PROFILE stage label
+  profile::Span span("schedule", "create_schedule");
   // Normalise: the schedule depends on the graph's structure, not on which buffers it reads.
   std::vector<const UOp*> topo = toposort(roots);
   std::unordered_map<const UOp*, UOpRef> norm;

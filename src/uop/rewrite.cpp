@@ -6,6 +6,7 @@
 #include "tg/env.hpp"
 #include "tg/error.hpp"
 #include "tg/pattern.hpp"
+#include "tg/viz.hpp"
 
 namespace tg {
 
@@ -144,7 +145,20 @@ void graph_visit(std::span<const UOp* const> nodes, const PatternMatcher& pm, vo
       throw Error(std::string("[graph_visit ") + name + "] internal: a rule returned a node; a visit's rules only mark");
 }
 
+// VIZ: the same rewrite with a trace, handed to the recorder.
+[[gnu::noinline]] static UOpRef recorded_rewrite(const UOpRef& root, const PatternMatcher& pm, const RewriteOptions& opts) {
+  std::vector<RewriteStep> steps;
+  RewriteOptions o = opts;
+  o.trace = &steps;
+  Rewriter rw{pm, o, debug_level() >= 6, {}, {}};
+  UOpRef out = rw.run(root);
+  if (opts.trace) opts.trace->insert(opts.trace->end(), steps.begin(), steps.end());
+  viz::record_rewrite(*opts.name ? opts.name : "graph_rewrite", root, std::move(steps), out);
+  return out;
+}
+
 UOpRef graph_rewrite(const UOpRef& root, const PatternMatcher& pm, const RewriteOptions& opts) {
+  if (viz::enabled()) [[unlikely]] return recorded_rewrite(root, pm, opts);
   Rewriter rw{pm, opts, debug_level() >= 6, {}, {}};
   return rw.run(root);
 }
