@@ -2,6 +2,8 @@
 // Tensor ops, with Llama's KV cache under TinyJit (src/models/llama.cpp).
 #include "tg/models/gpt2.hpp"
 
+#include "kv_cache.hpp"
+
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -163,9 +165,6 @@ Tensor GPT2::forward(const Tensor& tokens, const sint& start, bool last_only) {
          std::to_string(start.max() + T - 1) + ", past the KV cache (max_context " + std::to_string(M) + ")");
   Tensor pos = wpe_.shrink({{start, start + T}, {sint(0), sint(D)}}).reshape({1, T, D});
   Tensor x = Tensor(wte_.index_select(0, tokens.reshape({B * T})).reshape({B, T, D}) + pos);
-  Tensor rows = Tensor::arange(M).reshape({1, M, 1, 1});
-  Tensor here = T == 1 ? Tensor(rows == Tensor::from_sint(start))
-                       : Tensor(rows >= Tensor(int(start.value()))).logical_and(Tensor(rows < Tensor(int(start.value() + T))));
   sint L = start + T;
   for (size_t i = 0; i < layers_.size(); i++) {
     Layer& l = layers_[i];
@@ -173,13 +172,9 @@ Tensor GPT2::forward(const Tensor& tokens, const sint& start, bool last_only) {
     Tensor& cv = cv_[i];
     Tensor qkv = Tensor(x.layer_norm({D}, l.ln1_w, l.ln1_b, c.norm_eps).matmul(l.attn_w) + l.attn_b);  // (B, T, 3D)
     auto part = [&](int64_t j) { return qkv.shrink({{0, B}, {0, T}, {j * D, (j + 1) * D}}).reshape({B, T, H, hd}); };
-    // k and v are materialised before they are padded or expanded to the cache's rows (see Llama::attention)
-    Tensor q = part(0), k = part(1).contiguous(), v = part(2).contiguous();
-    Tensor kn = T == 1 ? k.expand({B, M, H, hd}) : k.pad({{0, 0}, {start.value(), M - start.value() - T}, {0, 0}, {0, 0}});
-    Tensor vn = T == 1 ? v.expand({B, M, H, hd}) : v.pad({{0, 0}, {start.value(), M - start.value() - T}, {0, 0}, {0, 0}});
-    ck.assign(here.where(kn, ck));
-    cv.assign(here.where(vn, cv));
-    Tensor::realize_all({&ck, &cv, &x});
+    // rows start..start+T-1 of both caches written in place (assigns into views of their buffers)
+    Tensor q = part(0), kw = detail::cache_rows(ck, part(1), start), vw = detail::cache_rows(cv, part(2), start);
+    Tensor::realize_all({&kw, &vw, &x});
     auto heads = [&](const Tensor& cache) {  // (B, H, L, hd) of positions 0..start+T-1
       return cache.shrink({{sint(0), sint(B)}, {sint(0), L}, {sint(0), sint(H)}, {sint(0), sint(hd)}}).permute({0, 2, 1, 3});
     };

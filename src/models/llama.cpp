@@ -3,6 +3,8 @@
 // and tinygrad's examples/llama3.py for the KV cache under TinyJit.
 #include "tg/models/llama.hpp"
 
+#include "kv_cache.hpp"
+
 #include <cmath>
 #include <limits>
 #include <set>
@@ -280,36 +282,18 @@ Llama::Cache& Llama::cache(int64_t slot, const char* op) {
 Tensor Llama::attention(Layer& l, Tensor& ck, Tensor& cv, Tensor& resid, const sint& start, int64_t T) {
   Tensor x = resid.rms_norm({cfg_.dim}, l.attn_norm, cfg_.norm_eps);
   const LlamaConfig& c = cfg_;
-  int64_t B = batch_, H = c.n_heads, KVH = c.n_kv_heads, hd = c.head_dim(), rep = H / KVH, M = c.max_context;
+  int64_t B = batch_, H = c.n_heads, KVH = c.n_kv_heads, hd = c.head_dim(), rep = H / KVH;
   auto proj = [&](const Tensor& w, const std::optional<Tensor>& b, int64_t heads) {
     Tensor y = x.matmul(w.T());
     return (b ? Tensor(y + *b) : y).reshape({B, T, heads, hd});
   };
   Tensor q = rope(proj(l.wq, l.bq, H), rope_cos_, rope_sin_, start, T, c.rope_halves());
   Tensor k = rope(proj(l.wk, l.bk, KVH), rope_cos_, rope_sin_, start, T, c.rope_halves());
-  // k and v are materialised before they are padded or expanded to the cache's rows: fused into the cache write, their
-  // projections would be computed again for every row of the cache
-  k = k.contiguous();
-  Tensor v = proj(l.wv, l.bv, KVH).contiguous();
-  // write rows start..start+T-1 of both caches: a masked assign of the whole
-  // cache
-  Tensor rows = Tensor::arange(M).reshape({1, M, 1, 1});
-  Tensor here, kn, vn;
-  if (T == 1) {
-    here = Tensor(rows == Tensor::from_sint(start));
-    kn = k.expand({B, M, KVH, hd});
-    vn = v.expand({B, M, KVH, hd});
-  } else {
-    int64_t s = start.value();
-    here = Tensor(rows >= Tensor(int(s))).logical_and(Tensor(rows < Tensor(int(s + T))));
-    kn = k.pad({{0, 0}, {s, M - s - T}, {0, 0}, {0, 0}});
-    vn = v.pad({{0, 0}, {s, M - s - T}, {0, 0}, {0, 0}});
-  }
-  ck.assign(here.where(kn, ck));
-  cv.assign(here.where(vn, cv));
-  // the residual stream is realised with the caches: the rest of the layer reads it from its buffer instead of
-  // computing the layers before again
-  Tensor::realize_all({&ck, &cv, &resid});
+  Tensor v = proj(l.wv, l.bv, KVH);
+  // write rows start..start+T-1 of both caches in place (assigns into views of their buffers). The residual stream
+  // is realised with them: the rest of the layer reads it from its buffer instead of computing the layers before again
+  Tensor kw = detail::cache_rows(ck, k, start), vw = detail::cache_rows(cv, v, start);
+  Tensor::realize_all({&kw, &vw, &resid});
   // attend over positions 0..start+T-1; query head h reads KV head h / rep
   // (grouped: no copy of the KV heads)
   sint L = start + T;
