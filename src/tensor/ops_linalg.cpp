@@ -28,7 +28,7 @@ std::optional<Tensor> packed_matmul(const Tensor& a, const Tensor& b) {
   if (n % P || m < 256 || k * n * 4 < (int64_t(4) << 20)) return std::nullopt;
   if (!serial_device(a.device())) return std::nullopt;  // GPUs tile in the kernel
   Tensor bp = b.reshape({k, n / P, P}).permute({1, 0, 2}).contiguous();
-  Tensor c = Tensor(Tensor(a.reshape({1, m, k, 1}) * bp.reshape({n / P, 1, k, P})).sum(2)).contiguous();
+  Tensor c = ((a.reshape({1, m, k, 1}) * bp.reshape({n / P, 1, k, P})).sum(2)).contiguous();
   Tensor out = c.reshape({n / P, m, P}).permute({1, 0, 2}).reshape({m, n});
   return out.custom_gradient({a, b}, "packed matmul", [](const Tensor& g, const Tensor&, const std::vector<Tensor>& in) {
     return std::vector<std::optional<Tensor>>{g.matmul(in[1].T()), in[0].T().matmul(g)};
@@ -37,7 +37,8 @@ std::optional<Tensor> packed_matmul(const Tensor& a, const Tensor& b) {
 
 }  // namespace
 
-Tensor Tensor::matmul(const Tensor& b) const {
+Tensor Tensor::matmul(const Tensor& b, CallLoc loc) const {
+  CallSite site(loc);
   int64_t dx = ndim(), dw = b.ndim();
   if (dx == 0 || dw == 0)
     fail("matmul", "both operands need at least 1 dim, got " + shape_str(shape()) + " and " + shape_str(b.shape()));
@@ -55,7 +56,7 @@ Tensor Tensor::matmul(const Tensor& b) const {
     ws.insert(ws.end(), size_t(ones), sint(1));
     ws.insert(ws.end(), bs.begin() + axis_w, bs.end());
     Tensor x = reshape(xs), w = b.reshape(ws).transpose(-1, -std::min<int64_t>(dw, 2));
-    return Tensor(x * w).sum(-1).cast(dtypes::strong(least_upper_dtype({dtype(), b.dtype()})));
+    return (x * w).sum(-1).cast(dtypes::strong(least_upper_dtype({dtype(), b.dtype()})));
   }
   int64_t k = shape().back();
   if (k != b.shape()[size_t(axis_w)])
@@ -73,10 +74,11 @@ Tensor Tensor::matmul(const Tensor& b) const {
   ws.insert(ws.end(), b.shape().begin() + axis_w, b.shape().end());
   Tensor x = reshape(xs), w = b.reshape(ws).transpose(-1, -std::min<int64_t>(dw, 2));
   DType out = dtypes::strong(least_upper_dtype({dtype(), b.dtype()}));
-  return Tensor(x * w).sum(-1).cast(out);
+  return (x * w).sum(-1).cast(out);
 }
 
-Tensor Tensor::linear(const Tensor& weight, const std::optional<Tensor>& bias) const {
+Tensor Tensor::linear(const Tensor& weight, const std::optional<Tensor>& bias, CallLoc loc) const {
+  CallSite site(loc);
   if (weight.ndim() < 1 || weight.ndim() > 2)
     fail("linear", "weight must be (out_features, in_features) or (in_features,), got " + shape_str(weight.shape()));
   if (ndim() == 0 || shape().back() != weight.shape().back())
@@ -86,10 +88,11 @@ Tensor Tensor::linear(const Tensor& weight, const std::optional<Tensor>& bias) c
   if (!bias) return y;
   Shape bs = broadcast_shape(y.shape(), bias->shape(), "linear");
   if (bs != y.shape()) fail("linear", "bias " + shape_str(bias->shape()) + " does not broadcast to output " + shape_str(y.shape()));
-  return Tensor(y + *bias);
+  return y + *bias;
 }
 
-Tensor einsum(const std::string& formula_in, const std::vector<Tensor>& operands) {
+Tensor einsum(const std::string& formula_in, const std::vector<Tensor>& operands, CallLoc loc) {
+  CallSite site(loc);
   std::string f;
   for (char c : formula_in)
     if (c != ' ') f += c;
