@@ -1,7 +1,9 @@
 #pragma once
 // tg::Tensor: a lazy tensor (a handle on a UOp graph) with a PyTorch/tinygrad-style API.
-// Operators build expression templates (tg::et); they become UOps when assigned to a Tensor, passed to a
-// non-elementwise op, or realised. Nothing computes until realize().
+// Operators build UOps at once and return Tensors (TensorOf<float|int|bool> when the operands' static kinds decide the
+// result's: see "operators and static dtype kinds" below). Nothing computes until realize(). A default-constructed
+// Tensor is undefined (defined() is false) until one is assigned to it. Errors raised inside the entry points that
+// take a CallLoc name the caller's source position (tg/error.hpp).
 // Thread-safety: Tensors may be built, realised and read from several threads. realize(), assign() and host
 // reads take one process-wide lock (a realise also substitutes its results into every live tensor), so they run
 // one at a time while graph building runs in parallel; the kernels of one realise use every core. A tensor
@@ -96,7 +98,10 @@ struct ValuesIndices;
 /** A lazy tensor. Copies share the same node (like torch): realize() on one is seen by all. */
 class Tensor {
  public:
-  Tensor();
+  /** An undefined tensor: it holds no value; any use raises a tg::Error saying so, until a tensor is assigned to it. */
+  Tensor() = default;
+  /** Whether this handle holds a tensor (false for a default-constructed one). */
+  bool defined() const { return impl_ != nullptr; }
   explicit Tensor(UOpRef uop, Shape shape, std::string device);
   /** A 0-d tensor holding a scalar (weakly typed like a Python scalar unless a dtype is given). */
   Tensor(double v);  // NOLINT
@@ -161,9 +166,10 @@ class Tensor {
 
   // ---- realising and reading back
   /** Compute this tensor (and nothing else) now. */
-  Tensor& realize();
+  Tensor& realize(CallLoc loc = CallLoc::current());
   template <class T>
-  std::vector<T> to_vector() const {
+  std::vector<T> to_vector(CallLoc loc = CallLoc::current()) const {
+    CallSite site(loc);
     if (!(dtype_of<T>() == dtypes::strong(dtype())))
       throw Error("[to_vector] tensor is " + dtype().name() + ", asked for " + dtype_of<T>().name());
     std::vector<T> out(read_count());  // a symbolic tensor reads its dims at their bound values
@@ -177,17 +183,18 @@ class Tensor {
     return out;
   }
   template <class T>
-  T item() const {
+  T item(CallLoc loc = CallLoc::current()) const {
+    CallSite site(loc);
     if (numel() != 1) throw Error("[item] needs one element, tensor has shape " + shape_str(shape()));
-    return to_vector<T>()[0];
+    return to_vector<T>(loc)[0];
   }
   /** All elements converted to double (any dtype). */
   std::vector<double> to_doubles() const;
   /** The same values on another device. */
-  Tensor to(const std::string& device) const;
+  Tensor to(const std::string& device, CallLoc loc = CallLoc::current()) const;
   /** Write x's values into this tensor's buffer (shapes must match; dtype is converted). Lazy tensors defined
    *  before keep the old values (they are realised before the write); views of the buffer see the new ones. */
-  Tensor& assign(const Tensor& x);
+  Tensor& assign(const Tensor& x, CallLoc loc = CallLoc::current());
   /** In place, like torch's `t += x`: x broadcasts to this shape, the result keeps this dtype (a float result into
    *  an int or bool tensor is an error). Every handle sharing this tensor sees the new value: a realised buffer is
    *  updated with assign(), a lazy tensor's graph is replaced. Refused on a tensor that requires grad (outside
@@ -200,8 +207,8 @@ class Tensor {
   // ---- elementwise (see also the operators below)
   /** Broadcasting + promotion. Integer IDIV/MOD truncate, as C, and are defined for every divisor: x / 0 = 0,
    *  x % 0 = 0, INT_MIN / -1 = INT_MIN (no kernel divides by 0 or by -1; see README "Semantics"). */
-  Tensor alu(Ops op, const Tensor& b) const;
-  Tensor cast(DType d) const;
+  Tensor alu(Ops op, const Tensor& b, CallLoc loc = CallLoc::current()) const;
+  Tensor cast(DType d, CallLoc loc = CallLoc::current()) const;
   Tensor bitcast(DType d) const;
   Tensor neg() const;
   Tensor exp2() const;
@@ -216,9 +223,9 @@ class Tensor {
   Tensor relu() const;
   Tensor sigmoid() const;
   Tensor abs() const;
-  Tensor maximum(const Tensor& b) const;
-  Tensor minimum(const Tensor& b) const;
-  Tensor where(const Tensor& a, const Tensor& b) const;  // this is the condition
+  Tensor maximum(const Tensor& b, CallLoc loc = CallLoc::current()) const;
+  Tensor minimum(const Tensor& b, CallLoc loc = CallLoc::current()) const;
+  Tensor where(const Tensor& a, const Tensor& b, CallLoc loc = CallLoc::current()) const;  // this is the condition
   Tensor div(const Tensor& b) const;                       // true division
   Tensor idiv(const Tensor& b) const;                      // floor division (ints), like torch's //; x // 0 = 0
   Tensor mod(const Tensor& b) const;                       // floor remainder, like torch's %; int x % 0 = 0
@@ -226,52 +233,52 @@ class Tensor {
   Tensor logical_not() const;
 
   // ---- movement
-  Tensor reshape(Shape s) const;  // one -1 allowed
+  Tensor reshape(Shape s, CallLoc loc = CallLoc::current()) const;  // one -1 allowed
   /** Symbolic dims (no -1): each symbolic dim stays a dim of its own, at the same place in the layout. */
   Tensor reshape(const SymShape& s) const;
   Tensor reshape(std::initializer_list<sint> s) const { return reshape(SymShape(s)); }
-  Tensor permute(std::vector<int64_t> order) const;
-  Tensor expand(Shape s) const;   // -1 keeps a dim
+  Tensor permute(std::vector<int64_t> order, CallLoc loc = CallLoc::current()) const;
+  Tensor expand(Shape s, CallLoc loc = CallLoc::current()) const;   // -1 keeps a dim
   Tensor expand(const SymShape& s) const;
   Tensor expand(std::initializer_list<sint> s) const { return expand(SymShape(s)); }
-  Tensor pad(const std::vector<std::pair<int64_t, int64_t>>& p, double value = 0) const;
+  Tensor pad(const std::vector<std::pair<int64_t, int64_t>>& p, double value = 0, CallLoc loc = CallLoc::current()) const;
   /** Symbolic amounts: `x.pad({{p, 0}})` puts x after the first p positions (cat along a symbolic dim). */
   Tensor pad(const std::vector<std::pair<sint, sint>>& p, double value = 0) const;
   Tensor pad(std::initializer_list<std::pair<sint, sint>> p, double value = 0) const {
     return pad(std::vector<std::pair<sint, sint>>(p), value);
   }
-  Tensor shrink(const std::vector<std::pair<int64_t, int64_t>>& s) const;
+  Tensor shrink(const std::vector<std::pair<int64_t, int64_t>>& s, CallLoc loc = CallLoc::current()) const;
   /** Symbolic bounds: `cache.shrink({{0, 1}, {0, pos + 1}})`, `freqs.shrink({{pos, pos + 1}, {0, 64}})`. */
   Tensor shrink(const std::vector<std::pair<sint, sint>>& s) const;
   Tensor shrink(std::initializer_list<std::pair<sint, sint>> s) const { return shrink(std::vector<std::pair<sint, sint>>(s)); }
-  Tensor flip(std::vector<int64_t> axes) const;
-  Tensor transpose(int64_t a = 1, int64_t b = 0) const;
-  Tensor T() const { return transpose(); }
-  Tensor flatten(int64_t start = 0, int64_t end = -1) const;
-  Tensor squeeze(std::optional<int64_t> dim = std::nullopt) const;
-  Tensor unsqueeze(int64_t dim) const;
-  Tensor slice(const std::vector<Slice>& s) const;
+  Tensor flip(std::vector<int64_t> axes, CallLoc loc = CallLoc::current()) const;
+  Tensor transpose(int64_t a = 1, int64_t b = 0, CallLoc loc = CallLoc::current()) const;
+  Tensor T(CallLoc loc = CallLoc::current()) const { return transpose(1, 0, loc); }
+  Tensor flatten(int64_t start = 0, int64_t end = -1, CallLoc loc = CallLoc::current()) const;
+  Tensor squeeze(std::optional<int64_t> dim = std::nullopt, CallLoc loc = CallLoc::current()) const;
+  Tensor unsqueeze(int64_t dim, CallLoc loc = CallLoc::current()) const;
+  Tensor slice(const std::vector<Slice>& s, CallLoc loc = CallLoc::current()) const;
   /** `t[i]` selects along dim 0 and drops it (negative counts from the end); `t[Slice{1, 3}]` slices dim 0;
    *  `t[{0, Slice::all(), NewAxis}]` indexes several dims, as index(). */
   Tensor operator[](const TensorIndex& i) const;
   Tensor operator[](std::initializer_list<TensorIndex> idx) const;
 
   // ---- reductions (axes empty = all)
-  Tensor sum(std::vector<int64_t> axes = {}, bool keepdim = false) const;
-  Tensor sum(int64_t axis, bool keepdim = false) const { return sum(std::vector<int64_t>{axis}, keepdim); }
-  Tensor max(std::vector<int64_t> axes = {}, bool keepdim = false) const;
-  Tensor max(int64_t axis, bool keepdim = false) const { return max(std::vector<int64_t>{axis}, keepdim); }
-  Tensor min(std::vector<int64_t> axes = {}, bool keepdim = false) const;
-  Tensor min(int64_t axis, bool keepdim = false) const { return min(std::vector<int64_t>{axis}, keepdim); }
+  Tensor sum(std::vector<int64_t> axes = {}, bool keepdim = false, CallLoc loc = CallLoc::current()) const;
+  Tensor sum(int64_t axis, bool keepdim = false, CallLoc loc = CallLoc::current()) const { return sum(std::vector<int64_t>{axis}, keepdim, loc); }
+  Tensor max(std::vector<int64_t> axes = {}, bool keepdim = false, CallLoc loc = CallLoc::current()) const;
+  Tensor max(int64_t axis, bool keepdim = false, CallLoc loc = CallLoc::current()) const { return max(std::vector<int64_t>{axis}, keepdim, loc); }
+  Tensor min(std::vector<int64_t> axes = {}, bool keepdim = false, CallLoc loc = CallLoc::current()) const;
+  Tensor min(int64_t axis, bool keepdim = false, CallLoc loc = CallLoc::current()) const { return min(std::vector<int64_t>{axis}, keepdim, loc); }
   /** The maximum along dim and the index (int64) of its first occurrence, as torch.max(dim). */
   ValuesIndices max_with_indices(int64_t dim, bool keepdim = false) const;
   /** The minimum along dim and the index (int64) of its first occurrence, as torch.min(dim). */
   ValuesIndices min_with_indices(int64_t dim, bool keepdim = false) const;
-  Tensor prod(std::vector<int64_t> axes = {}, bool keepdim = false) const;
-  Tensor prod(int64_t axis, bool keepdim = false) const { return prod(std::vector<int64_t>{axis}, keepdim); }
-  Tensor mean(std::vector<int64_t> axes = {}, bool keepdim = false) const;
-  Tensor mean(int64_t axis, bool keepdim = false) const { return mean(std::vector<int64_t>{axis}, keepdim); }
-  Tensor softmax(int64_t axis = -1) const;
+  Tensor prod(std::vector<int64_t> axes = {}, bool keepdim = false, CallLoc loc = CallLoc::current()) const;
+  Tensor prod(int64_t axis, bool keepdim = false, CallLoc loc = CallLoc::current()) const { return prod(std::vector<int64_t>{axis}, keepdim, loc); }
+  Tensor mean(std::vector<int64_t> axes = {}, bool keepdim = false, CallLoc loc = CallLoc::current()) const;
+  Tensor mean(int64_t axis, bool keepdim = false, CallLoc loc = CallLoc::current()) const { return mean(std::vector<int64_t>{axis}, keepdim, loc); }
+  Tensor softmax(int64_t axis = -1, CallLoc loc = CallLoc::current()) const;
 
   Tensor contiguous() const;
   Tensor detach() const;
@@ -392,7 +399,7 @@ class Tensor {
 
   // ---- movement and indexing (ops_movement.cpp)
   /** Tile the tensor `repeats[i]` times along each dim (torch.Tensor.repeat; extra leading repeats add dims). */
-  Tensor repeat(const std::vector<int64_t>& repeats) const;
+  Tensor repeat(const std::vector<int64_t>& repeats, CallLoc loc = CallLoc::current()) const;
   /** Each element repeated `repeats` times along dim (flattened first when dim is not given). */
   Tensor repeat_interleave(int64_t repeats, std::optional<int64_t> dim = std::nullopt) const;
   /** Pieces of `size` along dim (the last may be smaller). */
@@ -409,9 +416,9 @@ class Tensor {
   /** The diagonal of dims (dim1, dim2) with an offset, as a new last dim. */
   Tensor diagonal(int64_t offset = 0, int64_t dim1 = 0, int64_t dim2 = 1) const;
   /** out[i][j] = this[i][index[i][j]] along dim (torch.gather); out-of-range indices read 0. */
-  Tensor gather(int64_t dim, const Tensor& index) const;
+  Tensor gather(int64_t dim, const Tensor& index, CallLoc loc = CallLoc::current()) const;
   /** Rows (along dim) picked by a 1-D or 0-d integer index. */
-  Tensor index_select(int64_t dim, const Tensor& index) const;
+  Tensor index_select(int64_t dim, const Tensor& index, CallLoc loc = CallLoc::current()) const;
   /** A copy with src[i][j] written at this[i][index[i][j]] along dim (indices must not repeat). */
   Tensor scatter(int64_t dim, const Tensor& index, const Tensor& src) const;
   Tensor scatter(int64_t dim, const Tensor& index, double value) const;
@@ -423,7 +430,7 @@ class Tensor {
    *  size depends on the data: this realises the mask's count (one sync); the gather costs numel x count. */
   Tensor masked_select(const Tensor& mask) const;
   /** numpy/torch indexing: ints, Slices, integer tensors (broadcast together, advanced indexing), NewAxis, Ellipsis. */
-  Tensor index(const std::vector<TensorIndex>& idx) const;
+  Tensor index(const std::vector<TensorIndex>& idx, CallLoc loc = CallLoc::current()) const;
   /** A copy with `value` (broadcast) written into the slice (the functional form of `t[slices] = value`). */
   Tensor set_slice(const std::vector<Slice>& s, const Tensor& value) const;
   /** A copy with `value` written at the positions an index selects (ints, slices and integer tensors). */
@@ -431,7 +438,7 @@ class Tensor {
   /** pad with a mode: "constant" (value), "reflect", "replicate" or "circular"; pairs per dim, negative shrinks. */
   Tensor pad(const std::vector<std::pair<int64_t, int64_t>>& p, const std::string& mode, double value = 0) const;
   /** int tensor -> (…, num_classes) one-hot int64 (torch.nn.functional.one_hot). */
-  Tensor one_hot(int64_t num_classes) const;
+  Tensor one_hot(int64_t num_classes, CallLoc loc = CallLoc::current()) const;
 
   // ---- reductions and scans (ops_reduce.cpp)
   /** Variance with Bessel's `correction` (1 = unbiased, like torch). */
@@ -451,7 +458,7 @@ class Tensor {
   std::pair<Tensor, Tensor> cummin(int64_t axis = 0) const;
   Tensor logsumexp(std::vector<int64_t> axes = {}, bool keepdim = false) const;
   Tensor logcumsumexp(int64_t axis = 0) const;
-  Tensor log_softmax(int64_t axis = -1) const;
+  Tensor log_softmax(int64_t axis = -1, CallLoc loc = CallLoc::current()) const;
   Tensor softmin(int64_t axis = -1) const;
   /** Sorted values and their original indices (int64), stable (equal values keep their order). Built by counting
    *  comparisons: O(n^2) work along dim, meant for modest sizes. */
@@ -462,10 +469,10 @@ class Tensor {
 
   // ---- linear algebra (ops_linalg.cpp)
   /** torch.matmul: 1-D/1-D dot, matrix-vector, and batched matmul with broadcasting of the batch dims. */
-  Tensor matmul(const Tensor& b) const;
-  Tensor dot(const Tensor& b) const { return matmul(b); }
+  Tensor matmul(const Tensor& b, CallLoc loc = CallLoc::current()) const;
+  Tensor dot(const Tensor& b, CallLoc loc = CallLoc::current()) const { return matmul(b, loc); }
   /** x @ weight.T + bias with weight (out_features, in_features), like torch.nn.functional.linear. */
-  Tensor linear(const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt) const;
+  Tensor linear(const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt, CallLoc loc = CallLoc::current()) const;
 
   // ---- nn functional (ops_nn.cpp); layouts are torch's (N, C, *spatial)
   /** N-d convolution (the number of spatial dims comes from the weight); padding_mode: "zeros", "reflect",
@@ -475,7 +482,7 @@ class Tensor {
   Tensor conv1d(const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt, IntArg stride = 1, ConvPadding padding = 0,
                 IntArg dilation = 1, int64_t groups = 1, const std::string& padding_mode = "zeros") const;
   Tensor conv2d(const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt, IntArg stride = 1, ConvPadding padding = 0,
-                IntArg dilation = 1, int64_t groups = 1, const std::string& padding_mode = "zeros") const;
+                IntArg dilation = 1, int64_t groups = 1, const std::string& padding_mode = "zeros", CallLoc loc = CallLoc::current()) const;
   Tensor conv3d(const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt, IntArg stride = 1, ConvPadding padding = 0,
                 IntArg dilation = 1, int64_t groups = 1, const std::string& padding_mode = "zeros") const;
   /** Transposed convolution; weight (C_in, C_out / groups, *k) like torch. */
@@ -507,7 +514,7 @@ class Tensor {
                     bool training = false, double momentum = 0.1, double eps = 1e-5) const;
   /** Normalise over the last normalized_shape.size() dims, which must equal normalized_shape. */
   Tensor layer_norm(const std::vector<int64_t>& normalized_shape, const std::optional<Tensor>& weight = std::nullopt,
-                    const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5) const;
+                    const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5, CallLoc loc = CallLoc::current()) const;
   Tensor group_norm(int64_t num_groups, const std::optional<Tensor>& weight = std::nullopt,
                     const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5) const;
   /** x / sqrt(mean(x^2) + eps) * weight over the last normalized_shape.size() dims; eps defaults to float eps. */
@@ -524,7 +531,7 @@ class Tensor {
   // ---- losses (ops_loss.cpp); reduction: "mean", "sum" or "none"; this is the prediction
   /** Logits (N, C, *) or (C,) against class indices (int, (N, *)) or class probabilities (float, same shape). */
   Tensor cross_entropy(const Tensor& target, const std::string& reduction = "mean", double label_smoothing = 0.0,
-                       int64_t ignore_index = -100, const std::optional<Tensor>& weight = std::nullopt) const;
+                       int64_t ignore_index = -100, const std::optional<Tensor>& weight = std::nullopt, CallLoc loc = CallLoc::current()) const;
   /** Log-probabilities (N, C, *) or (C,) against class indices. */
   Tensor nll_loss(const Tensor& target, const std::optional<Tensor>& weight = std::nullopt, int64_t ignore_index = -100,
                   const std::string& reduction = "mean") const;
@@ -564,7 +571,11 @@ class Tensor {
 
   /** Realise several tensors together (one schedule). */
   static void realize_all(std::vector<Tensor*> ts);
-  std::shared_ptr<TensorImpl> impl() const { return impl_; }
+  /** The shared state (a tg::Error for an undefined tensor). */
+  std::shared_ptr<TensorImpl> impl() const {
+    (void)im();
+    return impl_;
+  }
 
  private:
   friend void replace_realized(const std::vector<std::pair<const UOp*, UOpRef>>&);
@@ -574,6 +585,8 @@ class Tensor {
   Tensor reduce(Ops op, std::vector<int64_t> axes, bool keepdim, const char* name) const;
   Tensor mov(Ops op, Arg arg, Shape out) const;
   int64_t norm_axis(int64_t a, const char* op) const;
+  /** The shared state; a tg::Error for an undefined tensor. */
+  TensorImpl& im() const;
   std::shared_ptr<TensorImpl> impl_;
 };
 
@@ -597,7 +610,8 @@ struct ValuesIndices {
 
 /** Printing, like torch: `tensor([[1., 2.],\n        [3., 4.]], shape=(2, 2), dtype=float32, device=CPU)`. Realises
  *  the tensor. Floats print with 4 decimals ("1." when every value is integral, scientific when the magnitudes
- *  need it), all with one width; more than 1000 elements print the first and last 3 of each dim around "...". */
+ *  need it), all with one width; more than 1000 elements print the first and last 3 of each dim around "...". An
+ *  undefined tensor prints as `tensor(undefined)`. */
 std::string to_string(const Tensor& t);
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
@@ -616,15 +630,15 @@ struct TensorIndex {
 };
 
 /** Concatenate along dim (shapes equal elsewhere; dtypes promote). */
-Tensor cat(const std::vector<Tensor>& ts, int64_t dim = 0);
+Tensor cat(const std::vector<Tensor>& ts, int64_t dim = 0, CallLoc loc = CallLoc::current());
 /** Stack along a new dim. */
-Tensor stack(const std::vector<Tensor>& ts, int64_t dim = 0);
+Tensor stack(const std::vector<Tensor>& ts, int64_t dim = 0, CallLoc loc = CallLoc::current());
 /** cond ? a : b with broadcasting. */
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, CallLoc loc = CallLoc::current());
 /** Einstein summation: "ij,jk->ik", batch dims, "..." and repeated indices (diagonals) like torch.einsum. */
-Tensor einsum(const std::string& formula, const std::vector<Tensor>& operands);
+Tensor einsum(const std::string& formula, const std::vector<Tensor>& operands, CallLoc loc = CallLoc::current());
 /** Rows of weight (num, dim) picked by integer indices of any shape: (*indices.shape, dim). */
-Tensor embedding(const Tensor& indices, const Tensor& weight);
+Tensor embedding(const Tensor& indices, const Tensor& weight, CallLoc loc = CallLoc::current());
 /** Coordinate grids ("ij" or "xy" indexing) from 1-D tensors. */
 std::vector<Tensor> meshgrid(const std::vector<Tensor>& ts, const std::string& indexing = "ij");
 
@@ -641,18 +655,40 @@ class NoGrad {
   bool prev_;
 };
 
-// ================================================================ expression templates
+// ================================================================ operators and static dtype kinds
+
+/** What is known about a tensor's dtype at compile time: its kind. A plain Tensor's kind is Unknown; a
+ *  TensorOf<float|int|bool> is a Tensor whose dtype is of that kind (any width), checked when it is made. */
+enum class Kind { Unknown, Bool, Int, Float };
+
+template <class E>
+class TensorOf;
 
 namespace et {
 
-/** What is known about an expression's dtype at compile time. */
-enum class Kind { Unknown, Bool, Int, Float };
+template <class T>
+struct typed : std::false_type {};
+template <class T>
+struct typed<TensorOf<T>> : std::true_type {};
+
+/** The kind of an operand type: TensorOf<T>'s, a C++ scalar's, Unknown for a Tensor. */
+template <class T>
+constexpr Kind kind_of() {
+  using U = std::remove_cvref_t<T>;
+  if constexpr (typed<U>::value) return U::kind;
+  else if constexpr (std::is_same_v<U, bool>) return Kind::Bool;
+  else if constexpr (std::is_integral_v<U>) return Kind::Int;
+  else if constexpr (std::is_floating_point_v<U>) return Kind::Float;
+  else return Kind::Unknown;
+}
 
 template <class T>
-struct is_expr : std::false_type {};
+inline constexpr bool is_tensorish = std::is_base_of_v<Tensor, std::remove_cvref_t<T>>;
+template <class T>
+inline constexpr bool is_operand = is_tensorish<T> || std::is_arithmetic_v<std::remove_cvref_t<T>>;
 
-/** Lowering of an operand: Tensor as is, scalars as weak 0-d tensors. */
-inline Tensor lower(const Tensor& t) { return t; }
+/** An operand as a Tensor: tensors as they are, C++ scalars as weak 0-d tensors (like Python scalars). */
+inline const Tensor& lower(const Tensor& t) { return t; }
 template <class T>
   requires std::is_arithmetic_v<T>
 Tensor lower(T v) {
@@ -661,185 +697,145 @@ Tensor lower(T v) {
   else return Tensor(double(v));
 }
 
-template <class T>
-constexpr Kind kind_of() {
-  using U = std::remove_cvref_t<T>;
-  if constexpr (std::is_same_v<U, bool>) return Kind::Bool;
-  else if constexpr (std::is_integral_v<U>) return Kind::Int;
-  else if constexpr (std::is_floating_point_v<U>) return Kind::Float;
-  else if constexpr (is_expr<U>::value) return U::kind;
-  else return Kind::Unknown;
+/** The operators' ops (comparisons as written: > and >= are built from < like tinygrad). */
+enum class Op { Add, Sub, Mul, Div, Mod, And, Or, Xor, Shl, Shr, Lt, Gt, Le, Ge, Eq, Ne, Neg, Invert };
+
+constexpr bool is_bitwise(Op o) { return o == Op::And || o == Op::Or || o == Op::Xor || o == Op::Shl || o == Op::Shr; }
+constexpr bool is_shift(Op o) { return o == Op::Shl || o == Op::Shr; }
+constexpr bool is_arith(Op o) { return o == Op::Add || o == Op::Sub || o == Op::Mul || o == Op::Div || o == Op::Mod; }
+constexpr bool is_cmp(Op o) { return o >= Op::Lt && o <= Op::Ne; }
+
+/** The result kind of `a op b` (promotion as torch: a float operand makes a float, division is always float). */
+constexpr Kind result_kind(Op o, Kind a, Kind b) {
+  if (is_cmp(o)) return Kind::Bool;
+  if (o == Op::Div) return Kind::Float;
+  if (a == Kind::Float || b == Kind::Float) return Kind::Float;
+  if (a == Kind::Int && b == Kind::Int) return Kind::Int;
+  if (a == Kind::Bool && b == Kind::Bool) return Kind::Bool;
+  return Kind::Unknown;
 }
 
-/** Forwarding of Tensor methods on expressions, so `(a*b).sum(1)` reads naturally. */
-template <class D>
-struct ExprBase {
-  Tensor tensor() const { return static_cast<const D&>(*this).eval(); }
-  operator Tensor() const { return tensor(); }  // NOLINT: expressions become tensors on assignment
-  Shape shape() const { return tensor().shape(); }
-  DType dtype() const { return tensor().dtype(); }
-  template <class... A>
-  Tensor sum(A&&... a) const { return tensor().sum(std::forward<A>(a)...); }
-  template <class... A>
-  Tensor max(A&&... a) const { return tensor().max(std::forward<A>(a)...); }
-  template <class... A>
-  Tensor min(A&&... a) const { return tensor().min(std::forward<A>(a)...); }
-  template <class... A>
-  Tensor mean(A&&... a) const { return tensor().mean(std::forward<A>(a)...); }
-  template <class... A>
-  Tensor prod(A&&... a) const { return tensor().prod(std::forward<A>(a)...); }
-  // common Tensor methods, callable on an expression: (a * b).relu()
-#define TG_ET_FORWARD(name)                      \
-  template <class... A>                          \
-  Tensor name(A&&... a) const {                  \
-    return tensor().name(std::forward<A>(a)...); \
-  }
-  TG_ET_FORWARD(relu) TG_ET_FORWARD(sigmoid) TG_ET_FORWARD(tanh) TG_ET_FORWARD(gelu) TG_ET_FORWARD(silu)
-  TG_ET_FORWARD(exp) TG_ET_FORWARD(log) TG_ET_FORWARD(sqrt) TG_ET_FORWARD(rsqrt) TG_ET_FORWARD(abs)
-  TG_ET_FORWARD(square) TG_ET_FORWARD(pow) TG_ET_FORWARD(clamp) TG_ET_FORWARD(where)
-  TG_ET_FORWARD(softmax) TG_ET_FORWARD(log_softmax) TG_ET_FORWARD(logsumexp) TG_ET_FORWARD(var)
-  TG_ET_FORWARD(std) TG_ET_FORWARD(argmax) TG_ET_FORWARD(argmin) TG_ET_FORWARD(any) TG_ET_FORWARD(all)
-  TG_ET_FORWARD(cumsum) TG_ET_FORWARD(matmul) TG_ET_FORWARD(linear) TG_ET_FORWARD(flatten)
-  TG_ET_FORWARD(unsqueeze) TG_ET_FORWARD(squeeze) TG_ET_FORWARD(transpose) TG_ET_FORWARD(eq) TG_ET_FORWARD(ne)
-#undef TG_ET_FORWARD
-  Tensor reshape(Shape s) const { return tensor().reshape(std::move(s)); }
-  Tensor permute(std::vector<int64_t> o) const { return tensor().permute(std::move(o)); }
-  Tensor expand(Shape s) const { return tensor().expand(std::move(s)); }
-  Tensor cast(DType d) const { return tensor().cast(d); }
-  Tensor contiguous() const { return tensor().contiguous(); }
-  Tensor realize() const { Tensor t = tensor(); t.realize(); return t; }
-  template <class T>
-  std::vector<T> to_vector() const { return tensor().template to_vector<T>(); }
-  template <class T>
-  T item() const { return tensor().template item<T>(); }
+template <Kind K>
+struct typed_for {
+  using type = Tensor;
 };
-
-template <Ops O, class A, class B>
-struct Bin : ExprBase<Bin<O, A, B>> {
-  A a;
-  B b;
-  static constexpr Kind ka = kind_of<A>(), kb = kind_of<B>();
-  static constexpr Kind kind = is_comparison(O) ? Kind::Bool
-                               : O == Ops::FDIV ? Kind::Float
-                               : (ka == Kind::Float || kb == Kind::Float) ? Kind::Float
-                               : (ka == Kind::Int && kb == Kind::Int) ? Kind::Int
-                               : (ka == Kind::Bool && kb == Kind::Bool) ? Kind::Bool
-                               : Kind::Unknown;
-  static_assert(!((O == Ops::AND || O == Ops::OR || O == Ops::XOR || O == Ops::SHL || O == Ops::SHR) &&
-                  (ka == Kind::Float || kb == Kind::Float)),
-                "[tensor] bitwise ops need int or bool operands, and this operand is statically float");
-  static_assert(!((O == Ops::SHL || O == Ops::SHR) && (ka == Kind::Bool || kb == Kind::Bool)),
-                "[tensor] shifts need int operands");
-  Bin(A a_, B b_) : a(std::move(a_)), b(std::move(b_)) {}
-  Tensor eval() const {
-    Tensor l = lower(a), r = lower(b);
-    if constexpr (O == Ops::FDIV) return l.div(r);
-    else if constexpr (O == Ops::MOD) return l.mod(r);
-    else if constexpr (O == Ops::SUB) return l.alu(Ops::ADD, r.neg());
-    else return l.alu(O, r);
-  }
+template <>
+struct typed_for<Kind::Float> {
+  using type = TensorOf<float>;
 };
-
-/** `a > b` and `a >= b` are built from CMPLT with swapped operands / negation, as in tinygrad. */
-template <bool Swap, bool Not, class A, class B>
-struct Cmp : ExprBase<Cmp<Swap, Not, A, B>> {
-  A a;
-  B b;
-  static constexpr Kind kind = Kind::Bool;
-  Cmp(A a_, B b_) : a(std::move(a_)), b(std::move(b_)) {}
-  Tensor eval() const {
-    Tensor l = lower(a), r = lower(b);
-    Tensor c = Swap ? r.alu(Ops::CMPLT, l) : l.alu(Ops::CMPLT, r);
-    return Not ? c.logical_not() : c;
-  }
+template <>
+struct typed_for<Kind::Int> {
+  using type = TensorOf<int>;
 };
-
-template <Ops O, class A>
-struct Un : ExprBase<Un<O, A>> {
-  A a;
-  static constexpr Kind kind = O == Ops::NEG ? kind_of<A>() : (O == Ops::XOR ? kind_of<A>() : Kind::Float);
-  static_assert(!(O == Ops::XOR && kind_of<A>() == Kind::Float), "[tensor] ~ needs an int or bool operand");
-  explicit Un(A a_) : a(std::move(a_)) {}
-  Tensor eval() const {
-    Tensor t = lower(a);
-    if constexpr (O == Ops::NEG) return t.neg();
-    else if constexpr (O == Ops::XOR) return t.dtype() == dtypes::bool_ ? t.logical_not() : t.alu(Ops::XOR, Tensor(-1));
-    else return t;
-  }
+template <>
+struct typed_for<Kind::Bool> {
+  using type = TensorOf<bool>;
 };
+/** The result type of an operator: TensorOf<...> when the kind is known, else Tensor. */
+template <Kind K>
+using typed_t = typename typed_for<K>::type;
 
-template <Ops O, class A, class B>
-struct is_expr<Bin<O, A, B>> : std::true_type {};
-template <bool S, bool N, class A, class B>
-struct is_expr<Cmp<S, N, A, B>> : std::true_type {};
-template <Ops O, class A>
-struct is_expr<Un<O, A>> : std::true_type {};
-
-template <class T>
-inline constexpr bool is_tensorish = std::is_same_v<std::remove_cvref_t<T>, Tensor> || is_expr<std::remove_cvref_t<T>>::value;
-template <class T>
-inline constexpr bool is_operand = is_tensorish<T> || std::is_arithmetic_v<std::remove_cvref_t<T>>;
-
-/** How an operand is stored in an expression node: tensors and expressions by value (cheap handles). */
-template <class T>
-using stored = std::remove_cvref_t<T>;
-
-template <class A>
-decltype(auto) lower(const A& e)
-  requires is_expr<A>::value
-{
-  return e.eval();
-}
+/** The operators' work (one non-template function: broadcasting, promotion, the op). */
+Tensor binary(Op o, const Tensor& a, const Tensor& b);
+Tensor unary(Op o, const Tensor& a);
+/** Throws unless t's dtype is of kind k (an undefined t passes: it has no dtype yet). */
+void check_kind(const Tensor& t, Kind k);
 
 }  // namespace et
 
-#define TG_ET_BINOP(sym, OPNAME)                                                                      \
-  template <class A, class B>                                                                         \
-    requires(et::is_operand<A> && et::is_operand<B> && (et::is_tensorish<A> || et::is_tensorish<B>)) \
-  auto operator sym(A&& a, B&& b) {                                                                   \
-    return et::Bin<Ops::OPNAME, et::stored<A>, et::stored<B>>(std::forward<A>(a), std::forward<B>(b)); \
+/** A Tensor whose dtype kind (float, int or bool; any width) is part of its type, so misuse is a compile error:
+ *  `TensorOf<float> x(Tensor::randn({3}));  x & 1;  // error: bitwise ops need int or bool operands`.
+ *  Operators return one when both operands' kinds decide the result's (`a / b`, `a < b`, `i + 1` for an int i), a
+ *  plain Tensor otherwise. It converts to Tensor wherever one is expected; a Tensor becomes one explicitly, or by
+ *  assignment, with a check of its dtype. Methods are Tensor's (their results are plain Tensors). */
+template <class E>
+class TensorOf : public Tensor {
+  static_assert(std::is_same_v<E, float> || std::is_same_v<E, int> || std::is_same_v<E, bool>,
+                "[tensor] TensorOf<T> takes float, int or bool: the dtype's kind, of any width");
+
+ public:
+  static constexpr Kind kind = et::kind_of<E>();
+  /** Undefined, as a default Tensor. */
+  TensorOf() = default;
+  /** t, checked to be of this kind (a tg::Error otherwise). */
+  explicit TensorOf(Tensor t) : Tensor(std::move(t)) { et::check_kind(*this, kind); }
+  TensorOf& operator=(const Tensor& t) {
+    et::check_kind(t, kind);
+    Tensor::operator=(t);
+    return *this;
   }
-TG_ET_BINOP(+, ADD)
-TG_ET_BINOP(-, SUB)
-TG_ET_BINOP(*, MUL)
-TG_ET_BINOP(/, FDIV)
-TG_ET_BINOP(%, MOD)
-TG_ET_BINOP(&, AND)
-TG_ET_BINOP(|, OR)
-TG_ET_BINOP(^, XOR)
-TG_ET_BINOP(<<, SHL)
-TG_ET_BINOP(>>, SHR)
-TG_ET_BINOP(<, CMPLT)
-TG_ET_BINOP(==, CMPEQ)
-TG_ET_BINOP(!=, CMPNE)
-#undef TG_ET_BINOP
+  // Integer-only methods refused on float tensors at compile time, as the operators are.
+  Tensor bitwise_and(const Tensor& b) const {
+    static_assert(kind != Kind::Float, "[tensor] bitwise_and needs an int or bool tensor, and this one is statically float");
+    return Tensor::bitwise_and(b);
+  }
+  Tensor bitwise_or(const Tensor& b) const {
+    static_assert(kind != Kind::Float, "[tensor] bitwise_or needs an int or bool tensor, and this one is statically float");
+    return Tensor::bitwise_or(b);
+  }
+  Tensor bitwise_xor(const Tensor& b) const {
+    static_assert(kind != Kind::Float, "[tensor] bitwise_xor needs an int or bool tensor, and this one is statically float");
+    return Tensor::bitwise_xor(b);
+  }
+  Tensor bitwise_not() const {
+    static_assert(kind != Kind::Float, "[tensor] bitwise_not needs an int or bool tensor, and this one is statically float");
+    return Tensor::bitwise_not();
+  }
+  Tensor lshift(const Tensor& b) const {
+    static_assert(kind == Kind::Int, "[tensor] lshift needs an int tensor");
+    return Tensor::lshift(b);
+  }
+  Tensor rshift(const Tensor& b) const {
+    static_assert(kind == Kind::Int, "[tensor] rshift needs an int tensor");
+    return Tensor::rshift(b);
+  }
+};
 
-template <class A, class B>
-  requires(et::is_operand<A> && et::is_operand<B> && (et::is_tensorish<A> || et::is_tensorish<B>))
-auto operator>(A&& a, B&& b) {
-  return et::Cmp<true, false, et::stored<A>, et::stored<B>>(std::forward<A>(a), std::forward<B>(b));
-}
-template <class A, class B>
-  requires(et::is_operand<A> && et::is_operand<B> && (et::is_tensorish<A> || et::is_tensorish<B>))
-auto operator>=(A&& a, B&& b) {
-  return et::Cmp<false, true, et::stored<A>, et::stored<B>>(std::forward<A>(a), std::forward<B>(b));
-}
-template <class A, class B>
-  requires(et::is_operand<A> && et::is_operand<B> && (et::is_tensorish<A> || et::is_tensorish<B>))
-auto operator<=(A&& a, B&& b) {
-  return et::Cmp<true, true, et::stored<A>, et::stored<B>>(std::forward<A>(a), std::forward<B>(b));
+// The operators. Each checks what the operands' static kinds rule out (one static_assert per mistake, so the
+// message is the first error the compiler prints) and returns a TensorOf when the result's kind is known.
+#define TG_BINARY_OPERATOR(sym, OP)                                                                                    \
+  template <class A, class B>                                                                                          \
+    requires(et::is_operand<A> && et::is_operand<B> && (et::is_tensorish<A> || et::is_tensorish<B>))                  \
+  auto operator sym(const A& a, const B& b) {                                                                          \
+    constexpr Kind ka = et::kind_of<A>(), kb = et::kind_of<B>();                                                       \
+    static_assert(!(et::is_bitwise(et::Op::OP) && (ka == Kind::Float || kb == Kind::Float)),                           \
+                  "[tensor] bitwise ops need int or bool operands, and this operand is statically float");             \
+    static_assert(!(et::is_shift(et::Op::OP) && (ka == Kind::Bool || kb == Kind::Bool)),                               \
+                  "[tensor] shifts need int operands");                                                                \
+    static_assert(!(et::is_arith(et::Op::OP) && ka == Kind::Bool && kb == Kind::Bool),                                 \
+                  "[tensor] arithmetic on two bool operands: cast one to a number dtype, or use logical_and/logical_or"); \
+    return et::typed_t<et::result_kind(et::Op::OP, ka, kb)>(et::binary(et::Op::OP, et::lower(a), et::lower(b)));     \
+  }
+TG_BINARY_OPERATOR(+, Add)
+TG_BINARY_OPERATOR(-, Sub)
+TG_BINARY_OPERATOR(*, Mul)
+TG_BINARY_OPERATOR(/, Div)
+TG_BINARY_OPERATOR(%, Mod)
+TG_BINARY_OPERATOR(&, And)
+TG_BINARY_OPERATOR(|, Or)
+TG_BINARY_OPERATOR(^, Xor)
+TG_BINARY_OPERATOR(<<, Shl)
+TG_BINARY_OPERATOR(>>, Shr)
+TG_BINARY_OPERATOR(<, Lt)
+TG_BINARY_OPERATOR(>, Gt)
+TG_BINARY_OPERATOR(<=, Le)
+TG_BINARY_OPERATOR(>=, Ge)
+TG_BINARY_OPERATOR(==, Eq)
+TG_BINARY_OPERATOR(!=, Ne)
+#undef TG_BINARY_OPERATOR
+
+template <class A>
+  requires et::is_tensorish<A>
+auto operator-(const A& a) {
+  static_assert(et::kind_of<A>() != Kind::Bool, "[tensor] negation of a bool tensor: use logical_not (or ~)");
+  return et::typed_t<et::kind_of<A>()>(et::unary(et::Op::Neg, a));
 }
 template <class A>
   requires et::is_tensorish<A>
-auto operator-(A&& a) {
-  return et::Un<Ops::NEG, et::stored<A>>(std::forward<A>(a));
+auto operator~(const A& a) {
+  static_assert(et::kind_of<A>() != Kind::Float, "[tensor] ~ needs an int or bool operand");
+  return et::typed_t<et::kind_of<A>()>(et::unary(et::Op::Invert, a));
 }
-template <class A>
-  requires et::is_tensorish<A>
-auto operator~(A&& a) {
-  return et::Un<Ops::XOR, et::stored<A>>(std::forward<A>(a));
-}
-
 /** Realise several tensors in one schedule. */
 template <class... Ts>
 void realize(Ts&... ts) {

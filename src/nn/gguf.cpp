@@ -439,7 +439,7 @@ Tensor ggml_dequantize(const Tensor& raw, const std::string& type) {
     if (five) q = q.bitwise_or(unpack(cols(raw, 16, 48), 1).lshift(Tensor(4).cast(dtypes::uint8)));  // bit s of qh[l]
     auto [sc, m] = scale_min_k4_t(cols(raw, 4, 16));
     Tensor d = f16_at(raw, 0), dmin = f16_at(raw, 2);
-    Tensor y = Tensor(Tensor(d * sc).unsqueeze(-1) * q.cast(dtypes::float32)) - Tensor(dmin * m).unsqueeze(-1);
+    Tensor y = ((d * sc).unsqueeze(-1) * q.cast(dtypes::float32)) - (dmin * m).unsqueeze(-1);
     return merge_last(merge_last(y));
   }
   if (type == "q6_K") {  // y = d * sc[i/16] * (q - 32), q = 4 low bits from ql, 2 high bits from qh
@@ -460,7 +460,7 @@ Tensor ggml_dequantize(const Tensor& raw, const std::string& type) {
     Shape out = raw.shape();
     out.pop_back();
     out.back() *= 256;
-    return merge_last(Tensor(f16_at(raw, 208) * sc) * q).reshape(out);
+    return merge_last((f16_at(raw, 208) * sc) * q).reshape(out);
   }
   throw Error("[ggml_dequantize] unknown type '" + type + "' (f32, f16, bf16, q8_0, q4_0, q4_1, q4_K, q5_K, q6_K)");
 }

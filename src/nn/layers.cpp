@@ -245,7 +245,7 @@ std::pair<Tensor, Tensor> LSTMCell::step(const Tensor& x, const Tensor& h, const
   auto ch = gates.chunk(4, -1);
   Tensor i = ch[0].sigmoid(), f = ch[1].sigmoid(), g = ch[2].tanh(), o = ch[3].sigmoid();
   Tensor c2 = f * c + i * g;
-  return {Tensor(o * c2.tanh()), c2};
+  return {o * c2.tanh(), c2};
 }
 Tensor LSTMCell::forward(const Tensor& x) {
   Shape hs{x.shape()[0], hidden_};

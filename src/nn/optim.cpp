@@ -16,7 +16,7 @@ std::string num(double v) {
 }
 // r1 > 0 and r2 > 0 ? ratio : 1 (a trust ratio that is 1 where a norm vanishes)
 Tensor guarded_ratio(const Tensor& r1, const Tensor& r2, const Tensor& ratio) {
-  return Tensor(r1 > 0).where(Tensor(r2 > 0).where(ratio, Tensor(1.0)), Tensor(1.0));
+  return (r1 > 0).where((r2 > 0).where(ratio, 1.0), 1.0);
 }
 }  // namespace
 
@@ -93,7 +93,7 @@ std::vector<Tensor> Optimizer::schedule_step() {
   std::vector<Tensor> out = s.state;
   for (size_t i = 0; i < params_.size(); i++) {
     Tensor& p = params_[i];
-    p.assign(Tensor(p.detach() - updates[i].cast(p.dtype())));
+    p.assign(p.detach() - updates[i].cast(p.dtype()));
     out.push_back(p);
   }
   return out;
@@ -114,7 +114,7 @@ Tensor newton_schulz(const Tensor& g, int steps, const std::vector<double>& coef
     throw Error("[newton_schulz] needs steps >= 0 and at least one coefficient, got " + std::to_string(steps) + " steps, " +
                 std::to_string(coef.size()) + " coefficients");
   if (g.shape()[0] > g.shape()[1]) return newton_schulz(g.T(), steps, coef, eps).T();
-  Tensor G = g / Tensor(g.square().sum().sqrt() + eps);
+  Tensor G = g / (g.square().sum().sqrt() + eps);
   for (int s = 0; s < steps; s++) {
     // sum_i c_i (G G^T)^i G
     Tensor A = G.matmul(G.T()), term = G, acc = G * coef[0];
@@ -160,20 +160,20 @@ Optimizer::Step LARS::compute_step(const std::vector<Tensor>& ps, const std::vec
     std::optional<Tensor> r;
     if (tcoef_ != 0) {
       Tensor r1 = p.square().sum().sqrt(), r2 = g.square().sum().sqrt();
-      r = guarded_ratio(r1, r2, Tensor(r1 * tcoef_) / Tensor(r2 + r1 * wd_));
+      r = guarded_ratio(r1, r2, (r1 * tcoef_) / (r2 + r1 * wd_));
     }
     auto scale = [&](const Tensor& x) { return r ? Tensor(x * *r * lr) : Tensor(x * lr); };
     if (pre_wd_ && wd_ > 0) g = g + p * wd_;
     if (classic_) g = scale(g);  // classic momentum: lr inside the buffer
     if (momentum_ != 0) {
       Tensor& b = buf_[i];
-      b.assign(Tensor(b * momentum_ + g));
+      b.assign(b * momentum_ + g);
       s.state.push_back(b);
       g = nesterov_ ? Tensor(g + b * momentum_) : b;
     }
     if (ns_steps_ > 0) g = newton_schulz(g.reshape({g.shape()[0], -1}), ns_steps_, ns_coef_).reshape(p.shape());
     if (!classic_) g = scale(g);
-    if (!pre_wd_ && wd_ > 0) g = g + p * Tensor(lr * wd_);  // decoupled: p - g = p*(1 - lr*wd) - lr*update
+    if (!pre_wd_ && wd_ > 0) g = g + p * (lr * wd_);  // decoupled: p - g = p*(1 - lr*wd) - lr*update
     s.updates.push_back(g);
   }
   return s;
@@ -206,25 +206,25 @@ LAMB::LAMB(std::vector<Tensor> params, double lr, double b1, double b2, double e
 
 Optimizer::Step LAMB::compute_step(const std::vector<Tensor>& ps, const std::vector<Tensor>& gs) {
   Step s;
-  b1_t_.assign(Tensor(b1_t_ * b1_));
-  b2_t_.assign(Tensor(b2_t_ * b2_));
+  b1_t_.assign(b1_t_ * b1_);
+  b2_t_.assign(b2_t_ * b2_);
   s.state = {b1_t_, b2_t_};
-  Tensor lr = lr_scalar(), c1 = Tensor(1.0 - b1_t_).reshape({}), c2 = Tensor(1.0 - b2_t_).reshape({});
+  Tensor lr = lr_scalar(), c1 = (1.0 - b1_t_).reshape({}), c2 = (1.0 - b2_t_).reshape({});
   for (size_t i = 0; i < ps.size(); i++) {
     const Tensor &p = ps[i], &g = gs[i];
-    m_[i].assign(Tensor(m_[i] * b1_ + g * (1.0 - b1_)));
-    v_[i].assign(Tensor(v_[i] * b2_ + g * g * (1.0 - b2_)));
+    m_[i].assign(m_[i] * b1_ + g * (1.0 - b1_));
+    v_[i].assign(v_[i] * b2_ + g * g * (1.0 - b2_));
     s.state.push_back(m_[i]);
     s.state.push_back(v_[i]);
     // bias correction with the powers after this step's update
     Tensor m_hat = m_[i] / c1, v_hat = v_[i] / c2;
-    Tensor up = m_hat / Tensor(v_hat.sqrt() + eps_);
+    Tensor up = m_hat / (v_hat.sqrt() + eps_);
     if (wd_ != 0) up = up + p * wd_;  // (no p*0 term: it would still read the parameter)
     if (!adam_) {
       Tensor r1 = p.square().sum().sqrt(), r2 = up.square().sum().sqrt();
       up = up * guarded_ratio(r1, r2, r1 / r2);
     }
-    s.updates.push_back(Tensor(up * lr));
+    s.updates.push_back(up * lr);
   }
   return s;
 }

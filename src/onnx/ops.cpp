@@ -81,8 +81,8 @@ Vals op_mod(Ctx& c) {
   if (a.dtype() != b.dtype()) b = b.cast(a.dtype());
   if (c.i("fmod", 0)) {
     if (dtypes::is_float(a.dtype())) {
-      Tensor q = Tensor(a / b).trunc();
-      return one(Tensor(a - q * b).cast(a.dtype()));
+      Tensor q = (a / b).trunc();
+      return one((a - q * b).cast(a.dtype()));
     }
     return one(a.alu(Ops::MOD, b));
   }
@@ -240,18 +240,18 @@ Vals op_where(Ctx& c) {
 Vals op_isinf(Ctx& c) {
   Tensor x = c.t(0);
   bool neg = c.i("detect_negative", 1), pos = c.i("detect_positive", 1);
-  Tensor r = Tensor(x == like(x, INFINITY)).logical_and(Tensor(pos));
-  r = r.logical_or(Tensor(x == like(x, -INFINITY)).logical_and(Tensor(neg)));
+  Tensor r = (x == like(x, INFINITY)).logical_and(pos);
+  r = r.logical_or((x == like(x, -INFINITY)).logical_and(neg));
   return one(r);
 }
 
 Vals op_prelu(Ctx& c) {
   Tensor x = c.t(0), s = c.t(1).cast(x.dtype());
-  return one(Tensor(x < like(x, 0)).where(x * s, x));
+  return one((x < like(x, 0)).where(x * s, x));
 }
 
 Tensor selu(const Tensor& x, double alpha, double gamma) {
-  return Tensor(x > 0.0).where(x * gamma, Tensor(Tensor(x.exp() - 1.0) * alpha) * gamma);
+  return (x > 0.0).where(x * gamma, ((x.exp() - 1.0) * alpha) * gamma);
 }
 
 // ---------------------------------------------------------------- constants and shapes
@@ -442,7 +442,7 @@ Vals op_slice(Ctx& c) {
 
 Tensor norm_index(const Tensor& idx, int64_t n) {
   Tensor i = idx.cast(dtypes::int64);
-  return Tensor(i < scalar(0, dtypes::int64)).where(i + scalar(double(n), dtypes::int64), i);
+  return (i < scalar(0, dtypes::int64)).where(i + scalar(double(n), dtypes::int64), i);
 }
 
 Vals op_gather(Ctx& c) {
@@ -612,7 +612,7 @@ Vals op_onehot(Ctx& c) {
   int64_t r = idx.ndim() + 1;
   int64_t axis = norm_axis(c, c.i("axis", -1), r);
   Tensor i = idx.cast(dtypes::int64);
-  i = Tensor(i < scalar(0, dtypes::int64)).where(i + scalar(double(depth), dtypes::int64), i);
+  i = (i < scalar(0, dtypes::int64)).where(i + scalar(double(depth), dtypes::int64), i);
   Shape rs(size_t(r), 1);
   rs[size_t(axis)] = depth;
   Tensor ar = Tensor::arange(0, double(depth), 1, dtypes::int64).reshape(rs);
@@ -628,7 +628,7 @@ Vals op_eyelike(Ctx& c) {
   int64_t k = c.i("k", 0), n = x.shape()[0], m = x.shape()[1];
   Tensor rows = Tensor::arange(0, double(n), 1, dtypes::int64).reshape({n, 1});
   Tensor cols = Tensor::arange(0, double(m), 1, dtypes::int64).reshape({1, m});
-  return one(Tensor(rows + scalar(double(k), dtypes::int64)).eq(cols).cast(d));
+  return one((rows + scalar(double(k), dtypes::int64)).eq(cols).cast(d));
 }
 
 Vals op_compress(Ctx& c) {
@@ -707,9 +707,9 @@ Vals op_reduce(Ctx& c) {
   else if (op == "ReduceMax") r = x.max(axes, keep);
   else if (op == "ReduceMin") r = x.min(axes, keep);
   else if (op == "ReduceProd") r = x.prod(axes, keep);
-  else if (op == "ReduceSumSquare") r = Tensor(x * x).sum(axes, keep);
+  else if (op == "ReduceSumSquare") r = (x * x).sum(axes, keep);
   else if (op == "ReduceL1") r = x.abs().sum(axes, keep);
-  else if (op == "ReduceL2") r = Tensor(to_float(x) * to_float(x)).sum(axes, keep).sqrt();
+  else if (op == "ReduceL2") r = (to_float(x) * to_float(x)).sum(axes, keep).sqrt();
   else if (op == "ReduceLogSum") r = to_float(x).sum(axes, keep).log();
   else if (op == "ReduceLogSumExp") r = to_float(x).logsumexp(axes, keep);
   else c.error("unknown reduction");
@@ -973,7 +973,7 @@ Vals op_avgpool(Ctx& c) {
   for (int64_t d : w.dilations)
     if (d != 1) c.error("dilations are not supported");
   Tensor s = xp.avg_pool(w.kernel, w.strides, 0, false, true), n = ones.avg_pool(w.kernel, w.strides, 0, false, true);
-  return one(Tensor(s / n).cast(x.dtype()));
+  return one((s / n).cast(x.dtype()));
 }
 
 Vals op_global_pool(Ctx& c) {
@@ -1002,12 +1002,12 @@ Vals op_batchnorm(Ctx& c) {
     for (int64_t i = 2; i < x.ndim(); i++) axes.push_back(i);
     Tensor mean = x.mean(axes), var = x.var(axes, false, 0);
     double mom = c.f("momentum", 0.9);
-    Tensor y = Tensor(x - mean.reshape(cs)) / Tensor(var.reshape(cs) + eps).sqrt() * scale + bias;
-    Tensor rm = Tensor(c.t(3) * mom + mean * (1 - mom)), rv = Tensor(c.t(4) * mom + var * (1 - mom));
+    Tensor y = (x - mean.reshape(cs)) / (var.reshape(cs) + eps).sqrt() * scale + bias;
+    Tensor rm = c.t(3) * mom + mean * (1 - mom), rv = c.t(4) * mom + var * (1 - mom);
     return {Value::of(y.cast(x.dtype())), Value::of(rm.cast(c.t(3).dtype())), Value::of(rv.cast(c.t(4).dtype()))};
   }
   Tensor mean = c.t(3).reshape(cs), var = c.t(4).reshape(cs);
-  Tensor y = Tensor(x - mean) / Tensor(var + eps).sqrt() * scale + bias;
+  Tensor y = (x - mean) / (var + eps).sqrt() * scale + bias;
   return one(y.cast(x.dtype()));
 }
 
@@ -1017,7 +1017,7 @@ Vals op_instancenorm(Ctx& c) {
   std::vector<int64_t> axes;
   for (int64_t i = 2; i < x.ndim(); i++) axes.push_back(i);
   Tensor mean = x.mean(axes, true), var = x.var(axes, true, 0);
-  Tensor y = Tensor(x - mean) / Tensor(var + c.f("epsilon", 1e-5)).sqrt() * c.t(1).reshape(cs) + c.t(2).reshape(cs);
+  Tensor y = (x - mean) / (var + c.f("epsilon", 1e-5)).sqrt() * c.t(1).reshape(cs) + c.t(2).reshape(cs);
   return one(y);
 }
 
@@ -1027,9 +1027,9 @@ Vals op_layernorm(Ctx& c) {
   std::vector<int64_t> axes;
   for (int64_t i = axis; i < x.ndim(); i++) axes.push_back(i);
   Tensor xf = x.cast(dtypes::float32);
-  Tensor mean = xf.mean(axes, true), var = Tensor(Tensor(xf - mean) * Tensor(xf - mean)).mean(axes, true);
-  Tensor inv = Tensor(var + c.f("epsilon", 1e-5)).rsqrt();
-  Tensor y = Tensor(Tensor(xf - mean) * inv).cast(x.dtype()) * c.t(1);
+  Tensor mean = xf.mean(axes, true), var = ((xf - mean) * (xf - mean)).mean(axes, true);
+  Tensor inv = (var + c.f("epsilon", 1e-5)).rsqrt();
+  Tensor y = ((xf - mean) * inv).cast(x.dtype()) * c.t(1);
   if (c.has(2)) y = y + c.t(2);
   return {Value::of(y), Value::of(mean), Value::of(inv)};
 }
@@ -1040,19 +1040,19 @@ Vals op_lrn(Ctx& c) {
   double alpha = c.f("alpha", 1e-4), beta = c.f("beta", 0.75), bias = c.f("bias", 1.0);
   auto s = x.shape();
   int64_t rest = prod(s, 2);
-  Tensor sq = Tensor(x * x).reshape({s[0], 1, s[1], rest});
+  Tensor sq = (x * x).reshape({s[0], 1, s[1], rest});
   int64_t lo = (size - 1) / 2, hi = size - 1 - lo;
   Tensor sum = sq.pad({{0, 0}, {0, 0}, {lo, hi}, {0, 0}}).avg_pool({size, 1}, {1, 1}) * double(size);
-  Tensor den = Tensor(Tensor(sum.reshape(s) * (alpha / double(size))) + bias).pow(beta);
-  return one(Tensor(x / den).cast(x.dtype()));
+  Tensor den = ((sum.reshape(s) * (alpha / double(size))) + bias).pow(beta);
+  return one((x / den).cast(x.dtype()));
 }
 
 Vals op_mvn(Ctx& c) {
   Tensor x = c.t(0);
   std::vector<int64_t> axes = c.ints_attr("axes", {0, 2, 3});
   Tensor mean = x.mean(axes, true);
-  Tensor var = Tensor(Tensor(x - mean) * Tensor(x - mean)).mean(axes, true);
-  return one(Tensor(x - mean) / Tensor(var.sqrt() + 1e-9));
+  Tensor var = ((x - mean) * (x - mean)).mean(axes, true);
+  return one((x - mean) / (var.sqrt() + 1e-9));
 }
 
 // ---------------------------------------------------------------- losses
@@ -1070,7 +1070,7 @@ Tensor nll(const Ctx& c, const Tensor& input, const Tensor& target, const std::o
   Tensor loss = -picked * w;
   if (reduction == "none") return loss;
   if (reduction == "sum") return loss.sum();
-  if (reduction == "mean") return Tensor(loss.sum() / w.sum());
+  if (reduction == "mean") return loss.sum() / w.sum();
   c.error("reduction must be none, sum or mean, got '" + reduction + "'");
 }
 
@@ -1109,7 +1109,7 @@ Vals op_dropout(Ctx& c) {
   // tg's counter-based generator (a `seed` attribute reseeds it): the values differ from numpy's
   if (c.has_attr("seed")) Tensor::manual_seed(uint64_t(c.f("seed", 0)));
   Tensor keep = Tensor::rand(x.shape()) >= ratio;
-  return {Value::of(keep.where(Tensor(x / (1 - ratio)), Tensor::zeros({}, x.dtype())).cast(x.dtype())), Value::of(keep)};
+  return {Value::of(keep.where(x / (1 - ratio), Tensor::zeros({}, x.dtype())).cast(x.dtype())), Value::of(keep)};
 }
 
 // Random generators: tg's threefry, reseeded by a `seed` attribute (so the values differ from numpy's).
@@ -1119,7 +1119,7 @@ Vals op_random(Ctx& c) {
   bool like_input = op == "RandomUniformLike" || op == "RandomNormalLike" || op == "Bernoulli";
   Shape shape = like_input ? c.t(0).shape() : Shape(c.ints_attr("shape"));
   DType d = c.has_attr("dtype") ? dtype_of_onnx(int32_t(c.i("dtype", 1)), c.model.name) : like_input ? c.t(0).dtype() : dtypes::float32;
-  if (op == "Bernoulli") return one(Tensor(Tensor::rand(shape, dtypes::float32) < c.t(0).cast(dtypes::float32)).cast(d));
+  if (op == "Bernoulli") return one((Tensor::rand(shape, dtypes::float32) < c.t(0).cast(dtypes::float32)).cast(d));
   if (op == "RandomUniform" || op == "RandomUniformLike") return one(Tensor::uniform(shape, c.f("low", 0), c.f("high", 1), dtypes::float32).cast(d));
   return one(Tensor::normal(shape, c.f("mean", 0), c.f("scale", 1), dtypes::float32).cast(d));
 }
@@ -1159,14 +1159,14 @@ const std::unordered_map<std::string, OpFn>& op_table() {
     t["Erf"] = float_unary([](const Tensor& x) { return x.erf(); });
     t["Sigmoid"] = float_unary([](const Tensor& x) { return x.sigmoid(); });
     t["Softsign"] = float_unary([](const Tensor& x) { return x.softsign(); });
-    t["Softplus"] = float_unary([](const Tensor& x) { return Tensor(x.exp() + 1.0).log(); });
+    t["Softplus"] = float_unary([](const Tensor& x) { return (x.exp() + 1.0).log(); });
     t["Mish"] = float_unary([](const Tensor& x) { return x.mish(); });
     t["HardSwish"] = float_unary([](const Tensor& x) { return x.hardswish(); });
     // activations with attributes
     t["Elu"] = [](Ctx& c) {
       Tensor x = c.t(0);
       double a = c.f("alpha", 1.0);
-      return one(Tensor(x > 0.0).where(x, Tensor(x.exp() - 1.0) * a).cast(x.dtype()));
+      return one((x > 0.0).where(x, (x.exp() - 1.0) * a).cast(x.dtype()));
     };
     t["Celu"] = [](Ctx& c) { return one(c.t(0).celu(c.f("alpha", 1.0)).cast(c.t(0).dtype())); };
     t["Selu"] = [](Ctx& c) {
@@ -1174,22 +1174,22 @@ const std::unordered_map<std::string, OpFn>& op_table() {
     };
     t["LeakyRelu"] = [](Ctx& c) {
       Tensor x = c.t(0);
-      return one(Tensor(x < 0.0).where(x * c.f("alpha", 0.01), x).cast(x.dtype()));
+      return one((x < 0.0).where(x * c.f("alpha", 0.01), x).cast(x.dtype()));
     };
     t["ThresholdedRelu"] = [](Ctx& c) {
       Tensor x = c.t(0);
-      return one(Tensor(x > c.f("alpha", 1.0)).where(x, like(x, 0)));
+      return one((x > c.f("alpha", 1.0)).where(x, like(x, 0)));
     };
     t["HardSigmoid"] = [](Ctx& c) {
       Tensor x = c.t(0);
-      Tensor y = Tensor(x * c.f("alpha", 0.2) + c.f("beta", 0.5));
+      Tensor y = x * c.f("alpha", 0.2) + c.f("beta", 0.5);
       return one(y.maximum(like(y, 0)).minimum(like(y, 1)).cast(x.dtype()));
     };
     t["Shrink"] = [](Ctx& c) {
       Tensor x = c.t(0);
       double l = c.f("lambd", 0.5), b = c.f("bias", 0.0);
       Tensor xf = to_float(x);
-      Tensor y = Tensor(xf < -l).where(xf + b, Tensor(xf > l).where(xf - b, like(xf, 0)));
+      Tensor y = (xf < -l).where(xf + b, (xf > l).where(xf - b, like(xf, 0)));
       return one(y.cast(x.dtype()));
     };
     t["Gelu"] = [](Ctx& c) { return one(c.t(0).gelu(c.s("approximate", "none"))); };

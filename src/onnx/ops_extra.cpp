@@ -45,7 +45,7 @@ Vals op_quantize(Ctx& c) {
   Tensor scale = per_axis(c.t(1).cast(dtypes::float32), axis, x.ndim());
   DType to = c.has(2) ? c.t(2).dtype() : dtypes::uint8;
   Tensor zp = c.has(2) ? per_axis(c.t(2), axis, x.ndim()).cast(dtypes::float32) : scalar(0, dtypes::float32);
-  return one(saturate_round(Tensor(Tensor(x / scale).round() + zp), to));
+  return one(saturate_round((x / scale).round() + zp, to));
 }
 
 Vals op_dequantize(Ctx& c) {
@@ -54,16 +54,16 @@ Vals op_dequantize(Ctx& c) {
   Tensor scale = per_axis(c.t(1), axis, x.ndim());
   Tensor xf = x.cast(dtypes::float32);
   if (c.has(2)) xf = xf - per_axis(c.t(2), axis, x.ndim()).cast(dtypes::float32);
-  return one(Tensor(xf * scale.cast(dtypes::float32)).cast(scale.dtype()));
+  return one((xf * scale.cast(dtypes::float32)).cast(scale.dtype()));
 }
 
 Vals op_dynamic_quantize(Ctx& c) {
   Tensor x = c.t(0).cast(dtypes::float32);
   Tensor zero = scalar(0, dtypes::float32);
   Tensor hi = x.max().maximum(zero), lo = x.min().minimum(zero);
-  Tensor scale = Tensor(hi - lo) / 255.0;
-  Tensor zp = saturate_round(Tensor(zero - lo / scale), dtypes::uint8);
-  Tensor y = saturate_round(Tensor(Tensor(x / scale).round() + zp.cast(dtypes::float32)), dtypes::uint8);
+  Tensor scale = (hi - lo) / 255.0;
+  Tensor zp = saturate_round(zero - lo / scale, dtypes::uint8);
+  Tensor y = saturate_round((x / scale).round() + zp.cast(dtypes::float32), dtypes::uint8);
   return {Value::of(y), Value::of(scale), Value::of(zp)};
 }
 
@@ -96,8 +96,8 @@ Vals op_qlinear_matmul(Ctx& c) {
   Tensor b = c.t(3).cast(dtypes::int32) - per_axis(c.t(5), c.t(3).ndim() - 1, c.t(3).ndim()).cast(dtypes::int32);
   Tensor acc = a.matmul(b).cast(dtypes::float32);
   Tensor as = c.t(1).cast(dtypes::float32).reshape({}), bs = per_axis(c.t(4).cast(dtypes::float32), c.t(3).ndim() - 1, c.t(3).ndim());
-  Tensor real = acc * Tensor(as * bs);
-  Tensor y = Tensor(real / c.t(6).cast(dtypes::float32).reshape({})).round() + c.t(7).cast(dtypes::float32).reshape({});
+  Tensor real = acc * (as * bs);
+  Tensor y = (real / c.t(6).cast(dtypes::float32).reshape({})).round() + c.t(7).cast(dtypes::float32).reshape({});
   return one(saturate_round(y, c.t(7).dtype()));
 }
 
@@ -108,8 +108,8 @@ Vals op_qlinear_conv(Ctx& c) {
   if (c.has(8)) bias = c.t(8).cast(dtypes::int32);
   Tensor acc = conv_of(c, x, w, bias)[0].tensor.cast(dtypes::float32);
   Tensor ws = per_axis(c.t(4).cast(dtypes::float32), 1, acc.ndim());
-  Tensor real = acc * Tensor(c.t(1).cast(dtypes::float32).reshape({}) * ws);
-  Tensor y = Tensor(real / c.t(6).cast(dtypes::float32).reshape({})).round() + c.t(7).cast(dtypes::float32).reshape({});
+  Tensor real = acc * (c.t(1).cast(dtypes::float32).reshape({}) * ws);
+  Tensor y = (real / c.t(6).cast(dtypes::float32).reshape({})).round() + c.t(7).cast(dtypes::float32).reshape({});
   return one(saturate_round(y, c.t(7).dtype()));
 }
 
@@ -360,9 +360,9 @@ Vals op_adagrad(Ctx& c) {
   Vals xs, hs;
   for (size_t i = 0; i < n; i++) {
     Tensor x = c.t(2 + i), g = c.t(2 + n + i), h = c.t(2 + 2 * n + i);
-    Tensor greg = Tensor(x * norm + g);
-    Tensor hn = Tensor(h + greg * greg);
-    Tensor xn = Tensor(x - Tensor(greg / Tensor(hn.sqrt() + eps)) * lr);
+    Tensor greg = x * norm + g;
+    Tensor hn = h + greg * greg;
+    Tensor xn = x - (greg / (hn.sqrt() + eps)) * lr;
     xs.push_back(Value::of(xn.cast(x.dtype())));
     hs.push_back(Value::of(hn.cast(h.dtype())));
   }
@@ -379,10 +379,10 @@ Vals op_adam(Ctx& c) {
   Vals xs, vs, hs;
   for (size_t i = 0; i < n; i++) {
     Tensor x = c.t(2 + i), g = c.t(2 + n + i), v = c.t(2 + 2 * n + i), h = c.t(2 + 3 * n + i);
-    Tensor greg = Tensor(x * norm + g);
-    Tensor vn = Tensor(v * alpha + greg * (1 - alpha));
-    Tensor hn = Tensor(h * beta + Tensor(greg * greg) * (1 - beta));
-    Tensor xn = Tensor(Tensor(x - Tensor(vn / Tensor(hn.sqrt() + eps)) * ra) * (1 - post));
+    Tensor greg = x * norm + g;
+    Tensor vn = v * alpha + greg * (1 - alpha);
+    Tensor hn = h * beta + (greg * greg) * (1 - beta);
+    Tensor xn = (x - (vn / (hn.sqrt() + eps)) * ra) * (1 - post);
     xs.push_back(Value::of(xn.cast(x.dtype())));
     vs.push_back(Value::of(vn.cast(v.dtype())));
     hs.push_back(Value::of(hn.cast(h.dtype())));
@@ -401,9 +401,9 @@ Vals op_momentum(Ctx& c) {
   Vals xs, vs;
   for (size_t i = 0; i < n; i++) {
     Tensor x = c.t(2 + i), g = c.t(2 + n + i), v = c.t(2 + 2 * n + i);
-    Tensor greg = Tensor(x * norm + g);
-    Tensor vn = Tensor(v * alpha + greg * badj);
-    Tensor xn = nesterov ? Tensor(x - Tensor(greg + vn * alpha) * r) : Tensor(x - vn * r);
+    Tensor greg = x * norm + g;
+    Tensor vn = v * alpha + greg * badj;
+    Tensor xn = nesterov ? Tensor(x - (greg + vn * alpha) * r) : Tensor(x - vn * r);
     xs.push_back(Value::of(xn.cast(x.dtype())));
     vs.push_back(Value::of(vn.cast(v.dtype())));
   }
@@ -563,26 +563,26 @@ Vals op_recurrent(Ctx& c) {
     for (int64_t s = 0; s < T; s++) {
       int64_t t = reverse ? T - 1 - s : s;
       Tensor xt = X.slice({Slice::index(t)}).reshape({Bn, -1});
-      Tensor xw = Tensor(xt.matmul(w.T()) + wb), hr = Tensor(h.matmul(r.T()) + rb);
+      Tensor xw = xt.matmul(w.T()) + wb, hr = h.matmul(r.T()) + rb;
       Tensor hn, cn = cell;
       if (op == "RNN") {
-        hn = f(0, Tensor(xw + hr));
+        hn = f(0, xw + hr);
       } else if (op == "GRU") {
-        Tensor z = f(0, Tensor(part(xw, 0) + part(hr, 0))), rr = f(0, Tensor(part(xw, 1) + part(hr, 1)));
-        Tensor hh = lbr ? f(1, Tensor(part(xw, 2) + rr * part(hr, 2)))
-                        : f(1, Tensor(part(xw, 2) + Tensor(Tensor(rr * h).matmul(part(r.T(), 2)) + vpart(rb, 2))));
-        hn = Tensor(Tensor(1.0 - z) * hh + z * h);
+        Tensor z = f(0, part(xw, 0) + part(hr, 0)), rr = f(0, part(xw, 1) + part(hr, 1));
+        Tensor hh = lbr ? f(1, part(xw, 2) + rr * part(hr, 2))
+                        : f(1, part(xw, 2) + ((rr * h).matmul(part(r.T(), 2)) + vpart(rb, 2)));
+        hn = (1.0 - z) * hh + z * h;
       } else {
-        Tensor gi = Tensor(part(xw, 0) + part(hr, 0)), go = Tensor(part(xw, 1) + part(hr, 1));
-        Tensor gf = Tensor(part(xw, 2) + part(hr, 2)), gc = Tensor(part(xw, 3) + part(hr, 3));
+        Tensor gi = part(xw, 0) + part(hr, 0), go = part(xw, 1) + part(hr, 1);
+        Tensor gf = part(xw, 2) + part(hr, 2), gc = part(xw, 3) + part(hr, 3);
         if (P) {
           gi = gi + vpart(*P, 0) * cell;
           gf = gf + vpart(*P, 2) * cell;
         }
         Tensor i = f(0, gi), fg = f(0, gf), cc = f(1, gc);
-        cn = Tensor(fg * cell + i * cc);
+        cn = fg * cell + i * cc;
         if (P) go = go + vpart(*P, 1) * cn;
-        hn = Tensor(f(0, go) * f(2, cn));
+        hn = f(0, go) * f(2, cn);
       }
       Tensor m = mask_all.slice({Slice::index(t)}).reshape({Bn, 1});
       h = m.where(hn, h).cast(X.dtype());

@@ -20,11 +20,11 @@ Tensor i64(double v) { return Tensor::full({}, v, dtypes::int64); }
 Tensor reflect(const Tensor& x, double twice_low, double twice_high) {
   if (twice_low == twice_high) return x.zeros_like();
   double mn = twice_low / 2, span = (twice_high - twice_low) / 2;
-  Tensor in = Tensor(x - mn).abs();
-  Tensor flips = Tensor(in / span).floor();
-  Tensor extra = Tensor(in - flips * span);
-  Tensor even = Tensor(Tensor(flips - Tensor(flips / 2.0).floor() * 2.0) == 0.0);
-  return even.where(Tensor(extra + mn), Tensor(Tensor(span - extra) + mn));
+  Tensor in = (x - mn).abs();
+  Tensor flips = (in / span).floor();
+  Tensor extra = in - flips * span;
+  Tensor even = (flips - (flips / 2.0).floor() * 2.0) == 0.0;
+  return even.where(extra + mn, (span - extra) + mn);
 }
 
 // Values of X (N, C, H, W) at integer pixel (iy, ix) of shape (N, Ho, Wo), zero where `valid` is false.
@@ -32,7 +32,7 @@ Tensor pixels(const Tensor& X, const Tensor& iy, const Tensor& ix, const std::op
   int64_t N = X.shape()[0], C = X.shape()[1], H = X.shape()[2], W = X.shape()[3];
   int64_t Ho = iy.shape()[1], Wo = iy.shape()[2];
   Tensor y = iy.clamp(0, double(H - 1)).cast(dtypes::int64), x = ix.clamp(0, double(W - 1)).cast(dtypes::int64);
-  Tensor idx = Tensor(y * i64(double(W)) + x).reshape({N, 1, Ho * Wo}).expand({N, C, Ho * Wo});
+  Tensor idx = (y * i64(double(W)) + x).reshape({N, 1, Ho * Wo}).expand({N, C, Ho * Wo});
   Tensor v = X.reshape({N, C, H * W}).gather(2, idx).reshape({N, C, Ho, Wo});
   if (valid) v = valid->reshape({N, 1, Ho, Wo}).where(v, Tensor::zeros({}, X.dtype()));
   return v;
@@ -40,9 +40,9 @@ Tensor pixels(const Tensor& X, const Tensor& iy, const Tensor& ix, const std::op
 
 std::vector<Tensor> cubic_weights(const Tensor& t) {
   const double A = -0.75;
-  auto near = [&](const Tensor& x) { return Tensor(Tensor(Tensor(x * (A + 2)) - (A + 3)) * x * x + 1.0); };      // |x| <= 1
-  auto far = [&](const Tensor& x) { return Tensor(Tensor(Tensor(Tensor(x * A) - 5 * A) * x + 8 * A) * x - 4 * A); };  // 1 < |x| < 2
-  return {far(Tensor(t + 1.0)), near(t), near(Tensor(1.0 - t)), far(Tensor(2.0 - t))};
+  auto near = [&](const Tensor& x) { return ((x * (A + 2)) - (A + 3)) * x * x + 1.0; };      // |x| <= 1
+  auto far = [&](const Tensor& x) { return (((x * A) - 5 * A) * x + 8 * A) * x - 4 * A; };  // 1 < |x| < 2
+  return {far(t + 1.0), near(t), near(1.0 - t), far(2.0 - t)};
 }
 
 Vals op_grid_sample(Ctx& c) {
@@ -54,7 +54,7 @@ Vals op_grid_sample(Ctx& c) {
   Tensor Xf = X.cast(dtypes::float32);
   auto coord = [&](int64_t k) { return grid.slice({Slice::all(), Slice::all(), Slice::all(), Slice::index(k)}).squeeze(-1); };
   auto unnorm = [&](const Tensor& g, int64_t size) {
-    return ac ? Tensor(Tensor(g + 1.0) / 2.0 * double(size - 1)) : Tensor(Tensor(Tensor(g + 1.0) * double(size) - 1.0) / 2.0);
+    return ac ? Tensor((g + 1.0) / 2.0 * double(size - 1)) : Tensor(((g + 1.0) * double(size) - 1.0) / 2.0);
   };
   auto source = [&](const Tensor& g, int64_t size) {
     Tensor x = unnorm(g, size);
@@ -66,7 +66,7 @@ Vals op_grid_sample(Ctx& c) {
     return x;
   };
   auto inside = [&](const Tensor& iy, const Tensor& ix) {
-    return Tensor(iy >= 0.0).logical_and(iy <= double(H - 1)).logical_and(Tensor(ix >= 0.0)).logical_and(ix <= double(W - 1));
+    return (iy >= 0.0).logical_and(iy <= double(H - 1)).logical_and(ix >= 0.0).logical_and(ix <= double(W - 1));
   };
   std::optional<Tensor> out;  // the sum of the taps
   if (mode == "nearest" || mode == "bilinear") {
@@ -76,11 +76,11 @@ Vals op_grid_sample(Ctx& c) {
       out = pixels(Xf, iy, ix, inside(iy, ix));
     } else {
       Tensor y0 = y.floor(), x0 = x.floor();
-      Tensor ty = Tensor(y - y0), tx = Tensor(x - x0);
+      Tensor ty = y - y0, tx = x - x0;
       for (int dy = 0; dy < 2; dy++)
         for (int dx = 0; dx < 2; dx++) {
-          Tensor iy = Tensor(y0 + double(dy)), ix = Tensor(x0 + double(dx));
-          Tensor w = Tensor((dy ? ty : Tensor(1.0 - ty)) * (dx ? tx : Tensor(1.0 - tx)));
+          Tensor iy = y0 + double(dy), ix = x0 + double(dx);
+          Tensor w = (dy ? ty : Tensor(1.0 - ty)) * (dx ? tx : Tensor(1.0 - tx));
           Tensor v = pixels(Xf, iy, ix, inside(iy, ix)) * w.unsqueeze(1);
           out = out ? Tensor(*out + v) : v;
         }
@@ -88,7 +88,7 @@ Vals op_grid_sample(Ctx& c) {
   } else if (mode == "bicubic") {
     Tensor y = unnorm(coord(1), H), x = unnorm(coord(0), W);
     Tensor y0 = y.floor(), x0 = x.floor();
-    std::vector<Tensor> wy = cubic_weights(Tensor(y - y0)), wx = cubic_weights(Tensor(x - x0));
+    std::vector<Tensor> wy = cubic_weights(y - y0), wx = cubic_weights(x - x0);
     auto bound = [&](const Tensor& i, int64_t size) {
       if (pad == "border") return i.clamp(0, double(size - 1));
       if (pad == "reflection") return (ac ? reflect(i, 0, 2.0 * double(size - 1)) : reflect(i, -1, 2.0 * double(size) - 1)).clamp(0, double(size - 1));
@@ -96,10 +96,10 @@ Vals op_grid_sample(Ctx& c) {
     };
     for (int dy = 0; dy < 4; dy++)
       for (int dx = 0; dx < 4; dx++) {
-        Tensor iy = bound(Tensor(y0 + double(dy - 1)), H), ix = bound(Tensor(x0 + double(dx - 1)), W);
+        Tensor iy = bound(y0 + double(dy - 1), H), ix = bound(x0 + double(dx - 1), W);
         std::optional<Tensor> valid;
         if (pad == "zeros") valid = inside(iy, ix);
-        Tensor v = pixels(Xf, iy, ix, valid) * Tensor(wy[size_t(dy)] * wx[size_t(dx)]).unsqueeze(1);
+        Tensor v = pixels(Xf, iy, ix, valid) * (wy[size_t(dy)] * wx[size_t(dx)]).unsqueeze(1);
         out = out ? Tensor(*out + v) : v;
       }
   } else {
@@ -201,10 +201,10 @@ Vals op_roi_align(Ctx& c) {
   int64_t K = PH * PW * S * 4;
   Tensor xs = X.cast(dtypes::float32).reshape({X.shape()[0], C, H * W}).index_select(0, Tensor::from_vector(bidx, {R}));
   Tensor taps = xs.gather(2, Tensor::from_vector(flat_i, {R, 1, K}).expand({R, C, K}));
-  Tensor weighted = Tensor(taps * Tensor::from_vector(flat_w, {R, 1, K})).reshape({R, C, PH, PW, S, 4});
+  Tensor weighted = (taps * Tensor::from_vector(flat_w, {R, 1, K})).reshape({R, C, PH, PW, S, 4});
   Tensor y;
   if (is_max) y = weighted.max({4, 5});
-  else y = Tensor(weighted.sum({4, 5}) / Tensor::from_vector(cnt, {R, 1, 1, 1}));
+  else y = weighted.sum({4, 5}) / Tensor::from_vector(cnt, {R, 1, 1, 1});
   return one(y.cast(X.dtype()));
 }
 
@@ -248,24 +248,24 @@ Vals op_det(Ctx& c) {
   for (int64_t k = 0; k < n; k++) {
     // partial pivoting: swap row k with the row (>= k) of the largest |A[:, k]|
     Tensor col = A.slice({Slice::all(), Slice::all(), Slice::index(k)}).squeeze(-1).abs();
-    col = Tensor(rows < i64(double(k))).unsqueeze(0).where(Tensor::full({}, -1, dtypes::float64), col);
+    col = (rows < i64(double(k))).unsqueeze(0).where(Tensor::full({}, -1, dtypes::float64), col);
     Tensor r = col.argmax(1, false).cast(dtypes::int64);  // (B)
     Tensor er = rows.unsqueeze(0).eq(r.unsqueeze(1)).cast(dtypes::float64), ek = rows.eq(i64(double(k))).cast(dtypes::float64).unsqueeze(0);
-    Tensor P = Tensor(eye.unsqueeze(0) - ek.unsqueeze(2) * ek.unsqueeze(1) - er.unsqueeze(2) * er.unsqueeze(1) + ek.unsqueeze(2) * er.unsqueeze(1) +
-                      er.unsqueeze(2) * ek.unsqueeze(1));
-    Tensor same = Tensor(r == i64(double(k)));
+    Tensor P = eye.unsqueeze(0) - ek.unsqueeze(2) * ek.unsqueeze(1) - er.unsqueeze(2) * er.unsqueeze(1) + ek.unsqueeze(2) * er.unsqueeze(1) +
+                      er.unsqueeze(2) * ek.unsqueeze(1);
+    Tensor same = r == i64(double(k));
     P = same.reshape({B, 1, 1}).where(eye.unsqueeze(0), P);
     sign = same.where(sign, -sign);
     A = P.matmul(A);
     Tensor piv = A.slice({Slice::all(), Slice::index(k), Slice::index(k)}).reshape({B, 1, 1});
     Tensor rowk = A.slice({Slice::all(), Slice::index(k), Slice::all()}).reshape({B, 1, n});
     Tensor colk = A.slice({Slice::all(), Slice::all(), Slice::index(k)}).reshape({B, n, 1});
-    Tensor below = Tensor(rows > i64(double(k))).cast(dtypes::float64).reshape({1, n, 1});
-    Tensor safe = Tensor(piv == 0.0).where(Tensor::ones({}, dtypes::float64), piv);
-    A = Tensor(A - Tensor(colk / safe) * below * rowk).realize();
+    Tensor below = (rows > i64(double(k))).cast(dtypes::float64).reshape({1, n, 1});
+    Tensor safe = (piv == 0.0).where(Tensor::ones({}, dtypes::float64), piv);
+    A = (A - (colk / safe) * below * rowk).realize();
   }
-  Tensor diag = Tensor(A * eye.unsqueeze(0)).sum(2);  // (B, n)
-  Tensor det = Tensor(diag.prod(1) * sign);
+  Tensor diag = (A * eye.unsqueeze(0)).sum(2);  // (B, n)
+  Tensor det = diag.prod(1) * sign;
   return one(det.reshape(batch).cast(c.t(0).dtype()));
 }
 
@@ -306,7 +306,7 @@ Tensor dft(const Tensor& x, int64_t axis, int64_t n, bool inverse, bool onesided
   s_im.back() = Slice::index(1);
   Tensor a = xt.slice(s_re).squeeze(-1), b = xt.slice(s_im).squeeze(-1);
   // (a + ib)(cos + i sin) with sin already signed: re = a cos - b sin, im = a sin + b cos
-  Tensor out_re = Tensor(a.matmul(cs) - b.matmul(sn)), out_im = Tensor(a.matmul(sn) + b.matmul(cs));
+  Tensor out_re = a.matmul(cs) - b.matmul(sn), out_im = a.matmul(sn) + b.matmul(cs);
   if (inverse) {
     out_re = out_re / double(n);
     out_im = out_im / double(n);

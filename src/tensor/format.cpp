@@ -86,6 +86,7 @@ std::vector<std::string> format_elements(const Tensor& t, const std::vector<int6
 }  // namespace
 
 std::string to_string(const Tensor& t) {
+  if (!t.defined()) return "tensor(undefined)";
   const Shape& shape = t.shape();
   const int nd = t.ndim();
   std::string suffix = ", shape=" + shape_str(shape) + ", dtype=" + dtypes::strong(t.dtype()).name() + ", device=" + t.device() + ")";

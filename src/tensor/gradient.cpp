@@ -54,7 +54,7 @@ UOpRef tup1(const Tensor& a) { return tup({a.uop()}); }
 UOpRef tup2(const Tensor& a, const Tensor& b) { return tup({a.uop(), b.uop()}); }
 
 UOpRef do_grad_where(const UOp* r, GradCtx& c) {
-  Tensor cond = c.T(r->src(0)), g = c.grad, z = Tensor(0.0);
+  Tensor cond = c.T(r->src(0)), g = c.grad, z = 0.0;
   return tup({none(), cond.where(g, z).cast(g.dtype()).uop(), cond.where(z, g).cast(g.dtype()).uop()});
 }
 
@@ -65,18 +65,18 @@ UOpRef do_grad_reduce(const UOp* r, GradCtx& c) {
   switch (ra.op) {
     case Ops::ADD: return tup({g.expand(in).uop()});
     case Ops::MAX: {  // shared among the maxima
-      Tensor is_max = Tensor(x == ret.expand(in)).cast(g.dtype());
+      Tensor is_max = (x == ret.expand(in)).cast(g.dtype());
       Tensor count = is_max.sum(ra.axes, true).expand(in);
-      return tup({Tensor(is_max / count * g.expand(in)).uop()});
+      return tup({(is_max / count * g.expand(in)).uop()});
     }
     case Ops::MUL: {
       // d prod / d x_i = the product of the others: prod / x_i without zeros (as torch), else exact: with one zero
       // the zero's gradient is the product of the rest and the others' is 0; with two or more all are 0 (no 0/0)
-      Tensor is0 = Tensor(x == 0.0), ge = g.expand(in);
-      Tensor rest = is0.where(Tensor(1.0), x).prod(ra.axes, true).expand(in);
+      Tensor is0 = x == 0.0, ge = g.expand(in);
+      Tensor rest = is0.where(1.0, x).prod(ra.axes, true).expand(in);
       Tensor zeros = is0.cast(x.dtype()).sum(ra.axes, true).expand(in);
-      Tensor at0 = Tensor(zeros == 1.0).where(rest, Tensor(0.0)), other = Tensor(zeros == 0.0).where(Tensor(rest / x), Tensor(0.0));
-      return tup({Tensor(is0.where(at0, other) * ge).uop()});
+      Tensor at0 = (zeros == 1.0).where(rest, 0.0), other = (zeros == 0.0).where(rest / x, 0.0);
+      return tup({(is0.where(at0, other) * ge).uop()});
     }
     default: return tup({none()});
   }
@@ -141,7 +141,7 @@ const PatternMatcher& pm_gradient() {
       // d f(x) = f'(x) dx
       rule(op_any<opset<Ops::NEG>>, [](auto& m) { return tup1(-g_of(m)); }),
       rule(op_any<opset<Ops::RECIPROCAL>>, [](auto& m) { return tup1(-g_of(m) * ret_of(m) * ret_of(m)); }),
-      rule(op_any<opset<Ops::SIN>>, [](auto& m) { return tup1(Tensor(M_PI / 2 - src_of(m, 0)).sin() * g_of(m)); }),
+      rule(op_any<opset<Ops::SIN>>, [](auto& m) { return tup1((M_PI / 2 - src_of(m, 0)).sin() * g_of(m)); }),
       rule(op_any<opset<Ops::LOG2>>, [](auto& m) { return tup1(g_of(m) / (src_of(m, 0) * M_LN2)); }),
       rule(op_any<opset<Ops::EXP2>>, [](auto& m) { return tup1(ret_of(m) * g_of(m) * M_LN2); }),
       rule(op_any<opset<Ops::SQRT>>, [](auto& m) { return tup1(g_of(m) / (ret_of(m) * 2)); }),
@@ -163,8 +163,8 @@ const PatternMatcher& pm_gradient() {
       rule(op_any<opset<Ops::MAX>>,  // ties split the gradient evenly, as tinygrad and torch.maximum
            [](auto& m) {
              Tensor g = g_of(m), x = src_of(m, 0), y = src_of(m, 1);
-             Tensor half = Tensor(x == y).where(g * 0.5, Tensor(0.0));
-             return tup2(Tensor(x > y).where(g, half), Tensor(x < y).where(g, half));
+             Tensor half = (x == y).where(g * 0.5, 0.0);
+             return tup2((x > y).where(g, half), (x < y).where(g, half));
            }),
       rule(op_any<opset<Ops::CMPLT, Ops::CMPNE, Ops::CMPEQ, Ops::IDIV, Ops::MOD, Ops::AND, Ops::OR, Ops::XOR, Ops::SHL,
                         Ops::SHR, Ops::BITCAST>>,  // comparisons, integer and bitwise ops: not differentiable
@@ -273,7 +273,7 @@ std::vector<UOpRef> compute_gradient(const UOpRef& root, const UOpRef& root_grad
       if (!(gt.dtype() == s->dtype) && dtypes::is_float(s->dtype)) gt = gt.cast(s->dtype);
       auto it = grads.find(s);
       if (it == grads.end()) grads.emplace(s, gt);
-      else it->second = Tensor(it->second + gt);
+      else it->second = it->second + gt;
     }
   }
   std::vector<UOpRef> out;
@@ -293,18 +293,18 @@ bool NoGrad::active() { return g_no_grad; }
 Tensor& Tensor::requires_grad_(bool on) {
   if (on && !dtypes::is_float(dtype()))
     throw Error("[requires_grad_] only float tensors can require gradients, got " + dtype().name() + " " + shape_str(shape()));
-  impl_->requires_grad = on;
+  im().requires_grad = on;
   return *this;
 }
 
-bool Tensor::has_grad() const { return impl_->grad != nullptr; }
+bool Tensor::has_grad() const { return im().grad != nullptr; }
 Tensor Tensor::grad() const {
-  if (!impl_->grad) throw Error("[grad] no gradient: call backward() on a result that depends on this tensor");
+  if (!im().grad) throw Error("[grad] no gradient: call backward() on a result that depends on this tensor");
   Tensor g;
-  g.impl_ = impl_->grad;
+  g.impl_ = im().grad;
   return g;
 }
-void Tensor::zero_grad() { impl_->grad.reset(); }
+void Tensor::zero_grad() { im().grad.reset(); }
 
 std::vector<Tensor> Tensor::gradient(const std::vector<Tensor>& wrt, const Tensor* seed) const {
   if (!dtypes::is_float(dtype()))

@@ -10,7 +10,8 @@
 namespace tg {
 using namespace detail;
 
-Tensor Tensor::matmul(const Tensor& b) const {
+Tensor Tensor::matmul(const Tensor& b, CallLoc loc) const {
+  CallSite site(loc);
   int64_t dx = ndim(), dw = b.ndim();
   if (dx == 0 || dw == 0)
     fail("matmul", "both operands need at least 1 dim, got " + shape_str(shape()) + " and " + shape_str(b.shape()));
@@ -28,7 +29,7 @@ Tensor Tensor::matmul(const Tensor& b) const {
     ws.insert(ws.end(), size_t(ones), sint(1));
     ws.insert(ws.end(), bs.begin() + axis_w, bs.end());
     Tensor x = reshape(xs), w = b.reshape(ws).transpose(-1, -std::min<int64_t>(dw, 2));
-    return Tensor(x * w).sum(-1).cast(dtypes::strong(least_upper_dtype({dtype(), b.dtype()})));
+    return (x * w).sum(-1).cast(dtypes::strong(least_upper_dtype({dtype(), b.dtype()})));
   }
   int64_t k = shape().back();
   if (k != b.shape()[size_t(axis_w)])
@@ -45,10 +46,11 @@ Tensor Tensor::matmul(const Tensor& b) const {
   ws.insert(ws.end(), b.shape().begin() + axis_w, b.shape().end());
   Tensor x = reshape(xs), w = b.reshape(ws).transpose(-1, -std::min<int64_t>(dw, 2));
   DType out = dtypes::strong(least_upper_dtype({dtype(), b.dtype()}));
-  return Tensor(x * w).sum(-1).cast(out);
+  return (x * w).sum(-1).cast(out);
 }
 
-Tensor Tensor::linear(const Tensor& weight, const std::optional<Tensor>& bias) const {
+Tensor Tensor::linear(const Tensor& weight, const std::optional<Tensor>& bias, CallLoc loc) const {
+  CallSite site(loc);
   if (weight.ndim() < 1 || weight.ndim() > 2)
     fail("linear", "weight must be (out_features, in_features) or (in_features,), got " + shape_str(weight.shape()));
   if (ndim() == 0 || shape().back() != weight.shape().back())
@@ -58,10 +60,11 @@ Tensor Tensor::linear(const Tensor& weight, const std::optional<Tensor>& bias) c
   if (!bias) return y;
   Shape bs = broadcast_shape(y.shape(), bias->shape(), "linear");
   if (bs != y.shape()) fail("linear", "bias " + shape_str(bias->shape()) + " does not broadcast to output " + shape_str(y.shape()));
-  return Tensor(y + *bias);
+  return y + *bias;
 }
 
-Tensor einsum(const std::string& formula_in, const std::vector<Tensor>& operands) {
+Tensor einsum(const std::string& formula_in, const std::vector<Tensor>& operands, CallLoc loc) {
+  CallSite site(loc);
   std::string f;
   for (char c : formula_in)
     if (c != ' ') f += c;

@@ -50,12 +50,13 @@ Tensor Tensor::nll_loss(const Tensor& target, const std::optional<Tensor>& weigh
   int64_t cdim = class_dim_checked(*this, target, "nll_loss");
   check_weight(weight, shape()[size_t(cdim)], "nll_loss");
   auto [nll, wy] = nll_terms(to_float(*this), target, cdim, weight, ignore_index);
-  if (reduction == "mean") return Tensor(nll.sum() / wy.sum());
+  if (reduction == "mean") return nll.sum() / wy.sum();
   return reduction == "sum" ? nll.sum() : nll;
 }
 
 Tensor Tensor::cross_entropy(const Tensor& target, const std::string& reduction, double label_smoothing,
-                             int64_t ignore_index, const std::optional<Tensor>& weight) const {
+                             int64_t ignore_index, const std::optional<Tensor>& weight, CallLoc loc) const {
+  CallSite site(loc);
   check_reduction(reduction, "cross_entropy");
   if (!(label_smoothing >= 0 && label_smoothing <= 1))
     fail("cross_entropy", "label_smoothing must be in [0, 1], got " + std::to_string(label_smoothing));
@@ -70,7 +71,7 @@ Tensor Tensor::cross_entropy(const Tensor& target, const std::string& reduction,
     Tensor y = eps > 0 ? Tensor(target * (1 - eps) + eps / double(c)) : target;
     Tensor t = weight ? Tensor(logp * y * along(*weight, cdim, ndim())) : Tensor(logp * y);
     Tensor loss = -t.sum(cdim);
-    if (reduction == "mean") return Tensor(loss.sum() / double(std::max<int64_t>(1, numel() / std::max<int64_t>(c, 1))));
+    if (reduction == "mean") return loss.sum() / double(std::max<int64_t>(1, numel() / std::max<int64_t>(c, 1)));
     return reduction == "sum" ? loss.sum() : loss;
   }
   if (!dtypes::is_int(target.dtype())) fail("cross_entropy", "target must be class indices (int) or probabilities (float)");
@@ -81,9 +82,9 @@ Tensor Tensor::cross_entropy(const Tensor& target, const std::string& reduction,
     Tensor valid = target.ne(Tensor::full({}, double(ignore_index), dtypes::strong(target.dtype()), device())).cast(logp.dtype());
     Tensor lw = weight ? Tensor(logp * along(*weight, cdim, ndim())) : logp;
     Tensor smooth = -lw.sum(cdim) * valid;
-    loss = Tensor(nll * (1 - eps) + smooth * (eps / double(c)));
+    loss = nll * (1 - eps) + smooth * (eps / double(c));
   }
-  if (reduction == "mean") return Tensor(loss.sum() / wy.sum());
+  if (reduction == "mean") return loss.sum() / wy.sum();
   return reduction == "sum" ? loss.sum() : loss;
 }
 
@@ -100,10 +101,10 @@ Tensor Tensor::sparse_categorical_crossentropy(const Tensor& target, int64_t ign
     fail(op, "target " + shape_str(target.shape()) + " must be " + shape_str(want) + " for input " + shape_str(shape()));
   Tensor logp = log_softmax(-1);
   Tensor valid = target.ne(Tensor::full({}, double(ignore_index), dtypes::strong(target.dtype()), device())).cast(logp.dtype());
-  Tensor y = one_hot_mask(target, shape().back()).where(Tensor(1.0), Tensor(0.0)).cast(logp.dtype());
-  Tensor picked = Tensor(logp * y).sum(-1);
-  Tensor loss = -Tensor(Tensor(picked * (1 - label_smoothing) + logp.mean(-1) * label_smoothing) * valid);
-  if (reduction == "mean") return Tensor(loss.sum() / valid.sum());
+  Tensor y = one_hot_mask(target, shape().back()).where(1.0, 0.0).cast(logp.dtype());
+  Tensor picked = (logp * y).sum(-1);
+  Tensor loss = -((picked * (1 - label_smoothing) + logp.mean(-1) * label_smoothing) * valid);
+  if (reduction == "mean") return loss.sum() / valid.sum();
   return reduction == "sum" ? loss.sum() : loss;
 }
 
@@ -111,8 +112,8 @@ Tensor Tensor::binary_crossentropy(const Tensor& target, const std::string& redu
   check_reduction(reduction, "binary_crossentropy");
   check_same(*this, target, "binary_crossentropy");
   Tensor p = to_float(*this);
-  Tensor lp = p.log().clamp_min(-100), lq = Tensor(1.0 - p).log().clamp_min(-100);
-  return reduce_loss(Tensor(-(target * lp + Tensor(1.0 - target) * lq)), reduction, "binary_crossentropy");
+  Tensor lp = p.log().clamp_min(-100), lq = (1.0 - p).log().clamp_min(-100);
+  return reduce_loss(-(target * lp + (1.0 - target) * lq), reduction, "binary_crossentropy");
 }
 
 Tensor Tensor::binary_crossentropy_with_logits(const Tensor& target, const std::string& reduction,
@@ -121,26 +122,26 @@ Tensor Tensor::binary_crossentropy_with_logits(const Tensor& target, const std::
   check_reduction(reduction, op);
   check_same(*this, target, op);
   Tensor x = to_float(*this);
-  Tensor pos = Tensor(target * x.logsigmoid());
+  Tensor pos = target * x.logsigmoid();
   if (pos_weight) pos = pos * *pos_weight;
-  return reduce_loss(Tensor(-(pos + Tensor(1.0 - target) * Tensor(-x).logsigmoid())), reduction, op);
+  return reduce_loss(-(pos + (1.0 - target) * (-x).logsigmoid()), reduction, op);
 }
 
 Tensor Tensor::mse_loss(const Tensor& target, const std::string& reduction) const {
   check_same(*this, target, "mse_loss");
   Tensor d = *this - target;
-  return reduce_loss(Tensor(d * d), reduction, "mse_loss");
+  return reduce_loss(d * d, reduction, "mse_loss");
 }
 Tensor Tensor::l1_loss(const Tensor& target, const std::string& reduction) const {
   check_same(*this, target, "l1_loss");
-  return reduce_loss(Tensor(*this - target).abs(), reduction, "l1_loss");
+  return reduce_loss((*this - target).abs(), reduction, "l1_loss");
 }
 Tensor Tensor::smooth_l1_loss(const Tensor& target, const std::string& reduction, double beta) const {
   check_same(*this, target, "smooth_l1_loss");
   if (beta < 0) fail("smooth_l1_loss", "beta must be non-negative, got " + std::to_string(beta));
-  Tensor d = Tensor(*this - target).abs();
+  Tensor d = (*this - target).abs();
   if (beta == 0) return reduce_loss(d, reduction, "smooth_l1_loss");
-  return reduce_loss(Tensor(d < beta).where(Tensor(d * d * (0.5 / beta)), Tensor(d - 0.5 * beta)), reduction, "smooth_l1_loss");
+  return reduce_loss((d < beta).where(d * d * (0.5 / beta), d - 0.5 * beta), reduction, "smooth_l1_loss");
 }
 
 }  // namespace tg

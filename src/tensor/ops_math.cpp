@@ -30,12 +30,12 @@ Tensor Tensor::linspace(double start, double stop, int64_t steps, DType dtype, c
 
 Tensor Tensor::uniform(const Shape& shape, double low, double high, DType dtype, const std::string& device) {
   if (!(low < high)) fail("uniform", "needs low < high, got " + std::to_string(low) + ", " + std::to_string(high));
-  return Tensor(rand(shape, dtypes::float32, device) * (high - low) + low).cast(dtype);
+  return (rand(shape, dtypes::float32, device) * (high - low) + low).cast(dtype);
 }
 
 Tensor Tensor::normal(const Shape& shape, double mean, double std, DType dtype, const std::string& device) {
   if (std < 0) fail("normal", "std must be non-negative, got " + std::to_string(std));
-  return Tensor(randn(shape, dtypes::float32, device) * std + mean).cast(dtype);
+  return (randn(shape, dtypes::float32, device) * std + mean).cast(dtype);
 }
 
 namespace {
@@ -48,7 +48,7 @@ double prod_from(const Shape& s, size_t i, const char* op) {
 }  // namespace
 
 Tensor Tensor::scaled_uniform(const Shape& shape, DType dtype, const std::string& device) {
-  return Tensor(uniform(shape, -1, 1, dtypes::float32, device) * std::pow(prod_from(shape, 0, "scaled_uniform"), -0.5)).cast(dtype);
+  return (uniform(shape, -1, 1, dtypes::float32, device) * std::pow(prod_from(shape, 0, "scaled_uniform"), -0.5)).cast(dtype);
 }
 Tensor Tensor::glorot_uniform(const Shape& shape, DType dtype, const std::string& device) {
   double fan = prod_from(shape, 1, "glorot_uniform");
@@ -87,7 +87,7 @@ Tensor tri_mask(const Tensor& x, int64_t diagonal, const char* op) {
   int64_t r = x.shape()[size_t(x.ndim() - 2)], c = x.shape()[size_t(x.ndim() - 1)];
   Tensor rows = Tensor::arange(0, double(r), 1, dtypes::int64, x.device()).reshape({r, 1});
   Tensor cols = Tensor::arange(0, double(c), 1, dtypes::int64, x.device()).reshape({1, c});
-  return Tensor(rows + const_of(x, double(diagonal), dtypes::int64)).le(cols);
+  return (rows + const_of(x, double(diagonal), dtypes::int64)).le(cols);
 }
 }  // namespace
 
@@ -109,44 +109,44 @@ Tensor horner(const Tensor& x, std::initializer_list<double> coeffs) {
 }
 }  // namespace
 
-Tensor Tensor::tan() const { return Tensor(sin() / cos()); }
+Tensor Tensor::tan() const { return sin() / cos(); }
 
 Tensor Tensor::asin() const {
   // Abramowitz-Stegun 4.4.46 (|error| <= 2e-8): pi/2 - sqrt(1 - |x|) * poly(|x|), odd in x.
   Tensor x = to_float(*this), a = x.abs();
   Tensor p = horner(a, {-0.0012624911, 0.0066700901, -0.0170881256, 0.0308918810, -0.0501743046, 0.0889789874,
                         -0.2145988016, 1.5707963050});
-  Tensor r = M_PI / 2 - Tensor(1.0 - a).sqrt() * p;
-  return Tensor(x.sign() * r);
+  Tensor r = M_PI / 2 - (1.0 - a).sqrt() * p;
+  return x.sign() * r;
 }
-Tensor Tensor::acos() const { return Tensor(M_PI / 2 - asin()); }
+Tensor Tensor::acos() const { return M_PI / 2 - asin(); }
 Tensor Tensor::atan() const {
   Tensor x = to_float(*this);
-  return Tensor(x / Tensor(x * x + 1.0).sqrt()).asin();
+  return (x / (x * x + 1.0).sqrt()).asin();
 }
 Tensor Tensor::sinh() const {
   Tensor x = to_float(*this);
-  return Tensor((x.exp() - Tensor(-x).exp()) * 0.5);
+  return (x.exp() - (-x).exp()) * 0.5;
 }
 Tensor Tensor::cosh() const {
   Tensor x = to_float(*this);
-  return Tensor((x.exp() + Tensor(-x).exp()) * 0.5);
+  return (x.exp() + (-x).exp()) * 0.5;
 }
 Tensor Tensor::tanh() const {
   Tensor x = to_float(*this);
-  return Tensor(Tensor(x * 2.0).sigmoid() * 2.0 - 1.0);
+  return (x * 2.0).sigmoid() * 2.0 - 1.0;
 }
 Tensor Tensor::asinh() const {
   Tensor x = to_float(*this), a = x.abs();
-  return Tensor(x.sign() * Tensor(a + Tensor(a * a + 1.0).sqrt()).log());
+  return x.sign() * (a + (a * a + 1.0).sqrt()).log();
 }
 Tensor Tensor::acosh() const {
   Tensor x = to_float(*this);
-  return Tensor(x + Tensor(x * x - 1.0).sqrt()).log();
+  return (x + (x * x - 1.0).sqrt()).log();
 }
 Tensor Tensor::atanh() const {
   Tensor x = to_float(*this);
-  return Tensor(Tensor(Tensor(1.0 + x) / Tensor(1.0 - x)).log() * 0.5);
+  return ((1.0 + x) / (1.0 - x)).log() * 0.5;
 }
 
 Tensor Tensor::erf() const {
@@ -155,19 +155,19 @@ Tensor Tensor::erf() const {
   Tensor x = to_float(*this), a = x.abs(), x2 = x * x;
   Tensor series = x * horner(x2, {-1.0 / 75600, 1.0 / 9360, -1.0 / 1320, 1.0 / 216, -1.0 / 42, 1.0 / 10, -1.0 / 3, 1.0}) *
                   (2.0 / std::sqrt(M_PI));
-  Tensor t = Tensor(1.0 / Tensor(a * 0.5 + 1.0));
+  Tensor t = 1.0 / (a * 0.5 + 1.0);
   Tensor poly = horner(t, {0.17087277, -0.82215223, 1.48851587, -1.13520398, 0.27886807, -0.18628806, 0.09678418,
                            0.37409196, 1.00002368, -1.26551223});
-  Tensor erfc = t * Tensor(poly - a * a).exp();
-  Tensor big = x.sign() * Tensor(1.0 - erfc);
-  return Tensor(a < 0.5).where(series, big);
+  Tensor erfc = t * (poly - a * a).exp();
+  Tensor big = x.sign() * (1.0 - erfc);
+  return (a < 0.5).where(series, big);
 }
 
-Tensor Tensor::log10() const { return Tensor(log2() * (M_LN2 / M_LN10)); }
-Tensor Tensor::log1p() const { return Tensor(1.0 + to_float(*this)).log(); }
-Tensor Tensor::expm1() const { return Tensor(exp() - 1.0); }
+Tensor Tensor::log10() const { return log2() * (M_LN2 / M_LN10); }
+Tensor Tensor::log1p() const { return (1.0 + to_float(*this)).log(); }
+Tensor Tensor::expm1() const { return exp() - 1.0; }
 Tensor Tensor::rsqrt() const { return sqrt().reciprocal(); }
-Tensor Tensor::square() const { return Tensor(*this * *this); }
+Tensor Tensor::square() const { return *this * *this; }
 
 namespace {
 // x ** e by square-and-multiply: exact for ints, a few roundings for floats (like torch's integer fast paths).
@@ -206,113 +206,113 @@ Tensor Tensor::sign() const {
   if (dtypes::is_bool(dtype())) return *this;
   Tensor one = const_like(*this, 1), zero = const_like(*this, 0);
   Tensor neg = dtypes::is_unsigned(dtype()) ? one : const_like(*this, -1);
-  return Tensor(*this != 0).where(Tensor(*this < 0).where(neg, one), zero);
+  return (*this != 0).where((*this < 0).where(neg, one), zero);
 }
 Tensor Tensor::floor() const {
   if (!dtypes::is_float(dtype())) return *this;
   Tensor b = trunc();
-  return Tensor(*this < b).where(b - 1.0, b);
+  return (*this < b).where(b - 1.0, b);
 }
 Tensor Tensor::ceil() const {
   if (!dtypes::is_float(dtype())) return *this;
   Tensor b = trunc();
-  return Tensor(*this > b).where(b + 1.0, b);
+  return (*this > b).where(b + 1.0, b);
 }
 Tensor Tensor::round() const {
   if (!dtypes::is_float(dtype())) return *this;
   // Half to even: x > 0 with an even integer part rounds x - 0.5 up, otherwise x + 0.5 down (mirrored below 0).
-  Tensor b = Tensor(trunc() * 0.5);
-  Tensor even = Tensor(b.trunc() == b);
-  return Tensor(*this > 0.0).eq(even).where(Tensor(*this - 0.5).ceil(), Tensor(*this + 0.5).floor());
+  Tensor b = trunc() * 0.5;
+  Tensor even = b.trunc() == b;
+  return (*this > 0.0).eq(even).where((*this - 0.5).ceil(), (*this + 0.5).floor());
 }
 
 namespace {
 // A bound for clamp: exact in the tensor's dtype when the tensor is int and the bound integral.
 Tensor bound_of(const Tensor& x, double v) {
   if (!dtypes::is_float(x.dtype()) && v == std::floor(v) && std::fabs(v) < 9e15) return const_like(x, v);
-  return Tensor(v);
+  return v;
 }
 }  // namespace
 
 Tensor Tensor::clamp(double min, double max) const { return clamp_min(min).clamp_max(max); }
 Tensor Tensor::clamp(const Tensor& min, const Tensor& max) const {
   (void)broadcast_shape(broadcast_shape(shape(), min.shape(), "clamp"), max.shape(), "clamp");
-  Tensor r = Tensor(*this < min).where(min, *this);
-  return Tensor(r > max).where(max, r);
+  Tensor r = (*this < min).where(min, *this);
+  return (r > max).where(max, r);
 }
 Tensor Tensor::clamp_min(double min) const {
   if (std::isnan(min)) fail("clamp", "min is NaN");
   Tensor lo = bound_of(*this, min);
-  return Tensor(*this < lo).where(lo, *this);
+  return (*this < lo).where(lo, *this);
 }
 Tensor Tensor::clamp_max(double max) const {
   if (std::isnan(max)) fail("clamp", "max is NaN");
   Tensor hi = bound_of(*this, max);
-  return Tensor(*this > hi).where(hi, *this);
+  return (*this > hi).where(hi, *this);
 }
 Tensor Tensor::lerp(const Tensor& end, const Tensor& weight) const {
   if (!dtypes::is_float(dtype()) || !dtypes::is_float(end.dtype()))
     fail("lerp", "needs float tensors, got " + dtype().name() + " and " + end.dtype().name());
   (void)broadcast_shape(broadcast_shape(shape(), end.shape(), "lerp"), weight.shape(), "lerp");
-  return Tensor(*this + (end - *this) * weight);
+  return *this + (end - *this) * weight;
 }
 Tensor Tensor::isnan() const {
   if (!dtypes::is_float(dtype())) return full_like(0, dtypes::bool_);
-  return Tensor(*this != *this);
+  return *this != *this;
 }
 Tensor Tensor::isinf() const {
   if (!dtypes::is_float(dtype())) return full_like(0, dtypes::bool_);
-  return Tensor(Tensor(*this == INFINITY) | Tensor(*this == -INFINITY));
+  return (*this == INFINITY) | (*this == -INFINITY);
 }
 Tensor Tensor::isfinite() const {
   if (!dtypes::is_float(dtype())) return full_like(1, dtypes::bool_);
-  return Tensor(isinf() | isnan()).logical_not();
+  return (isinf() | isnan()).logical_not();
 }
 
 // ---------------------------------------------------------------- activations
 
-Tensor Tensor::relu6() const { return Tensor(relu() - Tensor(*this - 6).relu()); }
-Tensor Tensor::leaky_relu(double slope) const { return Tensor(*this > 0).where(*this, *this * slope); }
+Tensor Tensor::relu6() const { return relu() - (*this - 6).relu(); }
+Tensor Tensor::leaky_relu(double slope) const { return (*this > 0).where(*this, *this * slope); }
 Tensor Tensor::elu(double alpha) const {
   Tensor x = to_float(*this);
-  return Tensor(x > 0.0).where(x, Tensor(x.expm1() * alpha));
+  return (x > 0.0).where(x, x.expm1() * alpha);
 }
 Tensor Tensor::celu(double alpha) const {
   if (alpha == 0) fail("celu", "alpha must not be 0");
   Tensor x = to_float(*this);
-  return Tensor(x > 0.0).where(x, Tensor(Tensor(x / alpha).expm1() * alpha));
+  return (x > 0.0).where(x, (x / alpha).expm1() * alpha);
 }
 Tensor Tensor::selu() const {
   constexpr double alpha = 1.6732632423543772848170429916717, scale = 1.0507009873554804934193349852946;
-  return Tensor(elu(alpha) * scale);
+  return elu(alpha) * scale;
 }
 Tensor Tensor::gelu(const std::string& approximate) const {
   Tensor x = to_float(*this);
-  if (approximate == "none") return Tensor(x * 0.5 * Tensor(1.0 + Tensor(x * M_SQRT1_2).erf()));
+  if (approximate == "none") return x * 0.5 * (1.0 + (x * M_SQRT1_2).erf());
   if (approximate == "tanh") {
-    Tensor inner = Tensor(Tensor(x + x * x * x * 0.044715) * std::sqrt(2.0 / M_PI)).tanh();
-    return Tensor(x * 0.5 * Tensor(1.0 + inner));
+    Tensor inner = ((x + x * x * x * 0.044715) * std::sqrt(2.0 / M_PI)).tanh();
+    return x * 0.5 * (1.0 + inner);
   }
   fail("gelu", "approximate must be 'none' or 'tanh', got '" + approximate + "'");
 }
-Tensor Tensor::quick_gelu() const { return Tensor(*this * Tensor(*this * 1.702).sigmoid()); }
-Tensor Tensor::silu() const { return Tensor(*this * sigmoid()); }
-Tensor Tensor::mish() const { return Tensor(*this * softplus().tanh()); }
+Tensor Tensor::quick_gelu() const { return *this * (*this * 1.702).sigmoid(); }
+Tensor Tensor::silu() const { return *this * sigmoid(); }
+Tensor Tensor::mish() const { return *this * softplus().tanh(); }
 Tensor Tensor::softplus(double beta, double threshold) const {
   if (beta == 0) fail("softplus", "beta must not be 0");
   Tensor x = to_float(*this), bx = x * beta;
   // log(1 + e^bx) = max(bx, 0) + log(1 + e^-|bx|), stable for large |bx|
-  Tensor sp = Tensor(Tensor(bx.relu() + Tensor(1.0 + Tensor(-bx.abs()).exp()).log()) / beta);
-  return Tensor(bx > threshold).where(x, sp);
+  Tensor sp = (bx.relu() + (1.0 + (-bx.abs()).exp()).log()) / beta;
+  return (bx > threshold).where(x, sp);
 }
-Tensor Tensor::softsign() const { return Tensor(*this / Tensor(1.0 + abs())); }
-Tensor Tensor::hardsigmoid() const { return Tensor(Tensor(*this + 3.0).relu6() / 6.0); }
-Tensor Tensor::hardswish() const { return Tensor(*this * Tensor(*this + 3.0).relu6() / 6.0); }
+Tensor Tensor::softsign() const { return *this / (1.0 + abs()); }
+Tensor Tensor::hardsigmoid() const { return (*this + 3.0).relu6() / 6.0; }
+Tensor Tensor::hardswish() const { return *this * (*this + 3.0).relu6() / 6.0; }
 Tensor Tensor::hardtanh(double min_val, double max_val) const {
   if (min_val > max_val) fail("hardtanh", "min_val " + std::to_string(min_val) + " > max_val " + std::to_string(max_val));
   return clamp(min_val, max_val);
 }
-Tensor Tensor::logsigmoid() const { return Tensor(-Tensor(-*this).softplus()); }
+Tensor Tensor::logsigmoid() const { return -(-*this).softplus(); }
 
 // ---------------------------------------------------------------- comparisons, logical, bitwise
 
@@ -333,8 +333,8 @@ Tensor Tensor::eq(const Tensor& b) const { return bcast_checked(*this, b, "eq").
 Tensor Tensor::ne(const Tensor& b) const { return bcast_checked(*this, b, "ne").alu(Ops::CMPNE, b); }
 Tensor Tensor::lt(const Tensor& b) const { return bcast_checked(*this, b, "lt").alu(Ops::CMPLT, b); }
 Tensor Tensor::gt(const Tensor& b) const { return bcast_checked(b, *this, "gt").alu(Ops::CMPLT, *this); }
-Tensor Tensor::le(const Tensor& b) const { return Tensor(lt(b) | eq(b)); }
-Tensor Tensor::ge(const Tensor& b) const { return Tensor(gt(b) | eq(b)); }
+Tensor Tensor::le(const Tensor& b) const { return lt(b) | eq(b); }
+Tensor Tensor::ge(const Tensor& b) const { return gt(b) | eq(b); }
 
 Tensor Tensor::logical_and(const Tensor& b) const { return bitwise(cast(dtypes::bool_), b.cast(dtypes::bool_), Ops::AND, "logical_and"); }
 Tensor Tensor::logical_or(const Tensor& b) const { return bitwise(cast(dtypes::bool_), b.cast(dtypes::bool_), Ops::OR, "logical_or"); }
@@ -345,7 +345,7 @@ Tensor Tensor::bitwise_xor(const Tensor& b) const { return bitwise(*this, b, Ops
 Tensor Tensor::bitwise_not() const {
   if (dtypes::is_float(dtype())) fail("bitwise_not", "needs an int or bool tensor, got " + dtype().name());
   if (dtypes::is_bool(dtype())) return logical_not();
-  return alu(Ops::XOR, Tensor(-1));
+  return alu(Ops::XOR, -1);
 }
 Tensor Tensor::lshift(const Tensor& b) const {
   if (!dtypes::is_int(dtype())) fail("lshift", "needs an int tensor, got " + dtype().name());
@@ -356,6 +356,7 @@ Tensor Tensor::rshift(const Tensor& b) const {
   return alu(Ops::SHR, b);
 }
 
-Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) { return cond.where(a, b); }
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, CallLoc loc) {
+  CallSite site(loc); return cond.where(a, b); }
 
 }  // namespace tg

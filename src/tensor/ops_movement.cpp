@@ -29,7 +29,8 @@ int64_t floor_mod(int64_t a, int64_t n) { return ((a % n) + n) % n; }
 
 // ---------------------------------------------------------------- cat, stack, repeat, split
 
-Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
+Tensor cat(const std::vector<Tensor>& ts, int64_t dim, CallLoc loc) {
+  CallSite site(loc);
   if (ts.empty()) fail("cat", "needs at least one tensor");
   const Tensor& t0 = ts[0];
   if (t0.ndim() == 0) fail("cat", "zero-dimensional tensors cannot be concatenated");
@@ -89,7 +90,8 @@ Tensor cat(const std::vector<Tensor>& ts, int64_t dim) {
   return r;
 }
 
-Tensor stack(const std::vector<Tensor>& ts, int64_t dim) {
+Tensor stack(const std::vector<Tensor>& ts, int64_t dim, CallLoc loc) {
+  CallSite site(loc);
   if (ts.empty()) fail("stack", "needs at least one tensor");
   for (size_t i = 1; i < ts.size(); i++)
     if (ts[i].shape() != ts[0].shape())
@@ -101,7 +103,8 @@ Tensor stack(const std::vector<Tensor>& ts, int64_t dim) {
   return cat(u, dim);
 }
 
-Tensor Tensor::repeat(const std::vector<int64_t>& repeats) const {
+Tensor Tensor::repeat(const std::vector<int64_t>& repeats, CallLoc loc) const {
+  CallSite site(loc);
   if (int64_t(repeats.size()) < ndim())
     fail("repeat", "needs at least " + std::to_string(ndim()) + " repeats for shape " + shape_str(shape()) + ", got " +
                        ints_str(repeats));
@@ -245,7 +248,8 @@ void check_index_dtype(const Tensor& index, const char* op) {
 }
 }  // namespace
 
-Tensor Tensor::gather(int64_t dim, const Tensor& index) const {
+Tensor Tensor::gather(int64_t dim, const Tensor& index, CallLoc loc) const {
+  CallSite site(loc);
   check_index_dtype(index, "gather");
   if (index.ndim() != ndim())
     fail("gather", "index " + shape_str(index.shape()) + " and input " + shape_str(shape()) + " differ in rank");
@@ -263,7 +267,8 @@ Tensor Tensor::gather(int64_t dim, const Tensor& index) const {
   return picked.sum(-1).cast(dtype());
 }
 
-Tensor Tensor::index_select(int64_t dim, const Tensor& index) const {
+Tensor Tensor::index_select(int64_t dim, const Tensor& index, CallLoc loc) const {
+  CallSite site(loc);
   check_index_dtype(index, "index_select");
   if (index.ndim() > 1) fail("index_select", "index must be 0-d or 1-d, got shape " + shape_str(index.shape()));
   if (ndim() == 0) fail("index_select", "needs at least 1 dim");
@@ -271,7 +276,7 @@ Tensor Tensor::index_select(int64_t dim, const Tensor& index) const {
   int64_t n = shape()[size_t(dim)];
   Tensor idx = index.reshape({-1});
   int64_t k = idx.shape()[0];
-  Tensor wrapped = Tensor(idx < 0).where(Tensor(idx + const_like(idx, double(n))), idx);
+  Tensor wrapped = (idx < 0).where(idx + const_like(idx, double(n)), idx);
   Shape ms(size_t(ndim() + 1), 1);
   ms[size_t(dim)] = k;
   ms[size_t(dim + 1)] = n;
@@ -314,7 +319,7 @@ Tensor Tensor::scatter(int64_t dim, const Tensor& index, const Tensor& src) cons
   int64_t k = mask.shape().back();
   Tensor pos = arange_at(k, mask.ndim() - 1, mask.ndim(), device());
   Tensor last = mask.where(pos, Tensor::full({}, -1, dtypes::int32, device())).max(-1, true);
-  Tensor sel = Tensor(mask & Tensor(pos == last));
+  Tensor sel = mask & (pos == last);
   Tensor vals = sel.where(s, const_like(*this, 0)).sum(-1).cast(dtype());
   return any.where(vals, *this);
 }
@@ -330,8 +335,8 @@ Tensor Tensor::scatter_reduce(int64_t dim, const Tensor& index, const Tensor& sr
   auto [s, mask] = pre_scatter(*this, dim, index, src, "scatter_reduce");
   Tensor hit = mask.any({-1});
   auto self_or = [&](double v) { return include_self ? *this : hit.where(const_like(*this, v), *this); };
-  if (reduce == "sum") return Tensor(mask.where(s, const_like(*this, 0)).sum(-1) + self_or(0)).cast(dtype());
-  if (reduce == "prod") return Tensor(mask.where(s, const_like(*this, 1)).prod(-1) * self_or(1)).cast(dtype());
+  if (reduce == "sum") return (mask.where(s, const_like(*this, 0)).sum(-1) + self_or(0)).cast(dtype());
+  if (reduce == "prod") return (mask.where(s, const_like(*this, 1)).prod(-1) * self_or(1)).cast(dtype());
   if (reduce == "amax") {
     double lo = dtype_min(dtype());
     return mask.where(s, const_like(*this, lo)).max(-1).maximum(self_or(lo));
@@ -343,8 +348,8 @@ Tensor Tensor::scatter_reduce(int64_t dim, const Tensor& index, const Tensor& sr
   Tensor count = mask.cast(dtypes::int64).sum(-1);
   if (include_self) count = count + 1;
   else count = hit.where(count, Tensor::full({}, 1, dtypes::int64, device()));
-  Tensor total = Tensor(mask.where(s, const_like(*this, 0)).sum(-1) + self_or(0));
-  if (dtypes::is_float(dtype())) return Tensor(total / count.cast(dtype()));
+  Tensor total = mask.where(s, const_like(*this, 0)).sum(-1) + self_or(0);
+  if (dtypes::is_float(dtype())) return total / count.cast(dtype());
   return total.idiv(count.cast(total.dtype())).cast(dtype());
 }
 
@@ -369,7 +374,7 @@ Tensor Tensor::masked_select(const Tensor& mask) const {
   int64_t n = x.numel() == 0 ? 0 : cs.index({-1}).cast(dtypes::int64).item<int64_t>();  // the data-dependent output size
   // output k is the first position whose running count exceeds k: the number of positions with count <= k
   Tensor k = Tensor::arange(n).reshape({n, 1});
-  Tensor idx = Tensor(cs.reshape({1, -1}) <= k).cast(dtypes::int32).sum(1).cast(dtypes::int32);
+  Tensor idx = (cs.reshape({1, -1}) <= k).cast(dtypes::int32).sum(1).cast(dtypes::int32);
   return x.index_select(0, idx);
 }
 
@@ -481,7 +486,7 @@ AdvMask adv_mask(const Tensor& x, const std::vector<int64_t>& dims, const std::v
   for (size_t k = 0; k < dims.size(); k++) {
     int64_t n = x.shape()[size_t(dims[k])];
     Tensor t = tensors[k];
-    t = Tensor(t < 0).where(Tensor(t + const_like(t, double(n))), t);
+    t = (t < 0).where(t + const_like(t, double(n)), t);
     Shape ts = t.shape();
     ts.insert(ts.end(), size_t(x.ndim() - d0), 1);
     Tensor e = t.reshape(ts).expand(pre);
@@ -532,7 +537,8 @@ Prepared prepare(const Tensor& self, const std::vector<TensorIndex>& idx, const 
 Tensor Tensor::operator[](const TensorIndex& i) const { return index({i}); }
 Tensor Tensor::operator[](std::initializer_list<TensorIndex> idx) const { return index(std::vector<TensorIndex>(idx)); }
 
-Tensor Tensor::index(const std::vector<TensorIndex>& idx) const {
+Tensor Tensor::index(const std::vector<TensorIndex>& idx, CallLoc loc) const {
+  CallSite site(loc);
   Prepared p = prepare(*this, idx, "index");
   const Tensor& x = p.x;
   if (p.tensors.empty()) return x;
@@ -685,7 +691,8 @@ Tensor Tensor::pad(const std::vector<std::pair<int64_t, int64_t>>& p, const std:
   return x.shrink(sh);
 }
 
-Tensor Tensor::one_hot(int64_t num_classes) const {
+Tensor Tensor::one_hot(int64_t num_classes, CallLoc loc) const {
+  CallSite site(loc);
   if (!dtypes::is_int(dtype())) fail("one_hot", "needs an integer tensor, got " + dtype().name());
   if (num_classes < 0) fail("one_hot", "num_classes must be given and non-negative, got " + std::to_string(num_classes));
   return one_hot_mask(*this, num_classes).cast(dtypes::int64);

@@ -44,7 +44,7 @@ Tensor conv_impl(const Tensor& x0, const Tensor& w, const std::optional<Tensor>&
     wsh.push_back(cin), wsh.push_back(cout);
     Tensor wl = w.permute(wperm).contiguous();  // (*k, Cin, Cout): a small copy
     Tensor prod = xw.permute(xperm).reshape(xs) * wl.reshape(wsh);  // (N, *o, *k, Cin, Cout)
-    r = Tensor(prod.sum(red)).contiguous().permute(back);
+    r = prod.sum(red).contiguous().permute(back);
   } else {
     // A padded input is materialised: the window loads are then plain (no bounds test per element), which costs
     // one copy of the input and lets the kernel vectorise.
@@ -70,7 +70,7 @@ Tensor conv_impl(const Tensor& x0, const Tensor& w, const std::optional<Tensor>&
     for (size_t i = 0; i <= nd; i++) red.push_back(-1 - int64_t(i));
     Shape out{bs, cout};
     out.insert(out.end(), o.begin(), o.end());
-    r = Tensor(x * w.reshape(ws)).sum(red).reshape(out);
+    r = (x * w.reshape(ws)).sum(red).reshape(out);
   }
   // Backward: d/dx0 as a transposed convolution of the gradient (the same window-and-reduce kernel as a forward
   // convolution; differentiating the window view instead gives a kernel whose index arithmetic is several times
@@ -115,7 +115,7 @@ Tensor conv_impl(const Tensor& x0, const Tensor& w, const std::optional<Tensor>&
       Tensor prod = channels_last(g).permute(gperm).reshape(gs) * xw.permute(xperm).reshape(xs);  // (N, *o, Cout, *k, Cin)
       std::vector<int64_t> back{0, int64_t(n) + 1};
       for (size_t i = 0; i < n; i++) back.push_back(int64_t(1 + i));
-      gw = Tensor(prod.sum(red)).permute(back).cast(wi.dtype());  // (Cout, *k, Cin) -> (Cout, Cin, *k)
+      gw = prod.sum(red).permute(back).cast(wi.dtype());  // (Cout, *k, Cin) -> (Cout, Cin, *k)
     } else {
       // d/dw with the input held constant: the input may itself depend on w (one weight in two stacked
       // convolutions), and that path belongs to the outer gradient, through this convolution's gx. The input is
@@ -134,7 +134,7 @@ Tensor conv_impl(const Tensor& x0, const Tensor& w, const std::optional<Tensor>&
   if (!bias) return r;
   Shape bsh{1, cout};
   bsh.insert(bsh.end(), nd, 1);
-  return Tensor(r + bias->reshape(bsh));
+  return r + bias->reshape(bsh);
 }
 
 void check_bias(const std::optional<Tensor>& bias, int64_t cout, const std::string& op) {
@@ -224,7 +224,8 @@ Tensor Tensor::conv1d(const Tensor& w, const std::optional<Tensor>& b, IntArg s,
   return conv(w, b, std::move(s), std::move(p), std::move(d), g, m);
 }
 Tensor Tensor::conv2d(const Tensor& w, const std::optional<Tensor>& b, IntArg s, ConvPadding p, IntArg d, int64_t g,
-                      const std::string& m) const {
+                      const std::string& m, CallLoc loc) const {
+  CallSite site(loc);
   if (w.ndim() != 4) fail("conv2d", "weight must be 4-d (C_out, C_in / groups, kh, kw), got " + shape_str(w.shape()));
   return conv(w, b, std::move(s), std::move(p), std::move(d), g, m);
 }
@@ -278,7 +279,7 @@ Tensor Tensor::conv_transpose(const Tensor& weight, const std::optional<Tensor>&
       out.push_back(x.shape()[2 + i] * st[i]);
       bsh.push_back(1);
     }
-    Tensor prod = Tensor(x.reshape(xs) * weight.permute(wperm).reshape(ws)).sum(2);  // (N, C_out, *k, *in)
+    Tensor prod = (x.reshape(xs) * weight.permute(wperm).reshape(ws)).sum(2);  // (N, C_out, *k, *in)
     Tensor r = prod.permute(perm).reshape(out);
     if (bias) r = r + bias->reshape(bsh);
     return unb ? r.squeeze(0) : r;
@@ -411,16 +412,16 @@ Tensor Tensor::avg_pool(IntArg kernel, IntArg stride, IntArg padding, bool ceil_
   Pads reg = sym_pads(a), pads = ceil_mode ? ceil_pads(*this, a) : reg;
   auto pool = [&](const Tensor& t, const Pads& p) { return pool_windows(pad_last(t, p), a.k, a.s, a.d, a.op).sum(last_axes(nd)); };
   Tensor x = to_float(*this), sum = pool(x, pads);
-  if (!count_include_pad) return Tensor(sum / pool(x.ones_like(), pads));
+  if (!count_include_pad) return sum / pool(x.ones_like(), pads);
   if (!ceil_mode) {
     int64_t n = 1;
     for (int64_t k : a.k) n *= k;
-    return Tensor(sum / double(n));
+    return sum / double(n);
   }
   // count the explicit padding but not the extra right padding of ceil_mode
   Pads extra;
   for (size_t i = 0; i < nd; i++) extra.push_back({0, pads[i].second - reg[i].second});
-  return Tensor(sum / pool(pad_last(x, reg).ones_like(), extra));
+  return sum / pool(pad_last(x, reg).ones_like(), extra);
 }
 Tensor Tensor::avg_pool1d(IntArg k, IntArg s, IntArg p, bool c, bool cip) const {
   PoolArgs a = pool_args(*this, 1, k, s, p, 1, "avg_pool1d");
@@ -467,7 +468,7 @@ Tensor adaptive_pool(const Tensor& x0, const std::vector<int64_t>& out, bool is_
       r = mask.where(xt, const_like(x, dtype_min(x.dtype()))).max(-1);
     } else {
       Tensor wt = Tensor::from_vector(w, {o, in}, x.device()).cast(x.dtype());
-      r = Tensor(xt * wt).sum(-1);
+      r = (xt * wt).sum(-1);
     }
     x = r.transpose(dim, -1);
   }
@@ -525,26 +526,27 @@ Tensor Tensor::batch_norm(const std::optional<Tensor>& running_mean, const std::
     if (n <= 1) fail("batch_norm", "training needs more than one value per channel, input " + shape_str(shape()));
     mean = x.mean(axes, true);
     Tensor d = x - mean;
-    Tensor var = Tensor(d * d).mean(axes, true);
-    invstd = Tensor(var + eps).rsqrt();
+    Tensor var = (d * d).mean(axes, true);
+    invstd = (var + eps).rsqrt();
     if (running_mean && running_var) {  // in-place update like torch (unbiased variance), outside autograd
-      Tensor m = mean.detach().reshape(cs), v = Tensor(var.detach().reshape(cs) * (double(n) / double(n - 1)));
+      Tensor m = mean.detach().reshape(cs), v = var.detach().reshape(cs) * (double(n) / double(n - 1));
       Tensor rm = *running_mean, rv = *running_var;
-      rm.assign(Tensor(rm * (1 - momentum) + m * momentum).cast(rm.dtype()));
-      rv.assign(Tensor(rv * (1 - momentum) + v * momentum).cast(rv.dtype()));
+      rm.assign((rm * (1 - momentum) + m * momentum).cast(rm.dtype()));
+      rv.assign((rv * (1 - momentum) + v * momentum).cast(rv.dtype()));
     }
   } else {
     mean = per_channel(*running_mean, ndim());
-    invstd = Tensor(per_channel(*running_var, ndim()) + eps).rsqrt();
+    invstd = (per_channel(*running_var, ndim()) + eps).rsqrt();
   }
-  Tensor y = Tensor(x - mean) * invstd;
+  Tensor y = (x - mean) * invstd;
   if (weight) y = y * per_channel(*weight, ndim());
   if (bias) y = y + per_channel(*bias, ndim());
   return y.cast(out);
 }
 
 Tensor Tensor::layer_norm(const std::vector<int64_t>& normalized_shape, const std::optional<Tensor>& weight,
-                          const std::optional<Tensor>& bias, double eps) const {
+                          const std::optional<Tensor>& bias, double eps, CallLoc loc) const {
+  CallSite site(loc);
   size_t k = normalized_shape.size();
   if (k == 0 || size_t(ndim()) < k || !std::equal(normalized_shape.begin(), normalized_shape.end(), shape().end() - int64_t(k)))
     fail("layer_norm", "normalized_shape " + ints_str(normalized_shape) + " must be the trailing dims of input " + shape_str(shape()));
@@ -554,7 +556,7 @@ Tensor Tensor::layer_norm(const std::vector<int64_t>& normalized_shape, const st
   for (size_t i = 0; i < k; i++) axes.push_back(ndim() - int64_t(k) + int64_t(i));
   Tensor x = to_opmath(*this);  // 16-bit floats in float32, rounded once at the end
   Tensor d = x - x.mean(axes, true);
-  Tensor y = d * Tensor(Tensor(d * d).mean(axes, true) + eps).rsqrt();
+  Tensor y = d * ((d * d).mean(axes, true) + eps).rsqrt();
   if (weight) y = y * *weight;
   if (bias) y = y + *bias;
   return y.cast(float_dtype(dtype()));
@@ -571,7 +573,7 @@ Tensor Tensor::group_norm(int64_t num_groups, const std::optional<Tensor>& weigh
   check_param(bias, {c}, "bias", "group_norm");
   Tensor x = to_opmath(*this).reshape({shape()[0], num_groups, -1});  // 16-bit floats in float32
   Tensor d = x - x.mean(-1, true);
-  Tensor y = Tensor(d * Tensor(Tensor(d * d).mean(-1, true) + eps).rsqrt()).reshape(shape());
+  Tensor y = (d * ((d * d).mean(-1, true) + eps).rsqrt()).reshape(shape());
   if (weight) y = y * per_channel(*weight, ndim());
   if (bias) y = y + per_channel(*bias, ndim());
   return y.cast(float_dtype(dtype()));
@@ -592,7 +594,7 @@ Tensor Tensor::rms_norm(const std::vector<int64_t>& normalized_shape, const std:
                           : out == dtypes::float16  ? 0x1p-10
                           : out == dtypes::bfloat16 ? 0x1p-7
                                                     : 0x1p-23);
-  Tensor y = x * Tensor(Tensor(x * x).mean(axes, true) + e).rsqrt();
+  Tensor y = x * ((x * x).mean(axes, true) + e).rsqrt();
   return (weight ? Tensor(y * *weight) : y).cast(out);
 }
 
@@ -601,9 +603,9 @@ Tensor Tensor::rms_norm(const std::vector<int64_t>& normalized_shape, const std:
 Tensor Tensor::dropout(double p, bool training) const {
   if (!(p >= 0 && p <= 1)) fail("dropout", "p must be in [0, 1], got " + std::to_string(p));
   if (!training || p == 0) return *this;
-  if (p == 1) return Tensor(*this * 0.0);
-  Tensor keep = rand_like(dtypes::float32).ge(Tensor(p));
-  return keep.where(Tensor(*this * (1.0 / (1.0 - p))), const_like(*this, 0));
+  if (p == 1) return *this * 0.0;
+  Tensor keep = rand_like(dtypes::float32).ge(p);
+  return keep.where(*this * (1.0 / (1.0 - p)), const_like(*this, 0));
 }
 
 Tensor Tensor::scaled_dot_product_attention(const Tensor& key, const Tensor& value, const std::optional<Tensor>& attn_mask,
@@ -621,7 +623,7 @@ Tensor Tensor::scaled_dot_product_attention(const Tensor& key, const Tensor& val
   if (is_causal && attn_mask) fail(op, "give either attn_mask or is_causal, not both");
   if (!qs.back().is_int()) fail(op, "the embedding dim of query " + shape_str(qs) + " must be an int");
   double sc = scale.value_or(1.0 / std::sqrt(double(qs.back().value())));
-  Tensor qk = Tensor(matmul(key.transpose(-2, -1)) * sc);
+  Tensor qk = matmul(key.transpose(-2, -1)) * sc;
   std::optional<Tensor> mask = attn_mask;
   if (is_causal) {
     if (qk.is_symbolic()) fail(op, "is_causal needs concrete sequence lengths, got scores " + shape_str(qk.sym_shape()) + ": pass attn_mask");
@@ -641,14 +643,15 @@ Tensor Tensor::scaled_dot_product_attention(const Tensor& key, const Tensor& val
       Shape bs = broadcast_shape(qk.shape(), mask->shape(), op);
       if (bs != qk.shape()) fail(op, "attn_mask " + shape_str(mask->shape()) + " does not broadcast to the scores " + shape_str(qk.shape()));
     }
-    qk = dtypes::is_bool(mask->dtype()) ? mask->where(qk, Tensor(-INFINITY)) : Tensor(qk + *mask);
+    qk = dtypes::is_bool(mask->dtype()) ? mask->where(qk, -INFINITY) : Tensor(qk + *mask);
   }
   Tensor attn = qk.softmax(-1);
   if (dropout_p > 0) attn = attn.dropout(dropout_p, true);
   return attn.matmul(value);
 }
 
-Tensor embedding(const Tensor& indices, const Tensor& weight) {
+Tensor embedding(const Tensor& indices, const Tensor& weight, CallLoc loc) {
+  CallSite site(loc);
   if (weight.ndim() != 2) fail("embedding", "weight must be 2-d (num_embeddings, dim), got " + shape_str(weight.shape()));
   if (!dtypes::is_int(indices.dtype())) fail("embedding", "indices must be integer, got " + indices.dtype().name());
   Shape s = indices.shape();
@@ -703,7 +706,7 @@ Tensor Tensor::interpolate(const std::vector<int64_t>& size, const std::string& 
     Tensor w0 = Tensor::from_vector(l0, {out}, device()).reshape(ls).cast(x.dtype());
     Tensor w1 = Tensor::from_vector(l1, {out}, device()).reshape(ls).cast(x.dtype());
     Tensor idx1 = Tensor::from_vector(i1, {out}, device());
-    x = Tensor(x.index_select(dim, idx0) * w0 + x.index_select(dim, idx1) * w1);
+    x = x.index_select(dim, idx0) * w0 + x.index_select(dim, idx1) * w1;
   }
   return x;
 }

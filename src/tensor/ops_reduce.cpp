@@ -27,7 +27,7 @@ Tensor Tensor::var(std::vector<int64_t> axes, bool keepdim, double correction) c
   Tensor x = to_opmath(*this);
   Tensor d = x - x.mean(axes, true);
   double n = double(count_of(shape(), axes));
-  return Tensor(Tensor(d * d).sum(axes, keepdim) / std::max(n - correction, 0.0)).cast(float_dtype(dtype()));
+  return ((d * d).sum(axes, keepdim) / std::max(n - correction, 0.0)).cast(float_dtype(dtype()));
 }
 Tensor Tensor::std(std::vector<int64_t> axes, bool keepdim, double correction) const {
   return to_opmath(*this).var(std::move(axes), keepdim, correction).sqrt().cast(float_dtype(dtype()));
@@ -50,12 +50,12 @@ Tensor Tensor::argmax(std::optional<int64_t> axis, bool keepdim) const {
   // n - max((x == max) * (n, n-1, ..., 1)) is the first index of the maximum; NaN is the maximum (as torch): a row
   // with NaN has max NaN, equal to nothing, and its first NaN is taken
   Tensor is_max = eq(max(a, true));
-  if (dtypes::is_float(dtype())) is_max = Tensor(is_max | isnan());
+  if (dtypes::is_float(dtype())) is_max = is_max | isnan();
   Shape rs(size_t(ndim()), 1);
   rs[size_t(a)] = n;
   Tensor rev = arange(double(n), 0, -1, dtypes::int64, device()).reshape(rs);
   Tensor best = is_max.where(rev, full({}, 0, dtypes::int64, device())).max(a, keepdim);
-  return Tensor(full({}, double(n), dtypes::int64, device()) - best);
+  return full({}, double(n), dtypes::int64, device()) - best;
 }
 ValuesIndices Tensor::max_with_indices(int64_t dim, bool keepdim) const {
   return {max(dim, keepdim), argmax(dim, keepdim)};
@@ -69,14 +69,14 @@ Tensor Tensor::argmin(std::optional<int64_t> axis, bool keepdim) const {
 }
 
 Tensor Tensor::any(std::vector<int64_t> axes, bool keepdim) const {
-  Tensor b = dtypes::is_bool(dtype()) ? *this : ne(Tensor(0));
+  Tensor b = dtypes::is_bool(dtype()) ? *this : ne(0);
   // max has no identity for an empty axis; counting does: any of nothing is false
-  if (numel() == 0) return b.cast(dtypes::int32).sum(norm_axes(axes, ndim(), "any"), keepdim).ne(Tensor(0));
+  if (numel() == 0) return b.cast(dtypes::int32).sum(norm_axes(axes, ndim(), "any"), keepdim).ne(0);
   return b.max(norm_axes(axes, ndim(), "any"), keepdim);
 }
 Tensor Tensor::all(std::vector<int64_t> axes, bool keepdim) const {
-  Tensor b = dtypes::is_bool(dtype()) ? logical_not() : eq(Tensor(0));
-  if (numel() == 0) return b.cast(dtypes::int32).sum(norm_axes(axes, ndim(), "all"), keepdim).eq(Tensor(0));  // all of nothing is true
+  Tensor b = dtypes::is_bool(dtype()) ? logical_not() : eq(0);
+  if (numel() == 0) return b.cast(dtypes::int32).sum(norm_axes(axes, ndim(), "all"), keepdim).eq(0);  // all of nothing is true
   return b.max(norm_axes(axes, ndim(), "all"), keepdim).logical_not();
 }
 
@@ -90,8 +90,8 @@ Tensor reduce_last(const Tensor& t, Ops op) {
 }
 double identity_of(Ops op, DType d) { return op == Ops::ADD ? 0 : op == Ops::MUL ? 1 : dtype_min(d); }
 Tensor combine(const Tensor& a, const Tensor& b, Ops op) {
-  if (op == Ops::ADD) return Tensor(a + b);
-  if (op == Ops::MUL) return Tensor(a * b);
+  if (op == Ops::ADD) return a + b;
+  if (op == Ops::MUL) return a * b;
   return a.maximum(b);
 }
 
@@ -147,8 +147,8 @@ std::pair<Tensor, Tensor> Tensor::cummax(int64_t axis) const {
   // index of value j: the last i <= j with x[i] == v[j]
   Tensor i_le_j = Tensor::ones({n, n}, dtypes::bool_, device()).triu();
   Tensor same = x.unsqueeze(-1).eq(v.unsqueeze(-2));  // (..., i, j); a NaN maximum is matched by a NaN (as torch)
-  if (dtypes::is_float(dtype())) same = Tensor(same | Tensor(x.unsqueeze(-1).isnan() & v.unsqueeze(-2).isnan()));
-  Tensor match = Tensor(same & i_le_j);
+  if (dtypes::is_float(dtype())) same = same | (x.unsqueeze(-1).isnan() & v.unsqueeze(-2).isnan());
+  Tensor match = same & i_le_j;
   Tensor ii = arange(0, double(n), 1, dtypes::int64, device()).reshape({n, 1});
   Tensor idx = match.where(ii, full({}, -1, dtypes::int64, device())).max(-2);
   return {values, idx.transpose(-1, axis)};
@@ -163,9 +163,9 @@ Tensor Tensor::logsumexp(std::vector<int64_t> axes, bool keepdim) const {
   axes = norm_axes(axes, ndim(), "logsumexp");
   Tensor x = to_opmath(*this);
   Tensor m = x.max(axes, true).detach();
-  m = m.isinf().where(Tensor(0.0), m);  // all -inf (or +inf) rows: no shift
-  Tensor r = Tensor(x - m).exp().sum(axes, keepdim).log();
-  return Tensor(r + (keepdim ? m : m.reshape(squeezed(m.shape(), axes)))).cast(float_dtype(dtype()));
+  m = m.isinf().where(0.0, m);  // all -inf (or +inf) rows: no shift
+  Tensor r = (x - m).exp().sum(axes, keepdim).log();
+  return (r + (keepdim ? m : m.reshape(squeezed(m.shape(), axes)))).cast(float_dtype(dtype()));
 }
 
 Tensor Tensor::logcumsumexp(int64_t axis) const {
@@ -174,20 +174,21 @@ Tensor Tensor::logcumsumexp(int64_t axis) const {
   Tensor x = to_float(*this).transpose(axis, -1);
   int64_t n = x.shape().back();
   Tensor cm = x.cummax(-1).first.detach();
-  cm = cm.isinf().where(Tensor(0.0), cm);
+  cm = cm.isinf().where(0.0, cm);
   Tensor i_le_j = Tensor::ones({n, n}, dtypes::bool_, device()).tril();  // (j, i): i <= j
-  Tensor sh = i_le_j.where(Tensor(x.unsqueeze(-2) - cm.unsqueeze(-1)), Tensor(-INFINITY));
-  Tensor r = Tensor(sh.exp().sum(-1).log() + cm);
+  Tensor sh = i_le_j.where(x.unsqueeze(-2) - cm.unsqueeze(-1), -INFINITY);
+  Tensor r = sh.exp().sum(-1).log() + cm;
   return r.transpose(-1, axis);
 }
 
-Tensor Tensor::log_softmax(int64_t axis) const {
+Tensor Tensor::log_softmax(int64_t axis, CallLoc loc) const {
+  CallSite site(loc);
   DType out = float_dtype(dtype());
   Tensor x = to_opmath(*this);
   axis = norm_dim(axis, ndim(), "log_softmax");
-  if (ndim() == 0) return Tensor(x * 0.0).cast(out);
+  if (ndim() == 0) return (x * 0.0).cast(out);
   Tensor m = x - x.max(axis, true).detach();
-  return Tensor(m - m.exp().sum(axis, true).log()).cast(out);
+  return (m - m.exp().sum(axis, true).log()).cast(out);
 }
 Tensor Tensor::softmin(int64_t axis) const { return to_float(*this).neg().softmax(axis); }
 
@@ -205,11 +206,11 @@ std::pair<Tensor, Tensor> Tensor::sort(int64_t dim, bool descending) const {
   Tensor before = descending ? b.gt(a) : b.lt(a), same = b.eq(a);
   if (dtypes::is_float(dtype())) {
     Tensor na = a.isnan(), nb = b.isnan();
-    before = Tensor(before | (descending ? Tensor(nb & na.logical_not()) : Tensor(na & nb.logical_not())));
-    same = Tensor(same | Tensor(na & nb));
+    before = before | (descending ? Tensor(nb & na.logical_not()) : Tensor(na & nb.logical_not()));
+    same = same | (na & nb);
   }
   Tensor j_lt_i = Tensor::ones({n, n}, dtypes::bool_, device()).tril(-1);
-  Tensor rank = Tensor(before | Tensor(same & j_lt_i)).cast(dtypes::int64).sum(-1);  // (..., i)
+  Tensor rank = (before | (same & j_lt_i)).cast(dtypes::int64).sum(-1);  // (..., i)
   Tensor at = one_hot_mask(rank, n);                                                       // (..., i, r)
   Tensor values = at.where(a, const_like(*this, 0)).sum(-2).cast(dtype());
   Tensor ii = arange(0, double(n), 1, dtypes::int64, device()).reshape({n, 1});

@@ -230,7 +230,12 @@ std::vector<const UOp*> add_old_readers(std::vector<UOpRef>& roots) {
 
 // ---------------------------------------------------------------- construction
 
-Tensor::Tensor() : impl_(make_impl(UOp::cnst(dtypes::float32, 0), {}, "", false)) {}
+TensorImpl& Tensor::im() const {
+  if (!impl_)
+    throw Error("[tensor] this tensor is undefined (a default-constructed Tensor holds no value): assign a tensor to it "
+                "before using it; defined() tells");
+  return *impl_;
+}
 Tensor::Tensor(UOpRef uop, Shape shape, std::string device)
     : impl_(make_impl(NoGrad::active() && uop->op != Ops::DETACH && !contiguous_buffer(uop.get()) && uop->op != Ops::CONST
                           ? UOp::make(Ops::DETACH, uop->dtype, {uop})
@@ -244,15 +249,15 @@ const Shape& Tensor::shape() const {
   if (is_symbolic())
     throw Error("[shape] the tensor has the symbolic shape " + shape_str(sym_shape()) +
                 ": read sym_shape() (its dims as sints) or max_shape() (their largest values)");
-  return impl_->shape;
+  return im().shape;
 }
-const Shape& Tensor::max_shape() const { return impl_->shape; }
+const Shape& Tensor::max_shape() const { return im().shape; }
 SymShape Tensor::sym_shape() const {
   SymShape r;
   if (const auto* sym = uop()->sym()) {
     for (auto& e : *sym) r.emplace_back(e);
   } else {
-    for (int64_t d : impl_->shape) r.emplace_back(d);
+    for (int64_t d : im().shape) r.emplace_back(d);
   }
   return r;
 }
@@ -262,13 +267,13 @@ size_t Tensor::read_count() const {
   for (const sint& d : sym_shape()) n *= size_t(d.value());
   return n;
 }
-DType Tensor::dtype() const { return impl_->uop->dtype; }
+DType Tensor::dtype() const { return im().uop->dtype; }
 const std::string& Tensor::device() const {
-  if (impl_->device.empty()) impl_->device = default_device();
-  return impl_->device;
+  if (im().device.empty()) im().device = default_device();
+  return im().device;
 }
 int64_t Tensor::numel() const { return numel_of(shape()); }
-const UOpRef& Tensor::uop() const { return impl_->uop; }
+const UOpRef& Tensor::uop() const { return im().uop; }
 int64_t Tensor::size(int dim) const { return shape()[size_t(norm_axis(dim, "size"))]; }
 
 Tensor Tensor::check_numel(size_t n, const char* op) const {
@@ -324,8 +329,8 @@ Tensor Tensor::arange(double start, double stop, double step, DType dtype, const
     // it with an index and sums (a gather written as a one-hot reduce) becomes an indexed load (see the scheduler).
     Tensor t(UOp::make(Ops::RANGE, d, {UOp::cnst_int(dtypes::index, n)}, std::vector<int64_t>{-1, int64_t(AxisType::Loop), n}),
              {n}, dev);
-    if (step != 1) t = Tensor(t * Tensor(UOp::cnst_int(d, int64_t(step)), {}, dev));
-    if (start != 0) t = Tensor(t + Tensor(UOp::cnst_int(d, int64_t(start)), {}, dev));
+    if (step != 1) t = t * Tensor(UOp::cnst_int(d, int64_t(step)), {}, dev);
+    if (start != 0) t = t + Tensor(UOp::cnst_int(d, int64_t(start)), {}, dev);
     return t;
   }
   Tensor t = empty({n}, d, dev);
@@ -359,7 +364,7 @@ Tensor Tensor::eye(int64_t n, int64_t m, DType dtype, const std::string& device)
   if (m < 0) m = n;
   Tensor a = arange(0, double(n), 1, dtypes::int32, device).reshape({n, 1});
   Tensor b = arange(0, double(m), 1, dtypes::int32, device).reshape({1, m});
-  return Tensor(a == b).cast(dtype);
+  return (a == b).cast(dtype);
 }
 
 // ---------------------------------------------------------------- random (threefry2x32, counter based)
@@ -388,8 +393,8 @@ Tensor rng_draw_key(const std::string& device) {
   if (it == states.end()) it = states.emplace(device, rng_state_init(device)).first;
   Tensor& state = it->second;
   Tensor step = Tensor::arange(0, 2, 1, dtypes::uint32, device);  // [0, 1]
-  state.assign(Tensor(state + step));
-  Tensor key = Tensor(state - step).contiguous();
+  state.assign(state + step);
+  Tensor key = (state - step).contiguous();
   Tensor::realize_all({&state, &key});
   return key;
 }
@@ -407,11 +412,11 @@ void Tensor::manual_seed(uint64_t seed) {
 
 namespace {
 Tensor u32(const Tensor& t, uint32_t v) { return Tensor(const_uop(dtypes::uint32, v), {}, t.device()); }
-Tensor rotl(const Tensor& x, int r) { return Tensor(x << u32(x, uint32_t(r))) | Tensor(x >> u32(x, uint32_t(32 - r))); }
+Tensor rotl(const Tensor& x, int r) { return (x << u32(x, uint32_t(r))) | (x >> u32(x, uint32_t(32 - r))); }
 // threefry2x32-20 on (x0, x1) with key (k0, k1), all uint32 (the keys are 0-d tensors, read from a buffer).
 Tensor threefry(Tensor x0, Tensor x1, const Tensor& k0, const Tensor& k1) {
   static const int rot[2][4] = {{13, 15, 26, 6}, {17, 29, 16, 24}};
-  Tensor ks[3] = {k0, k1, Tensor(Tensor(k0 ^ k1) ^ u32(k0, 0x1BD11BDAu))};
+  Tensor ks[3] = {k0, k1, (k0 ^ k1) ^ u32(k0, 0x1BD11BDAu)};
   x0 = x0 + ks[0];
   x1 = x1 + ks[1];
   for (int i = 0; i < 5; i++) {
@@ -421,7 +426,7 @@ Tensor threefry(Tensor x0, Tensor x1, const Tensor& k0, const Tensor& k1) {
       x1 = x1 ^ x0;
     }
     x0 = x0 + ks[(i + 1) % 3];
-    x1 = x1 + Tensor(ks[(i + 2) % 3] + u32(x1, uint32_t(i) + 1u));
+    x1 = x1 + (ks[(i + 2) % 3] + u32(x1, uint32_t(i) + 1u));
   }
   return x0;
 }
@@ -438,7 +443,7 @@ Tensor Tensor::rand(const Shape& shape, DType dtype, const std::string& device) 
   Tensor ctr = arange(0, double(n), 1, dtypes::uint32, dev);
   Tensor bits = threefry(ctr, Tensor::zeros({n}, dtypes::uint32, dev), k0, k1);
   // 23 random mantissa bits under exponent 0 give a float in [1, 2); minus 1 gives [0, 1).
-  Tensor f = Tensor(Tensor(bits >> u32(bits, 9)) | u32(bits, 0x3f800000u)).bitcast(dtypes::float32) - 1.0;
+  Tensor f = ((bits >> u32(bits, 9)) | u32(bits, 0x3f800000u)).bitcast(dtypes::float32) - 1.0;
   return f.cast(dtype).reshape(shape);
 }
 
@@ -449,7 +454,7 @@ Tensor Tensor::randn(const Shape& shape, DType dtype, const std::string& device)
     throw Error("[randn] shape " + shape_str(shape) + " has more than 2^31 elements, the most one call draws");
   Tensor u = rand({2, n}, dtypes::float32, device);
   Tensor u1 = u.shrink({{0, 1}, {0, n}}), u2 = u.shrink({{1, 2}, {0, n}});
-  Tensor r = Tensor(Tensor(1.0 - u1).log() * -2.0).sqrt() * Tensor(u2 * (2 * M_PI)).cos();
+  Tensor r = ((1.0 - u1).log() * -2.0).sqrt() * (u2 * (2 * M_PI)).cos();
   return r.cast(dtype).reshape(shape);
 }
 
@@ -457,7 +462,7 @@ Tensor Tensor::randint(int64_t low, int64_t high, const Shape& shape, DType dtyp
   if (high <= low) throw Error("[randint] needs low < high, got " + std::to_string(low) + ", " + std::to_string(high));
   if (!dtypes::is_int(dtype)) throw Error("[randint] needs an int dtype, got " + dtype.name());
   Tensor u = rand(shape, dtypes::float32, device);
-  return Tensor(u * double(high - low)).cast(dtypes::int64).alu(Ops::ADD, Tensor(int(low))).cast(dtype);
+  return (u * double(high - low)).cast(dtypes::int64).alu(Ops::ADD, int(low)).cast(dtype);
 }
 
 // ---------------------------------------------------------------- elementwise
@@ -525,18 +530,19 @@ Tensor safe_divmod(Ops op, const Tensor& a, const Tensor& b, const std::string& 
   // numpy; torch raises on the CPU), INT_MIN / -1 wraps to INT_MIN (as torch). The kernel divides by 1 where the
   // divisor is 0 or -1, so no kernel divides by zero (undefined in C and LLVM; x86 traps) or overflows.
   bool sgn = !dtypes::is_unsigned(a.dtype());
-  Tensor zero = b == 0, bad = sgn ? Tensor(zero | Tensor(b == -1)) : zero;
-  Tensor d = bad.where(Tensor(1), b);
+  Tensor zero = b == 0, bad = sgn ? Tensor(zero | (b == -1)) : zero;
+  Tensor d = bad.where(1, b);
   Tensor q(UOp::make(op, a.dtype(), {a.uop(), d.uop()}), a.max_shape(), dev);  // a / 1 = a, a % 1 = 0
   if (op == Ops::MOD) return q;
-  if (sgn) q = Tensor(b == -1).where(Tensor(-a), q);
-  return zero.where(Tensor(0), q);
+  if (sgn) q = (b == -1).where(-a, q);
+  return zero.where(0, q);
 }
 }  // namespace
 
-Tensor Tensor::alu(Ops op, const Tensor& b) const {
+Tensor Tensor::alu(Ops op, const Tensor& b, CallLoc loc) const {
+  CallSite site(loc);
   const Tensor& a = *this;
-  bool weak = a.impl_->weak && b.impl_->weak;
+  bool weak = a.im().weak && b.im().weak;
   DType out = least_upper_dtype({a.dtype(), b.dtype()});
   if (!weak) out = dtypes::strong(out);
   if (op == Ops::AND || op == Ops::OR || op == Ops::XOR || op == Ops::SHL || op == Ops::SHR) {
@@ -546,7 +552,7 @@ Tensor Tensor::alu(Ops op, const Tensor& b) const {
   }
   if ((op == Ops::IDIV || op == Ops::MOD) && !dtypes::is_int(out))
     throw Error(std::string("[") + op_name(op) + "] needs int tensors, got " + out.name());
-  std::string dev = a.impl_->weak ? b.device() : a.device();
+  std::string dev = a.im().weak ? b.device() : a.device();
   Shape s;
   Tensor ca, cb;
   if (a.is_symbolic() || b.is_symbolic()) {
@@ -561,27 +567,28 @@ Tensor Tensor::alu(Ops op, const Tensor& b) const {
   Tensor r = (op == Ops::IDIV || op == Ops::MOD) && !safe_divisor(cb)
                  ? safe_divmod(op, ca, cb, dev)
                  : Tensor(UOp::make(op, rd, {ca.uop(), cb.uop()}), s, dev);
-  r.impl_->weak = weak;
+  r.im().weak = weak;
   return r;
 }
 
-Tensor Tensor::cast(DType d) const {
+Tensor Tensor::cast(DType d, CallLoc loc) const {
+  CallSite site(loc);
   if (dtype() == d) return *this;
-  if (impl_->uop->op == Ops::CONST) {  // fold: a constant of the new dtype
-    const UOp* c = impl_->uop.get();
+  if (im().uop->op == Ops::CONST) {  // fold: a constant of the new dtype
+    const UOp* c = im().uop.get();
     double v = dtypes::is_float(c->dtype) ? c->const_float() : double(c->const_int());
     UOpRef u = dtypes::is_float(d) || dtypes::is_bool(d) ? UOp::cnst(d, v) : UOp::cnst_int(d, c->const_int());
-    Tensor out(u, max_shape(), impl_->device);
-    out.impl_->weak = impl_->weak && dtypes::is_weak(d);
+    Tensor out(u, max_shape(), im().device);
+    out.im().weak = im().weak && dtypes::is_weak(d);
     return out;
   }
-  return Tensor(UOp::make(Ops::CAST, d, {uop()}), max_shape(), impl_->device);
+  return Tensor(UOp::make(Ops::CAST, d, {uop()}), max_shape(), im().device);
 }
 
 Tensor Tensor::bitcast(DType d) const {
   if (d.itemsize() != dtype().itemsize())
     throw Error("[bitcast] " + dtype().name() + " and " + d.name() + " have different sizes");
-  return Tensor(UOp::make(Ops::BITCAST, d, {uop()}), max_shape(), impl_->device);
+  return Tensor(UOp::make(Ops::BITCAST, d, {uop()}), max_shape(), im().device);
 }
 
 namespace {
@@ -610,8 +617,8 @@ Tensor Tensor::neg() const {
 }
 Tensor Tensor::exp2() const { return unary(*this, Ops::EXP2); }
 Tensor Tensor::log2() const { return unary(*this, Ops::LOG2); }
-Tensor Tensor::exp() const { return Tensor(*this * (1.0 / M_LN2)).exp2(); }
-Tensor Tensor::log() const { return Tensor(log2() * M_LN2); }
+Tensor Tensor::exp() const { return (*this * (1.0 / M_LN2)).exp2(); }
+Tensor Tensor::log() const { return log2() * M_LN2; }
 Tensor Tensor::sin() const { return unary(*this, Ops::SIN); }
 namespace {
 // Floats narrower than float32 compute a composite op in float32 and round once, as torch does ("opmath"): in
@@ -620,41 +627,44 @@ bool narrow_float(DType d) { return dtypes::is_float(d) && d.itemsize() < 4; }
 }  // namespace
 Tensor Tensor::cos() const {
   if (narrow_float(dtype())) return cast(dtypes::float32).cos().cast(dtype());
-  return Tensor(*this + M_PI / 2).sin();
+  return (*this + M_PI / 2).sin();
 }
 Tensor Tensor::sqrt() const { return unary(*this, Ops::SQRT); }
 Tensor Tensor::reciprocal() const { return unary(*this, Ops::RECIPROCAL); }
 Tensor Tensor::trunc() const { return dtypes::is_float(dtype()) ? unary(*this, Ops::TRUNC) : *this; }
-Tensor Tensor::maximum(const Tensor& b) const { return alu(Ops::MAX, b); }
-Tensor Tensor::minimum(const Tensor& b) const {
+Tensor Tensor::maximum(const Tensor& b, CallLoc loc) const {
+  CallSite site(loc); return alu(Ops::MAX, b); }
+Tensor Tensor::minimum(const Tensor& b, CallLoc loc) const {
+  CallSite site(loc);
   if (dtypes::is_bool(dtype()) && dtypes::is_bool(b.dtype())) return alu(Ops::AND, b);
-  return Tensor(-Tensor(-*this).maximum(-b));
+  return -(-*this).maximum(-b);
 }
 Tensor Tensor::relu() const {
-  Tensor r = maximum(Tensor(0));
+  Tensor r = maximum(0);
   if (!dtypes::is_float(dtype())) return r;
   // d relu = [x > 0], 0 at x == 0 as torch (MAX's rule splits a tie: 0.5)
   return r.custom_gradient({*this}, "relu", [](const Tensor& g, const Tensor&, const std::vector<Tensor>& in) {
-    return std::vector<std::optional<Tensor>>{Tensor(in[0] > 0.0).where(g, Tensor(0.0)).cast(g.dtype())};
+    return std::vector<std::optional<Tensor>>{(in[0] > 0.0).where(g, 0.0).cast(g.dtype())};
   });
 }
 Tensor Tensor::sigmoid() const {
   if (narrow_float(dtype())) return cast(dtypes::float32).sigmoid().cast(dtype());
-  Tensor s = Tensor(1.0) / Tensor(1.0 + Tensor(-*this).exp());
+  Tensor s = 1.0 / (1.0 + (-*this).exp());
   if (!dtypes::is_float(dtype())) return s;
   // d sigmoid = s (1 - s): finite everywhere (through the graph, x < -88 gave exp' = inf times 0 = NaN; also tanh)
   return s.custom_gradient({*this}, "sigmoid", [](const Tensor& g, const Tensor& v, const std::vector<Tensor>&) {
-    return std::vector<std::optional<Tensor>>{Tensor(g * Tensor(v * Tensor(1.0 - v)))};
+    return std::vector<std::optional<Tensor>>{g * (v * (1.0 - v))};
   });
 }
 Tensor Tensor::abs() const { return dtypes::is_unsigned(dtype()) || dtypes::is_bool(dtype()) ? *this : maximum(-*this); }
 Tensor Tensor::logical_not() const {
   Tensor b = cast(dtypes::bool_);
-  return b.alu(Ops::CMPNE, Tensor(true));
+  return b.alu(Ops::CMPNE, true);
 }
 
-Tensor Tensor::where(const Tensor& a, const Tensor& b) const {
-  bool weak = a.impl_->weak && b.impl_->weak;
+Tensor Tensor::where(const Tensor& a, const Tensor& b, CallLoc loc) const {
+  CallSite site(loc);
+  bool weak = a.im().weak && b.im().weak;
   DType out = least_upper_dtype({a.dtype(), b.dtype()});
   if (!weak) out = dtypes::strong(out);
   if (weak) out = dtypes::strong(out);
@@ -668,7 +678,7 @@ Tensor Tensor::where(const Tensor& a, const Tensor& b) const {
     s = broadcast_shape(broadcast_shape(shape(), a.shape(), "where"), b.shape(), "where");
     c = broadcast_to(cast(dtypes::bool_), s), ca = broadcast_to(a.cast(out), s), cb = broadcast_to(b.cast(out), s);
   }
-  return Tensor(UOp::make(Ops::WHERE, out, {c.uop(), ca.uop(), cb.uop()}), s, impl_->weak ? a.device() : device());
+  return Tensor(UOp::make(Ops::WHERE, out, {c.uop(), ca.uop(), cb.uop()}), s, im().weak ? a.device() : device());
 }
 
 Tensor Tensor::div(const Tensor& b) const {
@@ -680,20 +690,20 @@ Tensor Tensor::div(const Tensor& b) const {
 Tensor Tensor::idiv(const Tensor& b) const {
   // floor division from C's truncating IDIV: q - ((a % b != 0) & ((a < 0) != (b < 0)))
   Tensor q = alu(Ops::IDIV, b), r = alu(Ops::MOD, b);
-  Tensor fix = Tensor(r != 0) & Tensor(Tensor(*this < 0) != Tensor(b < 0));
-  return Tensor(q - fix.cast(q.dtype()));
+  Tensor fix = (r != 0) & ((*this < 0) != (b < 0));
+  return q - fix.cast(q.dtype());
 }
 
 Tensor Tensor::mod(const Tensor& b) const {
   if (dtypes::is_float(least_upper_dtype({dtype(), b.dtype()}))) {
     Tensor q = div(b);
-    Tensor fl = Tensor(q.trunc() - Tensor(Tensor(q < q.trunc()).cast(q.dtype())));
-    return Tensor(*this - fl * b);
+    Tensor fl = q.trunc() - ((q < q.trunc()).cast(q.dtype()));
+    return *this - fl * b;
   }
   // floor remainder: r + b where r != 0 and signs of r and b differ
   Tensor r = alu(Ops::MOD, b);
-  Tensor fix = Tensor(r != 0) & Tensor(Tensor(r < 0) != Tensor(b < 0));
-  return fix.where(Tensor(r + b), r);
+  Tensor fix = (r != 0) & ((r < 0) != (b < 0));
+  return fix.where(r + b, r);
 }
 
 Tensor Tensor::pow(const Tensor& b) const {
@@ -701,19 +711,19 @@ Tensor Tensor::pow(const Tensor& b) const {
   DType out = least_upper_float(dtypes::strong(least_upper_dtype({dtype(), b.dtype()})));
   Shape s = broadcast_shape(shape(), b.shape(), "pow");
   Tensor x = broadcast_to(cast(out), s), y = broadcast_to(b.cast(out), s);
-  Tensor mag = Tensor(y * x.abs().log2()).exp2();
-  Tensor odd = Tensor(y.mod(Tensor(2.0)) == 1.0);
-  Tensor neg = Tensor(x < 0.0);
-  Tensor r = Tensor(neg & odd).where(-mag, mag);
-  Tensor nan_case = Tensor(neg & Tensor(y != y.trunc()) & Tensor(x != -INFINITY));
-  r = nan_case.where(Tensor(NAN), r);
-  r = Tensor(Tensor(y == 0.0).where(Tensor(1.0), r)).cast(out);
-  if (impl_->weak && b.impl_->weak) return r;
+  Tensor mag = (y * x.abs().log2()).exp2();
+  Tensor odd = y.mod(2.0) == 1.0;
+  Tensor neg = x < 0.0;
+  Tensor r = (neg & odd).where(-mag, mag);
+  Tensor nan_case = neg & (y != y.trunc()) & (x != -INFINITY);
+  r = nan_case.where(NAN, r);
+  r = ((y == 0.0).where(1.0, r)).cast(out);
+  if (im().weak && b.im().weak) return r;
   // torch's gradients: d/dx = y x^(y-1) (0 where y == 0), d/dy = x^y ln x (0 where x == 0 and y >= 0; NaN for x < 0)
   return r.custom_gradient({x, y}, "pow", [](const Tensor& g, const Tensor& v, const std::vector<Tensor>& in) {
     const Tensor &x = in[0], &y = in[1];
-    Tensor gx = Tensor(y == 0.0).where(Tensor(0.0), Tensor(g * y * x.pow(Tensor(y - 1.0)))).cast(g.dtype());
-    Tensor gy = Tensor(Tensor(x == 0.0) & Tensor(y >= 0.0)).where(Tensor(0.0), Tensor(g * v * x.log())).cast(g.dtype());
+    Tensor gx = (y == 0.0).where(0.0, g * y * x.pow(y - 1.0)).cast(g.dtype());
+    Tensor gy = ((x == 0.0) & (y >= 0.0)).where(0.0, g * v * x.log()).cast(g.dtype());
     return std::vector<std::optional<Tensor>>{gx, gy};
   });
 }
@@ -725,7 +735,7 @@ std::atomic<int64_t> g_next_contiguous{1};
 }  // namespace
 
 Tensor Tensor::contiguous() const {
-  if (impl_->uop->op == Ops::CONTIGUOUS || contiguous_buffer(impl_->uop.get())) return *this;
+  if (im().uop->op == Ops::CONTIGUOUS || contiguous_buffer(im().uop.get())) return *this;
   return Tensor(UOp::make(Ops::CONTIGUOUS, dtype(), {uop()}, g_next_contiguous++), max_shape(), device());
 }
 Tensor Tensor::detach() const { return Tensor(UOp::make(Ops::DETACH, dtype(), {uop()}), max_shape(), device()); }
@@ -741,10 +751,11 @@ int64_t Tensor::norm_axis(int64_t a, const char* op) const {
 
 Tensor Tensor::mov(Ops op, Arg arg, Shape out) const {
   (void)numel_of(out);  // refuses shapes whose size overflows
-  return Tensor(UOp::make(op, dtype(), {uop()}, std::move(arg)), std::move(out), impl_->device);
+  return Tensor(UOp::make(op, dtype(), {uop()}, std::move(arg)), std::move(out), im().device);
 }
 
-Tensor Tensor::reshape(Shape s) const {
+Tensor Tensor::reshape(Shape s, CallLoc loc) const {
+  CallSite site(loc);
   int64_t known = 1, infer = -1;
   for (size_t i = 0; i < s.size(); i++) {
     if (s[i] == -1) {
@@ -768,7 +779,8 @@ Tensor Tensor::reshape(Shape s) const {
   return mov(Ops::RESHAPE, std::vector<int64_t>(s), s);
 }
 
-Tensor Tensor::permute(std::vector<int64_t> order) const {
+Tensor Tensor::permute(std::vector<int64_t> order, CallLoc loc) const {
+  CallSite site(loc);
   if (int64_t(order.size()) != ndim())
     throw Error("[permute] order has " + std::to_string(order.size()) + " axes, tensor has shape " + shape_str(shape()));
   std::vector<bool> seen(order.size());
@@ -785,7 +797,8 @@ Tensor Tensor::permute(std::vector<int64_t> order) const {
   return mov(Ops::PERMUTE, std::move(order), s);
 }
 
-Tensor Tensor::expand(Shape s) const {
+Tensor Tensor::expand(Shape s, CallLoc loc) const {
+  CallSite site(loc);
   if (s.size() < shape().size())
     throw Error("[expand] cannot expand " + shape_str(shape()) + " to fewer dims " + shape_str(s));
   Tensor t = *this;
@@ -803,7 +816,8 @@ Tensor Tensor::expand(Shape s) const {
   return t.mov(Ops::EXPAND, std::vector<int64_t>(s), s);
 }
 
-Tensor Tensor::pad(const std::vector<std::pair<int64_t, int64_t>>& p, double value) const {
+Tensor Tensor::pad(const std::vector<std::pair<int64_t, int64_t>>& p, double value, CallLoc loc) const {
+  CallSite site(loc);
   if (int64_t(p.size()) != ndim())
     throw Error("[pad] " + std::to_string(p.size()) + " pairs for shape " + shape_str(sym_shape()));
   std::vector<int64_t> arg;
@@ -835,7 +849,8 @@ Tensor Tensor::pad(const std::vector<std::pair<int64_t, int64_t>>& p, double val
   return mask.where(t, Tensor(value).cast(dtype()));
 }
 
-Tensor Tensor::shrink(const std::vector<std::pair<int64_t, int64_t>>& s) const {
+Tensor Tensor::shrink(const std::vector<std::pair<int64_t, int64_t>>& s, CallLoc loc) const {
+  CallSite site(loc);
   if (int64_t(s.size()) != ndim())
     throw Error("[shrink] " + std::to_string(s.size()) + " ranges for shape " + shape_str(shape()));
   std::vector<int64_t> arg;
@@ -896,7 +911,7 @@ Tensor Tensor::reshape(const SymShape& s) const {
     throw Error("[reshape] cannot reshape " + shape_str(in) + " into " + shape_str(s) +
                 ": a symbolic dim stays a dim of its own, with the same number of elements before it");
   if (s == in) return *this;
-  return Tensor(sym_node(Ops::RESHAPE, *this, s, std::vector<int64_t>(mx)), mx, impl_->device);
+  return Tensor(sym_node(Ops::RESHAPE, *this, s, std::vector<int64_t>(mx)), mx, im().device);
 }
 
 Tensor Tensor::expand(const SymShape& s_in) const {
@@ -924,7 +939,7 @@ Tensor Tensor::expand(const SymShape& s_in) const {
   Shape mx;
   for (const sint& d : s) mx.push_back(d.max());
   (void)numel_of(mx);
-  return Tensor(sym_node(Ops::EXPAND, t, s, std::vector<int64_t>(mx)), mx, impl_->device);
+  return Tensor(sym_node(Ops::EXPAND, t, s, std::vector<int64_t>(mx)), mx, im().device);
 }
 
 Tensor Tensor::shrink(const std::vector<std::pair<sint, sint>>& s) const {
@@ -955,7 +970,7 @@ Tensor Tensor::shrink(const std::vector<std::pair<sint, sint>>& s) const {
     ident &= b.is_int() && b.value() == 0 && e == in[i];
   }
   if (ident) return *this;
-  return Tensor(sym_node(Ops::SHRINK, *this, entries, std::move(arg)), mx, impl_->device);
+  return Tensor(sym_node(Ops::SHRINK, *this, entries, std::move(arg)), mx, im().device);
 }
 
 Tensor Tensor::pad(const std::vector<std::pair<sint, sint>>& p, double value) const {
@@ -983,10 +998,10 @@ Tensor Tensor::pad(const std::vector<std::pair<sint, sint>>& p, double value) co
     mx.push_back(max_shape()[i] + b.max() + e.max());
   }
   arg.insert(arg.end(), tail.begin(), tail.end());
-  Tensor t(sym_node(Ops::PAD, *this, entries, arg), mx, impl_->device);
+  Tensor t(sym_node(Ops::PAD, *this, entries, arg), mx, im().device);
   if (value == 0) return t;
   Tensor ones = Tensor::full(in, 1, dtypes::bool_, device());
-  Tensor mask(sym_node(Ops::PAD, ones, entries, arg), mx, impl_->device);
+  Tensor mask(sym_node(Ops::PAD, ones, entries, arg), mx, im().device);
   return mask.where(t, Tensor(value).cast(dtype()));
 }
 
@@ -1008,14 +1023,16 @@ Tensor Tensor::from_sint(const sint& v, DType dtype, const std::string& device) 
   return Tensor(v.uop()->cast(dtypes::strong(dtype)), {}, dev_or_default(device));
 }
 
-Tensor Tensor::flip(std::vector<int64_t> axes) const {
+Tensor Tensor::flip(std::vector<int64_t> axes, CallLoc loc) const {
+  CallSite site(loc);
   std::vector<int64_t> flags(static_cast<size_t>(ndim()), 0);
   for (int64_t a : axes) flags[size_t(norm_axis(a, "flip"))] ^= 1;
   if (std::all_of(flags.begin(), flags.end(), [](int64_t f) { return f == 0; })) return *this;
   return mov(Ops::FLIP, std::move(flags), shape());
 }
 
-Tensor Tensor::transpose(int64_t a, int64_t b) const {
+Tensor Tensor::transpose(int64_t a, int64_t b, CallLoc loc) const {
+  CallSite site(loc);
   if (ndim() < 2 && a == 1 && b == 0) return *this;
   a = norm_axis(a, "transpose");
   b = norm_axis(b, "transpose");
@@ -1025,7 +1042,8 @@ Tensor Tensor::transpose(int64_t a, int64_t b) const {
   return permute(order);
 }
 
-Tensor Tensor::flatten(int64_t start, int64_t end) const {
+Tensor Tensor::flatten(int64_t start, int64_t end, CallLoc loc) const {
+  CallSite site(loc);
   if (ndim() == 0) return reshape({1});
   start = norm_axis(start, "flatten");
   end = norm_axis(end, "flatten");
@@ -1037,7 +1055,8 @@ Tensor Tensor::flatten(int64_t start, int64_t end) const {
   return reshape(s);
 }
 
-Tensor Tensor::squeeze(std::optional<int64_t> dim) const {
+Tensor Tensor::squeeze(std::optional<int64_t> dim, CallLoc loc) const {
+  CallSite site(loc);
   Shape s;
   if (!dim) {
     for (int64_t d : shape())
@@ -1052,7 +1071,8 @@ Tensor Tensor::squeeze(std::optional<int64_t> dim) const {
   return reshape(s);
 }
 
-Tensor Tensor::unsqueeze(int64_t dim) const {
+Tensor Tensor::unsqueeze(int64_t dim, CallLoc loc) const {
+  CallSite site(loc);
   int64_t n = ndim() + 1;
   if (dim < -n || dim >= n) throw Error("[unsqueeze] dim " + std::to_string(dim) + " out of range for " + shape_str(shape()));
   if (dim < 0) dim += n;
@@ -1061,7 +1081,8 @@ Tensor Tensor::unsqueeze(int64_t dim) const {
   return reshape(s);
 }
 
-Tensor Tensor::slice(const std::vector<Slice>& sl) const {
+Tensor Tensor::slice(const std::vector<Slice>& sl, CallLoc loc) const {
+  CallSite site(loc);
   if (int64_t(sl.size()) > ndim())
     throw Error("[slice] " + std::to_string(sl.size()) + " slices for shape " + shape_str(shape()));
   Tensor t = *this;
@@ -1129,25 +1150,30 @@ DType acc_dtype(DType d) {
 }
 }  // namespace
 
-Tensor Tensor::sum(std::vector<int64_t> axes, bool keepdim) const {
+Tensor Tensor::sum(std::vector<int64_t> axes, bool keepdim, CallLoc loc) const {
+  CallSite site(loc);
   DType acc = acc_dtype(dtype());
   Tensor r = cast(acc).reduce(Ops::ADD, std::move(axes), keepdim, "sum");
   return dtypes::is_float(dtype()) ? r.cast(dtypes::strong(dtype())) : r;
 }
-Tensor Tensor::prod(std::vector<int64_t> axes, bool keepdim) const {
+Tensor Tensor::prod(std::vector<int64_t> axes, bool keepdim, CallLoc loc) const {
+  CallSite site(loc);
   DType acc = acc_dtype(dtype());
   Tensor r = cast(acc).reduce(Ops::MUL, std::move(axes), keepdim, "prod");
   return dtypes::is_float(dtype()) ? r.cast(dtypes::strong(dtype())) : r;
 }
-Tensor Tensor::max(std::vector<int64_t> axes, bool keepdim) const { return reduce(Ops::MAX, std::move(axes), keepdim, "max"); }
-Tensor Tensor::min(std::vector<int64_t> axes, bool keepdim) const {
+Tensor Tensor::max(std::vector<int64_t> axes, bool keepdim, CallLoc loc) const {
+  CallSite site(loc); return reduce(Ops::MAX, std::move(axes), keepdim, "max"); }
+Tensor Tensor::min(std::vector<int64_t> axes, bool keepdim, CallLoc loc) const {
+  CallSite site(loc);
   if (dtypes::is_bool(dtype())) return logical_not().max(std::move(axes), keepdim).logical_not();
   if (dtypes::is_unsigned(dtype())) {  // ~x reverses the order of unsigned values
-    return Tensor(~Tensor(~*this).max(std::move(axes), keepdim));
+    return ~(~*this).max(std::move(axes), keepdim);
   }
-  return Tensor(-Tensor(-*this).max(std::move(axes), keepdim));
+  return -(-*this).max(std::move(axes), keepdim);
 }
-Tensor Tensor::mean(std::vector<int64_t> axes, bool keepdim) const {
+Tensor Tensor::mean(std::vector<int64_t> axes, bool keepdim, CallLoc loc) const {
+  CallSite site(loc);
   // The sum stays in float32 for 16-bit floats until divided (70000 float16 ones: 1, not inf / 70000).
   DType out = least_upper_float(dtypes::strong(dtype()));
   Tensor s = detail::to_opmath(*this).sum(axes, keepdim);
@@ -1156,23 +1182,25 @@ Tensor Tensor::mean(std::vector<int64_t> axes, bool keepdim) const {
       for (int64_t i = 0; i < ndim(); i++) axes.push_back(i);
     sint n = 1;
     for (int64_t a : axes) n = n * sym_shape()[size_t(norm_axis(a, "mean"))];
-    return Tensor(s / from_sint(n, dtypes::int32, device()).cast(s.dtype())).cast(out);
+    return (s / from_sint(n, dtypes::int32, device()).cast(s.dtype())).cast(out);
   }
   int64_t n = numel() == 0 ? 0 : numel() / std::max<int64_t>(1, s.numel());
-  return Tensor(s / double(n)).cast(out);
+  return (s / double(n)).cast(out);
 }
-Tensor Tensor::softmax(int64_t axis) const {
+Tensor Tensor::softmax(int64_t axis, CallLoc loc) const {
+  CallSite site(loc);
   // times the sum's reciprocal (one division per row, as torch's CPU kernel), not a division per element; 16-bit
   // floats in float32 (a float16 row of more than 65504 elements would sum to inf)
   DType out = least_upper_float(dtypes::strong(dtype()));
   Tensor x = detail::to_opmath(*this);
-  Tensor m = Tensor(x - x.max(axis, true)).exp();
-  return Tensor(m * m.sum(axis, true).reciprocal()).cast(out);
+  Tensor m = (x - x.max(axis, true)).exp();
+  return (m * m.sum(axis, true).reciprocal()).cast(out);
 }
 
 // ---------------------------------------------------------------- realize, read back, devices
 
-Tensor& Tensor::realize() {
+Tensor& Tensor::realize(CallLoc loc) {
+  CallSite site(loc);
   realize_all({this});
   return *this;
 }
@@ -1188,7 +1216,7 @@ void Tensor::realize_all(std::vector<Tensor*> ts) {
   std::vector<UOpRef> roots;
   for (Tensor* t : ts) {
     const UOp* u = t->uop().get();
-    if (contiguous_buffer(u) || (u->op == Ops::CONST && t->impl_->weak)) continue;
+    if (contiguous_buffer(u) || (u->op == Ops::CONST && t->im().weak)) continue;
     roots.push_back(t->uop());
   }
   if (roots.empty()) return;
@@ -1287,7 +1315,8 @@ std::vector<double> Tensor::to_doubles() const {
   return out;
 }
 
-Tensor Tensor::to(const std::string& dev) const {
+Tensor Tensor::to(const std::string& dev, CallLoc loc) const {
+  CallSite site(loc);
   Device& d = get_device(dev);  // throws for unknown names
   Device& from = get_device(device());
   if (d.name() == from.name()) return *this;
@@ -1311,7 +1340,8 @@ Tensor Tensor::to(const std::string& dev) const {
   return Tensor(r, shape(), d.name());
 }
 
-Tensor& Tensor::assign(const Tensor& x) {
+Tensor& Tensor::assign(const Tensor& x, CallLoc loc) {
+  CallSite site(loc);
   std::lock_guard lk(g_realize_mu);
   if (x.shape() != shape())
     throw Error("[assign] shape " + shape_str(x.shape()) + " does not match target shape " + shape_str(shape()));
@@ -1327,7 +1357,7 @@ Tensor& Tensor::assign(const Tensor& x) {
   if (!contiguous_buffer(uop().get())) {  // another view: materialise first
     Tensor c = contiguous();
     c.realize();
-    impl_->uop = c.uop();
+    im().uop = c.uop();
   }
   // Copy on write: another tensor holding the same buffer (two equal graphs realised to one buffer) keeps its values.
   const UOp* buf = contiguous_buffer(uop().get());
@@ -1342,10 +1372,10 @@ Tensor& Tensor::assign(const Tensor& x) {
     Tensor c(UOp::make(Ops::CONTIGUOUS, dtype(), {UOp::make(Ops::DETACH, dtype(), {uop()})}, g_next_contiguous++), shape(),
              device());
     c.realize();
-    impl_->uop = c.uop();
+    im().uop = c.uop();
   }
   Tensor v = x.cast(dtype());
-  impl_->uop = UOp::make(Ops::ASSIGN, dtype(), {uop(), v.uop()});
+  im().uop = UOp::make(Ops::ASSIGN, dtype(), {uop(), v.uop()});
   return *this;
 }
 
@@ -1376,7 +1406,7 @@ std::vector<std::shared_ptr<TensorImpl>> grad_leaves(const UOp* root) {
 }  // namespace
 
 bool Tensor::requires_grad() const {
-  if (impl_->requires_grad) return true;
+  if (im().requires_grad) return true;
   if (contiguous_buffer(uop().get())) return false;
   return !grad_leaves(uop().get()).empty();
 }
@@ -1401,7 +1431,7 @@ void Tensor::backward(const Tensor& seed) {
     if (leaves[i]->grad) {  // accumulate across calls
       Tensor old;
       old.impl_ = leaves[i]->grad;
-      gi = Tensor(old + gi);
+      gi = old + gi;
     }
     leaves[i]->grad = gi.impl_;
   }
@@ -1440,3 +1470,45 @@ Tensor& Tensor::operator*=(const Tensor& x) { return in_place(*this, *this * x, 
 Tensor& Tensor::operator/=(const Tensor& x) { return in_place(*this, *this / x, "/="); }
 
 }  // namespace tg
+
+namespace tg::et {
+
+Tensor binary(Op o, const Tensor& a, const Tensor& b) {
+  switch (o) {
+    case Op::Add: return a.alu(Ops::ADD, b);
+    case Op::Sub: return a.alu(Ops::ADD, b.neg());
+    case Op::Mul: return a.alu(Ops::MUL, b);
+    case Op::Div: return a.div(b);
+    case Op::Mod: return a.mod(b);
+    case Op::And: return a.alu(Ops::AND, b);
+    case Op::Or: return a.alu(Ops::OR, b);
+    case Op::Xor: return a.alu(Ops::XOR, b);
+    case Op::Shl: return a.alu(Ops::SHL, b);
+    case Op::Shr: return a.alu(Ops::SHR, b);
+    case Op::Lt: return a.alu(Ops::CMPLT, b);
+    case Op::Gt: return b.alu(Ops::CMPLT, a);             // a > b is b < a
+    case Op::Le: return b.alu(Ops::CMPLT, a).logical_not();  // a <= b is !(b < a)
+    case Op::Ge: return a.alu(Ops::CMPLT, b).logical_not();  // a >= b is !(a < b)
+    case Op::Eq: return a.alu(Ops::CMPEQ, b);
+    case Op::Ne: return a.alu(Ops::CMPNE, b);
+    default: break;
+  }
+  throw Error("[tensor] not a binary operator");
+}
+
+Tensor unary(Op o, const Tensor& a) {
+  if (o == Op::Neg) return a.neg();
+  if (o == Op::Invert) return a.dtype() == dtypes::bool_ ? a.logical_not() : a.alu(Ops::XOR, -1);
+  throw Error("[tensor] not a unary operator");
+}
+
+void check_kind(const Tensor& t, Kind k) {
+  if (!t.defined()) return;
+  DType d = t.dtype();
+  bool ok = k == Kind::Float ? dtypes::is_float(d) : k == Kind::Int ? dtypes::is_int(d) : dtypes::is_bool(d);
+  if (!ok)
+    throw Error(std::string("[TensorOf] a ") + (k == Kind::Float ? "float" : k == Kind::Int ? "int" : "bool") +
+                " tensor was expected, got " + d.name());
+}
+
+}  // namespace tg::et

@@ -3,6 +3,8 @@
 #
 #   check.sh fail MESSAGE SOURCE COMPILER [FLAGS...]   exit 0 iff compilation FAILS and the compiler output
 #                                                      contains MESSAGE (a fixed string, not a regex)
+#   check.sh failtop MESSAGE SOURCE COMPILER [FLAGS...]  as fail, and MESSAGE is on one of the first 5 lines of
+#                                                      the output (the mistake is the first thing the user reads)
 #   check.sh ok   -       SOURCE COMPILER [FLAGS...]   exit 0 iff compilation SUCCEEDS
 #
 # COMPILER may be several words (e.g. `ccache c++`): everything after SOURCE is the command line, to which
@@ -16,7 +18,7 @@ fi
 mode=$1 msg=$2 src=$3
 shift 3
 case "$mode" in
-  fail | ok) ;;
+  fail | failtop | ok) ;;
   *) echo "check.sh: unknown mode '$mode' (want fail or ok)" >&2; exit 2 ;;
 esac
 if [ ! -f "$src" ]; then
@@ -50,7 +52,13 @@ if [ "$rc" -ge 126 ]; then
   exit 1
 fi
 if printf '%s\n' "$out" | grep -qF -- "$msg"; then
-  echo "PASS: compilation failed with the expected message:"
+  at=$(printf '%s\n' "$out" | grep -nF -- "$msg" | head -n 1 | cut -d: -f1)
+  if [ "$mode" = failtop ] && [ "$at" -gt 5 ]; then
+    echo "FAIL: the expected message is on line $at of the compiler output, not within the first 5:"
+    printf '%s\n' "$out" | head -n 40
+    exit 1
+  fi
+  echo "PASS: compilation failed with the expected message (output line $at):"
   printf '%s\n' "$out" | grep -F -- "$msg" | head -n 3
   exit 0
 fi

@@ -19,7 +19,11 @@ class Module {
  public:
   virtual ~Module() = default;
   virtual Tensor forward(const Tensor& x) = 0;
-  Tensor operator()(const Tensor& x) { return forward(x); }
+  /** forward(x); a tg::Error raised inside names this call's position in the caller's source. */
+  Tensor operator()(const Tensor& x, CallLoc loc = CallLoc::current()) {
+    CallSite site(loc);
+    return forward(x);
+  }
   /** Every tensor of the module and its children by dotted name ("0.weight", "bn.running_mean", ...). */
   std::map<std::string, Tensor> state_dict();
   /** The trainable tensors (state_dict without the buffers), in registration order. */
@@ -53,14 +57,38 @@ class Module {
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
 };
 
+/** Linear's arguments by name (C++20 designated initialisers, in this order):
+ *  `nn::Linear fc({.in_features = 784, .out_features = 10, .bias = false});`. */
+struct LinearOptions {
+  int64_t in_features = 0, out_features = 0;
+  bool bias = true;
+};
+
 /** y = x @ W.T + b; W (out, in) kaiming_uniform(a=sqrt(5)), b uniform(+-1/sqrt(in)), as torch. */
 class Linear : public Module {
  public:
   Linear(int64_t in_features, int64_t out_features, bool bias = true);
+  explicit Linear(const LinearOptions& o) : Linear(o.in_features, o.out_features, o.bias) {}
   Tensor forward(const Tensor& x) override;
   Tensor& weight;
   Tensor* bias = nullptr;
 };
+
+/** A convolution layer's arguments by name (Conv1d/2d/3d), as torch's: `nn::Conv2d c({.in_channels = 1,
+ *  .out_channels = 32, .kernel_size = 5, .padding = "same", .bias = false});` (fields in this order). */
+struct ConvOptions {
+  int64_t in_channels = 0, out_channels = 0;
+  IntArg kernel_size;
+  IntArg stride = 1;
+  ConvPadding padding = 0;
+  IntArg dilation = 1;
+  int64_t groups = 1;
+  bool bias = true;
+  std::string padding_mode = "zeros";
+};
+using Conv1dOptions = ConvOptions;
+using Conv2dOptions = ConvOptions;
+using Conv3dOptions = ConvOptions;
 
 /** N-d convolution layer (Conv1d/2d/3d below); weight (out, in/groups, *kernel). */
 class ConvNd : public Module {
@@ -79,12 +107,18 @@ class ConvNd : public Module {
 };
 class Conv1d : public ConvNd {
  public:
+  explicit Conv1d(const ConvOptions& o)
+      : Conv1d(o.in_channels, o.out_channels, o.kernel_size.v.empty() ? 0 : o.kernel_size.v[0], o.stride, o.padding, o.dilation, o.groups, o.bias,
+               o.padding_mode) {}
   Conv1d(int64_t in, int64_t out, int64_t k, IntArg stride = 1, ConvPadding padding = 0, IntArg dilation = 1,
          int64_t groups = 1, bool bias = true, std::string mode = "zeros")
       : ConvNd(1, in, out, {k}, stride, padding, dilation, groups, bias, std::move(mode)) {}
 };
 class Conv2d : public ConvNd {
  public:
+  explicit Conv2d(const ConvOptions& o)
+      : Conv2d(o.in_channels, o.out_channels, o.kernel_size, o.stride, o.padding, o.dilation, o.groups, o.bias,
+               o.padding_mode) {}
   Conv2d(int64_t in, int64_t out, IntArg k, IntArg stride = 1, ConvPadding padding = 0, IntArg dilation = 1,
          int64_t groups = 1, bool bias = true, std::string mode = "zeros")
       : ConvNd(2, in, out, k.v.size() == 1 ? std::vector<int64_t>{k.v[0], k.v[0]} : k.v, stride, padding, dilation, groups,
@@ -92,6 +126,9 @@ class Conv2d : public ConvNd {
 };
 class Conv3d : public ConvNd {
  public:
+  explicit Conv3d(const ConvOptions& o)
+      : Conv3d(o.in_channels, o.out_channels, o.kernel_size, o.stride, o.padding, o.dilation, o.groups, o.bias,
+               o.padding_mode) {}
   Conv3d(int64_t in, int64_t out, IntArg k, IntArg stride = 1, ConvPadding padding = 0, IntArg dilation = 1,
          int64_t groups = 1, bool bias = true, std::string mode = "zeros")
       : ConvNd(3, in, out, k.v.size() == 1 ? std::vector<int64_t>{k.v[0], k.v[0], k.v[0]} : k.v, stride, padding,
@@ -134,12 +171,21 @@ class ConvTranspose3d : public ConvTransposeNd {
                         output_padding, dilation, groups, bias) {}
 };
 
+/** BatchNorm's arguments by name: `nn::BatchNorm bn({.num_features = 64, .momentum = 0.01});`. */
+struct BatchNormOptions {
+  int64_t num_features = 0;
+  double eps = 1e-5, momentum = 0.1;
+  bool affine = true, track_running_stats = true;
+};
+
 /** Batch normalisation over dim 1 (BatchNorm1d/2d/3d): batch statistics in training (running statistics updated
  *  with momentum, unbiased variance as torch), running statistics in eval. */
 class BatchNorm : public Module {
  public:
   explicit BatchNorm(int64_t num_features, double eps = 1e-5, bool affine = true, bool track_running_stats = true,
                      double momentum = 0.1);
+  explicit BatchNorm(const BatchNormOptions& o)
+      : BatchNorm(o.num_features, o.eps, o.affine, o.track_running_stats, o.momentum) {}
   Tensor forward(const Tensor& x) override;
   Tensor *weight = nullptr, *bias = nullptr, *running_mean = nullptr, *running_var = nullptr;
 
@@ -150,10 +196,18 @@ class BatchNorm : public Module {
 using BatchNorm1d = BatchNorm;
 using BatchNorm2d = BatchNorm;
 
+/** LayerNorm's arguments by name: `nn::LayerNorm ln({.normalized_shape = {512}, .elementwise_affine = false});`. */
+struct LayerNormOptions {
+  std::vector<int64_t> normalized_shape;
+  double eps = 1e-5;
+  bool elementwise_affine = true;
+};
+
 /** Layer normalisation over the last dims. */
 class LayerNorm : public Module {
  public:
   explicit LayerNorm(std::vector<int64_t> shape, double eps = 1e-5, bool affine = true);
+  explicit LayerNorm(const LayerNormOptions& o) : LayerNorm(o.normalized_shape, o.eps, o.elementwise_affine) {}
   Tensor forward(const Tensor& x) override;
   Tensor *weight = nullptr, *bias = nullptr;
 
@@ -174,10 +228,18 @@ class RMSNorm : public Module {
   double eps_;
 };
 
+/** GroupNorm's arguments by name: `nn::GroupNorm gn({.num_groups = 8, .num_channels = 64});`. */
+struct GroupNormOptions {
+  int64_t num_groups = 0, num_channels = 0;
+  double eps = 1e-5;
+  bool affine = true;
+};
+
 /** Group normalisation; InstanceNorm is GroupNorm with one channel per group. */
 class GroupNorm : public Module {
  public:
   GroupNorm(int64_t num_groups, int64_t num_channels, double eps = 1e-5, bool affine = true);
+  explicit GroupNorm(const GroupNormOptions& o) : GroupNorm(o.num_groups, o.num_channels, o.eps, o.affine) {}
   Tensor forward(const Tensor& x) override;
   Tensor *weight = nullptr, *bias = nullptr;
 
@@ -191,10 +253,16 @@ class InstanceNorm : public GroupNorm {
       : GroupNorm(num_channels, num_channels, eps, affine) {}
 };
 
+/** Embedding's arguments by name: `nn::Embedding e({.num_embeddings = 50257, .embedding_dim = 768});`. */
+struct EmbeddingOptions {
+  int64_t num_embeddings = 0, embedding_dim = 0;
+};
+
 /** Embedding table (num, dim) ~ N(0, 1) as torch; forward takes integer indices. */
 class Embedding : public Module {
  public:
   Embedding(int64_t num_embeddings, int64_t dim);
+  explicit Embedding(const EmbeddingOptions& o) : Embedding(o.num_embeddings, o.embedding_dim) {}
   Tensor forward(const Tensor& idx) override;
   Tensor& weight;
 };

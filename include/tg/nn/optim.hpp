@@ -58,6 +58,14 @@ class Optimizer {
   std::vector<int64_t> offsets_;  // fused mode: parameter i is flat[offsets_[i], offsets_[i+1])
 };
 
+/** LARS's arguments by name: `nn::optim::LARS opt(params, {.lr = 0.1, .tcoef = 0.002});`. */
+struct LARSOptions {
+  double lr = 0.001, momentum = 0.9, weight_decay = 1e-4;
+  bool nesterov = false, classic = true;
+  double tcoef = 0.001;
+  bool fused = false;
+};
+
 /** LARS (You et al., arXiv:1708.03888), as tinygrad's: the gradient (plus weight_decay * p) is scaled by the
  *  trust ratio r = tcoef*|p| / (|g| + weight_decay*|p|) (1 where a norm is 0). classic: g*r*lr goes into the
  *  momentum buffer (b = momentum*b + g*r*lr, p -= b); otherwise lr and r are applied after the momentum.
@@ -66,6 +74,8 @@ class LARS : public Optimizer {
  public:
   LARS(std::vector<Tensor> params, double lr = 0.001, double momentum = 0.9, double weight_decay = 1e-4,
        bool nesterov = false, bool classic = true, double tcoef = 0.001, bool fused = false);
+  LARS(std::vector<Tensor> params, const LARSOptions& o)
+      : LARS(std::move(params), o.lr, o.momentum, o.weight_decay, o.nesterov, o.classic, o.tcoef, o.fused) {}
 
  protected:
   /** The general form shared by SGD and Muon: ns_coefficients non-empty orthogonalises each update with
@@ -82,12 +92,20 @@ class LARS : public Optimizer {
   std::vector<Tensor> buf_;
 };
 
+/** SGD's arguments by name: `nn::optim::SGD opt(params, {.lr = 0.01, .momentum = 0.9, .nesterov = true});`. */
+struct SGDOptions {
+  double lr = 0.001, momentum = 0, weight_decay = 0;
+  bool nesterov = false, classic = false, fused = false;
+};
+
 /** SGD with optional momentum, nesterov and (L2) weight decay, as torch.optim.SGD (no dampening): LARS without
  *  the trust ratio. classic puts lr inside the momentum buffer (the same for a constant lr). */
 class SGD : public LARS {
  public:
   SGD(std::vector<Tensor> params, double lr = 0.001, double momentum = 0, double weight_decay = 0, bool nesterov = false,
       bool classic = false, bool fused = false);
+  SGD(std::vector<Tensor> params, const SGDOptions& o)
+      : SGD(std::move(params), o.lr, o.momentum, o.weight_decay, o.nesterov, o.classic, o.fused) {}
 };
 
 /** Muon (Jordan et al.; arXiv:2502.16982), as tinygrad's: momentum (nesterov by default), then each parameter's
@@ -103,11 +121,29 @@ class Muon : public LARS {
 /** The Newton-Schulz iteration Muon uses, on a 2-d tensor (tinygrad's Tensor.newton_schulz). */
 Tensor newton_schulz(const Tensor& g, int steps, const std::vector<double>& coefficients, double eps = 1e-7);
 
+/** LAMB's arguments by name: `nn::optim::LAMB opt(params, {.lr = 0.01, .weight_decay = 0.01});`. */
+struct LAMBOptions {
+  double lr = 0.001, b1 = 0.9, b2 = 0.999, eps = 1e-6, weight_decay = 0;
+  bool adam = false, fused = false;
+};
+/** Adam's arguments by name: `nn::optim::Adam opt(params, {.lr = 3e-4, .b2 = 0.95});`. */
+struct AdamOptions {
+  double lr = 0.001, b1 = 0.9, b2 = 0.999, eps = 1e-8;
+  bool fused = false;
+};
+/** AdamW's arguments by name: `nn::optim::AdamW opt(params, {.lr = 3e-4, .weight_decay = 0.1});`. */
+struct AdamWOptions {
+  double lr = 0.001, b1 = 0.9, b2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+  bool fused = false;
+};
+
 /** LAMB (You et al.); with adam=true it is Adam/AdamW (decoupled weight decay), as in tinygrad. */
 class LAMB : public Optimizer {
  public:
   LAMB(std::vector<Tensor> params, double lr = 0.001, double b1 = 0.9, double b2 = 0.999, double eps = 1e-6,
        double weight_decay = 0, bool adam = false, bool fused = false);
+  LAMB(std::vector<Tensor> params, const LAMBOptions& o)
+      : LAMB(std::move(params), o.lr, o.b1, o.b2, o.eps, o.weight_decay, o.adam, o.fused) {}
 
  protected:
   Step compute_step(const std::vector<Tensor>& params, const std::vector<Tensor>& grads) override;
@@ -125,6 +161,7 @@ class Adam : public LAMB {
  public:
   Adam(std::vector<Tensor> params, double lr = 0.001, double b1 = 0.9, double b2 = 0.999, double eps = 1e-8,
        bool fused = false);
+  Adam(std::vector<Tensor> params, const AdamOptions& o) : Adam(std::move(params), o.lr, o.b1, o.b2, o.eps, o.fused) {}
   Adam* operator->() { return this; }
 };
 /** AdamW: Adam with decoupled weight decay. */
@@ -132,6 +169,8 @@ class AdamW : public LAMB {
  public:
   AdamW(std::vector<Tensor> params, double lr = 0.001, double b1 = 0.9, double b2 = 0.999, double eps = 1e-8,
         double weight_decay = 0.01, bool fused = false);
+  AdamW(std::vector<Tensor> params, const AdamWOptions& o)
+      : AdamW(std::move(params), o.lr, o.b1, o.b2, o.eps, o.weight_decay, o.fused) {}
   AdamW* operator->() { return this; }
 };
 
