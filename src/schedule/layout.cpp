@@ -87,11 +87,8 @@ const PatternMatcher& pm_layout() {
 }  // namespace
 
 std::vector<UOpRef> apply_layouts(std::span<const UOpRef> roots, const Knobs& knobs) {
-  std::vector<UOpRef> out(roots.begin(), roots.end());
   LayoutCtx ctx{{}, knobs.packed_matmul, {}, {}};
-  UOpRef sink = graph_rewrite(UOp::make(Ops::SINK, dtypes::void_, out), pm_layout(), &ctx, false, "layouts");
-  out.assign(sink->src().begin(), sink->src().end());
-  return out;
+  return rewrite_roots(roots, pm_layout(), &ctx, "layouts");
 }
 
 }  // namespace tg::sched

@@ -20,6 +20,13 @@ namespace tg {
 
 namespace sched {
 
+std::vector<UOpRef> rewrite_roots(std::span<const UOpRef> roots, const PatternMatcher& pm, void* ctx, const char* name) {
+  std::vector<UOpRef> out(roots.begin(), roots.end());
+  UOpRef sink = graph_rewrite(UOp::make(Ops::SINK, dtypes::void_, out), pm, ctx, false, name);
+  out.assign(sink->src().begin(), sink->src().end());
+  return out;
+}
+
 Knobs Knobs::from_env() {
   Knobs k;
   k.packed_matmul = getenv_int("PACKED_MATMUL", 1) != 0;

@@ -101,12 +101,9 @@ const PatternMatcher& pm_split_reduceop() {
 }  // namespace
 
 std::vector<UOpRef> split_reduceop(std::span<const UOpRef> roots, const Knobs& knobs) {
-  std::vector<UOpRef> out(roots.begin(), roots.end());
-  if (!knobs.split_reduceop) return out;
+  if (!knobs.split_reduceop) return {roots.begin(), roots.end()};
   SplitCtx ctx{{}, double(knobs.split_threshold), {}, {}};
-  UOpRef sink = graph_rewrite(UOp::make(Ops::SINK, dtypes::void_, out), pm_split_reduceop(), &ctx, false, "split reduceop");
-  out.assign(sink->src().begin(), sink->src().end());
-  return out;
+  return rewrite_roots(roots, pm_split_reduceop(), &ctx, "split reduceop");
 }
 
 }  // namespace tg::sched

@@ -116,6 +116,9 @@ void plan_memory(ScheduleCtx& ctx);
 
 // ---- shared helpers
 
+/** graph_rewrite of the roots together (one SINK of them): the rewritten roots, in order. */
+std::vector<UOpRef> rewrite_roots(std::span<const UOpRef> roots, const PatternMatcher& pm, void* ctx, const char* name);
+
 /** The device a node's value lives on. */
 std::string device_of(const UOp* u);
 
