@@ -381,3 +381,23 @@ TEST_CASE("SWAP exchanges two output axes: the same values, the other axis inner
   CHECK_THROWS_AS(apply_opt(graph_rewrite(k.ast, symbolic(), nullptr, false, "s"), {OptOp::SWAP, 0, 0}), OptError);
   CHECK_THROWS_AS(apply_opt(graph_rewrite(k.ast, symbolic(), nullptr, false, "s"), {OptOp::SWAP, 0, 2}), OptError);
 }
+
+TEST_CASE("a gather reads only the rows it picks: index and gather collapse their one-hot reduce into indexed loads") {
+  Tensor X = randn({4096, 256}, 21);  // 4 MiB
+  X.realize();
+  Tensor idx = Tensor::from_vector<int32_t>({3, 100, 4000, 7, 9, 11, 13, 17}, {8});
+  idx.realize();
+  std::vector<Tensor> picks{X.index({idx}), X.gather(0, idx.reshape({8, 1}).expand({8, 256}))};
+  auto xv = X.to_vector<float>();
+  const int32_t rows[8] = {3, 100, 4000, 7, 9, 11, 13, 17};
+  for (Tensor& y : picks) {
+    Kern k = last_kernel(y);
+    CompiledKernel ck = lower_kernel(k.ast, "gather_k", get_device("CPU").renderer(), LowerOptions{});
+    // the 8 rows read and written, and the indices: bytes of the rows picked, not of X
+    CHECK(ck.mem_bytes > 0);
+    CHECK(ck.mem_bytes <= 2 * 8 * 256 * 4 + 8 * 256 * 4);
+    auto yv = y.to_vector<float>();
+    for (size_t r = 0; r < 8; r++)
+      for (size_t j = 0; j < 256; j++) CHECK(yv[r * 256 + j] == xv[size_t(rows[r]) * 256 + j]);
+  }
+}
