@@ -263,6 +263,23 @@ TEST_CASE("heuristic: a row reduction reading a per-row value is not upcast alon
   for (const Opt& o : opts) CHECK(o.op != OptOp::UPCAST);
 }
 
+TEST_CASE("heuristic: an elementwise kernel whose store axis takes no vector is vectorised along its loads' axis") {
+  // A channels-last (H, W, C) result read back as (C, H+2, W+2), padded for a next convolution: 34 = 32 + 2 rows take
+  // no vector of 16, 8 or 4; the read is contiguous along C (its channels were 32 floats apart along a row).
+  Tensor x = randn({32, 32, 32}, 5);  // (H, W, C)
+  x.realize();
+  Tensor y = (x.permute({2, 0, 1}) * 2.0f + 1.0f).pad({{0, 0}, {1, 1}, {1, 1}});
+  Kern k = last_kernel(y);
+  auto opts = hand_coded_optimizations(k.ast, OptConfig{1, 16});
+  REQUIRE(!opts.empty());
+  CHECK(opts[0] == Opt{OptOp::UPCAST, 0, 16});  // vectors of 16 channels
+  auto want = run_with(k, {});
+  CHECK(run_with(k, opts) == want);  // the same values, exactly
+  auto x_host = x.to_vector<float>();
+  CHECK(want[size_t((5 * 34 + 3) * 34 + 7)] == x_host[size_t((2 * 32 + 6) * 32 + 5)] * 2.0f + 1.0f);
+  CHECK(want[size_t((5 * 34 + 0) * 34 + 7)] == 0.0f);  // the padding
+}
+
 TEST_CASE("every opt list computes what the plain loops compute") {
   // matmul with sizes that divide 16, 8, 4 and 2 differently; a row sum; a full sum; an elementwise kernel.
   Tensor a = randn({24, 40}, 5), b = randn({40, 32}, 6), c = randn({12, 64}, 7);

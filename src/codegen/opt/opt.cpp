@@ -284,6 +284,27 @@ std::optional<std::vector<Opt>> heuristic_opts(const UOpRef& ast_in, const OptCo
   } else {
     vec = -1;
   }
+  // 1c. An elementwise kernel whose store axis takes no vector (a padded output's odd rows: 322 = 320 + 2 for the
+  //     next convolution's padding): vectors along the output axis that the most load bytes are contiguous in. A
+  //     transposed read (a channels-last result read back in NCHW order, its channels 32 floats apart along the
+  //     row) then loads whole cache lines instead of one float per line (PaddleOCR det's E_32_322_322, 36 ms).
+  if (!reduce && vec < 0) {
+    double best = 0;
+    for (size_t i = 0; i < n_out; i++) {
+      if (!pick(size[i], {int64_t(w), int64_t(w / 2), 4})) continue;
+      double bytes = 0;
+      for (size_t li = 0; li < acc.loads.size(); li++)
+        if (auto c = index_coef(acc.loads[li], axes[i]); c && *c == 1) bytes += acc.load_bytes[li];
+      if (bytes > best) best = bytes, vec = int(i);
+    }
+    if (vec >= 0) {
+      int64_t a = pick(size[size_t(vec)], {int64_t(w), int64_t(w / 2), 4});
+      opts.push_back({OptOp::UPCAST, vec, a});
+      size[size_t(vec)] /= a;
+      upcast *= a;
+      vec_amt = a;
+    }
+  }
   // A row kernel (the scheduler's row fusion: softmax, layernorm): some reduce is computed once per row, outside
   // the output loops inside it. Every reduce axis the loads are contiguous in gets vector lanes; no register tile
   // (the loads of a row are not shared between rows).
