@@ -269,6 +269,27 @@ TEST_CASE("the disk cache round-trips, rejects damaged files and honours CACHELE
   CHECK(!disk_cache_get("abc123", got));
 }
 
+TEST_CASE("the disk cache is bounded by TG_CACHE_MB and removes the least recently used entries") {
+  TempDir dir;
+  ScopedEnv env("TG_CACHE_DIR", dir.path.string());
+  ScopedEnv mb("TG_CACHE_MB", "1");
+  std::vector<uint8_t> data(200000, 7), got;
+  auto has = [&](int i) { return fs::exists(dir.path / "kernels" / ("e" + std::to_string(i))); };
+  for (int i = 0; i < 4; i++) disk_cache_put("e" + std::to_string(i), data);
+  REQUIRE(disk_cache_get("e0", got));  // e0 is now the most recently used
+  disk_cache_put("e4", data);          // 5 x 200 KB: under 1 MiB, all kept
+  for (int i = 0; i < 5; i++) CHECK(has(i));
+  disk_cache_put("e5", data);  // over: the oldest go until at most 90% of the bound is left
+  CHECK(has(0));
+  CHECK(!has(1));
+  CHECK(!has(2));
+  CHECK(has(3));
+  CHECK(has(4));
+  CHECK(has(5));
+  ScopedEnv bad("TG_CACHE_MB", "0");
+  CHECK_THROWS_AS(disk_cache_put("e6", data), EnvError);
+}
+
 TEST_CASE("get_program caches in memory and on disk") {
   TempDir dir;
   ScopedEnv env("TG_CACHE_DIR", dir.path.string());

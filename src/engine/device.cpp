@@ -14,9 +14,11 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <mutex>
 #include <new>
 #include <set>
 #include <thread>
+#include <tuple>
 
 #include "tg/env.hpp"
 #include "tg/tensor.hpp"
@@ -276,6 +278,48 @@ fs::path cache_path(const std::string& key) {
   return fs::path(cache_dir()) / "kernels" / key;
 }
 
+// The kernel cache's bound (TG_CACHE_MB, default 2 GiB). Every rebuilt library or new setting writes new entries
+// and nothing reads the old ones again, so without a bound the folder only grows (287 MB after one day's builds).
+uint64_t disk_cache_limit() { return uint64_t(getenv_int("TG_CACHE_MB", 2048, 1, INT64_MAX >> 20)) << 20; }
+
+// Keeps the folder under its bound: when this process has written a tenth of it since the last look (and on its
+// first write), the folder is listed and the least recently used entries (oldest modification time: a hit touches
+// its file) are removed until it holds at most 90% of the bound. Another process may be evicting too: a file gone
+// or an error on one file is skipped; a reader that opened a file before its removal still reads all of it.
+void disk_cache_evict(uint64_t written) {
+  static std::mutex mu;
+  static uint64_t since = 0;
+  static bool first = true;
+  std::lock_guard lk(mu);
+  const uint64_t limit = disk_cache_limit();
+  since += written;
+  if (!first && since < limit / 10) return;
+  first = false, since = 0;
+  std::error_code ec;
+  std::vector<std::tuple<fs::file_time_type, uint64_t, fs::path>> files;
+  uint64_t total = 0;
+  for (fs::directory_iterator it(fs::path(cache_dir()) / "kernels", ec), end; !ec && it != end; it.increment(ec)) {
+    std::error_code e;
+    if (!it->is_regular_file(e) || e) continue;
+    uint64_t size = it->file_size(e);
+    auto t = e ? fs::file_time_type::min() : it->last_write_time(e);
+    if (e) continue;
+    files.emplace_back(t, size, it->path());
+    total += size;
+  }
+  if (total <= limit) return;
+  std::sort(files.begin(), files.end());
+  size_t removed = 0;
+  for (auto& [t, size, path] : files) {
+    if (total <= limit / 10 * 9) break;
+    std::error_code e;
+    if (fs::remove(path, e)) total -= std::min(total, size), removed++;
+  }
+  if (debug_level() >= 1)
+    std::fprintf(stderr, "tg: kernel cache over TG_CACHE_MB=%llu: removed %zu least recently used entries\n",
+                 (unsigned long long)(limit >> 20), removed);
+}
+
 }  // namespace
 
 bool disk_cache_get(const std::string& key, std::vector<uint8_t>& out) {
@@ -291,6 +335,8 @@ bool disk_cache_get(const std::string& key, std::vector<uint8_t>& out) {
   if (size && !f.read(reinterpret_cast<char*>(data.data()), std::streamsize(size))) return false;
   if (f.peek() != std::char_traits<char>::eof() || XXH3_64bits(data.data(), data.size()) != hash) return false;
   out = std::move(data);
+  std::error_code ec;  // used now: the last to be evicted
+  fs::last_write_time(cache_path(key), fs::file_time_type::clock::now(), ec);
   return true;
 }
 
@@ -315,7 +361,9 @@ void disk_cache_put(const std::string& key, const std::vector<uint8_t>& data) {
   if (!ok || ec) {
     fs::remove(tmp, ec);
     if (debug_level() >= 1) std::fprintf(stderr, "tg: could not write the kernel cache file %s\n", dst.c_str());
+    return;
   }
+  disk_cache_evict(data.size() + 24);
 }
 
 // ---------------------------------------------------------------- Device::get_program
