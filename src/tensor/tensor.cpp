@@ -1,5 +1,6 @@
 // Tensor: creation, elementwise ops with broadcasting and promotion, movement, reductions, realize.
 #include "tg/tensor.hpp"
+#include "tg/multi.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -59,6 +60,7 @@ Shape infer_shape(Ops op, const std::vector<const Shape*>& in, const Arg& arg, D
     case Ops::BUFFER: return {std::get<std::vector<int64_t>>(arg)[1]};
     case Ops::CONST: case Ops::DEFINE_VAR: case Ops::DEVICE: return {};
     case Ops::RANGE: return {vec().at(2)};  // a tensor-graph RANGE (arange): its length is the argument's third entry
+    case Ops::MULTI: case Ops::MSELECT: return multi_shape(op, in, arg);  // src/tensor/multi.cpp
     default: return in.empty() ? Shape{} : *in[0];
   }
 }
@@ -1215,8 +1217,9 @@ void Tensor::realize_all(std::vector<Tensor*> ts) {
   std::lock_guard lk(g_realize_mu);
   std::vector<UOpRef> roots;
   for (Tensor* t : ts) {
+    if (t->is_multi()) t->im().uop = detail::multi_realize_root(*t);  // a constant there: on every device
     const UOp* u = t->uop().get();
-    if (contiguous_buffer(u) || (u->op == Ops::CONST && t->im().weak)) continue;
+    if (contiguous_buffer(u) || detail::multi_realized(u) || (u->op == Ops::CONST && t->im().weak)) continue;
     roots.push_back(t->uop());
   }
   if (roots.empty()) return;
@@ -1252,6 +1255,7 @@ void realize_readers_of(const std::vector<const Buffer*>& written) {
 
 void Tensor::copy_to_host(void* dst, size_t bytes) const {
   std::lock_guard lk(g_realize_mu);
+  if (is_multi()) return to(devices()[0]).copy_to_host(dst, bytes);
   Tensor t = *this;
   // A pending assign (t.assign(x), t += x) is realised on the handle itself, which every copy shares: realised
   // only inside the CONTIGUOUS copy below, the handle would keep the ASSIGN and a second read would write again.
@@ -1317,6 +1321,7 @@ std::vector<double> Tensor::to_doubles() const {
 
 Tensor Tensor::to(const std::string& dev, CallLoc loc) const {
   CallSite site(loc);
+  if (is_multi_device(dev) || is_multi()) return detail::multi_to(*this, dev);  // src/tensor/multi.cpp
   Device& d = get_device(dev);  // throws for unknown names
   Device& from = get_device(device());
   if (d.name() == from.name()) return *this;
@@ -1345,6 +1350,11 @@ Tensor& Tensor::assign(const Tensor& x, CallLoc loc) {
   std::lock_guard lk(g_realize_mu);
   if (x.shape() != shape())
     throw Error("[assign] shape " + shape_str(x.shape()) + " does not match target shape " + shape_str(shape()));
+  if (is_multi() || x.is_multi()) {  // src/tensor/multi.cpp
+    UOpRef a = detail::multi_assign_uop(*this, x);
+    im().uop = a;
+    return *this;
+  }
   // A view of a buffer that addresses each element once (a shrink, reshape, permute or flip of it, as a KV cache's
   // rows `cache.shrink(rows)`) is written in place: the buffer's other elements keep their values, and every tensor
   // on the buffer reads the write once this assign is realised.
