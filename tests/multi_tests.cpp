@@ -235,3 +235,46 @@ TEST_CASE("bad input: axis out of range, size that does not split, unknown or re
   CHECK(contains(error_of([&] { (x.shard(D2, 0) + x.to("CPU:3")).realize(); }), "[multi] an operand on CPU:3"));
   CHECK(contains(error_of([&] { (x.shard(D2, 0) + x.shard({"CPU:2", "CPU:3"}, 0)).realize(); }), "different devices"));
 }
+
+namespace {
+struct TrainRun {
+  std::vector<float> losses, w;
+  size_t step_allreduces = 0;
+};
+// A two-layer MLP trained by fused Adam on a fixed batch: on one device, or data parallel (batch sharded on axis 0,
+// weights replicated) over devs.
+TrainRun train_mlp(const std::vector<std::string>& devs, int steps) {
+  Tensor w1 = (ints({12, 16}, 20) * 0.05).contiguous().realize(), b1 = (ints({16}, 21) * 0.01).contiguous().realize();
+  Tensor w2 = (ints({16, 5}, 22) * 0.05).contiguous().realize();
+  Tensor x = ints({16, 12}, 23) * 0.1, y = Tensor::from_vector(std::vector<int32_t>{0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0, 1, 2, 3, 4, 0});
+  if (!devs.empty()) {
+    for (Tensor* p : {&w1, &b1, &w2}) p->shard_(devs);
+    x = x.shard(devs, 0), y = y.shard(devs, 0);
+  }
+  nn::optim::Adam opt({w1, b1, w2}, nn::optim::AdamOptions{.lr = 0.01, .fused = true});
+  TrainRun r;
+  for (int s = 0; s < steps; s++) {
+    opt.zero_grad();
+    // cross entropy (sparse_categorical_crossentropy would also allreduce its count of labels not ignored)
+    Tensor loss = -((x.matmul(w1) + b1).relu().matmul(w2).log_softmax(1) * y.one_hot(5)).sum(1).mean();
+    loss.backward();
+    r.losses.push_back(loss.item<float>());
+    size_t before = allreduces_lowered();
+    opt.step();
+    r.step_allreduces = allreduces_lowered() - before;
+  }
+  if (!devs.empty())
+    for (auto& d : devs) CHECK(w1.to(d).to_vector<float>() == w1.to(devs[0]).to_vector<float>());  // bit-identical copies
+  r.w = w1.to_vector<float>();
+  return r;
+}
+}  // namespace
+
+TEST_CASE("data parallel training: the losses of one device, one allreduce per optimizer step, equal weights") {
+  TrainRun one = train_mlp({}, 4), two = train_mlp(D2, 4);
+  REQUIRE(two.losses.size() == one.losses.size());
+  for (size_t i = 0; i < one.losses.size(); i++) CHECK(two.losses[i] == doctest::Approx(one.losses[i]).epsilon(1e-5));
+  for (size_t i = 0; i < one.w.size(); i++) CHECK(two.w[i] == doctest::Approx(one.w[i]).epsilon(1e-4));
+  CHECK(two.step_allreduces == 1);  // the fused flat gradient, allreduced once
+  CHECK(one.step_allreduces == 0);
+}

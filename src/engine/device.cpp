@@ -391,7 +391,11 @@ size_t checked_nbytes(const std::string& op, const std::vector<int64_t>& shape, 
   std::string what = "[" + op + "] shape " + shape_str(shape) + " of " + dtype.name() + (device.empty() ? "" : " on " + device);
   if (over) throw Error(what + " needs more than 2^64 bytes");
   if (device.empty()) return bytes;
-  size_t cap = get_device(device).allocator().capacity();
+  size_t cap = SIZE_MAX;  // a multi-device tensor ("CPU,CPU:1"): the smallest of its devices'
+  for (size_t start = 0, c = 0; c != std::string::npos; start = c + 1) {
+    c = device.find(',', start);
+    cap = std::min(cap, get_device(device.substr(start, c == std::string::npos ? c : c - start)).allocator().capacity());
+  }
   if (bytes > cap)
     throw Error(what + " needs " + std::to_string(bytes) + " bytes (" + gib(bytes) + "), more than one allocation there can hold (" +
                 gib(cap) + ")");

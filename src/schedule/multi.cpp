@@ -52,6 +52,11 @@ struct MultiCtx {
   std::unordered_map<const UOp*, bool> free_memo;  // device-free graphs (no BUFFER or COPY below)
 };
 
+// The axis of a MULTI whose logical value is the sum of its parts (a sum across the sharded axis not yet
+// allreduced): sums, concatenations (PAD + ADD) and movement ops of such values stay partial, so a fused optimizer's
+// flat gradient (the gradients concatenated) is allreduced once. Any other use allreduces it first.
+constexpr int64_t kPartial = -2;
+
 [[noreturn]] void fail(const std::string& why) { throw Error("[multi] " + why); }
 
 const std::vector<int64_t>& vec(const UOp* u) { return std::get<std::vector<int64_t>>(u->arg); }
@@ -108,8 +113,22 @@ UOpRef pad_axis(const UOpRef& x, const Shape& s, int64_t axis, int64_t before, i
   return UOp::make(Ops::PAD, x->dtype, {x}, a);
 }
 
+// ALLREDUCE of the parts: one node per device (each lowered by lower_allreduce).
+std::vector<UOpRef> allreduce(const std::vector<UOpRef>& parts, const UOpRef& dev, Ops op) {
+  std::vector<UOpRef> srcs = parts, out;
+  srcs.push_back(dev);
+  for (size_t i = 0; i < parts.size(); i++)
+    out.push_back(UOp::make(Ops::ALLREDUCE, parts[0]->dtype, srcs, std::vector<int64_t>{int64_t(op), int64_t(i)}));
+  return out;
+}
+Mv settled(const Mv& v) {  // a partial sum allreduced (replicated); any other value as it is
+  if (v.axis != kPartial) return v;
+  return Mv{allreduce(v.parts, v.dev, Ops::ADD), -1, v.dev, v.devs};
+}
+
 // The whole logical value on device d.
-UOpRef gather(MultiCtx& c, const Mv& v, const std::string& d) {
+UOpRef gather(MultiCtx& c, const Mv& pv, const std::string& d) {
+  const Mv v = settled(pv);
   auto on_d = [&](size_t j) { return v.devs[j] == d ? v.parts[j] : copy_to(v.parts[j], d); };
   if (v.axis < 0) {
     for (size_t j = 0; j < v.devs.size(); j++)
@@ -127,7 +146,9 @@ UOpRef gather(MultiCtx& c, const Mv& v, const std::string& d) {
 }
 
 // v's parts sharded on `axis` (-1: replicated).
-std::vector<UOpRef> to_axis(MultiCtx& c, const Mv& v, int64_t axis) {
+std::vector<UOpRef> to_axis(MultiCtx& c, const Mv& pv, int64_t axis) {
+  if (pv.axis == axis) return pv.parts;
+  const Mv v = settled(pv);
   if (v.axis == axis) return v.parts;
   std::vector<UOpRef> out;
   size_t n = v.parts.size();
@@ -172,6 +193,19 @@ UOpRef lower_elementwise(MultiCtx& c, const UOp* u) {
   const UOp* m = first_multi(u);
   if (!m) return {};
   Mv like = mv_of(m);
+  if (u->op == Ops::ADD || u->op == Ops::DETACH || u->op == Ops::CONTIGUOUS) {  // partial sums stay partial
+    bool all_partial = true;
+    for (auto& s : u->src()) all_partial &= s->op == Ops::MULTI && std::get<int64_t>(s->arg) == kPartial;
+    if (all_partial) {
+      std::vector<UOpRef> parts;
+      for (size_t i = 0; i < like.devs.size(); i++) {
+        std::vector<UOpRef> src;
+        for (auto& s : u->src()) src.push_back(s->src()[i]);
+        parts.push_back(u->replace_src(src));
+      }
+      return make_multi(parts, kPartial, like.dev);
+    }
+  }
   int64_t axis = -1;
   if (u->op == Ops::ASSIGN) {
     if (u->src(0)->op != Ops::MULTI) fail("assign of a multi-device value into a tensor on one device");
@@ -207,7 +241,7 @@ UOpRef lower_movement(MultiCtx& c, const UOp* u) {
     return make_multi(ps, axis, v.dev);
   };
   auto replicated = [&] { return each(to_axis(c, v, -1), -1, u->arg); };
-  if (a < 0) return each(v.parts, -1, u->arg);
+  if (a < 0) return each(v.parts, a, u->arg);  // replicated, or a partial sum (movement commutes with the sum)
   std::vector<int64_t> arg = vec(u);
   switch (u->op) {
     case Ops::PERMUTE: {
@@ -254,23 +288,20 @@ UOpRef lower_reduce(MultiCtx&, const UOp* u) {
   if (u->src(0)->op != Ops::MULTI) return {};
   Mv v = mv_of(u->src(0));
   const auto& ra = std::get<ReduceArg>(u->arg);
+  if (v.axis == kPartial && ra.op != Ops::ADD) v = settled(v);  // a sum of a partial sum stays partial
   std::vector<UOpRef> partial;
   for (auto& p : v.parts) partial.push_back(UOp::make(Ops::REDUCE_AXIS, u->dtype, {p}, u->arg));
   if (v.axis < 0 || std::find(ra.axes.begin(), ra.axes.end(), v.axis) == ra.axes.end()) return make_multi(partial, v.axis, v.dev);
-  if (ra.op != Ops::ADD && ra.op != Ops::MAX && ra.op != Ops::MUL)
-    fail(std::string("a ") + op_name(ra.op) + " reduction across the sharded axis");
-  g_allreduces++;
-  std::vector<UOpRef> srcs = partial, out;
-  srcs.push_back(v.dev);
-  for (size_t i = 0; i < v.parts.size(); i++)
-    out.push_back(UOp::make(Ops::ALLREDUCE, u->dtype, srcs, std::vector<int64_t>{int64_t(ra.op), int64_t(i)}));
-  return make_multi(out, -1, v.dev);
+  if (ra.op == Ops::ADD) return make_multi(partial, kPartial, v.dev);  // allreduced where it is used
+  if (ra.op != Ops::MAX && ra.op != Ops::MUL) fail(std::string("a ") + op_name(ra.op) + " reduction across the sharded axis");
+  return make_multi(allreduce(partial, v.dev, ra.op), -1, v.dev);
 }
 
 // ALLREDUCE(x_0, ..., x_{n-1}, DEVICE) {op, i}: the reduction of all parts, on device i.
 UOpRef lower_allreduce(MultiCtx& c, const UOp* u) {
   const Ops op = Ops(vec(u)[0]);
   const size_t i = size_t(vec(u)[1]), n = u->nsrc() - 1;
+  if (i == 0) g_allreduces++;  // one count per allreduce (its device 0 node, lowered once per rewrite)
   const std::vector<std::string> devs = split_devices(std::get<std::string>(u->src(n)->arg));
   const Shape s = c.shapes.of(u->src(0));
   int64_t numel = 1;
@@ -362,6 +393,14 @@ bool has_multi(std::span<const UOp* const> topo) {
 MultiLowered lower_multi(std::span<const UOpRef> roots) {
   MultiCtx ctx;
   std::vector<UOpRef> low = rewrite_roots(roots, pm_multi(), &ctx, "multi");
+  bool partial = false;  // a root that is a partial sum: allreduced (and that lowered)
+  for (UOpRef& r : low)
+    if (r->op == Ops::MULTI && std::get<int64_t>(r->arg) == kPartial) {
+      Mv v = settled(mv_of(r.get()));
+      r = make_multi(v.parts, -1, v.dev);
+      partial = true;
+    }
+  if (partial) low = rewrite_roots(low, pm_multi(), &ctx, "multi");
   MultiLowered out;
   const std::string& def = default_device();
   for (size_t r = 0; r < low.size(); r++) {

@@ -323,10 +323,12 @@ Tensor Tensor::arange(double start, double stop, double step, DType dtype, const
   std::string dev = dev_or_default(device);
   checked_nbytes("arange", {n}, d, dev);  // before any host memory
   // (on the default device only: a RANGE names no device, and its kernel runs where the graph's buffers are)
-  if (dev == default_device() && dtypes::is_int(d) && !dtypes::is_bool(d) && start == std::trunc(start) && step == std::trunc(step) && n > 0 &&
-      std::fabs(start) < 0x1p53 && std::fabs(start + double(n - 1) * step) < 0x1p53 &&
-      std::min(start, start + double(n - 1) * step) >= double(dtypes::min_int(d)) &&
-      std::max(start, start + double(n - 1) * step) <= double(dtypes::max_int(d))) {
+  bool as_range = dtypes::is_int(d) && !dtypes::is_bool(d) && start == std::trunc(start) && step == std::trunc(step) && n > 0 &&
+                  std::fabs(start) < 0x1p53 && std::fabs(start + double(n - 1) * step) < 0x1p53 &&
+                  std::min(start, start + double(n - 1) * step) >= double(dtypes::min_int(d)) &&
+                  std::max(start, start + double(n - 1) * step) <= double(dtypes::max_int(d));
+  if (is_multi_device(dev) && !as_range) return arange(start, stop, step, dtype, split_devices(dev)[0]).to(dev);
+  if (as_range && (dev == default_device() || is_multi_device(dev))) {  // several devices: each computes it
     // Integers: the index itself (a RANGE in the tensor graph), computed where it is used. A kernel that compares
     // it with an index and sums (a gather written as a one-hot reduce) becomes an indexed load (see the scheduler).
     Tensor t(UOp::make(Ops::RANGE, d, {UOp::cnst_int(dtypes::index, n)}, std::vector<int64_t>{-1, int64_t(AxisType::Loop), n}),
