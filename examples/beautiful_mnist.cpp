@@ -4,7 +4,9 @@
 // Environment: STEPS (70), BS (512), FASHION=1 (Fashion-MNIST from Debian's dataset-fashion-mnist), DATA=<dir> (a
 // folder with the four IDX files; default: $TG_MNIST_DIR, else data/mnist), SEED (1337: tg's generator, which draws
 // the initial weights and, inside the jitted step as tinygrad's does, the batch indices), OPT=adam|adamw|sgd|lamb|
-// lars|muon (tinygrad's defaults for each), TARGET_EVAL_ACC_PCT (exit 1 below it).
+// lars|muon (tinygrad's defaults for each), TARGET_EVAL_ACC_PCT (exit 1 below it), DEVICES=CPU:0,CPU:1 (data parallel
+// as tinygrad's beautiful_mnist_multigpu: the weights and batchnorm statistics replicated on every device, each batch
+// split along its rows; Adam and AdamW then update over one flat buffer, so the gradients are one allreduce a step).
 // Flags: --plot FILE.svg writes the training loss (every step) and the test accuracy (every 10 steps) as an SVG chart.
 #include <unistd.h>
 
@@ -20,6 +22,7 @@
 #include "beautiful_mnist_model.hpp"
 #include "tg/env.hpp"
 #include "tg/jit.hpp"
+#include "tg/multi.hpp"
 #include "tg/nn/datasets.hpp"
 #include "tg/nn/nn.hpp"
 #include "tg/nn/optim.hpp"
@@ -32,10 +35,10 @@ namespace {
 
 const char* const kOptimizers[] = {"adam", "adamw", "sgd", "lamb", "lars", "muon"};
 
-std::unique_ptr<nn::optim::Optimizer> make_optimizer(const std::string& name, std::vector<Tensor> params) {
+std::unique_ptr<nn::optim::Optimizer> make_optimizer(const std::string& name, std::vector<Tensor> params, bool fused) {
   using namespace nn::optim;
-  if (name == "adam") return std::make_unique<Adam>(std::move(params));
-  if (name == "adamw") return std::make_unique<AdamW>(std::move(params));
+  if (name == "adam") return std::make_unique<Adam>(std::move(params), AdamOptions{.fused = fused});
+  if (name == "adamw") return std::make_unique<AdamW>(std::move(params), AdamWOptions{.fused = fused});
   if (name == "sgd") return std::make_unique<SGD>(std::move(params));
   if (name == "lamb") return std::make_unique<LAMB>(std::move(params));
   if (name == "lars") return std::make_unique<LARS>(std::move(params));
@@ -101,6 +104,12 @@ int main(int argc, char** argv) {
         throw Error("[beautiful_mnist] TARGET_EVAL_ACC_PCT must be a percentage, got '" + target_str + "'");
     }
     std::string dir = getenv_str("DATA", "");
+    std::vector<std::string> devices;  // DEVICES: data parallel over these
+    if (std::string d = getenv_str("DEVICES", ""); !d.empty()) devices = split_devices(d);
+    const bool multi = devices.size() > 1;
+    if (multi && bs % int64_t(devices.size()))
+      throw Error("[beautiful_mnist] BS=" + std::to_string(bs) + " does not split over the " + std::to_string(devices.size()) +
+                  " DEVICES");
 
     nn::Dataset ds = fashion ? (dir.empty() ? nn::fashion_mnist() : nn::fashion_mnist(dir)) : nn::mnist(dir);
     auto xte = ds.X_test.to_vector<uint8_t>(), yte = ds.Y_test.to_vector<uint8_t>();
@@ -112,7 +121,16 @@ int main(int argc, char** argv) {
 
     Tensor::manual_seed(uint64_t(seed));
     auto model = tg::examples::beautiful_mnist_model();
-    auto opt = make_optimizer(opt_name, model->parameters());
+    if (multi) {  // replicated weights and running statistics
+      for (Tensor& p : model->parameters()) p.shard_(devices);
+      for (Tensor& b : model->buffers()) b.shard_(devices);
+      std::printf("data parallel over %s\n", join_devices(devices).c_str());
+    }
+    auto opt = make_optimizer(opt_name, model->parameters(), multi);
+    // a batch's rows split over the devices (replicated where they do not split)
+    auto spread = [&](const Tensor& t) {
+      return !multi ? t : t.shape()[0] % int64_t(devices.size()) ? t.shard(devices) : t.shard(devices, 0);
+    };
 
     // As tinygrad's: the step draws its batch on the device (randint advances the generator's state buffer, so
     // every replay draws a new batch) and gathers the rows from the training set, which stays on the device.
@@ -120,8 +138,8 @@ int main(int argc, char** argv) {
       model->train(true);
       opt->zero_grad();
       Tensor samples = Tensor::randint(0, n_train, {bs});
-      Tensor xb = ds.X_train.index_select(0, samples).cast(dtypes::float32);
-      Tensor yb = ds.Y_train.index_select(0, samples).cast(dtypes::int32);
+      Tensor xb = spread(ds.X_train.index_select(0, samples).cast(dtypes::float32));
+      Tensor yb = spread(ds.Y_train.index_select(0, samples).cast(dtypes::int32));
       Tensor loss = (*model)(xb).sparse_categorical_crossentropy(yb);
       loss.backward();
       std::vector<Tensor> out = opt->schedule_step();
@@ -132,7 +150,7 @@ int main(int argc, char** argv) {
     // correct predictions in a chunk of test images (eval mode); whole chunks replay, a smaller rest runs eagerly
     auto count_correct = [&](const std::vector<Tensor>& in) -> std::vector<Tensor> {
       model->train(false);
-      return {Tensor((*model)(in[0]).argmax(1) == in[1].cast(dtypes::int64)).cast(dtypes::float32).sum()};  // exact below 2^24
+      return {Tensor((*model)(spread(in[0])).argmax(1) == spread(in[1]).cast(dtypes::int64)).cast(dtypes::float32).sum()};  // exact below 2^24
     };
     TinyJit test_chunk(count_correct);
     int64_t chunk = std::min<int64_t>(n_test, 1000);

@@ -11,6 +11,7 @@
 #include "tg/device.hpp"
 #include "tg/multi.hpp"
 #include "tg/tg.hpp"
+#include "../examples/beautiful_mnist_model.hpp"
 
 using namespace tg;
 using tg::test::error_of;
@@ -277,4 +278,34 @@ TEST_CASE("data parallel training: the losses of one device, one allreduce per o
   for (size_t i = 0; i < one.w.size(); i++) CHECK(two.w[i] == doctest::Approx(one.w[i]).epsilon(1e-4));
   CHECK(two.step_allreduces == 1);  // the fused flat gradient, allreduced once
   CHECK(one.step_allreduces == 0);
+}
+
+TEST_CASE("beautiful_mnist's model (convolutions, batchnorm, pooling): data-parallel gradients match one device's") {
+  auto grads = [](const std::vector<std::string>& devs) {
+    Tensor::manual_seed(7);
+    auto model = tg::examples::beautiful_mnist_model();
+    Tensor x = Tensor::randn({8, 1, 28, 28}), y = Tensor::randint(0, 10, {8});
+    if (!devs.empty()) {
+      for (Tensor& p : model->parameters()) p.shard_(devs);
+      for (Tensor& b : model->buffers()) b.shard_(devs);
+      x = x.shard(devs, 0), y = y.shard(devs, 0);
+    }
+    for (Tensor& p : model->parameters()) p.requires_grad_();
+    model->train(true);
+    Tensor loss = (*model)(x).sparse_categorical_crossentropy(y);
+    loss.backward();
+    std::vector<std::vector<float>> out{{loss.item<float>()}};
+    for (Tensor& p : model->parameters()) out.push_back(p.grad().to_vector<float>());
+    for (Tensor& b : model->buffers()) out.push_back(b.to_vector<float>());  // running statistics after the step
+    return out;
+  };
+  auto one = grads({}), two = grads(D2);
+  REQUIRE(one.size() == two.size());
+  for (size_t k = 0; k < one.size(); k++) {
+    CAPTURE(k);
+    REQUIRE(one[k].size() == two[k].size());
+    double scale = 0;
+    for (float v : one[k]) scale = std::max(scale, double(std::abs(v)));
+    for (size_t i = 0; i < one[k].size(); i++) CHECK(std::abs(one[k][i] - two[k][i]) <= 3e-5 * scale + 1e-7);  // float sums in another order
+  }
 }

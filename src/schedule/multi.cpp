@@ -292,7 +292,10 @@ UOpRef lower_reduce(MultiCtx&, const UOp* u) {
   std::vector<UOpRef> partial;
   for (auto& p : v.parts) partial.push_back(UOp::make(Ops::REDUCE_AXIS, u->dtype, {p}, u->arg));
   if (v.axis < 0 || std::find(ra.axes.begin(), ra.axes.end(), v.axis) == ra.axes.end()) return make_multi(partial, v.axis, v.dev);
-  if (ra.op == Ops::ADD) return make_multi(partial, kPartial, v.dev);  // allreduced where it is used
+  if (ra.op == Ops::ADD) {  // allreduced where it is used; each device's sum in a buffer of its own (a concatenation
+    for (UOpRef& p : partial) p = UOp::make(Ops::CONTIGUOUS, p->dtype, {p});  // of them is then a copy, not a kernel
+    return make_multi(partial, kPartial, v.dev);                             // that runs every sum for each element)
+  }
   if (ra.op != Ops::MAX && ra.op != Ops::MUL) fail(std::string("a ") + op_name(ra.op) + " reduction across the sharded axis");
   return make_multi(allreduce(partial, v.dev, ra.op), -1, v.dev);
 }
