@@ -7,7 +7,13 @@
 // lars|muon (tinygrad's defaults for each), TARGET_EVAL_ACC_PCT (exit 1 below it), DEVICES=CPU:0,CPU:1 (data parallel
 // as tinygrad's beautiful_mnist_multigpu: the weights and batchnorm statistics replicated on every device, each batch
 // split along its rows; Adam and AdamW then update over one flat buffer, so the gradients are one allreduce a step).
-// Flags: --plot FILE.svg writes the training loss (every step) and the test accuracy (every 10 steps) as an SVG chart.
+// Over MPI (`mpirun -np 2 build/examples/beautiful_mnist`, see tg/dist.hpp): each rank trains on its share of each
+// batch (BS rows per rank, drawn from the same generator on every rank, so the ranks' rows together are the batch of
+// one process with BS*ranks), the gradients and batchnorm statistics are averaged over the ranks by one
+// MPI_Allreduce, and rank 0 alone prints and writes files; the loss printed is the mean over the ranks.
+// Flags: --plot FILE.svg writes the training loss (every step) and the test accuracy (every 10 steps) as an SVG chart;
+// --save FILE.safetensors writes the trained weights (rank 0); --check-replicas fails when the ranks' weights differ
+// in any bit after a step.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -20,12 +26,14 @@
 #include <string>
 
 #include "beautiful_mnist_model.hpp"
+#include "tg/dist.hpp"
 #include "tg/env.hpp"
 #include "tg/jit.hpp"
 #include "tg/multi.hpp"
 #include "tg/nn/datasets.hpp"
 #include "tg/nn/nn.hpp"
 #include "tg/nn/optim.hpp"
+#include "tg/nn/state.hpp"
 #include "tg/plot.hpp"
 
 using namespace tg;
@@ -78,9 +86,17 @@ int main(int argc, char** argv) {
   std::string plot_file;
   CLI::App app{"tinygrad's beautiful_mnist: a conv net trained on MNIST (settings in the environment, see the source)",
                "beautiful_mnist"};
+  std::string save_file;
+  bool check_replicas = false;
   app.add_option("--plot", plot_file, "write the loss and test-accuracy curves to this SVG file");
+  app.add_option("--save", save_file, "write the trained weights to this safetensors file (rank 0)");
+  app.add_flag("--check-replicas", check_replicas, "MPI: fail when the ranks' weights differ in any bit after a step");
   CLI11_PARSE(app, argc, argv);
   try {
+    const int world = dist::world_size(), rank = dist::rank();
+    if (rank != 0 && !std::freopen("/dev/null", "w", stdout))  // rank 0 logs
+      throw Error("[beautiful_mnist] rank " + std::to_string(rank) + ": cannot silence stdout");
+    if (rank != 0) plot_file.clear(), save_file.clear();  // and writes files
     if (!plot_file.empty() && !std::ofstream(plot_file))  // before training, not after it
       throw Error("[beautiful_mnist] cannot write --plot " + plot_file + ": expected a writable file path");
     int64_t bs = positive_env("BS", 512), steps = positive_env("STEPS", 70);
@@ -118,6 +134,7 @@ int main(int argc, char** argv) {
     std::printf("%s: %lld train / %lld test images; batch %lld, %lld steps, %s, seed %lld\n",
                 fashion ? "Fashion-MNIST" : "MNIST", (long long)n_train, (long long)n_test, (long long)bs,
                 (long long)steps, opt_name.c_str(), (long long)seed);
+    if (world > 1) std::printf("MPI: %d ranks, batch %lld per rank\n", world, (long long)bs);
 
     Tensor::manual_seed(uint64_t(seed));
     auto model = tg::examples::beautiful_mnist_model();
@@ -134,19 +151,27 @@ int main(int argc, char** argv) {
 
     // As tinygrad's: the step draws its batch on the device (randint advances the generator's state buffer, so
     // every replay draws a new batch) and gathers the rows from the training set, which stays on the device.
-    TinyJit train_step([&](const std::vector<Tensor>&) -> std::vector<Tensor> {
+    auto step_fn = [&](const std::vector<Tensor>&) -> std::vector<Tensor> {
       model->train(true);
       opt->zero_grad();
-      Tensor samples = Tensor::randint(0, n_train, {bs});
+      Tensor samples = dist::rank_share(Tensor::randint(0, n_train, {bs * world}));  // this rank's rows of the batch
       Tensor xb = spread(ds.X_train.index_select(0, samples).cast(dtypes::float32));
       Tensor yb = spread(ds.Y_train.index_select(0, samples).cast(dtypes::int32));
       Tensor loss = (*model)(xb).sparse_categorical_crossentropy(yb);
       loss.backward();
+      if (world > 1) {  // the update waits for the ranks' gradients (a host allreduce between two realises)
+        std::vector<Tensor> out;
+        for (Tensor& p : model->parameters()) out.push_back(p.grad());
+        for (Tensor& b : model->buffers()) out.push_back(b);
+        out.push_back(loss);
+        return out;
+      }
       std::vector<Tensor> out = opt->schedule_step();
       for (Tensor& b : model->buffers()) out.push_back(b);  // BatchNorm's running statistics, with this batch
       out.push_back(loss);
       return out;
-    });
+    };
+    TinyJit train_step(step_fn);
     // correct predictions in a chunk of test images (eval mode); whole chunks replay, a smaller rest runs eagerly
     auto count_correct = [&](const std::vector<Tensor>& in) -> std::vector<Tensor> {
       model->train(false);
@@ -173,7 +198,25 @@ int main(int argc, char** argv) {
     auto t_start = clk::now();
     for (int64_t i = 0; i < steps; i++) {
       auto t0 = clk::now();
-      loss = train_step({}).back().item<float>();
+      if (world == 1) {
+        loss = train_step({}).back().item<float>();
+      } else {  // not jitted: MPI calls run between the gradients and the update
+        std::vector<Tensor> out = step_fn({});
+        std::vector<Tensor*> ptrs;
+        for (Tensor& t : out) ptrs.push_back(&t);
+        Tensor::realize_all(ptrs);
+        Tensor l = out.back();
+        dist::allreduce_grads(model->parameters());
+        for (Tensor& b : model->buffers()) {  // the running statistics: the ranks' mean
+          dist::allreduce_(b);
+          b.assign(b / double(world)).realize();
+        }
+        opt->step();
+        dist::allreduce_(l);
+        loss = l.item<float>() / float(world);
+        if (check_replicas && !dist::replicas_equal(model->parameters()))
+          throw Error("[beautiful_mnist] rank " + std::to_string(rank) + ": the ranks' weights differ after step " + std::to_string(i + 1));
+      }
       train_s += std::chrono::duration<double>(clk::now() - t0).count();
       loss_curve.points.emplace_back(double(i + 1), double(loss));
       if (i % 10 == 9 || i + 1 == steps) acc = test_accuracy(), acc_curve.points.emplace_back(double(i + 1), acc);
@@ -190,6 +233,11 @@ int main(int argc, char** argv) {
     std::printf("%strained %lld steps in %.1f s (train steps %.1f s, %.0f ms/step on average)\n", tty ? "\n" : "",
                 (long long)steps, total_s, train_s, 1000 * train_s / double(steps));
     std::printf("test_accuracy: %.2f%%\n", acc);
+    if (check_replicas && world > 1) std::printf("replicas: the %d ranks' weights were bit-identical after every step\n", world);
+    if (!save_file.empty()) {
+      nn::safe_save(model->state_dict(), save_file);
+      std::printf("saved: %s\n", save_file.c_str());
+    }
     if (!plot_file.empty()) {
       plot::write_svg(plot_file, {std::string(fashion ? "Fashion-MNIST" : "MNIST") + ": beautiful_mnist, " + opt_name + ", batch " +
                                       std::to_string(bs),
