@@ -92,6 +92,8 @@ TEST_CASE("shard: parts on each device, shape and device names, shard_ and shard
   Tensor yl = y.shard_like(s);
   CHECK(yl.shard_axis() == 0);
   CHECK(yl.device() == s.device());
+  CHECK((s * 2).permute({1, 0}).shard_axis() == 1);  // a computed value: its layout once lowered
+  CHECK(!s.sum(0).shard_axis());                      // summed across the split axis: replicated
   Tensor z = ints({4, 6}, 1);
   z.shard_(D2, -1);
   CHECK(z.shard_axis() == 1);

@@ -20,6 +20,7 @@
 // MULTI becomes one root per part, and its result is the MULTI of the parts' buffers.
 #include <algorithm>
 #include <atomic>
+#include <optional>
 
 #include "stages.hpp"
 #include "tg/env.hpp"
@@ -388,6 +389,13 @@ const PatternMatcher& pm_multi() {
 }
 
 }  // namespace
+
+std::optional<int> multi_axis(const UOpRef& u) {
+  MultiCtx ctx;
+  UOpRef r = rewrite_roots(std::span<const UOpRef>(&u, 1), pm_multi(), &ctx, "multi")[0];
+  if (r->op != Ops::MULTI || std::get<int64_t>(r->arg) < 0) return std::nullopt;
+  return int(std::get<int64_t>(r->arg));
+}
 
 bool has_multi(std::span<const UOp* const> topo) {
   return std::any_of(topo.begin(), topo.end(), [](const UOp* u) { return u->op == Ops::MULTI || u->op == Ops::MSELECT; });

@@ -10,6 +10,7 @@
 //   rangeify        (rangeify.cpp)      one kernel AST per materialised node, then pm_kernel_ast (kernel_ast.cpp)
 //   order           (linearize.cpp)     the kernels in read/write order
 //   plan memory     (linearize.cpp)     intermediate buffers reused once their last reader has run
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -105,6 +106,8 @@ struct MultiLowered {
 };
 bool has_multi(std::span<const UOp* const> topo);
 MultiLowered lower_multi(std::span<const UOpRef> roots);
+/** The sharded axis of a multi-device value once lowered (absent: replicated or on one device). */
+std::optional<int> multi_axis(const UOpRef& u);
 
 /** layouts: pm_layout, memory layouts chosen by the device's capabilities (the panelled matmul). */
 std::vector<UOpRef> apply_layouts(std::span<const UOpRef> roots, const Knobs& knobs);

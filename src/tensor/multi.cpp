@@ -8,6 +8,10 @@
 #include "tg/schedule.hpp"
 #include "tg/tensor.hpp"
 
+namespace tg::sched {
+std::optional<int> multi_axis(const UOpRef& u);  // src/schedule/multi.cpp
+}
+
 namespace tg {
 
 std::vector<std::string> split_devices(const std::string& device) {
@@ -100,10 +104,14 @@ bool Tensor::is_multi() const { return is_multi_device(device()); }
 std::vector<std::string> Tensor::devices() const { return split_devices(device()); }
 
 std::optional<int> Tensor::shard_axis() const {
+  if (!is_multi()) return std::nullopt;
   const UOp* u = uop().get();
   while (u->op == Ops::ASSIGN) u = u->src(0);
-  if (u->op == Ops::MULTI && std::get<int64_t>(u->arg) >= 0) return int(std::get<int64_t>(u->arg));
-  return std::nullopt;
+  if (u->op == Ops::MULTI) {
+    int64_t a = std::get<int64_t>(u->arg);
+    return a >= 0 ? std::optional<int>(int(a)) : std::nullopt;
+  }
+  return sched::multi_axis(UOpRef(u));  // a computed value: its layout once lowered (src/schedule/multi.cpp)
 }
 
 Tensor Tensor::shard(const std::vector<std::string>& devices, std::optional<int> axis, CallLoc loc) const {
