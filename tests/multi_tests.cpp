@@ -212,6 +212,27 @@ TEST_CASE("ALLREDUCE: ring and naive give every device the same values (sum, max
   }
 }
 
+TEST_CASE("ALLREDUCE's copies: ring passes 1/n chunks device to device, naive copies every part to every device") {
+  const int64_t n = 4, len = 1024;
+  Tensor x = ints({n * 2, len}, 16).shard(D4, 0).realize();
+  auto copies = [&](const char* algo) {
+    ScopedEnv e("ALLREDUCE", algo);
+    Schedule s = create_schedule(std::vector<UOpRef>{x.sum(0).uop()});
+    std::vector<size_t> bytes;
+    for (auto& it : s.items)
+      if (it.kind == ScheduleItem::Kind::Copy) {
+        CHECK(it.bufs[0]->device() != it.bufs[1]->device());
+        bytes.push_back(it.bufs[0]->nbytes());
+      }
+    return bytes;
+  };
+  std::vector<size_t> ring = copies("ring"), naive = copies("naive");
+  CHECK(ring.size() == size_t(2 * n * (n - 1)));  // reduce-scatter and all-gather: n - 1 hops of each of n chunks
+  for (size_t b : ring) CHECK(b == size_t(len / n) * sizeof(float));
+  CHECK(naive.size() == size_t(n * (n - 1)));
+  for (size_t b : naive) CHECK(b == size_t(len) * sizeof(float));
+}
+
 TEST_CASE("an optimizer step on replicated weights with a sharded batch keeps the devices' copies equal") {
   Tensor w = ints({6, 4}, 13) * 0.1;
   w = w.contiguous().realize();
