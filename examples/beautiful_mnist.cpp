@@ -4,7 +4,7 @@
 // Environment: STEPS (70), BS (512), FASHION=1 (Fashion-MNIST from Debian's dataset-fashion-mnist), DATA=<dir> (a
 // folder with the four IDX files; default: $TG_MNIST_DIR, else data/mnist), SEED (1337: tg's generator, which draws
 // the initial weights and, inside the jitted step as tinygrad's does, the batch indices), OPT=adam|adamw|sgd|lamb|
-// lars|muon (tinygrad's defaults for each), TARGET_EVAL_ACC_PCT (exit 1 below it), DEVICES=CPU:0,CPU:1 (data parallel
+// lars|muon (tinygrad's defaults for each), TARGET_EVAL_ACC_PCT (exit 1 below it), EVAL=0 (no test passes), DEVICES=CPU:0,CPU:1 (data parallel
 // as tinygrad's beautiful_mnist_multigpu: the weights and batchnorm statistics replicated on every device, each batch
 // split along its rows; Adam and AdamW then update over one flat buffer, so the gradients are one allreduce a step).
 // Over MPI (`mpirun -np 2 build/examples/beautiful_mnist`, see tg/dist.hpp): each rank trains on its share of each
@@ -108,6 +108,8 @@ int main(int argc, char** argv) {
     if (std::find(std::begin(kOptimizers), std::end(kOptimizers), opt_name) == std::end(kOptimizers))
       throw Error("[beautiful_mnist] OPT must be one of adam, adamw, sgd, lamb, lars, muon; got '" + opt_name + "'");
     std::string target_str = getenv_str("TARGET_EVAL_ACC_PCT", "");
+    const bool eval = getenv_int("EVAL", 1) != 0;  // EVAL=0: no test-accuracy passes (training checks)
+    if (!eval && !target_str.empty()) throw Error("[beautiful_mnist] TARGET_EVAL_ACC_PCT needs the test passes, but EVAL=0");
     double target = 0;
     if (!target_str.empty()) {
       size_t used = 0;
@@ -219,7 +221,7 @@ int main(int argc, char** argv) {
       }
       train_s += std::chrono::duration<double>(clk::now() - t0).count();
       loss_curve.points.emplace_back(double(i + 1), double(loss));
-      if (i % 10 == 9 || i + 1 == steps) acc = test_accuracy(), acc_curve.points.emplace_back(double(i + 1), acc);
+      if (eval && (i % 10 == 9 || i + 1 == steps)) acc = test_accuracy(), acc_curve.points.emplace_back(double(i + 1), acc);
       double elapsed = std::chrono::duration<double>(clk::now() - t_start).count();
       int bar = int(30 * (i + 1) / steps);
       char accs[32] = "  -   ";

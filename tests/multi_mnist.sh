@@ -9,7 +9,7 @@
 set -euo pipefail
 exe=$1
 have_mpi=$2
-export STEPS=3 THREADS=1 BS=128
+export STEPS=3 THREADS=1 BS=128 EVAL=0
 losses() { grep -o 'loss *[0-9.]*' | awk '{print $2}' | tr '\n' ' '; }
 compare() {  # name, want, got, relative tolerance
   echo "$1: one device [$2] vs [$3]"
