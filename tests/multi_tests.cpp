@@ -88,6 +88,10 @@ TEST_CASE("shard: parts on each device, shape and device names, shard_ and shard
   Tensor r = x.shard(D2);
   CHECK(!r.shard_axis());
   CHECK(r.to_vector<float>() == x.to_vector<float>());
+  Tensor e = Tensor::empty({2, 3}, dtypes::float32, "CPU,CPU:1");  // a buffer on each device
+  CHECK(e.is_multi());
+  CHECK(Tensor::from_vector(std::vector<float>{1, 2}, {2}, "CPU:0,CPU:2").to("CPU:2").to_vector<float>() == std::vector<float>{1, 2});
+  CHECK(Tensor::full({2}, 3.0, dtypes::float32, "CPU,CPU:1").contiguous().to("CPU:1").to_vector<float>() == std::vector<float>{3, 3});
   Tensor y = ints({4, 6}, 2);
   Tensor yl = y.shard_like(s);
   CHECK(yl.shard_axis() == 0);

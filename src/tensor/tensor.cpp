@@ -288,6 +288,12 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, const std::string& device)
   for (int64_t d : shape)
     if (d < 0) throw Error("[empty] negative dimension in shape " + shape_str(shape));
   std::string dev = dev_or_default(device);
+  if (is_multi_device(dev)) {  // a buffer on each device (include/tg/multi.hpp)
+    std::vector<UOpRef> parts;
+    for (const std::string& d : split_devices(dev)) parts.push_back(empty(shape, dtype, d).uop());
+    parts.push_back(UOp::make(Ops::DEVICE, dtypes::void_, {}, dev));
+    return Tensor(UOp::make(Ops::MULTI, parts[0]->dtype, parts, int64_t(-1)), shape, dev);
+  }
   checked_nbytes("empty", shape, dtypes::strong(dtype), dev);
   auto buf = new_buffer_uop(dev, dtypes::strong(dtype), size_t(numel_of(shape)));
   return Tensor(UOp::make(Ops::RESHAPE, buf->dtype, {buf}, std::vector<int64_t>(shape)), shape, dev);
@@ -303,6 +309,7 @@ Tensor Tensor::zeros(const Shape& s, DType d, const std::string& dev) { return f
 Tensor Tensor::ones(const Shape& s, DType d, const std::string& dev) { return full(s, 1, d, dev); }
 
 Tensor Tensor::from_blob(const void* data, const Shape& shape, DType dtype, const std::string& device) {
+  if (is_multi_device(device)) return from_blob(data, shape, dtype, split_devices(device)[0]).to(device);  // replicated
   Tensor t = empty(shape, dtype, device);
   auto buf = buffer_of(contiguous_buffer(t.uop().get()));
   if (buf->nbytes() > 0) buf->copyin(data, buf->nbytes());  // an empty tensor has nothing to copy (data may be null)
