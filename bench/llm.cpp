@@ -9,6 +9,7 @@
 // LLM_PROMPT (64), LLM_DECODE (32), LLM_TYPES (f32,q8_0,q4_0), LLM_REPS (3), THREADS (both libraries; default: every CPU),
 // TG_NODE_MODULES (data/node/node_modules). On a busy machine llama.cpp's spinning thread barriers suffer more than
 // tg's pool: compare at THREADS=1 there (bench/run runs both).
+#include <malloc.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -66,9 +67,10 @@ int main() {
     double file_bytes = double(std::filesystem::file_size(path));
     // tg
     bool dequantise = getenv_int("LLM_DEQUANTISE", 0) != 0;
-    // the previous type's model is freed into the allocator's cache, which a new model would reuse without growing
-    // the resident set: given back first
+    // the previous type's model is freed into the allocator's cache and glibc's heap, which a new model would reuse
+    // without growing the resident set: given back first
     get_device(default_device()).allocator().clear_cache();
+    malloc_trim(0);
     double rss0 = rss_bytes();
     auto llm = models::Llama::from_gguf(path, c.max_context, 1, dequantise);
     double rss_load = rss_bytes() - rss0, weight_bytes = double(llm->weight_bytes());
