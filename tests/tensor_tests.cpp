@@ -458,6 +458,28 @@ TEST_CASE("a reduce over a reduce's results (a max pool over a convolution) is t
         }
 }
 
+TEST_CASE("a reduce read through a view with several users (RoPE's pairs of a projection) runs once, in its own kernel") {
+  // k = x W^T viewed as (pairs, 2); the rotated pair (k0 c - k1 s, k0 s + k1 c) reads both halves in both outputs.
+  // Fused, each output element ran the projection's reduce once per half it read (4 reduces in one kernel).
+  Tensor x = Tensor::rand({1, 64}), w = Tensor::rand({32, 64}), cs = Tensor::rand({16}), sn = Tensor::rand({16});
+  Tensor::realize_all({&x, &w, &cs, &sn});
+  Tensor k = x.matmul(w.T()).reshape({16, 2});
+  Tensor k0 = k.shrink({{0, 16}, {0, 1}}).reshape({16}), k1 = k.shrink({{0, 16}, {1, 2}}).reshape({16});
+  Tensor y = stack({Tensor(k0 * cs - k1 * sn), Tensor(k0 * sn + k1 * cs)}, -1);
+  UOpRef root = y.uop();
+  Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+  int reduces = 0;
+  for (const ScheduleItem& it : s.items)
+    for (const UOp* u : toposort(it.ast.get())) reduces += u->op == Ops::REDUCE;
+  CHECK(reduces == 1);
+  CHECK(s.items.size() == 2);  // the projection, then the rotation
+  std::vector<float> kv = x.matmul(w.T()).to_vector<float>(), c = cs.to_vector<float>(), n = sn.to_vector<float>(), got = y.to_vector<float>();
+  for (size_t i = 0; i < 16; i++) {
+    CHECK(got[2 * i] == doctest::Approx(kv[2 * i] * c[i] - kv[2 * i + 1] * n[i]).epsilon(1e-5));
+    CHECK(got[2 * i + 1] == doctest::Approx(kv[2 * i] * n[i] + kv[2 * i + 1] * c[i]).epsilon(1e-5));
+  }
+}
+
 TEST_CASE("to(device) copies between devices") {
   auto a = Tensor::from_vector(iota_f(5));
   Tensor b = Tensor(a * 2).to("CPU:1");
