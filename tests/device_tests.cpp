@@ -574,3 +574,16 @@ TEST_CASE("a valid disk-cache entry under another key is not used, and the repai
   CHECK(count(out, "tg: warning: the kernel cache entry") == 1);
   CHECK(count(run_child(""), "warning") == 0);  // repaired
 }
+
+TEST_CASE("SPEC=1 accepts optimised reductions: the index dtype lowering is checked on its result") {
+  TempDir dir;
+  std::string cmd = "TG_CACHE_DIR='" + dir.path.string() + "' SPEC=1 '" TG_PROGRAM_CACHE_CHILD "' 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  CAPTURE(out);
+  CHECK(pclose(p) == 0);
+  CHECK(out.find("value=1702.000") != std::string::npos);  // sum over i < 37 of 2.5 i + 1
+}
