@@ -391,7 +391,9 @@ Tensor Tensor::contiguous_backward() const {
 }
 
 Tensor Tensor::fmod(const Tensor& b) const {
-  if (!dtypes::is_float(least_upper_dtype({dtype(), b.dtype()}))) return alu(Ops::MOD, b);  // C's %, x % 0 = 0
+  DType d = least_upper_dtype({dtype(), b.dtype()});
+  if (!dtypes::is_float(d)) return alu(Ops::MOD, b);  // C's %, x % 0 = 0
+  if (!(opmath_dtype(d) == d)) return cast(opmath_dtype(d)).fmod(b.cast(opmath_dtype(d))).cast(d);  // 16-bit floats in float32
   return *this - div(b, "trunc") * b;  // d/db = -trunc(a / b), as torch
 }
 

@@ -235,7 +235,7 @@ std::pair<Tensor, Tensor> Tensor::sort(int64_t dim, bool descending) const {
   int64_t k = 0;
   while ((int64_t(1) << k) < n) k++;
   int64_t p2 = int64_t(1) << k, nd = ndim();
-  Tensor x = transpose(dim, -1);
+  Tensor x = detach().transpose(dim, -1);  // the gradient goes to each value's source position (below)
   Shape lead(x.shape().begin(), x.shape().end() - 1), bits = lead;
   for (int64_t i = 0; i < k; i++) bits.push_back(2);
   std::vector<std::pair<int64_t, int64_t>> pads(size_t(nd), {0, 0});
@@ -268,7 +268,16 @@ std::pair<Tensor, Tensor> Tensor::sort(int64_t dim, bool descending) const {
   keep.push_back({0, n});
   x = x.reshape(full_s).shrink(keep);
   idx = idx.reshape(full_s).shrink(keep);
-  return {x.transpose(dim, -1), idx.transpose(dim, -1)};
+  Tensor values = x.transpose(dim, -1), indices = idx.transpose(dim, -1);
+  if (dtypes::is_float(dtype())) {
+    // d values / d input: each gradient written back where its value came from (one scatter, not a gradient
+    // through every layer of the network, which would fuse into one kernel that re-reads each layer twice over)
+    values = values.custom_gradient({*this, indices}, "sort_values_dim" + std::to_string(dim),
+                                    [dim](const Tensor& g, const Tensor&, const std::vector<Tensor>& in) {
+                                      return std::vector<std::optional<Tensor>>{in[0].zeros_like(g.dtype()).scatter(dim, in[1], g), std::nullopt};
+                                    });
+  }
+  return {values, indices};
 }
 Tensor Tensor::argsort(int64_t dim, bool descending) const { return sort(dim, descending).second; }
 

@@ -79,8 +79,8 @@ std::vector<Case> api_cases() {
                   [](TH& x) { return x[0].sum(1, false, torch::kFloat64); }));
   c.push_back(op2("sum_dtype_int32", {I({4, 6}, -100, 100, tg::dtypes::int8)}, [](TG& x) { return x[0].sum({0}, true, int32); },
                   [](TH& x) { return x[0].sum(0, true, torch::kInt32); }));
-  c.push_back(op2("sum_dtype_half", {H({4, 6})}, [](TG& x) { return x[0].sum({}, false, tg::dtypes::float32); },
-                  [](TH& x) { return x[0].sum(torch::kFloat32); }).tol(kSum, kSum));
+  c.push_back(op2("sum_dtype_half", {H({4, 6})}, [](TG& x) { return x[0].sum({1}, false, tg::dtypes::float32).cast(tg::dtypes::float16); },
+                  [](TH& x) { return x[0].sum(1, false, torch::kFloat32); }));
   // movement
   c.push_back(op("diag_1d", {F({5})}, [](auto& x) { return x[0].diag(); }));
   c.push_back(op("diag_2d", {F({4, 6})}, [](auto& x) { return x[0].diag(); }));
@@ -98,11 +98,11 @@ std::vector<Case> api_cases() {
   c.push_back(op2("shrink_to", {F({4, 5})}, [](TG& x) { return x[0].shrink_to({2, 3}); },
                   [](TH& x) { return x[0].slice(0, 0, 2).slice(1, 0, 3); }));
   c.push_back(op2("scatter_add", {F({3, 5}), I({3, 4}, 0, 4), F({3, 4})}, [](TG& x) { return x[0].scatter(1, x[1], x[2], "add"); },
-                  [](TH& x) { return x[0].scatter(1, x[1], x[2], "add"); }));
+                  [](TH& x) { return x[0].scatter(1, x[1], x[2], "add"); }).fwd_only());  // torch: no derivative with reduce
   c.push_back(op2("scatter_multiply", {F({3, 5}), I({3, 4}, 0, 4), F({3, 4})}, [](TG& x) { return x[0].scatter(1, x[1], x[2], "multiply"); },
                   [](TH& x) { return x[0].scatter(1, x[1], x[2], "multiply"); }).fwd_only());
   c.push_back(op2("scatter_add_int", {I({5, 3}, -9, 9, int32), I({4, 3}, 0, 4), I({4, 3}, -9, 9, int32)},
-                  [](TG& x) { return x[0].scatter(0, x[1], x[2], "add"); }, [](TH& x) { return x[0].scatter(0, x[1], x[2], "add"); }));
+                  [](TG& x) { return x[0].scatter(0, x[1], x[2], "add"); }, [](TH& x) { return x[0].scatter(0, x[1], x[2], "add"); }).fwd_only());
   // sort: lengths that are not powers of 2, both directions, values with their gradient and the indices
   for (int64_t n : {5, 12, 33}) {
     c.push_back(op2("sort_values_" + std::to_string(n), {V({3, n}, tg::dtypes::float32, distinct(0.25), true)},
