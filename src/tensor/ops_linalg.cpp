@@ -228,7 +228,7 @@ std::pair<Tensor, Tensor> Tensor::qr() const {
   Tensor R = to_float(*this), Q = batched_eye(m, batch, R.dtype(), device());
   Tensor idx = Tensor::arange(0, double(m), 1, dtypes::int32, device());
   Tensor zero = const_like(R, 0), one = const_like(R, 1);
-  for (int64_t i = 0; i < std::min(m, n); i++) {
+  for (int64_t i = 0; i < std::min(m - 1, n); i++) {  // LAPACK's count: no reflector for a last 1-element column
     // a Householder reflector v (zero above row i) with w = tau * v: R -= w (v^T R), Q -= (Q v) w^T
     Tensor at_i = idx == int(i), x = (idx >= int(i)).where(last_col(R, i), zero);
     Tensor norm = x.square().sum(-1, true).sqrt();
