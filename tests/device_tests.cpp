@@ -554,3 +554,57 @@ TEST_CASE("a kernel lowered in one process is loaded from the disk cache by the 
   CHECK(lowered(run_child("NOOPT=1")) >= 1);
   CHECK(lowered(run_child("CACHELEVEL=0")) >= 1);
 }
+
+TEST_CASE("a valid disk-cache entry under another key is not used, and the repair warns once") {
+  TempDir dir;
+  auto run_child = [&](const std::string& env) {
+    std::string cmd = "TG_CACHE_DIR='" + dir.path.string() + "' " + env + " '" TG_PROGRAM_CACHE_CHILD "' 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    REQUIRE(p != nullptr);
+    std::string out;
+    char buf[512];
+    while (fgets(buf, sizeof buf, p)) out += buf;
+    CHECK(pclose(p) == 0);
+    return out;
+  };
+  auto count = [](const std::string& s, const std::string& part) {
+    size_t n = 0;
+    for (size_t at = s.find(part); at != std::string::npos; at = s.find(part, at + 1)) n++;
+    return n;
+  };
+  CHECK(count(run_child(""), "warning") == 0);
+  run_child("TG_CPU=x86-64-v3");  // the same sum for AVX2: other keys, entries of the same kinds
+  std::vector<fs::path> progs, bins;
+  for (auto& e : fs::directory_iterator(dir.path / "kernels"))
+    (e.path().filename().string().rfind("prog-", 0) == 0 ? progs : bins).push_back(e.path());
+  REQUIRE(progs.size() == 2);
+  REQUIRE(bins.size() >= 2);
+  auto swap_files = [](const fs::path& a, const fs::path& b) {
+    fs::path t = a;
+    t += ".swap";
+    fs::rename(a, t);
+    fs::rename(b, a);
+    fs::rename(t, b);
+  };
+  swap_files(progs[0], progs[1]);
+  swap_files(bins[0], bins[1]);
+  std::string out = run_child("");
+  CAPTURE(out);
+  CHECK(out.find("value=1702.000") != std::string::npos);
+  CHECK(out.find("lowered=0") == std::string::npos);  // the swapped entries were refused and rebuilt
+  CHECK(count(out, "tg: warning: the kernel cache entry") == 1);
+  CHECK(count(run_child(""), "warning") == 0);  // repaired
+}
+
+TEST_CASE("SPEC=1 accepts optimised reductions: the index dtype lowering is checked on its result") {
+  TempDir dir;
+  std::string cmd = "TG_CACHE_DIR='" + dir.path.string() + "' SPEC=1 '" TG_PROGRAM_CACHE_CHILD "' 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  CAPTURE(out);
+  CHECK(pclose(p) == 0);
+  CHECK(out.find("value=1702.000") != std::string::npos);  // sum over i < 37 of 2.5 i + 1
+}

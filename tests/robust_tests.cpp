@@ -2,7 +2,10 @@
 // NaN in orderings, malformed environment values. Each case names the class it covers.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdio>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -13,6 +16,8 @@
 #include "test_util.hpp"
 #include "tg/device.hpp"
 #include "tg/env.hpp"
+#include "tg/nn/optim.hpp"
+#include "tg/schedule.hpp"
 #include "tg/tensor.hpp"
 
 using namespace tg;
@@ -297,4 +302,70 @@ TEST_CASE("two threads realising independent and shared tensors get every value 
   CAPTURE(first_error);
   CHECK(errors.load() == 0);
   CHECK(wrong.load() == 0);
+}
+
+// ---------------------------------------------------------------- semantics a PyTorch user relies on
+
+TEST_CASE("a second backward() of the same loss is an error unless the first retained the graph") {
+  Tensor w = Tensor::from_vector(std::vector<float>{1, 2}).requires_grad_();
+  Tensor loss = (w * w).sum();
+  loss.backward();
+  CHECK(contains(error_of([&] { loss.backward(); }), "[backward] this tensor's gradients were already added"));
+  CHECK(w.grad().to_vector<float>() == std::vector<float>{2, 4});  // not doubled
+  Tensor w2 = Tensor::from_vector(std::vector<float>{1, 2}).requires_grad_();
+  Tensor l2 = (w2 * w2).sum();
+  l2.backward({.retain_graph = true});
+  l2.backward();  // accumulates, as torch with retain_graph=True
+  CHECK(w2.grad().to_vector<float>() == std::vector<float>{4, 8});
+  CHECK_THROWS_AS(l2.backward(), Error);
+  // a new loss over the same leaves accumulates (separate graphs, as torch)
+  Tensor l3 = (w2 * 3.f).sum();
+  l3.backward();
+  CHECK(w2.grad().to_vector<float>() == std::vector<float>{7, 11});
+}
+
+TEST_CASE("class labels and gather/index_select indices out of range on the host are errors, not a silent 0") {
+  Tensor logits = Tensor::zeros({2, 3});
+  Tensor bad = Tensor::from_vector(std::vector<int64_t>{0, 3});
+  CHECK(error_of([&] { (void)logits.cross_entropy(bad); }) ==
+        "[cross_entropy] class label 3 (element 1 of " + shape_str(Shape{2}) + ") is out of range [0, 3)");
+  CHECK(contains(error_of([&] { (void)logits.log_softmax(1).nll_loss(Tensor::from_vector(std::vector<int32_t>{-1, 0})); }),
+                 "[nll_loss] class label -1 (element 0 of " + shape_str(Shape{2}) + ") is out of range [0, 3)"));
+  // ignore_index is not a class
+  Tensor ign = Tensor::from_vector(std::vector<int64_t>{-100, 2});
+  CHECK(logits.cross_entropy(ign).item<float>() == doctest::Approx(std::log(3.0)));
+  Tensor x = Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, {2, 2});
+  CHECK(contains(error_of([&] { (void)x.gather(1, Tensor::from_vector(std::vector<int64_t>{0, 2, 1, 1}, {2, 2})); }),
+                 "[gather] index 2 (element 1 of (2, 2)) is out of range [0, 2)"));
+  CHECK(contains(error_of([&] { (void)x.index_select(0, Tensor::from_vector(std::vector<int32_t>{-3})); }),
+                 "[index_select] index -3"));
+  CHECK(x.index_select(0, Tensor::from_vector(std::vector<int32_t>{-1})).to_vector<float>() == std::vector<float>{3, 4});
+}
+
+TEST_CASE("optimizer updates from schedule_step() that were never realised are realised by the next call") {
+  Tensor w = Tensor::from_vector(std::vector<float>{1.f}).requires_grad_();
+  nn::optim::SGD opt({w}, 0.1);
+  Tensor(w * w).sum().backward();
+  (void)opt.schedule_step();  // never realised by the caller
+  opt.zero_grad();
+  Tensor(w * w).sum().backward();
+  // the next call realises the first step's updates, with a warning on stderr
+  std::fflush(stderr);
+  FILE* cap = std::tmpfile();
+  REQUIRE(cap != nullptr);
+  int saved = dup(2);
+  dup2(fileno(cap), 2);
+  std::vector<Tensor> second = opt.schedule_step();
+  std::fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  std::rewind(cap);
+  std::string err;
+  for (int ch; (ch = std::fgetc(cap)) != EOF;) err += char(ch);
+  std::fclose(cap);
+  CHECK(contains(err, "[optimizer] schedule_step() was called again before the updates of the last call were realised"));
+  std::vector<Tensor*> ps;
+  for (auto& t : second) ps.push_back(&t);
+  Tensor::realize_all(ps);
+  CHECK(w.to_vector<float>()[0] == doctest::Approx(0.64f).epsilon(1e-6));  // 1 - 0.1*2 = 0.8, 0.8 - 0.1*1.6
 }

@@ -17,6 +17,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -91,6 +92,11 @@ constexpr DType dtype_of() {
 }
 
 struct TensorImpl;
+
+/** Options of Tensor::backward: retain_graph allows another backward() of the same tensor (torch's flag). */
+struct BackwardOptions {
+  bool retain_graph = false;
+};
 
 /** Values and their indices (int64) along a reduced dim: `auto [v, i] = t.max_with_indices(1);`. */
 struct ValuesIndices;
@@ -246,6 +252,8 @@ class Tensor {
   Tensor minimum(const Tensor& b, CallLoc loc = CallLoc::current()) const;
   Tensor where(const Tensor& a, const Tensor& b, CallLoc loc = CallLoc::current()) const;  // this is the condition
   Tensor div(const Tensor& b) const;                       // true division
+  /** Division rounded as torch's rounding_mode: "trunc" (toward 0) or "floor"; ints stay ints (x / 0 = 0). */
+  Tensor div(const Tensor& b, const std::string& rounding_mode) const;
   Tensor idiv(const Tensor& b) const;                      // floor division (ints), like torch's //; x // 0 = 0
   Tensor mod(const Tensor& b) const;                       // floor remainder, like torch's %; int x % 0 = 0
   Tensor pow(const Tensor& b) const;
@@ -285,6 +293,8 @@ class Tensor {
   // ---- reductions (axes empty = all)
   Tensor sum(std::vector<int64_t> axes = {}, bool keepdim = false, CallLoc loc = CallLoc::current()) const;
   Tensor sum(int64_t axis, bool keepdim = false, CallLoc loc = CallLoc::current()) const { return sum(std::vector<int64_t>{axis}, keepdim, loc); }
+  /** The sum accumulated and returned in `dtype` (torch's and tinygrad's sum(dtype=)): the input is cast first. */
+  Tensor sum(std::vector<int64_t> axes, bool keepdim, DType dtype, CallLoc loc = CallLoc::current()) const;
   Tensor max(std::vector<int64_t> axes = {}, bool keepdim = false, CallLoc loc = CallLoc::current()) const;
   Tensor max(int64_t axis, bool keepdim = false, CallLoc loc = CallLoc::current()) const { return max(std::vector<int64_t>{axis}, keepdim, loc); }
   Tensor min(std::vector<int64_t> axes = {}, bool keepdim = false, CallLoc loc = CallLoc::current()) const;
@@ -434,13 +444,16 @@ class Tensor {
   Tensor unflatten(int64_t dim, const std::vector<int64_t>& sizes) const;
   /** The diagonal of dims (dim1, dim2) with an offset, as a new last dim. */
   Tensor diagonal(int64_t offset = 0, int64_t dim1 = 0, int64_t dim2 = 1) const;
-  /** out[i][j] = this[i][index[i][j]] along dim (torch.gather); out-of-range indices read 0. */
+  /** out[i][j] = this[i][index[i][j]] along dim (torch.gather). An index out of range is a tg::Error when the
+   *  index tensor is already realised in host memory (checked there); a lazy or device index out of range reads 0. */
   Tensor gather(int64_t dim, const Tensor& index, CallLoc loc = CallLoc::current()) const;
   /** Rows (along dim) picked by a 1-D or 0-d integer index. */
   Tensor index_select(int64_t dim, const Tensor& index, CallLoc loc = CallLoc::current()) const;
   /** A copy with src[i][j] written at this[i][index[i][j]] along dim (indices must not repeat). */
   Tensor scatter(int64_t dim, const Tensor& index, const Tensor& src) const;
   Tensor scatter(int64_t dim, const Tensor& index, double value) const;
+  /** scatter(reduce=): "add" or "multiply" combines src with this tensor's values (repeated indices all count). */
+  Tensor scatter(int64_t dim, const Tensor& index, const Tensor& src, const std::string& reduce) const;
   /** Scatter with a reduction: "sum", "prod", "mean", "amax" or "amin"; include_self adds this tensor's values. */
   Tensor scatter_reduce(int64_t dim, const Tensor& index, const Tensor& src, const std::string& reduce, bool include_self = true) const;
   /** value where mask (broadcast) is true, this elsewhere; keeps this dtype. */
@@ -479,8 +492,9 @@ class Tensor {
   Tensor logcumsumexp(int64_t axis = 0) const;
   Tensor log_softmax(int64_t axis = -1, CallLoc loc = CallLoc::current()) const;
   Tensor softmin(int64_t axis = -1) const;
-  /** Sorted values and their original indices (int64), stable (equal values keep their order). Built by counting
-   *  comparisons: O(n^2) work along dim, meant for modest sizes. */
+  /** Sorted values and their original indices (int64), stable (equal values keep their order; NaN sorts as the
+   *  largest value, like torch). Values by a bitonic network (O(n log^2 n) compare-exchanges, tinygrad's); indices
+   *  by matching each sorted value to the input positions holding it. */
   std::pair<Tensor, Tensor> sort(int64_t dim = -1, bool descending = false) const;
   Tensor argsort(int64_t dim = -1, bool descending = false) const;
   /** The k largest (or smallest) values along dim, sorted, and their indices. */
@@ -511,7 +525,8 @@ class Tensor {
                           IntArg output_padding = 0, int64_t groups = 1, IntArg dilation = 1) const;
   Tensor conv_transpose2d(const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt, IntArg stride = 1, IntArg padding = 0,
                           IntArg output_padding = 0, int64_t groups = 1, IntArg dilation = 1) const;
-  /** Max pool over the last kernel.size() dims; stride defaults to the kernel; padding pads with -inf. */
+  /** Max pool over the last kernel.size() dims; stride defaults to the kernel; padding pads with -inf: one value per
+   *  spatial dim (both sides), or 2 per spatial dim ((begin, end) for each dim in order; also for avg_pool). */
   Tensor max_pool(IntArg kernel, IntArg stride = {}, IntArg padding = 0, IntArg dilation = 1, bool ceil_mode = false) const;
   Tensor max_pool1d(IntArg kernel, IntArg stride = {}, IntArg padding = 0, IntArg dilation = 1, bool ceil_mode = false) const;
   Tensor max_pool2d(IntArg kernel, IntArg stride = {}, IntArg padding = 0, IntArg dilation = 1, bool ceil_mode = false) const;
@@ -541,9 +556,11 @@ class Tensor {
                   std::optional<double> eps = std::nullopt) const;
   /** Zero elements with probability p (from rand) and scale the rest by 1/(1-p); identity unless training. */
   Tensor dropout(double p = 0.5, bool training = true) const;
-  /** softmax(q k^T * scale + mask) v; a bool mask keeps where true, a float mask is added. */
+  /** softmax(q k^T * scale + mask) v; a bool mask keeps where true, a float mask is added. enable_gqa: key and value
+   *  may have fewer heads (dim -3) than the query, a divisor of its count; each serves a group of query heads. */
   Tensor scaled_dot_product_attention(const Tensor& key, const Tensor& value, const std::optional<Tensor>& attn_mask = std::nullopt,
-                                      double dropout_p = 0.0, bool is_causal = false, std::optional<double> scale = std::nullopt) const;
+                                      double dropout_p = 0.0, bool is_causal = false, std::optional<double> scale = std::nullopt,
+                                      bool enable_gqa = false) const;
   /** Resize the last size.size() dims: mode "nearest", "linear" (also "bilinear", "trilinear"), align_corners for linear. */
   Tensor interpolate(const std::vector<int64_t>& size, const std::string& mode = "nearest", bool align_corners = false) const;
 
@@ -565,6 +582,113 @@ class Tensor {
   Tensor l1_loss(const Tensor& target, const std::string& reduction = "mean") const;
   Tensor smooth_l1_loss(const Tensor& target, const std::string& reduction = "mean", double beta = 1.0) const;
 
+  // ---- the rest of tinygrad's Tensor API (tinygrad a9069c177a); compositions of the ops above
+  /** Bytes per element. */
+  int64_t element_size() const;
+  /** numel() * element_size(). */
+  int64_t nbytes() const;
+  /** Whether the dtype is a float type. */
+  bool is_floating_point() const;
+  /** The number of elements of max_shape() (numel() for a tensor without variables). */
+  int64_t max_numel() const;
+  /** The raw bytes of the realised tensor, row-major (tinygrad's data()). */
+  std::vector<uint8_t> data(CallLoc loc = CallLoc::current()) const;
+  /** A copy in a buffer of its own (later assigns to this tensor do not change it); gradients flow through. */
+  Tensor clone() const;
+  /** Same shape and device, uninitialised (dtype defaults to this tensor's). */
+  Tensor empty_like(std::optional<DType> dtype = std::nullopt) const;
+  /** An uninitialised tensor (tinygrad's invalids: empty() whose values no kernel may rely on). */
+  static Tensor invalids(const Shape& shape, DType dtype = dtypes::float32, const std::string& device = "");
+  /** A 0-d constant of this tensor's dtype (or `dtype`) on its device, broadcast to its shape. */
+  Tensor const_like(double value, std::optional<DType> dtype = std::nullopt) const;
+  /** Casts named like tinygrad's (a trailing _ where the name is a C++ keyword). */
+  Tensor half() const;
+  Tensor bfloat16() const;
+  Tensor float_() const;
+  Tensor double_() const;
+  Tensor int_() const;
+  Tensor long_() const;
+  Tensor short_() const;
+  Tensor bool_() const;
+  /** this + b, this - b, this * b as methods (tinygrad's add, sub, mul). */
+  Tensor add(const Tensor& b) const;
+  Tensor sub(const Tensor& b) const;
+  Tensor mul(const Tensor& b) const;
+  /** C's remainder: the sign follows the dividend (torch.fmod); ints keep their dtype, x fmod 0 = 0. */
+  Tensor fmod(const Tensor& b) const;
+  /** |this| with the sign of b (negative zero counts as negative, like torch); the result is float. */
+  Tensor copysign(const Tensor& b) const;
+  /** log(exp(this) + exp(b)) without overflow. */
+  Tensor logaddexp(const Tensor& b) const;
+  /** |this - b| <= atol + rtol * |b| elementwise (bool); infinities equal themselves; NaN close to NaN if equal_nan. */
+  Tensor isclose(const Tensor& b, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false) const;
+  /** isclose(...).all(): a 0-d bool tensor. */
+  Tensor allclose(const Tensor& b, double rtol = 1e-5, double atol = 1e-8, bool equal_nan = false) const;
+  /** this / max(||this||_p along dim, eps) (torch.nn.functional.normalize). */
+  Tensor normalize(double p = 2.0, int64_t dim = 1, double eps = 1e-12) const;
+  /** 1-D: the square matrix with this on its diagonal; 2-D: the main diagonal (torch.diag). */
+  Tensor diag() const;
+  /** Windows of `size` every `step` along dim: dim becomes (n_windows, ...) with a new last dim of `size`. */
+  Tensor unfold(int64_t dim, int64_t size, int64_t step) const;
+  /** reshape under torch's name. */
+  Tensor view(Shape s) const;
+  /** einops-style rearrange: "b (h w) c -> b h w c" with sizes for the split axes ({{"h", 4}}), "..." allowed. */
+  Tensor rearrange(const std::string& formula, const std::vector<std::pair<std::string, int64_t>>& sizes = {}) const;
+  /** Pad each dim at its end up to shape[i] (-1 keeps a dim) with `value`. */
+  Tensor pad_to(const Shape& shape, double value = 0) const;
+  /** Keep the first shape[i] elements of each dim (-1 keeps a dim). */
+  Tensor shrink_to(const Shape& shape) const;
+  /** The indices (int64, (count, ndim)) of the non-zero elements in row-major order; the count is read back (one
+   *  sync). With `size`: exactly size rows, padded with fill_value or truncated, and no sync. */
+  Tensor nonzero(std::optional<int64_t> size = std::nullopt, int64_t fill_value = 0) const;
+  /** max_pool2d(return_indices=true): values and the flat index (int64) of each maximum in its input plane, as torch. */
+  ValuesIndices max_pool2d_with_indices(IntArg kernel, IntArg stride = {}, IntArg padding = 0, IntArg dilation = 1,
+                                        bool ceil_mode = false) const;
+  /** The same for any number of spatial dims (kernel.size()). */
+  ValuesIndices max_pool_with_indices(IntArg kernel, IntArg stride = {}, IntArg padding = 0, IntArg dilation = 1,
+                                      bool ceil_mode = false) const;
+  /** The partial inverse of max_pool2d: each value written at its index in a zero plane (torch.max_unpool2d); any
+   *  number of spatial dims (kernel.size()); output_size defaults to the pool's input size. */
+  Tensor max_unpool2d(const Tensor& indices, IntArg kernel, IntArg stride = {}, IntArg padding = 0,
+                      const std::vector<int64_t>& output_size = {}) const;
+  /** A random permutation of 0..n-1 (the argsort of n uniform values, tinygrad's). */
+  static Tensor randperm(int64_t n, DType dtype = dtypes::int64, const std::string& device = "");
+  /** Indices (int64) drawn from the categorical distributions in this tensor's rows (1-D or 2-D, weights >= 0). */
+  Tensor multinomial(int64_t num_samples = 1, bool replacement = false) const;
+  /** n random uint32 values from the seeded generator (the bits rand() turns into floats). */
+  static Tensor random_bits(int64_t n, const std::string& device = "");
+  /** threefry2x32-20 of this uint64 tensor (counter: low word x0, high word x1) keyed by a uint64 key, as a uint64. */
+  Tensor threefry(const Tensor& key) const;
+  /** Householder QR of the last two dims: (Q, R) with Q orthogonal (m, m) and R upper triangular (m, n). */
+  std::pair<Tensor, Tensor> qr() const;
+  /** SVD of the last two dims by one-sided Jacobi rotations (tinygrad's): (U, S, V^T), S descending. */
+  std::tuple<Tensor, Tensor, Tensor> svd(bool full_matrices = true) const;
+  /** `steps` Newton-Schulz iterations of the odd polynomial with coefficients `params` (Muon's orthogonalisation). */
+  Tensor newton_schulz(int64_t steps, const std::vector<double>& params, double eps = 1e-7) const;
+  /** Keccak over the last dim's bytes: "sha3_224", "sha3_256" or "shake_128" (the digest as uint8, (..., bytes)). */
+  Tensor keccak(const std::string& cfg = "sha3_256") const;
+  /** keccak with an explicit (rate, domain byte). */
+  Tensor keccak(int64_t rate, int64_t dsbyte) const;
+  /** tinygrad's 16-byte tree hash of the tensor's bytes (shake_128 over 1 MiB blocks). */
+  Tensor hash() const;
+  /** Identity forward; the gradient is made contiguous on its way back. */
+  Tensor contiguous_backward() const;
+  /** Apply the functions in order: fs[n-1](...fs[0](this)). */
+  Tensor sequential(const std::vector<std::function<Tensor(const Tensor&)>>& fs) const;
+  /** Make this handle (and its copies) hold x's value (shapes must match; dtype and device may differ). */
+  Tensor& replace(const Tensor& x);
+  /** Move to a device in place (this handle and its copies). */
+  Tensor& to_(const std::string& device);
+  /** tinygrad's layernorm: normalise over `axes` (default the last), no affine parameters. */
+  Tensor layernorm(std::vector<int64_t> axes = {-1}, double eps = 1e-5) const;
+  /** tinygrad's batchnorm: (x - mean) * invstd * weight + bias, the statistics broadcast along dim 1. */
+  Tensor batchnorm(const std::optional<Tensor>& weight, const std::optional<Tensor>& bias, const Tensor& mean,
+                   const Tensor& invstd) const;
+  /** binary_crossentropy_with_logits under tinygrad's name. */
+  Tensor binary_crossentropy_logits(const Tensor& target, const std::string& reduction = "mean") const {
+    return binary_crossentropy_with_logits(target, reduction);
+  }
+
   // ---- autograd (symbolic: gradients are UOp graphs built by the rule table in gradient.hpp)
   /** Mark this tensor as a leaf whose gradient backward() computes. */
   Tensor& requires_grad_(bool on = true);
@@ -574,9 +698,11 @@ class Tensor {
   bool has_grad() const;
   void zero_grad();
   /** Gradients of this scalar (or with `seed` for a non-scalar) into every requires_grad tensor it depends on,
-   *  added to what they hold. The gradient graph is lazy: realise it (or an optimiser step) to compute it. */
-  void backward();
-  void backward(const Tensor& seed);
+   *  added to what they hold. The gradient graph is lazy: realise it (or an optimiser step) to compute it.
+   *  A second backward() of the same tensor is a tg::Error, as torch's second backward through a freed graph,
+   *  unless the earlier call passed {.retain_graph = true}: then the gradients add up again, as in torch. */
+  void backward(BackwardOptions opts = {});
+  void backward(const Tensor& seed, BackwardOptions opts = {});
   /** d(this)/d(wrt) for each target (zeros where this does not depend on it); works on gradients too. */
   std::vector<Tensor> gradient(const std::vector<Tensor>& wrt, const Tensor* seed = nullptr) const;
   /** A custom gradient, like a torch.autograd.Function's backward: the result has this tensor's value, and its
@@ -604,6 +730,8 @@ class Tensor {
   Tensor reduce(Ops op, std::vector<int64_t> axes, bool keepdim, const char* name) const;
   Tensor mov(Ops op, Arg arg, Shape out) const;
   int64_t norm_axis(int64_t a, const char* op) const;
+  /** detail::const_like (a 0-d constant of t's dtype), which the member const_like hides inside members. */
+  static Tensor const_like(const Tensor& t, double v);
   /** The shared state; a tg::Error for an undefined tensor. */
   TensorImpl& im() const;
   std::shared_ptr<TensorImpl> impl_;
@@ -617,6 +745,7 @@ struct TensorImpl {
   bool weak = false;           // a Python-like scalar (weakly typed)
   bool requires_grad = false;  // a leaf whose gradient is wanted, or computed from one
   std::shared_ptr<TensorImpl> grad;
+  bool retain_graph = true;    // whether another backward() with this tensor as the root is allowed
 };
 
 /** Graph nodes walked so far to substitute realised buffers into live tensors' graphs (a statistic for tests: a

@@ -8,6 +8,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "src/uop/spec_pause.hpp"
 #include "gpudims.hpp"
 #include "tg/codegen.hpp"
 #include "tg/device.hpp"
@@ -578,7 +579,13 @@ UOpRef do_lower_index_dtype(const UOpRef& k, LowerCtx& c) {
   for (const UOp* u : toposort(k.get()))
     if (u->dtype.scalar == Scalar::Index && (!u->bounds().known || u->vmin() < INT32_MIN || u->vmax() > INT32_MAX)) wide = true;
   IndexCtx ictx{wide || c.opt.index64 ? dtypes::int64 : dtypes::int32};
-  return graph_rewrite(k, pm_lower_index_dtype(), &ictx, false, "lower index dtype");
+  UOpRef r;
+  {
+    SpecPause pause;  // the rewrite builds parents with retyped sources before retyping them
+    r = graph_rewrite(k, pm_lower_index_dtype(), &ictx, false, "lower index dtype");
+  }
+  if (spec_enabled()) spec_check(r.get());
+  return r;
 }
 
 struct LowerStage {

@@ -264,8 +264,11 @@ std::string cache_dir() {
 
 namespace {
 
-// A cache file: magic, payload size, XXH64 of the payload, payload. A torn or foreign file reads as a miss.
-constexpr char kMagic[8] = {'T', 'G', 'K', 'C', 'A', 'C', 'H', '1'};
+// A cache file: magic, the key's length and the key, payload size, XXH3 of the payload, payload. A torn file, a
+// foreign one or one whose key is not the one asked for (a valid entry copied or renamed) reads as a miss, and
+// the first such miss of a process prints a warning: the caller then rebuilds the entry and writes it anew.
+constexpr char kMagic[8] = {'T', 'G', 'K', 'C', 'A', 'C', 'H', '2'};
+constexpr char kMagicV1[8] = {'T', 'G', 'K', 'C', 'A', 'C', 'H', '1'};  // before the key was stored: a silent miss
 
 bool disk_cache_on() { return getenv_int("CACHELEVEL", 1) > 0; }
 
@@ -317,20 +320,36 @@ void disk_cache_evict(uint64_t written) {
                  (unsigned long long)(limit >> 20), removed);
 }
 
+bool repaired(const fs::path& p, const char* why) {
+  static std::atomic<bool> warned{false};
+  if (!warned.exchange(true))
+    std::fprintf(stderr, "tg: warning: the kernel cache entry %s %s; it is rebuilt (this warning is printed once)\n",
+                 p.c_str(), why);
+  return false;
+}
+
 }  // namespace
 
 bool disk_cache_get(const std::string& key, std::vector<uint8_t>& out) {
   if (!disk_cache_on()) return false;
-  std::ifstream f(cache_path(key), std::ios::binary);
+  fs::path p = cache_path(key);
+  std::ifstream f(p, std::ios::binary);
   if (!f) return false;
   char magic[8];
-  uint64_t size = 0, hash = 0;
-  if (!f.read(magic, 8) || std::memcmp(magic, kMagic, 8) != 0) return false;
-  if (!f.read(reinterpret_cast<char*>(&size), 8) || !f.read(reinterpret_cast<char*>(&hash), 8)) return false;
-  if (size > (uint64_t(1) << 34)) return false;
+  uint64_t klen = 0, size = 0, hash = 0;
+  if (!f.read(magic, 8)) return repaired(p, "is truncated");
+  if (std::memcmp(magic, kMagicV1, 8) == 0) return false;
+  if (std::memcmp(magic, kMagic, 8) != 0) return repaired(p, "is not a kernel cache file");
+  if (!f.read(reinterpret_cast<char*>(&klen), 8) || klen > 4096) return repaired(p, "is corrupt");
+  std::string stored(klen, '\0');
+  if (!f.read(stored.data(), std::streamsize(klen))) return repaired(p, "is truncated");
+  if (stored != key) return repaired(p, ("holds the entry of key " + stored).c_str());
+  if (!f.read(reinterpret_cast<char*>(&size), 8) || !f.read(reinterpret_cast<char*>(&hash), 8)) return repaired(p, "is truncated");
+  if (size > (uint64_t(1) << 34)) return repaired(p, "is corrupt");
   std::vector<uint8_t> data(size);
-  if (size && !f.read(reinterpret_cast<char*>(data.data()), std::streamsize(size))) return false;
-  if (f.peek() != std::char_traits<char>::eof() || XXH3_64bits(data.data(), data.size()) != hash) return false;
+  if (size && !f.read(reinterpret_cast<char*>(data.data()), std::streamsize(size))) return repaired(p, "is truncated");
+  if (f.peek() != std::char_traits<char>::eof() || XXH3_64bits(data.data(), data.size()) != hash)
+    return repaired(p, "is corrupt (its checksum does not match)");
   out = std::move(data);
   std::error_code ec;  // used now: the last to be evicted
   fs::last_write_time(cache_path(key), fs::file_time_type::clock::now(), ec);
@@ -349,9 +368,9 @@ void disk_cache_put(const std::string& key, const std::vector<uint8_t>& data) {
   bool ok = false;
   {
     std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    uint64_t size = data.size(), hash = XXH3_64bits(data.data(), data.size());
-    ok = f && f.write(kMagic, 8) && f.write(reinterpret_cast<const char*>(&size), 8) &&
-         f.write(reinterpret_cast<const char*>(&hash), 8) &&
+    uint64_t klen = key.size(), size = data.size(), hash = XXH3_64bits(data.data(), data.size());
+    ok = f && f.write(kMagic, 8) && f.write(reinterpret_cast<const char*>(&klen), 8) && f.write(key.data(), std::streamsize(klen)) &&
+         f.write(reinterpret_cast<const char*>(&size), 8) && f.write(reinterpret_cast<const char*>(&hash), 8) &&
          f.write(reinterpret_cast<const char*>(data.data()), std::streamsize(data.size())) && f.flush();
   }
   if (ok) fs::rename(tmp, dst, ec);  // atomic: readers see the old file or the whole new one
@@ -360,7 +379,7 @@ void disk_cache_put(const std::string& key, const std::vector<uint8_t>& data) {
     if (debug_level() >= 1) std::fprintf(stderr, "tg: could not write the kernel cache file %s\n", dst.c_str());
     return;
   }
-  disk_cache_evict(data.size() + 24);
+  disk_cache_evict(data.size() + key.size() + 32);
 }
 
 // ---------------------------------------------------------------- Device::get_program

@@ -6,6 +6,8 @@
 #include <optional>
 #include <string>
 
+#include "tg/schedule.hpp"
+
 namespace tg::nn::optim {
 
 namespace {
@@ -64,6 +66,16 @@ std::vector<Tensor> Optimizer::new_state() const {
 
 std::vector<Tensor> Optimizer::schedule_step() {
   NoGrad ng;
+  std::vector<Tensor*> unrealised;
+  for (auto& t : pending_)
+    if (!contiguous_buffer(t.uop().get())) unrealised.push_back(&t);
+  if (!unrealised.empty()) {
+    if (!warned_)
+      std::fprintf(stderr, "tg: warning: [optimizer] schedule_step() was called again before the updates of the last call "
+                           "were realised; realising them now (realise what schedule_step returns, e.g. with the loss)\n");
+    warned_ = true;
+    Tensor::realize_all(unrealised);
+  }
   std::vector<Tensor> ps, gs;
   for (size_t i = 0; i < params_.size(); i++) {
     if (!params_[i].has_grad())
@@ -96,6 +108,7 @@ std::vector<Tensor> Optimizer::schedule_step() {
     p.assign(p.detach() - updates[i].cast(p.dtype()));
     out.push_back(p);
   }
+  pending_ = out;
   return out;
 }
 

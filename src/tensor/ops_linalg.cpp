@@ -3,6 +3,7 @@
 #include <cctype>
 #include <map>
 #include <optional>
+#include <tuple>
 
 #include "ops_util.hpp"
 #include "tg/env.hpp"
@@ -195,6 +196,123 @@ Tensor einsum(const std::string& formula_in, const std::vector<Tensor>& operands
   std::vector<int64_t> perm;
   for (char c : rhs) perm.push_back(int64_t(kept.find(c)));
   return prod.permute(perm);
+}
+
+// ---------------------------------------------------------------- QR, SVD, Newton-Schulz (tinygrad's compositions)
+
+namespace {
+Tensor last_col(const Tensor& t, int64_t i) {  // t[..., :, i]
+  std::vector<std::pair<int64_t, int64_t>> r;
+  for (int64_t d : t.shape()) r.push_back({0, d});
+  r.back() = {i, i + 1};
+  return t.shrink(r).squeeze(-1);
+}
+Tensor last2(const Tensor& t, int64_t rows, int64_t cols) {  // t[..., :rows, :cols]
+  std::vector<std::pair<int64_t, int64_t>> r;
+  for (int64_t d : t.shape()) r.push_back({0, d});
+  r[r.size() - 2] = {0, rows};
+  r.back() = {0, cols};
+  return t.shrink(r);
+}
+Tensor batched_eye(int64_t n, const Shape& batch, DType d, const std::string& dev) {
+  Shape s = batch;
+  s.push_back(n), s.push_back(n);
+  return Tensor::eye(n, -1, d, dev).expand(s);
+}
+}  // namespace
+
+std::pair<Tensor, Tensor> Tensor::qr() const {
+  if (ndim() < 2) fail("qr", "needs at least 2 dims (..., m, n), got shape " + shape_str(shape()));
+  Shape batch(shape().begin(), shape().end() - 2);
+  int64_t m = shape()[size_t(ndim() - 2)], n = shape().back();
+  Tensor R = to_float(*this), Q = batched_eye(m, batch, R.dtype(), device());
+  Tensor idx = Tensor::arange(0, double(m), 1, dtypes::int32, device());
+  Tensor zero = const_like(R, 0), one = const_like(R, 1);
+  for (int64_t i = 0; i < std::min(m - 1, n); i++) {  // LAPACK's count: no reflector for a last 1-element column
+    // a Householder reflector v (zero above row i) with w = tau * v: R -= w (v^T R), Q -= (Q v) w^T
+    Tensor at_i = idx == int(i), x = (idx >= int(i)).where(last_col(R, i), zero);
+    Tensor norm = x.square().sum(-1, true).sqrt();
+    Tensor x0 = at_i.where(x, zero).sum(-1, true);
+    Tensor sgn = (x0 != 0).where(x0.sign(), one), active = norm != 0;
+    Tensor u0 = x0 + sgn * norm;
+    Tensor v = (at_i.where(u0, x) / active.where(u0, one)).unsqueeze(-1);
+    Tensor w = active.where(sgn * u0 / active.where(norm, one), zero).unsqueeze(-1) * v;
+    R = (R - w.matmul(v.transpose(-2, -1).matmul(R))).contiguous();
+    Q = (Q - Q.matmul(v).matmul(w.transpose(-2, -1))).contiguous();
+  }
+  return {Q, R};
+}
+
+std::tuple<Tensor, Tensor, Tensor> Tensor::svd(bool full_matrices) const {
+  if (ndim() < 2) fail("svd", "needs at least 2 dims (..., m, n), got shape " + shape_str(shape()));
+  Shape batch(shape().begin(), shape().end() - 2);
+  int64_t m = shape()[size_t(ndim() - 2)], n = shape().back(), num = std::min(m, n), q_num = std::max(m, n);
+  if (num == 0) fail("svd", "needs non-empty matrices, got shape " + shape_str(shape()));
+  // QR first; then one-sided Jacobi rotations on R's square block, in round-robin column pairs (LAWN 169, p. 26)
+  auto [Q, R] = (m >= n ? to_float(*this) : to_float(*this).transpose(-2, -1)).qr();
+  DType dt = R.dtype();
+  const std::string& dev = device();
+  Tensor U = last2(R, num, num).contiguous(), V = batched_eye(num, batch, dt, dev).contiguous();
+  Tensor eye_num = batched_eye(num, batch, dt, dev), one = const_like(U, 1), zero = const_like(U, 0);
+  int64_t h = num / 2;
+  std::vector<int32_t> perm;  // the pairing: column perm[k] with perm[k + h]
+  for (int64_t i = 0; i < h; i++) perm.push_back(int32_t(i));
+  for (int64_t i = num - 1; i >= h; i--) perm.push_back(int32_t(i));
+  Shape hs = batch, h11 = batch;
+  hs.push_back(1), hs.push_back(h);
+  h11.push_back(h), h11.push_back(1), h11.push_back(1);
+  for (int64_t round = 0; h > 0 && round < 4 * num; round++) {  // classical Jacobi converges in about 4 sweeps
+    std::vector<float> p(size_t(num * 2 * h), 0.f);  // P[a][b] = (a == perm[b]) for the paired columns b < 2h
+    for (int64_t b = 0; b < 2 * h; b++) p[size_t(perm[size_t(b)] * 2 * h + b)] = 1.f;
+    Tensor P = Tensor::from_vector(p, {num, 2 * h}, dev).cast(dt);
+    Tensor Up = U.matmul(P);
+    auto lr = Up.split(h, -1);
+    Tensor gamma = (lr[0] * lr[1]).sum(-2).reshape(hs);
+    auto ab = Up.square().sum(-2).unsqueeze(-2).split(h, -1);
+    Tensor rot = gamma != 0;
+    Tensor tau = (ab[1] - ab[0]) / (rot.where(gamma, one) * 2.0);
+    Tensor t = (tau != 0).where(tau.sign(), one) / (tau.abs() + (tau.square() + 1.0).sqrt());
+    t = rot.where(t, zero);
+    Tensor c = (t.square() + 1.0).rsqrt(), s = c * t;
+    auto mij = P.transpose(-2, -1).split(h, -2);  // (h, num) selectors of each pair's two columns
+    Tensor Mia = mij[0].unsqueeze(-1), Mib = mij[0].unsqueeze(-2), Mja = mij[1].unsqueeze(-1), Mjb = mij[1].unsqueeze(-2);
+    Tensor cc = (c - 1.0).reshape(h11), ss = s.reshape(h11);
+    Tensor Rot = eye_num + (cc * (Mia * Mib + Mja * Mjb) + ss * (Mia * Mjb - Mja * Mib)).sum(-3);
+    U = U.matmul(Rot).contiguous();
+    V = V.matmul(Rot).contiguous();
+    if (num % 2 == 1) {
+      for (auto& v : perm) v = int32_t((v - 1 + num) % num);
+    } else {
+      for (size_t k = 1; k < perm.size(); k++) perm[k] = int32_t((perm[k] - 2 + 2 * (num - 1)) % (num - 1) + 1);
+    }
+  }
+  auto [S, order] = U.square().sum(-2).sqrt().sort(-1, true);
+  Shape nn = batch;
+  nn.push_back(num), nn.push_back(num);
+  Tensor gi = order.unsqueeze(-2).expand(nn);
+  U = U.gather(-1, gi) / (S != 0).where(S, one).unsqueeze(-2);
+  V = V.gather(-1, gi);
+  std::vector<std::pair<int64_t, int64_t>> pad(size_t(ndim()), {0, 0});
+  pad[pad.size() - 2] = pad.back() = {0, q_num - num};
+  U = Q.matmul(U.pad(pad) + batched_eye(q_num, batch, dt, dev) - batched_eye(num, batch, dt, dev).pad(pad));
+  if (!full_matrices) U = last2(U, q_num, num);
+  if (m >= n) return {U, S, V.transpose(-2, -1)};
+  return {V, S, U.transpose(-2, -1)};
+}
+
+Tensor Tensor::newton_schulz(int64_t steps, const std::vector<double>& params, double eps) const {
+  if (ndim() < 2) fail("newton_schulz", "needs at least 2 dims, got shape " + shape_str(shape()));
+  if (shape()[size_t(ndim() - 2)] > shape().back()) return transpose(-2, -1).newton_schulz(steps, params, eps).transpose(-2, -1);
+  Tensor G = *this / (square().sum({-2, -1}, true).sqrt() + eps);
+  for (int64_t k = 0; k < steps; k++) {  // G = sum_i params[i] (G G^T)^i G
+    Tensor GGt = G.matmul(G.transpose(-2, -1)), term = G, acc;
+    for (size_t i = 0; i < params.size(); i++) {
+      if (i > 0) term = GGt.matmul(term);
+      acc = i == 0 ? term * params[i] : acc + term * params[i];
+    }
+    G = params.empty() ? G * 0.0 : acc;
+  }
+  return G;
 }
 
 }  // namespace tg

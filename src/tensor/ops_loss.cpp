@@ -48,6 +48,7 @@ Tensor Tensor::nll_loss(const Tensor& target, const std::optional<Tensor>& weigh
   check_reduction(reduction, "nll_loss");
   if (!dtypes::is_int(target.dtype())) fail("nll_loss", "target must hold class indices (int), got " + target.dtype().name());
   int64_t cdim = class_dim_checked(*this, target, "nll_loss");
+  check_host_indices(target, 0, shape()[size_t(cdim)], ignore_index, "nll_loss", "class label");
   check_weight(weight, shape()[size_t(cdim)], "nll_loss");
   auto [nll, wy] = nll_terms(to_float(*this), target, cdim, weight, ignore_index);
   if (reduction == "mean") return nll.sum() / wy.sum();
@@ -76,6 +77,7 @@ Tensor Tensor::cross_entropy(const Tensor& target, const std::string& reduction,
   }
   if (!dtypes::is_int(target.dtype())) fail("cross_entropy", "target must be class indices (int) or probabilities (float)");
   class_dim_checked(*this, target, "cross_entropy");
+  check_host_indices(target, 0, c, ignore_index, "cross_entropy", "class label");
   auto [nll, wy] = nll_terms(logp, target, cdim, weight, ignore_index);
   Tensor loss = nll;
   if (eps > 0) {

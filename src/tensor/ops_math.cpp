@@ -359,4 +359,100 @@ Tensor Tensor::rshift(const Tensor& b) const {
 Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b, CallLoc loc) {
   CallSite site(loc); return cond.where(a, b); }
 
+// ---------------------------------------------------------------- the rest of tinygrad's elementwise API
+
+int64_t Tensor::element_size() const { return dtype().itemsize(); }
+int64_t Tensor::nbytes() const { return numel() * element_size(); }
+bool Tensor::is_floating_point() const { return dtypes::is_float(dtype()); }
+int64_t Tensor::max_numel() const {
+  int64_t n = 1;
+  for (int64_t d : max_shape()) n *= d;
+  return n;
+}
+Tensor Tensor::empty_like(std::optional<DType> dtype) const { return empty(shape(), dtype.value_or(this->dtype()), device()); }
+Tensor Tensor::invalids(const Shape& shape, DType dtype, const std::string& device) { return empty(shape, dtype, device); }
+Tensor Tensor::const_like(double value, std::optional<DType> dtype) const { return full_like(value, dtype); }
+Tensor Tensor::const_like(const Tensor& t, double v) { return detail::const_like(t, v); }
+Tensor Tensor::half() const { return cast(dtypes::float16); }
+Tensor Tensor::bfloat16() const { return cast(dtypes::bfloat16); }
+Tensor Tensor::float_() const { return cast(dtypes::float32); }
+Tensor Tensor::double_() const { return cast(dtypes::float64); }
+Tensor Tensor::int_() const { return cast(dtypes::int32); }
+Tensor Tensor::long_() const { return cast(dtypes::int64); }
+Tensor Tensor::short_() const { return cast(dtypes::int16); }
+Tensor Tensor::bool_() const { return cast(dtypes::bool_); }
+Tensor Tensor::add(const Tensor& b) const { return *this + b; }
+Tensor Tensor::sub(const Tensor& b) const { return *this - b; }
+Tensor Tensor::mul(const Tensor& b) const { return *this * b; }
+Tensor Tensor::contiguous_backward() const {
+  return custom_gradient({*this}, "contiguous_backward", [](const Tensor& g, const Tensor&, const std::vector<Tensor>&) {
+    return std::vector<std::optional<Tensor>>{g.contiguous()};
+  });
+}
+
+Tensor Tensor::fmod(const Tensor& b) const {
+  DType d = least_upper_dtype({dtype(), b.dtype()});
+  if (!dtypes::is_float(d)) return alu(Ops::MOD, b);  // C's %, x % 0 = 0
+  if (!(opmath_dtype(d) == d)) return cast(opmath_dtype(d)).fmod(b.cast(opmath_dtype(d))).cast(d);  // 16-bit floats in float32
+  return *this - div(b, "trunc") * b;  // d/db = -trunc(a / b), as torch
+}
+
+Tensor Tensor::copysign(const Tensor& b) const {
+  Tensor mag = to_float(*this).abs();
+  Tensor neg = b < 0;
+  if (dtypes::is_float(b.dtype())) neg = neg | (b.reciprocal() < 0);  // -0.0 counts as negative
+  Tensor r = neg.where(-mag, mag);
+  return r.cast(float_dtype(least_upper_dtype({dtype(), b.dtype()})));
+}
+
+Tensor Tensor::logaddexp(const Tensor& b) const {
+  Tensor x = to_float(*this), y = to_float(b);
+  Tensor m = x.maximum(y).detach();
+  m = m.isfinite().where(m, const_like(m, 0));  // both -inf: -inf; an inf: inf
+  return ((x - m).exp() + (y - m).exp()).log() + m;
+}
+
+Tensor Tensor::isclose(const Tensor& b, double rtol, double atol, bool equal_nan) const {
+  DType d = least_upper_dtype({dtype(), b.dtype()});
+  Tensor same = cast(d) == b.cast(d);
+  if (!dtypes::is_float(d)) return same;  // integers: close only when equal (as torch for tolerances below 1)
+  Tensor x = cast(d), y = b.cast(d);
+  Tensor close = same | (x.isfinite() & y.isfinite() & ((x - y).abs() <= (y.abs() * rtol + atol)));
+  return equal_nan ? Tensor(close | (x.isnan() & y.isnan())) : close;
+}
+
+Tensor Tensor::allclose(const Tensor& b, double rtol, double atol, bool equal_nan) const {
+  return isclose(b, rtol, atol, equal_nan).all();
+}
+
+Tensor Tensor::randperm(int64_t n, DType dtype, const std::string& device) {
+  if (n < 0) fail("randperm", "n must be non-negative, got " + std::to_string(n));
+  if (!dtypes::is_int(dtype)) fail("randperm", "needs an int dtype, got " + dtype.name());
+  return rand({n}, dtypes::float32, device).argsort(0).cast(dtype);
+}
+
+Tensor Tensor::multinomial(int64_t num_samples, bool replacement) const {
+  if (ndim() < 1 || ndim() > 2 || num_samples <= 0)
+    fail("multinomial", "needs a 1-D or 2-D tensor of weights and num_samples > 0, got shape " + shape_str(shape()) +
+                            " and " + std::to_string(num_samples));
+  Tensor w = ndim() == 1 ? unsqueeze(0) : *this;
+  int64_t rows = w.shape()[0], c = w.shape()[1];
+  if (c == 0) fail("multinomial", "needs at least one category, got shape " + shape_str(shape()));
+  if (!replacement && num_samples > c)
+    fail("multinomial", "cannot draw " + std::to_string(num_samples) + " samples without replacement from " + std::to_string(c) + " categories");
+  Tensor idx;
+  if (replacement || num_samples == 1) {
+    Tensor cw = to_float(w).cast(dtypes::float32).cumsum(1);
+    Tensor cdf = cw / cw.shrink({{0, rows}, {c - 1, c}});
+    Tensor u = Tensor::rand({num_samples, rows, 1}, dtypes::float32, device());
+    idx = (u >= cdf).cast(dtypes::int64).sum(2).permute({1, 0});  // how many cdf steps lie at or below u
+    idx = idx.minimum(Tensor::full({}, double(c - 1), dtypes::int64, device()));
+  } else {  // Efraimidis-Spirakis: the largest log(u) / w
+    Tensor keys = to_float(w).cast(dtypes::float32);
+    keys = keys.rand_like(dtypes::float32).log2() / keys;
+    idx = keys.topk(num_samples, 1).second;
+  }
+  return ndim() == 1 ? idx.squeeze(0) : idx;
+}
+
 }  // namespace tg

@@ -1,7 +1,9 @@
 // Movement and indexing: cat, stack, repeat, split, roll, gather, scatter, advanced indexing, setitem, pad modes.
 // Gathers and scatters are one-hot masks reduced with sum (no data-dependent addressing), as in tinygrad.
 #include <algorithm>
+#include <cctype>
 #include <numeric>
+#include <sstream>
 
 #include "ops_util.hpp"
 
@@ -260,6 +262,7 @@ Tensor Tensor::gather(int64_t dim, const Tensor& index, CallLoc loc) const {
       fail("gather", "index " + shape_str(index.shape()) + " is larger than input " + shape_str(shape()) + " in dim " +
                          std::to_string(d));
   int64_t n = shape()[size_t(dim)];
+  check_host_indices(index, 0, n, std::nullopt, "gather", "index");
   auto r = full_range(index);
   r[size_t(dim)] = {0, n};
   Tensor x = shrink(r).unsqueeze(-1).transpose(-1, dim);  // (index dims with dim -> 1, n)
@@ -274,6 +277,7 @@ Tensor Tensor::index_select(int64_t dim, const Tensor& index, CallLoc loc) const
   if (ndim() == 0) fail("index_select", "needs at least 1 dim");
   dim = norm_dim(dim, ndim(), "index_select");
   int64_t n = shape()[size_t(dim)];
+  check_host_indices(index, -n, n, std::nullopt, "index_select", "index");
   Tensor idx = index.reshape({-1});
   int64_t k = idx.shape()[0];
   Tensor wrapped = (idx < 0).where(idx + const_like(idx, double(n)), idx);
@@ -714,6 +718,206 @@ std::vector<Tensor> meshgrid(const std::vector<Tensor>& ts, const std::string& i
     r.push_back(ts[i].reshape(s).expand(out));
   }
   return r;
+}
+
+// ---------------------------------------------------------------- the rest of tinygrad's movement API
+
+Tensor Tensor::view(Shape s) const { return reshape(std::move(s)); }
+
+Tensor Tensor::pad_to(const Shape& s, double value) const {
+  if (s.size() != size_t(ndim())) fail("pad_to", "shape " + ints_str(s) + " has " + std::to_string(s.size()) + " dims, the tensor " + shape_str(shape()));
+  std::vector<std::pair<int64_t, int64_t>> p;
+  for (size_t i = 0; i < s.size(); i++) {
+    int64_t have = shape()[i], want = s[i] == -1 ? have : s[i];
+    if (want < have) fail("pad_to", "cannot pad " + shape_str(shape()) + " down to " + ints_str(s) + " (use shrink_to)");
+    p.push_back({0, want - have});
+  }
+  return pad(p, value);
+}
+
+Tensor Tensor::shrink_to(const Shape& s) const {
+  if (s.size() != size_t(ndim())) fail("shrink_to", "shape " + ints_str(s) + " has " + std::to_string(s.size()) + " dims, the tensor " + shape_str(shape()));
+  std::vector<std::pair<int64_t, int64_t>> r;
+  for (size_t i = 0; i < s.size(); i++) {
+    int64_t have = shape()[i], want = s[i] == -1 ? have : s[i];
+    if (want < 0 || want > have) fail("shrink_to", "cannot shrink " + shape_str(shape()) + " to " + ints_str(s));
+    r.push_back({0, want});
+  }
+  return shrink(r);
+}
+
+Tensor Tensor::diag() const {
+  if (ndim() == 2) return diagonal(0, 0, 1);
+  if (ndim() != 1) fail("diag", "needs a 1-D or 2-D tensor, got shape " + shape_str(shape()));
+  // v on the diagonal: each element followed by n zeros, cut to n*n and folded into rows (tinygrad's)
+  int64_t n = shape()[0];
+  return unsqueeze(-1).pad_to({-1, n + 1}).flatten().shrink_to({n * n}).reshape({n, n});
+}
+
+Tensor Tensor::unfold(int64_t dim, int64_t size, int64_t step) const {
+  int64_t nd = std::max<int64_t>(ndim(), 1);
+  dim = norm_dim(dim, nd, "unfold");
+  Tensor x = ndim() == 0 ? reshape({1}) : *this;
+  int64_t n = x.shape()[size_t(dim)];
+  if (size < 0 || step <= 0 || size > n)
+    fail("unfold", "size " + std::to_string(size) + " must be in [0, " + std::to_string(n) + "] (dim " + std::to_string(dim) +
+                       " of " + shape_str(shape()) + ") and step " + std::to_string(step) + " positive");
+  int64_t wins = (n - size) / step + 1;
+  std::vector<int64_t> to_last;
+  for (int64_t i = 0; i < nd; i++)
+    if (i != dim) to_last.push_back(i);
+  to_last.push_back(dim);
+  Tensor w;
+  if (size == 0) {  // empty windows: (..., wins, 0)
+    Shape s = x.permute(to_last).shape();
+    s.back() = wins;
+    s.push_back(0);
+    w = Tensor::zeros(s, dtype(), device());
+  } else {
+    w = pool_windows(x.permute(to_last), {size}, {step}, {1}, "unfold");  // (..., wins, size)
+  }
+  std::vector<int64_t> back;  // the window count back at dim, the window itself last
+  for (int64_t j = 0; j < nd; j++) back.push_back(j < dim ? j : j == dim ? nd - 1 : j - 1);
+  back.push_back(nd);
+  Tensor r = w.permute(back);
+  return ndim() == 0 ? r.reshape({size}) : r;
+}
+
+namespace {
+// One side of a rearrange formula: axis names, and the (begin, end) name positions of each parenthesised group
+// ("1" is an empty group: a dim of size 1).
+struct Side {
+  std::vector<std::string> names;
+  std::vector<std::pair<int64_t, int64_t>> groups;
+};
+Side parse_side(const std::string& text, const std::string& formula) {
+  Side s;
+  std::string t;
+  for (char c : text) {
+    if (c == '(' || c == ')') t += std::string(" ") + c + " ";
+    else t += c;
+  }
+  std::istringstream in(t);
+  std::string tok;
+  int64_t open = -1;
+  while (in >> tok) {
+    if (tok == "(") {
+      if (open >= 0) fail("rearrange", "nested brackets in \"" + formula + "\"");
+      open = int64_t(s.names.size());
+    } else if (tok == ")") {
+      if (open < 0) fail("rearrange", "bracket mismatch in \"" + formula + "\"");
+      s.groups.push_back({open, int64_t(s.names.size())});
+      open = -1;
+    } else if (tok == "1") {
+      s.groups.push_back({int64_t(s.names.size()), int64_t(s.names.size())});
+    } else {
+      bool ok = tok == "..." || (!tok.empty() && (std::isalpha(uint8_t(tok[0])) || tok[0] == '_'));
+      for (char c : tok) ok &= tok == "..." || std::isalnum(uint8_t(c)) || c == '_';
+      if (!ok) fail("rearrange", "invalid axis name \"" + tok + "\" in \"" + formula + "\"");
+      s.names.push_back(tok);
+    }
+  }
+  if (open >= 0) fail("rearrange", "bracket mismatch in \"" + formula + "\"");
+  return s;
+}
+// Replace "..." with n names, shifting the groups after it.
+void expand_ellipsis(Side& s, int64_t n) {
+  auto it = std::find(s.names.begin(), s.names.end(), "...");
+  if (it == s.names.end()) return;
+  int64_t at = int64_t(it - s.names.begin());
+  s.names.erase(it);
+  for (int64_t j = 0; j < n; j++) s.names.insert(s.names.begin() + at + j, "..." + std::to_string(j));
+  for (auto& [b, e] : s.groups) {
+    if (b > at) b += n - 1;
+    if (e > at) e += n - 1;
+  }
+}
+}  // namespace
+
+Tensor Tensor::rearrange(const std::string& formula, const std::vector<std::pair<std::string, int64_t>>& sizes) const {
+  size_t arrow = formula.find("->");
+  if (arrow == std::string::npos || formula.find("->", arrow + 2) != std::string::npos)
+    fail("rearrange", "needs exactly one \"->\" in \"" + formula + "\"");
+  Side lhs = parse_side(formula.substr(0, arrow), formula), rhs = parse_side(formula.substr(arrow + 2), formula);
+  auto sorted = [](std::vector<std::string> v) { std::sort(v.begin(), v.end()); return v; };
+  std::vector<std::string> ls = sorted(lhs.names);
+  if (ls != sorted(rhs.names) || std::adjacent_find(ls.begin(), ls.end()) != ls.end())
+    fail("rearrange", "the two sides of \"" + formula + "\" must name the same axes, each once");
+  for (auto& [name, v] : sizes)
+    if (std::find(lhs.names.begin(), lhs.names.end(), name) == lhs.names.end())
+      fail("rearrange", "axis " + name + " is not used in \"" + formula + "\"");
+  for (auto& [b, e] : lhs.groups)
+    for (int64_t i = b; i < e; i++)
+      if (lhs.names[size_t(i)] == "...") fail("rearrange", "\"...\" inside brackets on the left of \"" + formula + "\"");
+  int64_t in_dims = int64_t(lhs.names.size());
+  for (auto& [b, e] : lhs.groups) in_dims -= e - b - 1;
+  bool ell = std::find(lhs.names.begin(), lhs.names.end(), "...") != lhs.names.end();
+  int64_t ell_len = ell ? ndim() - in_dims + 1 : 0;
+  if (ell ? ell_len < 0 : in_dims != ndim())
+    fail("rearrange", "\"" + formula + "\" does not fit a tensor of shape " + shape_str(shape()));
+  expand_ellipsis(lhs, ell_len);
+  expand_ellipsis(rhs, ell_len);
+  auto size_of = [&](const std::string& n) -> int64_t {
+    for (auto& [name, v] : sizes)
+      if (name == n) return v;
+    return -1;
+  };
+  Tensor t = *this;
+  for (auto& [b, e] : lhs.groups) {  // unflatten: a group's dim becomes one dim per name
+    std::vector<int64_t> sz;
+    for (int64_t i = b; i < e; i++) sz.push_back(size_of(lhs.names[size_t(i)]));
+    if (sz.empty()) {
+      if (t.shape()[size_t(b)] != 1) fail("rearrange", "\"1\" in \"" + formula + "\" names dim " + std::to_string(b) + " of size " + std::to_string(t.shape()[size_t(b)]));
+      t = t.squeeze(b);
+    } else {
+      t = t.unflatten(b, sz);
+    }
+  }
+  for (size_t i = 0; i < lhs.names.size(); i++) {
+    int64_t want = size_of(lhs.names[i]);
+    if (want != -1 && want != t.shape()[i])
+      fail("rearrange", "size " + std::to_string(want) + " given for axis " + lhs.names[i] + " is not its size " + std::to_string(t.shape()[i]));
+  }
+  std::vector<int64_t> order;
+  for (const auto& n : rhs.names) order.push_back(int64_t(std::find(lhs.names.begin(), lhs.names.end(), n) - lhs.names.begin()));
+  t = t.permute(order);
+  for (auto it = rhs.groups.rbegin(); it != rhs.groups.rend(); ++it)  // flatten each group (from the right)
+    t = it->first < it->second ? t.flatten(it->first, it->second - 1) : t.unsqueeze(it->first);
+  return t;
+}
+
+Tensor Tensor::nonzero(std::optional<int64_t> size, int64_t fill_value) const {
+  if (size && *size < 0) fail("nonzero", "size must be non-negative, got " + std::to_string(*size));
+  int64_t total = numel(), nd = ndim();
+  auto i64 = [&](double v) { return Tensor::full({}, v, dtypes::int64, device()); };
+  if (total == 0) return Tensor::full({size.value_or(0), nd}, double(fill_value), dtypes::int64, device());
+  Tensor cs = flatten().cast(dtypes::bool_).cast(dtypes::int32).cumsum(0);
+  Tensor count = cs.index({-1}).cast(dtypes::int64);
+  int64_t n = size ? *size : count.item<int64_t>();  // the data-dependent row count: one sync
+  // row k is the first flat position whose running count exceeds k: the number of positions with count <= k
+  Tensor k = Tensor::arange(0, double(n), 1, dtypes::int32, device()).reshape({n, 1});
+  Tensor flat = (cs.reshape({1, -1}) <= k).cast(dtypes::int64).sum(1);
+  std::vector<Tensor> cols;
+  int64_t stride = total;
+  for (int64_t d : shape()) {
+    stride /= d;
+    cols.push_back(flat.idiv(i64(double(stride))).mod(i64(double(d))));
+  }
+  Tensor r = nd == 0 ? Tensor::zeros({n, 0}, dtypes::int64, device()) : stack(cols, 1);
+  if (!size) return r;
+  return (k.cast(dtypes::int64) < count).where(r, i64(double(fill_value)));
+}
+
+Tensor Tensor::scatter(int64_t dim, const Tensor& index, const Tensor& src, const std::string& reduce) const {
+  if (reduce == "add") return scatter_reduce(dim, index, src, "sum", true);
+  if (reduce == "multiply") return scatter_reduce(dim, index, src, "prod", true);
+  fail("scatter", "reduce must be \"add\" or \"multiply\", got \"" + reduce + "\"");
+}
+
+Tensor Tensor::sequential(const std::vector<std::function<Tensor(const Tensor&)>>& fs) const {
+  Tensor x = *this;
+  for (const auto& f : fs) x = f(x);
+  return x;
 }
 
 }  // namespace tg

@@ -335,7 +335,8 @@ Tensor Tensor::conv_transpose2d(const Tensor& w, const std::optional<Tensor>& b,
 
 namespace {
 struct PoolArgs {
-  std::vector<int64_t> k, s, p, d;
+  std::vector<int64_t> k, s, d;
+  Pads pads;  // (begin, end) per spatial dim
   std::string op;
 };
 
@@ -345,17 +346,28 @@ PoolArgs pool_args(const Tensor& x, size_t nd, const IntArg& kernel, const IntAr
   a.op = op;
   a.k = expand_arg(kernel, nd, op, "kernel_size");
   a.s = expand_arg(stride, nd, op, "stride", a.k);
-  a.p = expand_arg(padding, nd, op, "padding");
+  if (padding.v.size() == 2 * nd) {  // (begin, end) for each spatial dim
+    for (size_t i = 0; i < nd; i++) a.pads.push_back({padding.v[2 * i], padding.v[2 * i + 1]});
+  } else {
+    for (int64_t v : expand_arg(padding, nd, op, "padding")) a.pads.push_back({v, v});
+  }
   a.d = expand_arg(dilation, nd, op, "dilation");
   if (size_t(x.ndim()) < nd + 1)
     fail(op, "needs at least " + std::to_string(nd + 1) + " dims (C, *spatial), got shape " + shape_str(x.shape()));
   for (size_t i = 0; i < nd; i++) {
     if (a.k[i] < 1 || a.s[i] < 1 || a.d[i] < 1)
       fail(op, "kernel_size " + ints_str(a.k) + ", stride " + ints_str(a.s) + " and dilation " + ints_str(a.d) + " must be positive");
-    if (a.p[i] < 0 || 2 * a.p[i] > a.k[i])
-      fail(op, "padding " + ints_str(a.p) + " must be non-negative and at most half the kernel " + ints_str(a.k));
+    auto [pb, pa] = a.pads[i];
+    if (pb < 0 || pa < 0 || 2 * pb > a.k[i] || 2 * pa > a.k[i]) {
+      std::vector<int64_t> shown = padding.v;  // as given, or one value per dim
+      if (shown.size() != 2 * nd) {
+        shown.clear();
+        for (const auto& pr : a.pads) shown.push_back(pr.first);
+      }
+      fail(op, "padding " + ints_str(shown) + " must be non-negative and at most half the kernel " + ints_str(a.k));
+    }
     int64_t in = x.shape()[size_t(x.ndim()) - nd + i];
-    if (in + 2 * a.p[i] < a.d[i] * (a.k[i] - 1) + 1)
+    if (in + pb + pa < a.d[i] * (a.k[i] - 1) + 1)
       fail(op, "kernel " + ints_str(a.k) + " is larger than the padded input " + shape_str(x.shape()));
   }
   return a;
@@ -367,7 +379,7 @@ Pads ceil_pads(const Tensor& x, const PoolArgs& a) {
   size_t nd = a.k.size();
   Pads out;
   for (size_t i = 0; i < nd; i++) {
-    int64_t in = x.shape()[size_t(x.ndim()) - nd + i], pb = a.p[i], pa = a.p[i], ek = a.d[i] * (a.k[i] - 1) + 1;
+    int64_t in = x.shape()[size_t(x.ndim()) - nd + i], pb = a.pads[i].first, pa = a.pads[i].second, ek = a.d[i] * (a.k[i] - 1) + 1;
     int64_t o = (in + pb + pa - ek + a.s[i] - 1) / a.s[i] + 1;
     int64_t extra = a.s[i] * (o - 1) + ek - (in + pb + pa) - std::max<int64_t>(a.s[i] * (o - 1) - (pb + in - 1), 0);
     out.push_back({pb, pa + extra});
@@ -375,11 +387,7 @@ Pads ceil_pads(const Tensor& x, const PoolArgs& a) {
   return out;
 }
 
-Pads sym_pads(const PoolArgs& a) {
-  Pads p;
-  for (int64_t v : a.p) p.push_back({v, v});
-  return p;
-}
+Pads sym_pads(const PoolArgs& a) { return a.pads; }
 
 std::vector<int64_t> last_axes(size_t nd) {
   std::vector<int64_t> r;
@@ -398,11 +406,11 @@ Tensor Tensor::max_pool(IntArg kernel, IntArg stride, IntArg padding, IntArg dil
 }
 Tensor Tensor::max_pool1d(IntArg k, IntArg s, IntArg p, IntArg d, bool c) const {
   PoolArgs a = pool_args(*this, 1, k, s, p, d, "max_pool1d");
-  return max_pool(a.k, a.s, a.p, a.d, c);
+  return max_pool(a.k, a.s, p, a.d, c);
 }
 Tensor Tensor::max_pool2d(IntArg k, IntArg s, IntArg p, IntArg d, bool c) const {
   PoolArgs a = pool_args(*this, 2, k, s, p, d, "max_pool2d");
-  return max_pool(a.k, a.s, a.p, a.d, c);
+  return max_pool(a.k, a.s, p, a.d, c);
 }
 
 Tensor Tensor::avg_pool(IntArg kernel, IntArg stride, IntArg padding, bool ceil_mode, bool count_include_pad) const {
@@ -425,11 +433,11 @@ Tensor Tensor::avg_pool(IntArg kernel, IntArg stride, IntArg padding, bool ceil_
 }
 Tensor Tensor::avg_pool1d(IntArg k, IntArg s, IntArg p, bool c, bool cip) const {
   PoolArgs a = pool_args(*this, 1, k, s, p, 1, "avg_pool1d");
-  return avg_pool(a.k, a.s, a.p, c, cip);
+  return avg_pool(a.k, a.s, p, c, cip);
 }
 Tensor Tensor::avg_pool2d(IntArg k, IntArg s, IntArg p, bool c, bool cip) const {
   PoolArgs a = pool_args(*this, 2, k, s, p, 1, "avg_pool2d");
-  return avg_pool(a.k, a.s, a.p, c, cip);
+  return avg_pool(a.k, a.s, p, c, cip);
 }
 
 namespace {
@@ -609,8 +617,18 @@ Tensor Tensor::dropout(double p, bool training) const {
 }
 
 Tensor Tensor::scaled_dot_product_attention(const Tensor& key, const Tensor& value, const std::optional<Tensor>& attn_mask,
-                                            double dropout_p, bool is_causal, std::optional<double> scale) const {
+                                            double dropout_p, bool is_causal, std::optional<double> scale,
+                                            bool enable_gqa) const {
   const char* op = "scaled_dot_product_attention";
+  if (enable_gqa && ndim() >= 3 && key.ndim() >= 3 && value.ndim() >= 3) {
+    int64_t hq = shape()[size_t(ndim() - 3)], hk = key.shape()[size_t(key.ndim() - 3)], hv = value.shape()[size_t(value.ndim() - 3)];
+    if (hk == 0 || hv == 0 || hq % hk != 0 || hq % hv != 0)
+      fail(op, "enable_gqa: the query's " + std::to_string(hq) + " heads (dim -3 of " + shape_str(shape()) +
+                   ") must be a multiple of the key's " + std::to_string(hk) + " and the value's " + std::to_string(hv));
+    if (hq != hk || hq != hv)  // each key/value head serves hq / hk consecutive query heads
+      return scaled_dot_product_attention(key.repeat_interleave(hq / hk, -3), value.repeat_interleave(hq / hv, -3),
+                                          attn_mask, dropout_p, is_causal, scale, false);
+  }
   // sym_shape: a key and value read from a KV cache up to a Variable's position attend like concrete ones
   SymShape qs = sym_shape(), ks = key.sym_shape(), vs = value.sym_shape();
   if (qs.size() < 2 || ks.size() < 2 || vs.size() < 2)
@@ -709,6 +727,83 @@ Tensor Tensor::interpolate(const std::vector<int64_t>& size, const std::string& 
     x = x.index_select(dim, idx0) * w0 + x.index_select(dim, idx1) * w1;
   }
   return x;
+}
+
+// ---------------------------------------------------------------- max pool indices and unpool, tinygrad's norms
+
+ValuesIndices Tensor::max_pool_with_indices(IntArg kernel, IntArg stride, IntArg padding, IntArg dilation, bool ceil_mode) const {
+  size_t nd = kernel.v.size();
+  if (nd == 0) fail("max_pool", "kernel_size is empty");
+  PoolArgs a = pool_args(*this, nd, kernel, stride, padding, dilation, "max_pool" + std::to_string(nd) + "d");
+  Pads pads = ceil_mode ? ceil_pads(*this, a) : sym_pads(a);
+  Tensor w = pool_windows(pad_last(*this, pads, dtype_min(dtype())), a.k, a.s, a.d, a.op);
+  Tensor values = w.max(last_axes(nd));
+  // the flat index in the input plane of each window's first maximum: the smallest index holding the maximum
+  // (indices grow in the window's scan order; the padding's index is larger than any)
+  Shape plane(shape().end() - int64_t(nd), shape().end());
+  int64_t count = 1;
+  for (int64_t v : plane) count *= v;
+  constexpr double kBig = double(int64_t(1) << 62);
+  Tensor pos = Tensor::arange(0, double(count), 1, dtypes::int64, device()).reshape(plane);
+  Tensor wi = pool_windows(pad_last(pos, pads, kBig), a.k, a.s, a.d, a.op);
+  Tensor at_max = w == values.reshape([&] {
+    Shape s = values.shape();
+    for (size_t i = 0; i < nd; i++) s.push_back(1);
+    return s;
+  }());
+  Tensor idx = at_max.where(wi, Tensor::full({}, kBig, dtypes::int64, device())).min(last_axes(nd));
+  return {values, idx};
+}
+
+ValuesIndices Tensor::max_pool2d_with_indices(IntArg k, IntArg s, IntArg p, IntArg d, bool c) const {
+  PoolArgs a = pool_args(*this, 2, k, s, p, d, "max_pool2d");
+  return max_pool_with_indices(a.k, a.s, p, a.d, c);
+}
+
+Tensor Tensor::max_unpool2d(const Tensor& indices, IntArg kernel, IntArg stride, IntArg padding,
+                            const std::vector<int64_t>& output_size) const {
+  const char* op = "max_unpool2d";
+  size_t nd = kernel.v.size() == 1 ? 2 : kernel.v.size();
+  if (size_t(ndim()) < nd + 1) fail(op, "needs at least " + std::to_string(nd + 1) + " dims, got shape " + shape_str(shape()));
+  if (indices.shape() != shape() || !dtypes::is_int(indices.dtype()))
+    fail(op, "indices " + shape_str(indices.shape()) + " (" + indices.dtype().name() + ") must be integers of the values' shape " + shape_str(shape()));
+  std::vector<int64_t> k = expand_arg(kernel, nd, op, "kernel_size"), s = expand_arg(stride, nd, op, "stride", k);
+  std::vector<int64_t> p = expand_arg(padding, nd, op, "padding");
+  Shape out(shape().begin(), shape().end() - int64_t(nd));
+  std::vector<int64_t> spatial = output_size;
+  if (spatial.size() == nd + 2) spatial = std::vector<int64_t>(spatial.end() - int64_t(nd), spatial.end());
+  if (spatial.empty())
+    for (size_t i = 0; i < nd; i++) spatial.push_back((shape()[size_t(ndim()) - nd + i] - 1) * s[i] - 2 * p[i] + k[i]);
+  if (spatial.size() != nd) fail(op, "output_size " + ints_str(output_size) + " must give the " + std::to_string(nd) + " spatial dims");
+  int64_t plane = 1;
+  for (int64_t v : spatial) {
+    if (v <= 0) fail(op, "output size " + ints_str(spatial) + " must be positive");
+    plane *= v;
+  }
+  Shape flat_in(shape().begin(), shape().end() - int64_t(nd)), flat_out = flat_in;
+  flat_in.push_back(-1);
+  flat_out.push_back(plane);
+  Tensor r = Tensor::zeros(flat_out, dtype(), device()).scatter(int64_t(flat_out.size()) - 1, indices.reshape(flat_in), reshape(flat_in));
+  out.insert(out.end(), spatial.begin(), spatial.end());
+  return r.reshape(out);
+}
+
+Tensor Tensor::layernorm(std::vector<int64_t> axes, double eps) const {
+  Tensor x = to_opmath(*this);
+  Tensor y = x - x.mean(axes, true);
+  return (y * ((y * y).mean(axes, true) + eps).rsqrt()).cast(float_dtype(dtype()));
+}
+
+Tensor Tensor::batchnorm(const std::optional<Tensor>& weight, const std::optional<Tensor>& bias, const Tensor& mean,
+                         const Tensor& invstd) const {
+  if (ndim() < 2) fail("batchnorm", "needs (N, C, ...), got shape " + shape_str(shape()));
+  Shape s(size_t(ndim()), 1);
+  s[1] = -1;
+  auto at_c = [&](const Tensor& t) { return t.ndim() == 1 ? t.reshape(s) : t; };
+  Tensor x = *this - at_c(mean);
+  if (weight) x = x * at_c(*weight);
+  Tensor r = x * at_c(invstd);
+  return bias ? Tensor(r + at_c(*bias)) : r;
 }
 
 }  // namespace tg

@@ -194,28 +194,90 @@ Tensor Tensor::softmin(int64_t axis) const { return to_float(*this).neg().softma
 
 // ---------------------------------------------------------------- sort, topk
 
+namespace {
+// One compare-exchange layer of the bitonic network: along `d` (size 2), the pair that comes first in the order
+// (value, then index: a strict order, so the network's result is the stable sort) moves to position 0. NaN is
+// the largest value and equal to NaN (torch's order); the padding (index >= n) comes after every real element.
+void compare_exchange(Tensor& x, Tensor& idx, int64_t d, bool descending, int64_t n) {
+  auto half = [&](const Tensor& t, int64_t i) {
+    std::vector<std::pair<int64_t, int64_t>> r;
+    for (int64_t s : t.shape()) r.push_back({0, s});
+    r[size_t(d)] = {i, i + 1};
+    return t.shrink(r);
+  };
+  Tensor a = half(x, 0), b = half(x, 1), ia = half(idx, 0), ib = half(idx, 1);
+  Tensor ahead = descending ? a.gt(b) : a.lt(b), same = a.eq(b);
+  if (dtypes::is_float(x.dtype())) {
+    Tensor na = a.isnan(), nb = b.isnan();
+    ahead = ahead | (descending ? Tensor(na & nb.logical_not()) : Tensor(nb & na.logical_not()));
+    same = same | (na & nb);
+  }
+  Tensor lim = Tensor::full({}, double(n), dtypes::int64, x.device());
+  Tensor pa = ia >= lim, pb = ib >= lim, real = pa.logical_not() & pb.logical_not();
+  Tensor first = (real & (ahead | (same & ia.lt(ib)))) | (pa.logical_not() & pb) | (pa & pb & ia.lt(ib));
+  x = cat({first.where(a, b), first.where(b, a)}, d).contiguous();
+  idx = cat({first.where(ia, ib), first.where(ib, ia)}, d).contiguous();
+}
+}  // namespace
+
 std::pair<Tensor, Tensor> Tensor::sort(int64_t dim, bool descending) const {
   if (ndim() == 0) return {*this, full({}, 0, dtypes::int64, device())};
   dim = norm_dim(dim, ndim(), "sort");
   int64_t n = shape()[size_t(dim)];
   if (n <= 1) return {*this, zeros_like(dtypes::int64)};
-  Tensor x = transpose(dim, -1);
-  Tensor a = x.unsqueeze(-1), b = x.unsqueeze(-2);  // (..., i, 1), (..., 1, j)
-  // rank of i: how many j come first (strictly before in order, or equal with j < i: stable). NaN is above every
-  // number and equal to NaN (torch's order: last ascending, first descending), so the ranks stay a permutation.
-  Tensor before = descending ? b.gt(a) : b.lt(a), same = b.eq(a);
-  if (dtypes::is_float(dtype())) {
-    Tensor na = a.isnan(), nb = b.isnan();
-    before = before | (descending ? Tensor(nb & na.logical_not()) : Tensor(na & nb.logical_not()));
-    same = same | (na & nb);
+  if (dtypes::is_bool(dtype())) {
+    auto [v, i] = cast(dtypes::uint8).sort(dim, descending);
+    return {v.cast(dtypes::bool_), i};
   }
-  Tensor j_lt_i = Tensor::ones({n, n}, dtypes::bool_, device()).tril(-1);
-  Tensor rank = (before | (same & j_lt_i)).cast(dtypes::int64).sum(-1);  // (..., i)
-  Tensor at = one_hot_mask(rank, n);                                                       // (..., i, r)
-  Tensor values = at.where(a, const_like(*this, 0)).sum(-2).cast(dtype());
-  Tensor ii = arange(0, double(n), 1, dtypes::int64, device()).reshape({n, 1});
-  Tensor idx = at.where(ii, full({}, 0, dtypes::int64, device())).sum(-2);
-  return {values.transpose(-1, dim), idx.transpose(-1, dim)};
+  // Bitonic network (tinygrad's) on (value, index) pairs along the last dim, padded to 2^k (the padding sorts
+  // last), viewed as k dims of size 2: stage s sorts blocks of 2^s, the upper half of each 2^(s+1) block reversed
+  // (a "crossover" flip) so every compare-exchange points the same way.
+  int64_t k = 0;
+  while ((int64_t(1) << k) < n) k++;
+  int64_t p2 = int64_t(1) << k, nd = ndim();
+  Tensor x = detach().transpose(dim, -1);  // the gradient goes to each value's source position (below)
+  Shape lead(x.shape().begin(), x.shape().end() - 1), bits = lead;
+  for (int64_t i = 0; i < k; i++) bits.push_back(2);
+  std::vector<std::pair<int64_t, int64_t>> pads(size_t(nd), {0, 0});
+  pads.back() = {0, p2 - n};
+  x = x.pad(pads).reshape(bits);
+  Tensor idx = Tensor::arange(0, double(p2), 1, dtypes::int64, device());
+  Shape full_s = lead;
+  full_s.push_back(p2);
+  Shape ones(lead.size(), 1);
+  ones.push_back(p2);
+  idx = idx.reshape(ones).expand(full_s).reshape(bits);
+  int64_t base = nd - 1;  // the first bit dim (the most significant)
+  auto flip_low = [&](const Tensor& t, int64_t cross, int64_t stage) {  // reverse the upper half's low `stage` bits
+    std::vector<std::pair<int64_t, int64_t>> lo, hi;
+    for (int64_t s : t.shape()) lo.push_back({0, s}), hi.push_back({0, s});
+    lo[size_t(cross)] = {0, 1};
+    hi[size_t(cross)] = {1, 2};
+    std::vector<int64_t> axes;
+    for (int64_t j = 0; j < stage; j++) axes.push_back(base + k - 1 - j);
+    return cat({t.shrink(lo), t.shrink(hi).flip(axes)}, cross);
+  };
+  for (int64_t stage = 1; stage <= k; stage++) {
+    int64_t cross = base + k - stage - 1;
+    if (stage != k) x = flip_low(x, cross, stage), idx = flip_low(idx, cross, stage);
+    for (int64_t sub = stage - 1; sub >= 0; sub--) compare_exchange(x, idx, base + k - sub - 1, descending, n);
+    if (stage != k) x = flip_low(x, cross, stage), idx = flip_low(idx, cross, stage);
+  }
+  std::vector<std::pair<int64_t, int64_t>> keep;
+  for (int64_t s : lead) keep.push_back({0, s});
+  keep.push_back({0, n});
+  x = x.reshape(full_s).shrink(keep);
+  idx = idx.reshape(full_s).shrink(keep);
+  Tensor values = x.transpose(dim, -1), indices = idx.transpose(dim, -1);
+  if (dtypes::is_float(dtype())) {
+    // d values / d input: each gradient written back where its value came from (one scatter, not a gradient
+    // through every layer of the network, which would fuse into one kernel that re-reads each layer twice over)
+    values = values.custom_gradient({*this, indices}, "sort_values_dim" + std::to_string(dim),
+                                    [dim](const Tensor& g, const Tensor&, const std::vector<Tensor>& in) {
+                                      return std::vector<std::optional<Tensor>>{in[0].zeros_like(g.dtype()).scatter(dim, in[1], g), std::nullopt};
+                                    });
+  }
+  return {values, indices};
 }
 Tensor Tensor::argsort(int64_t dim, bool descending) const { return sort(dim, descending).second; }
 
@@ -233,6 +295,16 @@ std::pair<Tensor, Tensor> Tensor::topk(int64_t k, int64_t dim, bool largest) con
   for (int64_t d : shape()) r.push_back({0, d});
   r[size_t(dim)] = {0, k};
   return {v.shrink(r), i.shrink(r)};
+}
+
+Tensor Tensor::normalize(double p, int64_t dim, double eps) const {
+  Tensor x = to_float(*this);
+  Tensor a = x.abs(), norm;
+  if (std::isinf(p) && p > 0) norm = a.max(dim, true);
+  else if (p == 1) norm = a.sum(dim, true);
+  else if (p == 2) norm = x.square().sum(dim, true).sqrt();
+  else norm = a.pow(p).sum(dim, true).pow(1.0 / p);
+  return x / norm.maximum(const_like(norm, eps));
 }
 
 }  // namespace tg

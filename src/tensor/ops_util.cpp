@@ -2,6 +2,7 @@
 #include "ops_util.hpp"
 
 #include "tg/device.hpp"
+#include "tg/schedule.hpp"
 
 #include <algorithm>
 
@@ -172,6 +173,19 @@ Tensor pad_last(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>&
 Tensor one_hot_mask(const Tensor& index, int64_t n) {
   Tensor idx = index.unsqueeze(-1);
   return idx.eq(arange_at(n, idx.ndim() - 1, idx.ndim(), index.device(), dtypes::strong(index.dtype())));
+}
+
+void check_host_indices(const Tensor& index, int64_t lo, int64_t hi, std::optional<int64_t> except, const std::string& op,
+                        const std::string& what) {
+  if (!dtypes::is_int(index.dtype()) || index.numel() == 0 || index.device().rfind("CPU", 0) != 0) return;
+  if (!contiguous_buffer(index.uop().get())) return;
+  std::vector<double> v = index.to_doubles();
+  for (size_t i = 0; i < v.size(); i++) {
+    int64_t x = int64_t(v[i]);
+    if ((x < lo || x >= hi) && !(except && x == *except))
+      fail(op, what + " " + std::to_string(x) + " (element " + std::to_string(i) + " of " + shape_str(index.shape()) +
+                   ") is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + ")");
+  }
 }
 
 void check_reduction(const std::string& reduction, const std::string& op) {

@@ -2,6 +2,7 @@
 // Helpers shared by the ops_*.cpp files (not installed): error messages, dim handling, constants, windows.
 #include <cmath>
 #include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -53,6 +54,11 @@ Tensor channels_last(const Tensor& t);
 Tensor pad_last(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& pads, double value = 0);
 /** (index == arange(n)) with the class axis appended last: (*index.shape, n) bool. */
 Tensor one_hot_mask(const Tensor& index, int64_t n);
+/** Throws a tg::Error naming `op` when an integer index tensor that is already realised in host memory (a CPU
+ *  buffer) holds a value outside [lo, hi) other than `except`: the check costs one pass over values already on the
+ *  host. A lazy index, or one on another device, is not read (that would cost a sync). */
+void check_host_indices(const Tensor& index, int64_t lo, int64_t hi, std::optional<int64_t> except, const std::string& op,
+                        const std::string& what);
 /** Apply a loss reduction: "mean", "sum" or "none". */
 Tensor reduce_loss(const Tensor& t, const std::string& reduction, const std::string& op);
 /** Throws unless reduction is one of "mean", "sum", "none". */

@@ -424,8 +424,9 @@ void Tensor::manual_seed(uint64_t seed) {
 namespace {
 Tensor u32(const Tensor& t, uint32_t v) { return Tensor(const_uop(dtypes::uint32, v), {}, t.device()); }
 Tensor rotl(const Tensor& x, int r) { return (x << u32(x, uint32_t(r))) | (x >> u32(x, uint32_t(32 - r))); }
-// threefry2x32-20 on (x0, x1) with key (k0, k1), all uint32 (the keys are 0-d tensors, read from a buffer).
-Tensor threefry(Tensor x0, Tensor x1, const Tensor& k0, const Tensor& k1) {
+// threefry2x32-20 on (x0, x1) with key (k0, k1), all uint32 (the keys are 0-d tensors, read from a buffer):
+// both output words.
+std::pair<Tensor, Tensor> threefry2(Tensor x0, Tensor x1, const Tensor& k0, const Tensor& k1) {
   static const int rot[2][4] = {{13, 15, 26, 6}, {17, 29, 16, 24}};
   Tensor ks[3] = {k0, k1, (k0 ^ k1) ^ u32(k0, 0x1BD11BDAu)};
   x0 = x0 + ks[0];
@@ -439,20 +440,37 @@ Tensor threefry(Tensor x0, Tensor x1, const Tensor& k0, const Tensor& k1) {
     x0 = x0 + ks[(i + 1) % 3];
     x1 = x1 + (ks[(i + 2) % 3] + u32(x1, uint32_t(i) + 1u));
   }
-  return x0;
+  return {x0, x1};
 }
 }  // namespace
+
+Tensor Tensor::random_bits(int64_t n, const std::string& device) {
+  if (n < 0) throw Error("[random_bits] n must be non-negative, got " + std::to_string(n));
+  if (n > (int64_t(1) << 32))  // the counter is 32 bits: more values would repeat
+    throw Error("[random_bits] " + std::to_string(n) + " values is more than 2^32, the most one call draws");
+  std::string dev = dev_or_default(device);
+  Tensor key = rng_draw_key(dev);
+  Tensor k0 = key.shrink({{0, 1}}).reshape({}), k1 = key.shrink({{1, 2}}).reshape({});
+  Tensor ctr = arange(0, double(n), 1, dtypes::uint32, dev);
+  return threefry2(ctr, Tensor::zeros({n}, dtypes::uint32, dev), k0, k1).first;
+}
+
+Tensor Tensor::threefry(const Tensor& key) const {
+  if (!(dtype() == dtypes::uint64) || !(key.dtype() == dtypes::uint64))
+    throw Error("[threefry] needs uint64 counters and key, got " + dtype().name() + " and " + key.dtype().name());
+  Tensor lo32 = Tensor(const_uop(dtypes::uint64, 32), {}, device());
+  Tensor x0 = cast(dtypes::uint32), x1 = (*this >> lo32).cast(dtypes::uint32);
+  Tensor k0 = key.cast(dtypes::uint32), k1 = (key >> lo32).cast(dtypes::uint32);
+  auto [r0, r1] = threefry2(x0, x1, k0, k1);
+  return (r1.cast(dtypes::uint64) << lo32) | r0.cast(dtypes::uint64);
+}
 
 Tensor Tensor::rand(const Shape& shape, DType dtype, const std::string& device) {
   if (!dtypes::is_float(dtype)) throw Error("[rand] needs a float dtype, got " + dtype.name());
   int64_t n = numel_of(shape);
   if (n > (int64_t(1) << 32))  // the counter is 32 bits: more values would repeat
     throw Error("[rand] shape " + shape_str(shape) + " has more than 2^32 elements, the most one call draws");
-  std::string dev = dev_or_default(device);
-  Tensor key = rng_draw_key(dev);
-  Tensor k0 = key.shrink({{0, 1}}).reshape({}), k1 = key.shrink({{1, 2}}).reshape({});
-  Tensor ctr = arange(0, double(n), 1, dtypes::uint32, dev);
-  Tensor bits = threefry(ctr, Tensor::zeros({n}, dtypes::uint32, dev), k0, k1);
+  Tensor bits = random_bits(n, device);
   // 23 random mantissa bits under exponent 0 give a float in [1, 2); minus 1 gives [0, 1).
   Tensor f = ((bits >> u32(bits, 9)) | u32(bits, 0x3f800000u)).bitcast(dtypes::float32) - 1.0;
   return f.cast(dtype).reshape(shape);
@@ -698,6 +716,15 @@ Tensor Tensor::div(const Tensor& b) const {
   return x.alu(Ops::FDIV, y);
 }
 
+Tensor Tensor::div(const Tensor& b, const std::string& rounding_mode) const {
+  if (rounding_mode != "trunc" && rounding_mode != "floor")
+    throw Error("[div] rounding_mode must be \"trunc\" or \"floor\", got \"" + rounding_mode + "\"");
+  if (!dtypes::is_float(least_upper_dtype({dtype(), b.dtype()})))
+    return rounding_mode == "trunc" ? alu(Ops::IDIV, b) : idiv(b);
+  Tensor q = div(b);
+  return rounding_mode == "trunc" ? q.trunc() : q.floor();
+}
+
 Tensor Tensor::idiv(const Tensor& b) const {
   // floor division from C's truncating IDIV: q - ((a % b != 0) & ((a < 0) != (b < 0)))
   Tensor q = alu(Ops::IDIV, b), r = alu(Ops::MOD, b);
@@ -747,6 +774,9 @@ std::atomic<int64_t> g_next_contiguous{1};
 
 Tensor Tensor::contiguous() const {
   if (im().uop->op == Ops::CONTIGUOUS || contiguous_buffer(im().uop.get())) return *this;
+  return Tensor(UOp::make(Ops::CONTIGUOUS, dtype(), {uop()}, g_next_contiguous++), max_shape(), device());
+}
+Tensor Tensor::clone() const {
   return Tensor(UOp::make(Ops::CONTIGUOUS, dtype(), {uop()}, g_next_contiguous++), max_shape(), device());
 }
 Tensor Tensor::detach() const { return Tensor(UOp::make(Ops::DETACH, dtype(), {uop()}), max_shape(), device()); }
@@ -1167,6 +1197,10 @@ Tensor Tensor::sum(std::vector<int64_t> axes, bool keepdim, CallLoc loc) const {
   Tensor r = cast(acc).reduce(Ops::ADD, std::move(axes), keepdim, "sum");
   return dtypes::is_float(dtype()) ? r.cast(dtypes::strong(dtype())) : r;
 }
+Tensor Tensor::sum(std::vector<int64_t> axes, bool keepdim, DType dtype, CallLoc loc) const {
+  CallSite site(loc);
+  return cast(dtype).sum(std::move(axes), keepdim).cast(dtype);
+}
 Tensor Tensor::prod(std::vector<int64_t> axes, bool keepdim, CallLoc loc) const {
   CallSite site(loc);
   DType acc = acc_dtype(dtype());
@@ -1328,6 +1362,25 @@ std::vector<double> Tensor::to_doubles() const {
   return out;
 }
 
+Tensor& Tensor::replace(const Tensor& x) {
+  if (x.max_shape() != max_shape())
+    throw Error("[replace] shapes differ: this is " + shape_str(max_shape()) + ", the replacement " + shape_str(x.max_shape()));
+  std::lock_guard lk(g_realize_mu);
+  TensorImpl& me = im();
+  me.uop = x.uop();
+  me.device = x.device();
+  me.weak = x.impl()->weak;
+  return *this;
+}
+Tensor& Tensor::to_(const std::string& device) { return replace(to(device)); }
+
+std::vector<uint8_t> Tensor::data(CallLoc loc) const {
+  CallSite site(loc);
+  std::vector<uint8_t> out(read_count() * size_t(dtype().itemsize()));
+  copy_to_host(out.data(), out.size());
+  return out;
+}
+
 Tensor Tensor::to(const std::string& dev, CallLoc loc) const {
   CallSite site(loc);
   if (is_multi_device(dev) || is_multi()) return detail::multi_to(*this, dev);  // src/tensor/multi.cpp
@@ -1430,12 +1483,18 @@ bool Tensor::requires_grad() const {
   return !grad_leaves(uop().get()).empty();
 }
 
-void Tensor::backward() {
+void Tensor::backward(BackwardOptions opts) {
   if (numel() != 1) throw Error("[backward] needs a scalar, got shape " + shape_str(shape()) + "; pass a seed gradient");
-  backward(Tensor::ones(shape(), dtype(), device()));
+  backward(Tensor::ones(shape(), dtype(), device()), opts);
 }
 
-void Tensor::backward(const Tensor& seed) {
+void Tensor::backward(const Tensor& seed, BackwardOptions opts) {
+  TensorImpl& me = im();
+  if (!me.retain_graph)
+    throw Error("[backward] this tensor's gradients were already added to its leaves by an earlier backward(); a second "
+                "one would add them again (torch raises here too). Pass {.retain_graph = true} to the first call to "
+                "accumulate twice, or compute the tensor again");
+  me.retain_graph = opts.retain_graph;
   auto leaves = grad_leaves(uop().get());
   if (leaves.empty()) throw Error("[backward] no tensor in this graph requires a gradient");
   std::vector<Tensor> wrt;

@@ -2,6 +2,7 @@
 #include "tg/env.hpp"
 #include "tg/error.hpp"
 #include "tg/uop.hpp"
+#include "spec_pause.hpp"
 
 namespace tg {
 
@@ -9,6 +10,13 @@ bool spec_enabled() {
   static const bool on = getenv_int("SPEC", 0) > 0;
   return on;
 }
+
+namespace {
+thread_local bool t_spec_paused = false;
+}  // namespace
+SpecPause::SpecPause() : prev_(t_spec_paused) { t_spec_paused = true; }
+SpecPause::~SpecPause() { t_spec_paused = prev_; }
+bool SpecPause::active() { return t_spec_paused; }
 
 namespace {
 

@@ -295,7 +295,7 @@ void run_current() {
 
 void register_cases() {
   Registry& r = registry();
-  for (auto* table : {math_cases, movement_cases, reduce_cases, nn_cases, loss_linalg_cases, big_cases, coverage_cases})
+  for (auto* table : {math_cases, movement_cases, reduce_cases, nn_cases, loss_linalg_cases, big_cases, coverage_cases, api_cases})
     for (auto& c : table()) r.cases.push_back(std::move(c));
   for (auto& c : r.cases) {
     std::string n = full_name(c);

@@ -103,5 +103,6 @@ std::vector<Case> nn_cases();
 std::vector<Case> loss_linalg_cases();
 std::vector<Case> big_cases();
 std::vector<Case> coverage_cases();  // float16, size-0 dims, non-contiguous inputs, second order
+std::vector<Case> api_cases();       // the rest of tinygrad's API and its options (torch_ops_d.cpp)
 
 }  // namespace tt

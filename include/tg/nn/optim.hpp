@@ -26,7 +26,9 @@ class Optimizer {
   virtual ~Optimizer() = default;
   /** Drop every parameter's gradient. */
   void zero_grad();
-  /** The updates (assigns into parameters and state) as lazy tensors, to realise with the loss. */
+  /** The updates (assigns into parameters and state) as lazy tensors, to realise with the loss. Updates of an
+   *  earlier call that were never realised are realised first, with a warning on stderr (once per optimiser):
+   *  stacked unrealised steps would make every later step recompute them all. */
   std::vector<Tensor> schedule_step();
   /** Apply one update now. */
   void step();
@@ -56,6 +58,8 @@ class Optimizer {
   double lr_value_;
   bool fused_;
   std::vector<int64_t> offsets_;  // fused mode: parameter i is flat[offsets_[i], offsets_[i+1])
+  std::vector<Tensor> pending_;   // the last schedule_step's updates
+  bool warned_ = false;
 };
 
 /** LARS's arguments by name: `nn::optim::LARS opt(params, {.lr = 0.1, .tcoef = 0.002});`. */

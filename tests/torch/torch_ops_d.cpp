@@ -1,0 +1,177 @@
+// Case table for the rest of tinygrad's API (tinygrad a9069c177a) and the options added with it: fmod, copysign,
+// logaddexp, isclose, normalize, diag, unfold, rearrange, pad_to/shrink_to, div rounding modes, sum(dtype),
+// scatter(reduce), max_pool2d indices and max_unpool2d, asymmetric pool padding, enable_gqa, the bitonic sort,
+// QR and SVD, layernorm and batchnorm; forward and backward, in float32, float64, float16 and ints.
+#include <cmath>
+
+#include "harness.hpp"
+
+namespace tt {
+using tg::dtypes::int32;
+using tg::dtypes::int64;
+namespace F_ = torch::nn::functional;
+
+namespace {
+constexpr double kSum = 1e-5;  // summation order differs from torch's
+// divisors away from 0 (fmod and rounding divisions are discontinuous where a / b is an integer)
+Values away_from_zero(double lo, double hi) {
+  return [lo, hi](const tg::Shape& s, std::mt19937& g) {
+    int64_t n = 1;
+    for (auto d : s) n *= d;
+    std::uniform_real_distribution<double> u(lo, hi);
+    std::vector<double> v(static_cast<size_t>(n));
+    for (auto& x : v) x = (g() % 2 ? 1 : -1) * u(g);
+    return v;
+  };
+}
+// distinct values (a sort's order, and so its gradient, is then unique)
+Values distinct(double scale) {
+  return [scale](const tg::Shape& s, std::mt19937& g) {
+    int64_t n = 1;
+    for (auto d : s) n *= d;
+    std::vector<double> v(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; i++) v[size_t(i)] = (double(i) - double(n) / 2) * scale;
+    std::shuffle(v.begin(), v.end(), g);
+    return v;
+  };
+}
+}  // namespace
+
+std::vector<Case> api_cases() {
+  std::vector<Case> c;
+  // elementwise
+  for (auto d : {tg::dtypes::float32, tg::dtypes::float64}) {
+    std::string t = d == tg::dtypes::float32 ? "" : "_f64";
+    c.push_back(op2("fmod" + t, {In{{3, 5}, d, -6, 6, true, {}}, V({3, 5}, d, away_from_zero(0.7, 2.3), true)},
+                    [](TG& x) { return x[0].fmod(x[1]); }, [](TH& x) { return torch::fmod(x[0], x[1]); }));
+    c.push_back(op2("copysign" + t, {In{{3, 5}, d, -3, 3, true, {}}, In{{5}, d, -3, 3, false, {}}},
+                    [](TG& x) { return x[0].copysign(x[1]); }, [](TH& x) { return torch::copysign(x[0], x[1]); }));
+    c.push_back(op2("logaddexp" + t, {In{{3, 5}, d, -30, 30, true, {}}, In{{3, 1}, d, -30, 30, true, {}}},
+                    [](TG& x) { return x[0].logaddexp(x[1]); }, [](TH& x) { return torch::logaddexp(x[0], x[1]); }));
+    c.push_back(op2("div_trunc" + t, {In{{3, 5}, d, -6, 6, true, {}}, V({3, 5}, d, away_from_zero(0.7, 2.3))},
+                    [](TG& x) { return x[0].div(x[1], "trunc"); }, [](TH& x) { return torch::div(x[0], x[1], "trunc"); }));
+    c.push_back(op2("div_floor" + t, {In{{3, 5}, d, -6, 6, true, {}}, V({3, 5}, d, away_from_zero(0.7, 2.3))},
+                    [](TG& x) { return x[0].div(x[1], "floor"); }, [](TH& x) { return torch::div(x[0], x[1], "floor"); }));
+    c.push_back(op2("normalize" + t, {In{{4, 6}, d, -2, 2, true, {}}},
+                    [](TG& x) { return x[0].normalize(); }, [](TH& x) { return F_::normalize(x[0], F_::NormalizeFuncOptions()); }).tol(kSum, kSum));
+  }
+  c.push_back(op2("fmod_int", {I({3, 5}, -20, 20, int32), V({3, 5}, int32, away_from_zero(1, 6))},
+                  [](TG& x) { return x[0].fmod(x[1]); }, [](TH& x) { return torch::fmod(x[0], x[1]); }));
+  c.push_back(op2("fmod_half", {H({3, 5}, -6, 6), V({3, 5}, tg::dtypes::float16, away_from_zero(0.7, 2.3))},
+                  [](TG& x) { return x[0].fmod(x[1]); }, [](TH& x) { return torch::fmod(x[0], x[1]); }).fwd_only().tol(0x1p-10, 0x1p-10));
+  c.push_back(op2("div_trunc_int", {I({3, 5}, -20, 20), V({3, 5}, int64, away_from_zero(1, 6))},
+                  [](TG& x) { return x[0].div(x[1], "trunc"); }, [](TH& x) { return torch::div(x[0], x[1], "trunc"); }));
+  c.push_back(op2("div_floor_int", {I({3, 5}, -20, 20, int32), V({3, 5}, int32, away_from_zero(1, 6))},
+                  [](TG& x) { return x[0].div(x[1], "floor"); }, [](TH& x) { return torch::div(x[0], x[1], "floor"); }));
+  c.push_back(op2("copysign_int", {I({3, 5}, -9, 9, int32), I({5}, -3, 3, int32)},
+                  [](TG& x) { return x[0].copysign(x[1]); }, [](TH& x) { return torch::copysign(x[0], x[1]); }));
+  c.push_back(op2("logaddexp_half", {H({3, 5}, -5, 5), H({3, 5}, -5, 5)},
+                  [](TG& x) { return x[0].logaddexp(x[1]); }, [](TH& x) { return torch::logaddexp(x[0], x[1]); }).tol(0x1p-10, 0x1p-10));
+  c.push_back(op2("isclose", {F({4, 5}, -1, 1), F({4, 5}, -1, 1)},
+                  [](TG& x) { return x[0].isclose((x[0] + x[1] * 1e-5).cast(tg::dtypes::float32), 1e-5, 1e-6); },
+                  [](TH& x) { return torch::isclose(x[0], x[0] + x[1] * 1e-5, 1e-5, 1e-6); }).fwd_only());
+  c.push_back(op2("normalize_p1_dim0", {F({4, 6})}, [](TG& x) { return x[0].normalize(1, 0); },
+                  [](TH& x) { return F_::normalize(x[0], F_::NormalizeFuncOptions().p(1).dim(0)); }).tol(kSum, kSum));
+  c.push_back(op2("normalize_p3", {F({4, 6})}, [](TG& x) { return x[0].normalize(3, -1); },
+                  [](TH& x) { return F_::normalize(x[0], F_::NormalizeFuncOptions().p(3).dim(-1)); }).tol(1e-4, 1e-5));
+  // reductions
+  c.push_back(op2("sum_dtype_f64", {F({4, 6})}, [](TG& x) { return x[0].sum({1}, false, tg::dtypes::float64); },
+                  [](TH& x) { return x[0].sum(1, false, torch::kFloat64); }));
+  c.push_back(op2("sum_dtype_int32", {I({4, 6}, -100, 100, tg::dtypes::int8)}, [](TG& x) { return x[0].sum({0}, true, int32); },
+                  [](TH& x) { return x[0].sum(0, true, torch::kInt32); }));
+  c.push_back(op2("sum_dtype_half", {H({4, 6})}, [](TG& x) { return x[0].sum({1}, false, tg::dtypes::float32).cast(tg::dtypes::float16); },
+                  [](TH& x) { return x[0].sum(1, false, torch::kFloat32); }));
+  // movement
+  c.push_back(op("diag_1d", {F({5})}, [](auto& x) { return x[0].diag(); }));
+  c.push_back(op("diag_2d", {F({4, 6})}, [](auto& x) { return x[0].diag(); }));
+  c.push_back(op("diag_int", {I({4}, -5, 5, int32)}, [](auto& x) { return x[0].diag(); }));
+  c.push_back(op("unfold", {F({10})}, [](auto& x) { return x[0].unfold(0, 3, 2); }));
+  c.push_back(op("unfold_mid", {F({2, 9, 3})}, [](auto& x) { return x[0].unfold(1, 4, 1); }));
+  c.push_back(op("unfold_last_f64", {D({3, 8})}, [](auto& x) { return x[0].unfold(-1, 2, 3); }));
+  c.push_back(op("unfold_half", {H({3, 8})}, [](auto& x) { return x[0].unfold(1, 8, 1); }));
+  c.push_back(op2("rearrange", {F({2, 6, 4})}, [](TG& x) { return x[0].rearrange("b (h w) c -> b c h w", {{"h", 2}}); },
+                  [](TH& x) { return x[0].reshape({2, 2, 3, 4}).permute({0, 3, 1, 2}); }));
+  c.push_back(op2("rearrange_merge", {F({2, 3, 4})}, [](TG& x) { return x[0].rearrange("a b c -> (c a) b"); },
+                  [](TH& x) { return x[0].permute({2, 0, 1}).reshape({8, 3}); }));
+  c.push_back(op2("pad_to", {F({2, 3})}, [](TG& x) { return x[0].pad_to({4, -1}, 1.5); },
+                  [](TH& x) { return F_::pad(x[0], F_::PadFuncOptions({0, 0, 0, 2}).value(1.5)); }));
+  c.push_back(op2("shrink_to", {F({4, 5})}, [](TG& x) { return x[0].shrink_to({2, 3}); },
+                  [](TH& x) { return x[0].slice(0, 0, 2).slice(1, 0, 3); }));
+  c.push_back(op2("scatter_add", {F({3, 5}), I({3, 4}, 0, 4), F({3, 4})}, [](TG& x) { return x[0].scatter(1, x[1], x[2], "add"); },
+                  [](TH& x) { return x[0].scatter(1, x[1], x[2], "add"); }).fwd_only());  // torch: no derivative with reduce
+  c.push_back(op2("scatter_multiply", {F({3, 5}), I({3, 4}, 0, 4), F({3, 4})}, [](TG& x) { return x[0].scatter(1, x[1], x[2], "multiply"); },
+                  [](TH& x) { return x[0].scatter(1, x[1], x[2], "multiply"); }).fwd_only());
+  c.push_back(op2("scatter_add_int", {I({5, 3}, -9, 9, int32), I({4, 3}, 0, 4), I({4, 3}, -9, 9, int32)},
+                  [](TG& x) { return x[0].scatter(0, x[1], x[2], "add"); }, [](TH& x) { return x[0].scatter(0, x[1], x[2], "add"); }).fwd_only());
+  // sort: lengths that are not powers of 2, both directions, values with their gradient and the indices
+  for (int64_t n : {5, 12, 33}) {
+    c.push_back(op2("sort_values_" + std::to_string(n), {V({3, n}, tg::dtypes::float32, distinct(0.25), true)},
+                    [](TG& x) { return x[0].sort(-1).first; }, [](TH& x) { return std::get<0>(x[0].sort(-1)); }));
+    c.push_back(op2("sort_desc_dim0_" + std::to_string(n), {V({n, 2}, tg::dtypes::float64, distinct(0.5), true)},
+                    [](TG& x) { return x[0].sort(0, true).first; }, [](TH& x) { return std::get<0>(x[0].sort(0, true)); }));
+    c.push_back(op2("argsort_int_" + std::to_string(n), {I({2, n}, -4, 4, int32)},
+                    [](TG& x) { return x[0].argsort(-1, true); }, [](TH& x) { return std::get<1>(x[0].sort(true, -1, true)); }));
+  }
+  c.push_back(op2("sort_half", {H({2, 9})}, [](TG& x) { return x[0].sort(1).first; }, [](TH& x) { return std::get<0>(x[0].sort(1)); }));
+  c.push_back(op2("topk_7_of_20", {V({2, 20}, tg::dtypes::float32, distinct(0.1), true)}, [](TG& x) { return x[0].topk(7, 1).first; },
+                  [](TH& x) { return std::get<0>(x[0].topk(7, 1)); }));
+  // pools
+  c.push_back(op2("max_pool2d_indices", {V({2, 3, 6, 7}, tg::dtypes::float32, distinct(0.01))},
+                  [](TG& x) { return x[0].max_pool2d_with_indices(3, 2, 1).indices; },
+                  [](TH& x) { return std::get<1>(torch::max_pool2d_with_indices(x[0], 3, 2, 1)); }));
+  c.push_back(op2("max_pool2d_indices_ceil_dil", {V({1, 2, 7, 7}, tg::dtypes::float32, distinct(0.01))},
+                  [](TG& x) { return x[0].max_pool2d_with_indices(2, 2, 0, 2, true).indices; },
+                  [](TH& x) { return std::get<1>(torch::max_pool2d_with_indices(x[0], 2, 2, 0, 2, true)); }));
+  c.push_back(op2("max_pool2d_values", {V({2, 3, 6, 7}, tg::dtypes::float32, distinct(0.01), true)},
+                  [](TG& x) { return x[0].max_pool2d_with_indices(3, 2, 1).values; },
+                  [](TH& x) { return std::get<0>(torch::max_pool2d_with_indices(x[0], 3, 2, 1)); }));
+  c.push_back(op2("max_unpool2d", {V({2, 3, 6, 8}, tg::dtypes::float32, distinct(0.01), true)},
+                  [](TG& x) { return x[0].max_pool2d(2).max_unpool2d(x[0].max_pool2d_with_indices(2).indices, 2); },
+                  [](TH& x) {
+                    auto vi = torch::max_pool2d_with_indices(x[0], 2);
+                    return torch::max_unpool2d(std::get<0>(vi), std::get<1>(vi), {6, 8});
+                  }));
+  c.push_back(op2("max_pool2d_asym_pad", {F({2, 3, 6, 7})}, [](TG& x) { return x[0].max_pool2d(3, 2, {1, 0, 0, 1}); },
+                  [](TH& x) { return torch::max_pool2d(F_::pad(x[0], F_::PadFuncOptions({0, 1, 1, 0}).value(-INFINITY)), 3, 2); }));
+  c.push_back(op2("avg_pool2d_asym_pad", {F({2, 3, 6, 7})}, [](TG& x) { return x[0].avg_pool2d(3, 2, {0, 1, 1, 1}); },
+                  [](TH& x) { return torch::avg_pool2d(F_::pad(x[0], F_::PadFuncOptions({1, 1, 0, 1})), 3, 2); }));
+  c.push_back(op2("avg_pool1d_asym_pad_f64", {D({2, 3, 9})}, [](TG& x) { return x[0].avg_pool1d(4, 3, {2, 1}); },
+                  [](TH& x) { return torch::avg_pool1d(F_::pad(x[0], F_::PadFuncOptions({2, 1})), 4, 3); }));
+  // attention with grouped key/value heads: torch 1.13 has no enable_gqa; its reference repeats each head
+  c.push_back(op2("sdpa_gqa", {F({2, 4, 3, 8}), F({2, 2, 5, 8}), F({2, 2, 5, 8})},
+                  [](TG& x) { return x[0].scaled_dot_product_attention(x[1], x[2], std::nullopt, 0.0, false, std::nullopt, true); },
+                  [](TH& x) {
+                    auto k = x[1].repeat_interleave(2, 1), v = x[2].repeat_interleave(2, 1);
+                    return torch::matmul(torch::softmax(torch::matmul(x[0], k.transpose(-2, -1)) / std::sqrt(8.0), -1), v);
+                  }).tol(kSum, kSum));
+  c.push_back(op2("sdpa_gqa_causal_f64", {D({1, 6, 4, 4}), D({1, 3, 4, 4}), D({1, 3, 4, 4})},
+                  [](TG& x) { return x[0].scaled_dot_product_attention(x[1], x[2], std::nullopt, 0.0, true, std::nullopt, true); },
+                  [](TH& x) {
+                    auto k = x[1].repeat_interleave(2, 1), v = x[2].repeat_interleave(2, 1);
+                    auto s = torch::matmul(x[0], k.transpose(-2, -1)) / 2.0;
+                    s = s.masked_fill(torch::ones({4, 4}, torch::kBool).triu(1), -INFINITY);
+                    return torch::matmul(torch::softmax(s, -1), v);
+                  }).tol(kSum, kSum));
+  // tinygrad's normalisations
+  c.push_back(op2("layernorm", {F({3, 4, 6})}, [](TG& x) { return x[0].layernorm({-1}); },
+                  [](TH& x) { return torch::layer_norm(x[0], {6}); }).tol(kSum, kSum));
+  c.push_back(op2("layernorm_2axes_f64", {D({3, 4, 6})}, [](TG& x) { return x[0].layernorm({1, 2}); },
+                  [](TH& x) { return torch::layer_norm(x[0], {4, 6}); }).tol(kSum, kSum));
+  c.push_back(op2("batchnorm", {F({2, 3, 4}), F({3}), F({3}), C({3}), C({3}, 0.5, 2)},
+                  [](TG& x) { return x[0].batchnorm(x[1], x[2], x[3], (x[4] + 1e-5).rsqrt()); },
+                  [](TH& x) { return torch::batch_norm(x[0], x[1], x[2], x[3], x[4], false, 0.1, 1e-5, false); }).tol(kSum, kSum));
+  // decompositions: QR in LAPACK's sign convention; SVD's singular values (U and V are unique up to signs)
+  c.push_back(op2("qr_R", {D({4, 3})}, [](TG& x) { return x[0].qr().second; },
+                  [](TH& x) { return std::get<1>(torch::linalg_qr(x[0], "complete")); }).fwd_only().tol(1e-10, 1e-10));
+  c.push_back(op2("qr_Q_square", {D({2, 3, 3})}, [](TG& x) { return x[0].qr().first; },
+                  [](TH& x) { return std::get<0>(torch::linalg_qr(x[0], "complete")); }).tol(1e-9, 1e-9));
+  c.push_back(op2("qr_R_square_f32", {F({3, 3})}, [](TG& x) { return x[0].qr().second; },
+                  [](TH& x) { return std::get<1>(torch::linalg_qr(x[0])); }).tol(1e-4, 1e-5));
+  c.push_back(op2("svd_S", {D({4, 3})}, [](TG& x) { return std::get<1>(x[0].svd()); },
+                  [](TH& x) { return torch::linalg_svdvals(x[0]); }).tol(1e-7, 1e-7));
+  c.push_back(op2("svd_S_wide_batched", {D({2, 3, 5})}, [](TG& x) { return std::get<1>(x[0].svd(false)); },
+                  [](TH& x) { return torch::linalg_svdvals(x[0]); }).tol(1e-7, 1e-7));
+  return c;
+}
+
+}  // namespace tt
