@@ -47,23 +47,23 @@ class Renderer;
 /** A kernel ready to compile: its name, linear program (kept alive by `sink`) and source. */
 struct CompiledKernel {
   std::string name;
-  UOpRef sink;                       // the lowered AST (keeps the program's nodes alive)
-  std::vector<const UOp*> program;   // linear order
+  UOpRef sink;                       ///< the lowered AST (keeps the program's nodes alive)
+  std::vector<const UOp*> program;   ///< linear order
   std::string src;
   int n_params = 0;
   std::vector<std::string> var_names;
-  double flops = 0, mem_bytes = 0;   // estimates for DEBUG=2 lines
-  std::vector<Opt> opts;             // the optimisations applied
-  int threads = 1;                   // calls in parallel, one per core (the kernel variable core_id)
-  int core_var = -1;                 // position of core_id in var_names, or -1
-  LaunchDims dims;                   // groups and threads per group (all 1 for a serial kernel)
+  double flops = 0, mem_bytes = 0;   ///< estimates for DEBUG=2 lines
+  std::vector<Opt> opts;             ///< the optimisations applied
+  int threads = 1;                   ///< calls in parallel, one per core (the kernel variable core_id)
+  int core_var = -1;                 ///< position of core_id in var_names, or -1
+  LaunchDims dims;                   ///< groups and threads per group (all 1 for a serial kernel)
 };
 
 /** How to optimise while lowering: the target's limits, and explicit opts (else the heuristic's). */
 struct LowerOptions {
   OptConfig config;
-  bool index64 = false;  // index arithmetic in int64 even where int32 fits (64-bit CPUs: no sign extensions, so
-                         // LLVM can prove the expander's copies access consecutive addresses and vectorise them)
+  bool index64 = false;  ///< index arithmetic in int64 even where int32 fits (64-bit CPUs: no sign extensions, so
+                         ///< LLVM can prove the expander's copies access consecutive addresses and vectorise them)
   const std::vector<Opt>* opts = nullptr;
 };
 

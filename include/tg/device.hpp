@@ -28,7 +28,7 @@ struct LaunchDims {
   int64_t local[3] = {1, 1, 1};
   /** CPU: global[0] parallel calls, call i with vars[core_var] = i (the kernel variable core_id); -1: one call. */
   int core_var = -1;
-  int n_vars = 0;  // length of the vars array
+  int n_vars = 0;  ///< length of the vars array
   /** The kernel indexes items within a group (LOCAL/GROUP/TC opts: get_local_id, local memory, warps): launch
    *  exactly `local` items per group; a device that cannot must fail, not shrink the group. */
   bool exact_local = false;
@@ -100,7 +100,7 @@ class Renderer {
   struct GridLimits {
     int64_t threads = 0;
     int64_t groups[3] = {0, 0, 0};
-    bool tensor_cores = false;  // WMMA (CUDA mma.sync m16n8k16 for half/bfloat16 inputs, float accumulators)
+    bool tensor_cores = false;  ///< WMMA (CUDA mma.sync m16n8k16 for half/bfloat16 inputs, float accumulators)
   };
   virtual GridLimits grid_limits() const { return {}; }
 };
@@ -109,14 +109,14 @@ class Renderer {
  *  TG_CPU names (an LLVM CPU name such as haswell, znver3, skylake-avx512, whose ISA this CPU must have), and the
  *  cache sizes from sysfs (else glibc's cpuid reading). Read once per device; immutable afterwards. */
 struct MachineModel {
-  std::string cpu = "unknown";  // LLVM's CPU name ("znver3", "sapphirerapids"), or a GPU's device name
-  std::string isa;              // the vector ISA in words ("AVX-512", "AVX2+FMA", "SSE4.2")
-  std::string source = "default";  // where the ISA came from: "host", "TG_CPU", or "default" (nothing read)
-  int vector_bits = 512;        // width of the vector registers generated code uses
-  int vector_registers = 32;    // how many of them
-  int64_t l1d_bytes = 0, l2_bytes = 0, l3_bytes = 0;  // data cache per core (L1, L2) and shared (L3); 0: unknown
-  std::string cache_source;     // "sysfs", "cpuid" (glibc), or "" when unknown
-  int cores = 1;                // parallel calls of one kernel (THREADS overrides)
+  std::string cpu = "unknown";  ///< LLVM's CPU name ("znver3", "sapphirerapids"), or a GPU's device name
+  std::string isa;              ///< the vector ISA in words ("AVX-512", "AVX2+FMA", "SSE4.2")
+  std::string source = "default";  ///< where the ISA came from: "host", "TG_CPU", or "default" (nothing read)
+  int vector_bits = 512;        ///< width of the vector registers generated code uses
+  int vector_registers = 32;    ///< how many of them
+  int64_t l1d_bytes = 0, l2_bytes = 0, l3_bytes = 0;  ///< data cache per core (L1, L2) and shared (L3); 0: unknown
+  std::string cache_source;     ///< "sysfs", "cpuid" (glibc), or "" when unknown
+  int cores = 1;                ///< parallel calls of one kernel (THREADS overrides)
 };
 /** One line: "znver3 (host): AVX2+FMA, 256-bit x 16 vector registers, L1d 32 KiB, L2 512 KiB, L3 32 MiB (sysfs), 2
  *  cores". */
@@ -198,9 +198,9 @@ class Buffer {
   const std::string& device() const { return device_; }
   DType dtype() const { return dtype_; }
   size_t size() const { return size_; }
-  size_t nbytes() const { return size_ * size_t(dtype_.itemsize()); }  // checked by the constructor
+  size_t nbytes() const { return size_ * size_t(dtype_.itemsize()); }  ///< checked by the constructor
   bool allocated() const { return ptr_ != nullptr; }
-  void* ptr();  // allocates on first use
+  void* ptr();  ///< allocates on first use
   void copyin(const void* host, size_t bytes);
   void copyout(void* host, size_t bytes);
   /** Copy `bytes` from the host into the buffer starting at byte `offset`. */

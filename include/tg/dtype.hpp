@@ -25,10 +25,10 @@ enum class AddrSpace : uint8_t { Global, Local, Reg };
 /** A dtype: a scalar kind, a vector width (count), and for codegen a pointer flag with address space and size. */
 struct DType {
   Scalar scalar = Scalar::Void;
-  uint16_t count = 1;      // vector lanes (1 = scalar)
-  bool ptr = false;        // pointer to `scalar x count`
+  uint16_t count = 1;      ///< vector lanes (1 = scalar)
+  bool ptr = false;        ///< pointer to `scalar x count`
   AddrSpace addr = AddrSpace::Global;
-  int64_t size = -1;       // for pointers: number of elements, -1 = unknown
+  int64_t size = -1;       ///< for pointers: number of elements, -1 = unknown
 
   constexpr bool operator==(const DType&) const = default;
   constexpr DType vec(int n) const { DType d = *this; d.count = uint16_t(n); return d; }

@@ -20,10 +20,10 @@ namespace tg {
 class Buffer;
 /** One launched kernel or copy, as captured. */
 struct JitItem {
-  std::shared_ptr<void> runner;  // the compiled kernel (null for a copy)
+  std::shared_ptr<void> runner;  ///< the compiled kernel (null for a copy)
   std::vector<std::shared_ptr<Buffer>> bufs;
-  const void* key = nullptr;     // identifies the kernel (its AST), for comparing captures
-  size_t outputs = 1;            // bufs[0, outputs) are written
+  const void* key = nullptr;     ///< identifies the kernel (its AST), for comparing captures
+  size_t outputs = 1;            ///< bufs[0, outputs) are written
 };
 /** Start / stop recording every item run_schedule executes on this thread. */
 void jit_begin_capture(std::vector<JitItem>* sink);

@@ -35,7 +35,7 @@ struct Value {
 /** A graph input or output as declared in the model: name, element type, shape (-1 where symbolic or unknown). */
 struct ValueInfo {
   std::string name;
-  std::optional<DType> dtype;  // none for strings, sequences, maps
+  std::optional<DType> dtype;  ///< none for strings, sequences, maps
   std::vector<int64_t> shape;
   bool has_shape = false;
 };

@@ -35,8 +35,8 @@ enum class OptOp : uint8_t { UPCAST, UNROLL, THREAD, LOCAL, GROUP, GROUPTOP, TC,
 
 struct Opt {
   OptOp op;
-  int axis;     // index into kernel_axes() of the kernel as it is when the opt is applied
-  int64_t amt;  // split factor (THREAD: number of threads)
+  int axis;     ///< index into kernel_axes() of the kernel as it is when the opt is applied
+  int64_t amt;  ///< split factor (THREAD: number of threads)
   bool operator==(const Opt&) const = default;
 };
 std::string to_string(const Opt& o);
@@ -48,12 +48,12 @@ struct OptError : Error {
 
 /** What the optimiser may use on the target device (opt_config(): from its machine model). */
 struct OptConfig {
-  int threads = 1;        // CPU threads a kernel may be split across
-  int vector_width = 16;  // float lanes of the vector registers kernels use (AVX-512: 16, AVX2: 8)
-  int64_t local_threads = 0;  // GPU: most work items per group (0: a CPU, no LOCAL/GROUP)
-  bool tensor_cores = false;  // GPU: the renderer has TC (CUDA mma.sync)
-  int vector_registers = 32;  // how many vector registers (AVX-512: 32, AVX2: 16); register tiles fit in them
-  int64_t l2_bytes = 0;       // per-core L2 cache (0: unknown)
+  int threads = 1;        ///< CPU threads a kernel may be split across
+  int vector_width = 16;  ///< float lanes of the vector registers kernels use (AVX-512: 16, AVX2: 8)
+  int64_t local_threads = 0;  ///< GPU: most work items per group (0: a CPU, no LOCAL/GROUP)
+  bool tensor_cores = false;  ///< GPU: the renderer has TC (CUDA mma.sync)
+  int vector_registers = 32;  ///< how many vector registers (AVX-512: 32, AVX2: 16); register tiles fit in them
+  int64_t l2_bytes = 0;       ///< per-core L2 cache (0: unknown)
 };
 
 /** The OptConfig of a device: threads, vector width and registers, caches from Device::machine(). */

@@ -499,7 +499,7 @@ class PatternMatcher {
  public:
   PatternMatcher() = default;
   template <class... Rs>
-  PatternMatcher(const pat::Table<Rs...>& t) {  // NOLINT: tables convert implicitly
+  PatternMatcher(const pat::Table<Rs...>& t) {  ///< NOLINT: tables convert implicitly
     pat::hana::for_each(t.rules, [&](const auto& r) { add(r); });
   }
   /** The first rule that rewrites `n` (its result, and which rule in `*which`), or null. */
@@ -522,16 +522,16 @@ class PatternMatcher {
 
 /** One applied rule, recorded by a traced graph_rewrite. */
 struct RewriteStep {
-  std::string rule;  // "file:line"
+  std::string rule;  ///< "file:line"
   UOpRef before, after;
 };
 
 /** Options of one graph_rewrite. */
 struct RewriteOptions {
   void* ctx = nullptr;
-  bool bottom_up = false;             // apply rules to a node before its sources are rewritten
-  const char* name = "";              // printed at DEBUG>=6 and kept in traces
-  std::vector<RewriteStep>* trace = nullptr;  // when set, every applied rule is recorded
+  bool bottom_up = false;             ///< apply rules to a node before its sources are rewritten
+  const char* name = "";              ///< printed at DEBUG>=6 and kept in traces
+  std::vector<RewriteStep>* trace = nullptr;  ///< when set, every applied rule is recorded
 };
 
 /** Rewrite the graph under `root` with `pm` to a fixed point; memoised within the call; iterative. */

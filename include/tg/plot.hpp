@@ -13,7 +13,7 @@ struct Series {
   std::string name;
   std::vector<std::pair<double, double>> points;
   bool right = false;
-  std::string color = "";  // empty: the next colour of the palette
+  std::string color = "";  ///< empty: the next colour of the palette
 };
 
 /** A chart: a title, axis labels and its lines. */

@@ -29,18 +29,18 @@ using CodeForOp = std::function<std::string(const std::vector<std::string>& a, D
 
 /** Everything a C-like dialect differs in: mostly data, plus the per-op expression templates. */
 struct CStyleLanguage {
-  std::string name;                        // "C", "OpenCL", "CUDA" (used in error messages)
-  std::string prelude;                     // includes and helpers emitted before the kernel
-  std::string kernel_prefix;               // before the return type of the kernel
-  std::string buffer_prefix;               // before pointer types of buffer arguments ("__global ")
-  std::string restrict_kw = "restrict";    // appended to buffer pointers ("" for none)
-  std::string smem_prefix;                 // before DEFINE_LOCAL arrays; "" = no local memory
-  std::string barrier;                     // statement for BARRIER; "" = unsupported
-  std::array<std::string, kNumScalars> types{};  // spelling per scalar kind; "" = unsupported
+  std::string name;                        ///< "C", "OpenCL", "CUDA" (used in error messages)
+  std::string prelude;                     ///< includes and helpers emitted before the kernel
+  std::string kernel_prefix;               ///< before the return type of the kernel
+  std::string buffer_prefix;               ///< before pointer types of buffer arguments ("__global ")
+  std::string restrict_kw = "restrict";    ///< appended to buffer pointers ("" for none)
+  std::string smem_prefix;                 ///< before DEFINE_LOCAL arrays; "" = no local memory
+  std::string barrier;                     ///< statement for BARRIER; "" = unsupported
+  std::array<std::string, kNumScalars> types{};  ///< spelling per scalar kind; "" = unsupported
   /** float16/bfloat16 held as uint16 bits and converted with helper functions (else native types). */
   bool half_as_bits = true, bf16_as_bits = true;
   std::string h2f = "tg_h2f", f2h = "tg_f2h", d2h = "tg_d2h", bf2f = "tg_bf2f", f2bf = "tg_f2bf";
-  std::unordered_map<Ops, CodeForOp> code_for_op;  // ALU templates; a missing op is a render error
+  std::unordered_map<Ops, CodeForOp> code_for_op;  ///< ALU templates; a missing op is a render error
   /** Spelling of a scalar dtype; throws tg::Error for unsupported ones. */
   const std::string& type(DType dt) const;
   /** Unsigned spelling of the same width ("uint32_t" for int32). */
@@ -60,10 +60,10 @@ class CStyleRenderer : public Renderer {
 
   /** One kernel argument as the signature hook sees it. */
   struct KernelArg {
-    std::string name;  // the identifier the body uses
-    DType dtype;       // pointer dtype for buffers, int dtype for variables
+    std::string name;  ///< the identifier the body uses
+    DType dtype;       ///< pointer dtype for buffers, int dtype for variables
     bool is_buffer;
-    std::string comment;  // variable name for DEFINE_VARs
+    std::string comment;  ///< variable name for DEFINE_VARs
   };
 
  protected:

@@ -153,8 +153,8 @@ inline std::string value_str(DType d, Value v) {
 /** Random choices for one instantiation: the dtype of int leaves and the nodes bound to each capture. */
 struct Gen {
   Rng& rng;
-  DType idt = dtypes::index;  // dtype of int operands of comparisons
-  DType fdt = dtypes::void_;  // float dtype of this instantiation (void: ints and bools only)
+  DType idt = dtypes::index;  ///< dtype of int operands of comparisons
+  DType fdt = dtypes::void_;  ///< float dtype of this instantiation (void: ints and bools only)
   std::array<UOpRef, pat::kMaxSlots> slot{};
   std::vector<UOpRef> vars{};
   int nvar = 0;
@@ -417,9 +417,9 @@ inline DType root_dtype(pat::OpSet roots, Rng& rng, DType fdt = dtypes::void_) {
 // ------------------------------------------------------------------ the rule tester
 
 struct RuleResult {
-  std::string where;  // file:line of the rule
+  std::string where;  ///< file:line of the rule
   size_t instantiated = 0, fired = 0, verified = 0, points = 0, mismatches = 0;
-  std::string failure;  // the first mismatch
+  std::string failure;  ///< the first mismatch
 };
 
 struct TableResult {
@@ -453,9 +453,9 @@ struct TableResult {
 };
 
 struct CheckOptions {
-  int tries = 400;     // instantiations per rule
-  int points = 12;     // evaluation points per firing
-  bool floats = false; // instantiate with float dtypes too (float32/float16/float64): checks IEEE-exactness bit for bit
+  int tries = 400;     ///< instantiations per rule
+  int points = 12;     ///< evaluation points per firing
+  bool floats = false; ///< instantiate with float dtypes too (float32/float16/float64): checks IEEE-exactness bit for bit
 };
 
 namespace detail {
@@ -671,7 +671,7 @@ inline UOpRef substitute(const UOpRef& root, const UOp* from, const UOpRef& to) 
 
 struct FuzzOptions {
   int max_depth = 6;
-  int points = 8;  // evaluation points per expression
+  int points = 8;  ///< evaluation points per expression
 };
 
 /** Simplifies random expressions and compares them with their originals at random points. */

@@ -18,8 +18,8 @@ namespace tg {
 /** One unit of work: a kernel (ast = SINK of STOREs into PARAM 0.., see codegen.hpp) or a COPY between buffers. */
 struct ScheduleItem {
   enum class Kind { Kernel, Copy } kind = Kind::Kernel;
-  UOpRef ast;                                  // kernel AST (PARAM i is bufs[i])
-  std::vector<std::shared_ptr<Buffer>> bufs;   // outputs first
+  UOpRef ast;                                  ///< kernel AST (PARAM i is bufs[i])
+  std::vector<std::shared_ptr<Buffer>> bufs;   ///< outputs first
   std::string device;
 };
 

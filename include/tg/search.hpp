@@ -45,7 +45,7 @@ class BeamCache {
  public:
   struct Entry {
     std::vector<Opt> opts;
-    double us = 0;  // the winner's measured time
+    double us = 0;  ///< the winner's measured time
   };
   /** Opens (creating) the database at `path`; keeps at most `max_rows` rows; waits up to `busy_ms` for a lock. */
   explicit BeamCache(std::string path, size_t max_rows = 8192, int busy_ms = 2000);
@@ -71,9 +71,9 @@ class BeamCache {
 
 /** How to search. */
 struct BeamOptions {
-  int width = 2;          // N: candidates kept per round
-  double budget_s = 60;   // stop starting new work after this many seconds
-  BeamCache* cache = nullptr;  // null: no lookup, no store
+  int width = 2;          ///< N: candidates kept per round
+  double budget_s = 60;   ///< stop starting new work after this many seconds
+  BeamCache* cache = nullptr;  ///< null: no lookup, no store
   /** Called with each candidate's opts before it is compiled; a tg::Error it throws fails that candidate (tests
    *  use it to inject a compile failure). */
   std::function<void(const std::vector<Opt>&)> before_compile;
@@ -88,9 +88,9 @@ BeamOptions beam_options_from_env();
 
 /** What a search found. */
 struct BeamResult {
-  std::vector<Opt> opts;  // the winner, in the order to apply them
-  double us = 0;          // its measured time
-  bool cached = false;    // found in the cache: nothing was compiled or timed
+  std::vector<Opt> opts;  ///< the winner, in the order to apply them
+  double us = 0;          ///< its measured time
+  bool cached = false;    ///< found in the cache: nothing was compiled or timed
   int rounds = 0, compiled = 0, failed = 0;
   double search_s = 0;
   bool out_of_budget = false;

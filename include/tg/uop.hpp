@@ -115,7 +115,7 @@ class UOp;
 class UOpRef {
  public:
   UOpRef() = default;
-  UOpRef(const UOp* p);  // adds a reference (implicit: rule code passes captured nodes around)
+  UOpRef(const UOp* p);  ///< adds a reference (implicit: rule code passes captured nodes around)
   UOpRef(const UOpRef& o);
   UOpRef(UOpRef&& o) noexcept : p_(o.p_) { o.p_ = nullptr; }
   UOpRef& operator=(UOpRef o) noexcept { std::swap(p_, o.p_); return *this; }
@@ -147,7 +147,7 @@ class UOp {
   const Ops op;
   const DType dtype;
   const Arg arg;
-  const uint64_t hash;  // structural, stable across processes
+  const uint64_t hash;  ///< structural, stable across processes
 
   std::span<const UOpRef> src() const { return {srcs_, nsrc_}; }
   const UOp* src(size_t i) const { return srcs_[i].get(); }
@@ -171,7 +171,7 @@ class UOp {
   UOpRef replace_src(std::span<const UOpRef> src) const;
   UOpRef with_dtype(DType d) const;
 
-  // Builders for ALU nodes (no simplification; dtype of comparisons is bool).
+  /// Builders for ALU nodes (no simplification; dtype of comparisons is bool).
   UOpRef alu(Ops op, const UOpRef& b) const;
   UOpRef alu(Ops op) const;
   UOpRef alu(Ops op, const UOpRef& b, const UOpRef& c) const;

@@ -21,7 +21,7 @@ class sint {
  public:
   sint() : sint(int64_t(0)) {}
   template <std::integral T>
-  sint(T v) : u_(UOp::cnst_int(dtypes::index, int64_t(v))) {}  // NOLINT: ints are sints
+  sint(T v) : u_(UOp::cnst_int(dtypes::index, int64_t(v))) {}  ///< NOLINT: ints are sints
   /** An index expression (simplified). */
   explicit sint(const UOpRef& expr);
 

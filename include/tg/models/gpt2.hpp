@@ -25,8 +25,8 @@ namespace tg::models {
 /** GPT-2's hyperparameters: the sizes from the weights' shapes, the head count given (or from config.json). */
 struct GPT2Config {
   int64_t dim = 0, n_layers = 0, n_heads = 0, hidden_dim = 0, vocab_size = 0;
-  int64_t n_positions = 0;  // rows of wpe: the longest sequence the model knows
-  int64_t max_context = 0;  // KV cache length, at most n_positions
+  int64_t n_positions = 0;  ///< rows of wpe: the longest sequence the model knows
+  int64_t max_context = 0;  ///< KV cache length, at most n_positions
   double norm_eps = 1e-5;
   int64_t head_dim() const { return dim / n_heads; }
   /** The sizes of the weights `w` (Hugging Face's names, prefix removed); n_heads and norm_eps as given,

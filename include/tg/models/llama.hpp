@@ -31,13 +31,13 @@ namespace tg::models {
 /** The hyperparameters, from GGUF metadata ("llama.*" keys) or given. */
 struct LlamaConfig {
   int64_t dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, hidden_dim = 0, vocab_size = 0;
-  int64_t max_context = 0;  // KV cache length (positions 0..max_context-1)
-  // mixture of experts (Mixtral layout, "*.expert_count" > 0): each layer's MLP is n_experts SwiGLU experts of
-  // hidden_dim, stacked (blk.N.ffn_{gate,up,down}_exps.weight), and a router (blk.N.ffn_gate_inp.weight, (n_experts,
-  // dim)); each token runs the n_experts_used experts of the largest router logits, weighted by the softmax over them
+  int64_t max_context = 0;  ///< KV cache length (positions 0..max_context-1)
+  /// mixture of experts (Mixtral layout, "*.expert_count" > 0): each layer's MLP is n_experts SwiGLU experts of
+  /// hidden_dim, stacked (blk.N.ffn_{gate,up,down}_exps.weight), and a router (blk.N.ffn_gate_inp.weight, (n_experts,
+  /// dim)); each token runs the n_experts_used experts of the largest router logits, weighted by the softmax over them
   int64_t n_experts = 0, n_experts_used = 0;
   double norm_eps = 1e-5, rope_theta = 10000.0;
-  std::string arch = "llama";  // "llama", or "qwen2": RoPE on the two halves (NEOX), biases on q, k and v
+  std::string arch = "llama";  ///< "llama", or "qwen2": RoPE on the two halves (NEOX), biases on q, k and v
   bool rope_halves() const { return arch == "qwen2"; }
   bool qkv_bias() const { return arch == "qwen2"; }
   int64_t head_dim() const { return dim / n_heads; }

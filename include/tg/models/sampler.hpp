@@ -12,11 +12,11 @@
 namespace tg::models {
 
 struct SamplerConfig {
-  double temperature = 0;      // <= 0: greedy
-  int64_t top_k = 0;           // 0: all tokens
-  double top_p = 1;            // 1: no cut
+  double temperature = 0;      ///< <= 0: greedy
+  int64_t top_k = 0;           ///< 0: all tokens
+  double top_p = 1;            ///< 1: no cut
   uint64_t seed = 0;
-  double repeat_penalty = 1;   // a token among the last repeat_last_n: logit / penalty if > 0, else logit * penalty
+  double repeat_penalty = 1;   ///< a token among the last repeat_last_n: logit / penalty if > 0, else logit * penalty
   int64_t repeat_last_n = 64;
 };
 

@@ -368,7 +368,7 @@ class Sequential : public Module {
 class LSTMCell : public Module {
  public:
   LSTMCell(int64_t input_size, int64_t hidden_size, bool bias = true);
-  Tensor forward(const Tensor& x) override;  // h' with zero state
+  Tensor forward(const Tensor& x) override;  ///< h' with zero state
   std::pair<Tensor, Tensor> step(const Tensor& x, const Tensor& h, const Tensor& c);
   Tensor &weight_ih, &weight_hh;
   Tensor *bias_ih = nullptr, *bias_hh = nullptr;

@@ -55,7 +55,7 @@ class Optimizer {
   Tensor lr_;
   double lr_value_;
   bool fused_;
-  std::vector<int64_t> offsets_;  // fused mode: parameter i is flat[offsets_[i], offsets_[i+1])
+  std::vector<int64_t> offsets_;  ///< fused mode: parameter i is flat[offsets_[i], offsets_[i+1])
 };
 
 /** LARS's arguments by name: `nn::optim::LARS opt(params, {.lr = 0.1, .tcoef = 0.002});`. */

@@ -53,7 +53,7 @@ std::map<std::string, std::string> safe_metadata(const std::string& path);
 struct GGUFValue {
   enum class Type : uint32_t { UINT8 = 0, INT8, UINT16, INT16, UINT32, INT32, FLOAT32, BOOL, STRING, ARRAY, UINT64, INT64, FLOAT64 };
   Type type = Type::UINT8;
-  Type elem_type = Type::UINT8;  // arrays only
+  Type elem_type = Type::UINT8;  ///< arrays only
   std::variant<uint64_t, int64_t, double, bool, std::string, std::vector<GGUFValue>> value;
   /** The value as an integer (any integer or bool type); otherwise a tg::Error naming the type. */
   int64_t as_int() const;
@@ -62,7 +62,7 @@ struct GGUFValue {
   const std::string& as_string() const;
   const std::vector<GGUFValue>& as_array() const;
 
-  // Values to write (gguf_save): the GGUF type is the one named.
+  /// Values to write (gguf_save): the GGUF type is the one named.
   static GGUFValue u32(uint32_t v);
   static GGUFValue i32(int32_t v);
   static GGUFValue u64(uint64_t v);
