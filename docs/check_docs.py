@@ -29,7 +29,7 @@ def main():
         m = re.match(r"(.*?):(\d+): (.*)$", line)
         if m:
             got.add(os.path.relpath(m.group(1), src) + ": " + m.group(3).strip())
-        elif line.strip():
+        elif line.strip() and not line.startswith("No output formats selected"):
             got.add(line.strip())
     if "--update" in sys.argv:
         with open(baseline, "w") as f:

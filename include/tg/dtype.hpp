@@ -24,16 +24,23 @@ enum class AddrSpace : uint8_t { Global, Local, Reg };
 
 /** A dtype: a scalar kind, a vector width (count), and for codegen a pointer flag with address space and size. */
 struct DType {
+  /// the element kind (Float32, Int8, Bool, ...)
   Scalar scalar = Scalar::Void;
   uint16_t count = 1;      ///< vector lanes (1 = scalar)
   bool ptr = false;        ///< pointer to `scalar x count`
+  /// for pointers: global memory, local (shared) memory or registers
   AddrSpace addr = AddrSpace::Global;
   int64_t size = -1;       ///< for pointers: number of elements, -1 = unknown
 
+  /// equal in every field (kind, lanes, pointer flag, space and size)
   constexpr bool operator==(const DType&) const = default;
+  /// the same dtype with n vector lanes
   constexpr DType vec(int n) const { DType d = *this; d.count = uint16_t(n); return d; }
+  /// the scalar element type alone (one lane, not a pointer)
   constexpr DType scalar_type() const { return DType{scalar}; }
+  /// the pointee without the pointer flag, size and address space (lanes kept)
   constexpr DType base() const { DType d = *this; d.ptr = false; d.size = -1; d.addr = AddrSpace::Global; return d; }
+  /// a pointer to this dtype with sz elements (-1: unknown) in address space a
   constexpr DType ptr_to(int64_t sz = -1, AddrSpace a = AddrSpace::Global) const {
     DType d = *this; d.ptr = true; d.size = sz; d.addr = a; return d;
   }

@@ -33,16 +33,20 @@ namespace tg {
 
 enum class OptOp : uint8_t { UPCAST, UNROLL, THREAD, LOCAL, GROUP, GROUPTOP, TC, SWAP };
 
+/// One kernel optimisation: an op applied to an axis with an amount (tinygrad's Opt).
 struct Opt {
+  /// what to do: UPCAST/UNROLL vectorise or unroll, THREAD/LOCAL/GROUP split across threads, TC uses tensor cores, SWAP reorders
   OptOp op;
   int axis;     ///< index into kernel_axes() of the kernel as it is when the opt is applied
   int64_t amt;  ///< split factor (THREAD: number of threads)
+  /// same op, axis and amount
   bool operator==(const Opt&) const = default;
 };
 std::string to_string(const Opt& o);
 
 /** An opt that cannot apply to this kernel (axis out of range, size not divisible, wrong axis kind). */
 struct OptError : Error {
+  /// an error with this message (see Error)
   using Error::Error;
 };
 

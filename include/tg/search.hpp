@@ -36,14 +36,20 @@ namespace tg {
 
 /** What identifies a search result: the kernel's content key (UOp::key), device, compiler id and beam width. */
 struct BeamKey {
+  /// the kernel's content key, the device name and the compiler id (a compiler change invalidates results)
+  ///@{
   std::string ast, device, compiler;
+  ///@}
+  /// the beam width searched with
   int width = 0;
 };
 
 /** The BEAM search results database (SQLite). */
 class BeamCache {
  public:
+  /// One stored search result.
   struct Entry {
+    /// the winner's opts, in the order to apply them
     std::vector<Opt> opts;
     double us = 0;  ///< the winner's measured time
   };
@@ -60,6 +66,7 @@ class BeamCache {
   size_t rows();
   /** Warnings printed so far (tests check that a bad database warns once and carries on). */
   int warnings() const;
+  /// the database file
   const std::string& path() const;
   /** The process-wide cache at cache_dir()/beam.db; null with CACHELEVEL=0. */
   static BeamCache* global();
@@ -91,8 +98,13 @@ struct BeamResult {
   std::vector<Opt> opts;  ///< the winner, in the order to apply them
   double us = 0;          ///< its measured time
   bool cached = false;    ///< found in the cache: nothing was compiled or timed
+  /// search rounds run, candidate kernels compiled and timed, and candidates that failed to apply or compile
+  ///@{
   int rounds = 0, compiled = 0, failed = 0;
+  ///@}
+  /// wall time the search took, in seconds
   double search_s = 0;
+  /// the search stopped at its time budget (the winner is the best so far)
   bool out_of_budget = false;
 };
 

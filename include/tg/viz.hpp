@@ -40,6 +40,7 @@ void set_level(int v);
  *  Nested contexts are separate entries. Free when VIZ is off. */
 class Context {
  public:
+  /// opens the context on this thread (kind: "schedule", "kernel", ...; name shown in the viewer)
   Context(const char* kind, const std::string& name);
   ~Context();
   Context(const Context&) = delete;
@@ -90,6 +91,7 @@ void event(const char* cat, const std::string& name, const std::string& device, 
 /** A span from construction to destruction, recorded when PROFILE is on. */
 class Span {
  public:
+  /// starts a span of category `cat` named `name` on `device` (the event is recorded at destruction)
   Span(const char* cat, std::string name, std::string device = "")
       : on_(enabled()), cat_(cat) {
     if (on_) name_ = std::move(name), device_ = std::move(device), t0_ = Clock::now();
