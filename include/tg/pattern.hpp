@@ -498,8 +498,9 @@ struct RuleEntry {
 class PatternMatcher {
  public:
   PatternMatcher() = default;
+  /// the matcher of a rule table (implicit: tables convert to matchers)
   template <class... Rs>
-  PatternMatcher(const pat::Table<Rs...>& t) {  ///< NOLINT: tables convert implicitly
+  PatternMatcher(const pat::Table<Rs...>& t) {  // NOLINT: tables convert implicitly
     pat::hana::for_each(t.rules, [&](const auto& r) { add(r); });
   }
   /** The first rule that rewrites `n` (its result, and which rule in `*which`), or null. */

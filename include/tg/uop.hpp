@@ -310,8 +310,8 @@ bool spec_enabled();
 
 }  // namespace tg
 
-template <>
 /// Hashes a UOpRef by node identity (for unordered containers of nodes).
+template <>
 struct std::hash<tg::UOpRef> {
   /// hash of the node's address
   size_t operator()(const tg::UOpRef& r) const noexcept { return std::hash<const void*>()(r.get()); }

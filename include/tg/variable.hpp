@@ -20,8 +20,9 @@ namespace tg {
 class sint {
  public:
   sint() : sint(int64_t(0)) {}
+  /// an int as a constant sint (implicit: ints are sints)
   template <std::integral T>
-  sint(T v) : u_(UOp::cnst_int(dtypes::index, int64_t(v))) {}  ///< NOLINT: ints are sints
+  sint(T v) : u_(UOp::cnst_int(dtypes::index, int64_t(v))) {}  // NOLINT: ints are sints
   /** An index expression (simplified). */
   explicit sint(const UOpRef& expr);
 
