@@ -180,6 +180,7 @@ class Device {
   std::shared_ptr<ProgramCache> programs_ = new_program_cache();
 };
 
+/// Opens a device by its full name ("CL:1"); registered per backend with register_device.
 using DeviceFactory = std::function<std::unique_ptr<Device>(const std::string& full_name)>;
 /** Register a backend under a base name ("CPU"); done by each backend folder at static-init time. */
 bool register_device(const std::string& base, DeviceFactory f, int priority = 0);
@@ -197,6 +198,7 @@ std::vector<std::string> device_names();
 std::string cache_dir();
 /** Disk cache of compiled binaries (atomic writes: safe with concurrent processes). CACHELEVEL=0 disables. */
 bool disk_cache_get(const std::string& key, std::vector<uint8_t>& out);
+/// stores `data` under `key` (a no-op with CACHELEVEL=0; may evict the least recently used entries, see TG_CACHE_MB)
 void disk_cache_put(const std::string& key, const std::vector<uint8_t>& data);
 
 /** The bytes of a buffer of `shape` (the caller's, for the message) of `dtype`, checked before anything is

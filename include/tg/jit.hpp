@@ -28,6 +28,7 @@ struct JitItem {
 };
 /** Start / stop recording every item run_schedule executes on this thread. */
 void jit_begin_capture(std::vector<JitItem>* sink);
+/// stops recording on this thread (see jit_begin_capture)
 void jit_end_capture();
 /** During a TinyJit capture, notes a host read (to_vector, item) of buffer `b`: the capture cannot be replayed if
  *  `b` holds a value computed from the function's inputs (a replay would reuse the value read at capture). */
@@ -51,7 +52,7 @@ class TinyJit {
   explicit TinyJit(Fn fn) : fn_([f = std::move(fn)](const std::vector<Tensor>& in, const std::vector<sint>&) { return f(in); }) {}
   /// wraps a step that also takes bound Variables
   explicit TinyJit(FnVars fn) : fn_(std::move(fn)) {}
-  /// runs the step: the first call warms up, the next two capture its kernels (the captures must agree), later calls replay them on the new inputs
+  /// runs the step: call 1 warms up, calls 2-3 capture its kernels (they must agree), later calls replay them
   std::vector<Tensor> operator()(const std::vector<Tensor>& inputs, const std::vector<sint>& vars = {});
   /** Number of calls so far, and whether the next call replays. */
   int calls() const { return calls_; }

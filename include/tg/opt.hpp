@@ -31,17 +31,19 @@
 
 namespace tg {
 
+/// What an Opt does: UPCAST/UNROLL (vectorise, unroll), THREAD (CPU cores), LOCAL/GROUP/GROUPTOP (GPU groups), TC, SWAP.
 enum class OptOp : uint8_t { UPCAST, UNROLL, THREAD, LOCAL, GROUP, GROUPTOP, TC, SWAP };
 
 /// One kernel optimisation: an op applied to an axis with an amount (tinygrad's Opt).
 struct Opt {
-  /// what to do: UPCAST/UNROLL vectorise or unroll, THREAD/LOCAL/GROUP split across threads, TC uses tensor cores, SWAP reorders
+  /// what to do (see OptOp)
   OptOp op;
   int axis;     ///< index into kernel_axes() of the kernel as it is when the opt is applied
   int64_t amt;  ///< split factor (THREAD: number of threads)
   /// same op, axis and amount
   bool operator==(const Opt&) const = default;
 };
+/// "Opt(UPCAST, axis=1, amt=4)", as DEBUG output and process replay print it
 std::string to_string(const Opt& o);
 
 /** An opt that cannot apply to this kernel (axis out of range, size not divisible, wrong axis kind). */
@@ -125,6 +127,7 @@ std::optional<int64_t> index_coef(const UOp* e, const UOp* r);
 
 /** Range id and axis type of a RANGE node. */
 int64_t range_id(const UOp* r);
+/// the axis type of a RANGE node (loop, reduce, upcast, ...)
 AxisType range_type(const UOp* r);
 
 }  // namespace tg

@@ -368,7 +368,7 @@ constexpr auto eq(A a, B b) { return op<Ops::CMPEQ>(a, b); }
 template <Pattern A, Pattern B, Pattern C>
 constexpr auto where(A a, B b, C c) { return op<Ops::WHERE>(a, b, c); }
 
-// The standard captures.
+/// The standard captures.
 inline constexpr Any<0> x{};
 inline constexpr Any<1> y{};
 inline constexpr Any<2> z{};

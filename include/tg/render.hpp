@@ -42,7 +42,7 @@ struct CStyleLanguage {
   ///@{
   bool half_as_bits = true, bf16_as_bits = true;
   ///@}
-  /// names of the helpers converting half to float, float to half, double to half, bfloat16 to float and float to bfloat16
+  /// helper names: half to float, float to half, double to half, bfloat16 to float, float to bfloat16
   ///@{
   std::string h2f = "tg_h2f", f2h = "tg_f2h", d2h = "tg_d2h", bf2f = "tg_bf2f", f2bf = "tg_f2bf";
   ///@}

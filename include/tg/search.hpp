@@ -129,6 +129,7 @@ int64_t expanded_size(const UOpRef& applied);
 
 /** Opt lists as text ("UPCAST 1 16; THREAD 0 2"), and back (nullopt for anything malformed). */
 std::string opts_to_text(const std::vector<Opt>& opts);
+/// the opts written by opts_to_text, or nullopt when malformed
 std::optional<std::vector<Opt>> opts_from_text(const std::string& s);
 
 /** Candidates compiled by all searches in this process (tests check that a cached search compiles none). */

@@ -44,12 +44,14 @@ namespace tg {
   /* appended (op numbers are hashed into cache keys): a variable bound to a value, BIND(DEFINE_VAR, CONST) */ \
   X(BIND)
 
+/// The UOp operations, tinygrad's Ops (listed by TG_OPS above).
 enum class Ops : uint8_t {
 #define TG_X(name) name,
   TG_OPS(TG_X)
 #undef TG_X
 };
 #define TG_X(name) +1
+/// number of Ops
 inline constexpr int kNumOps = 0 TG_OPS(TG_X);
 #undef TG_X
 
@@ -58,14 +60,20 @@ const char* op_name(Ops op);
 
 /** Op classes. */
 constexpr bool is_unary(Ops o) { return o >= Ops::EXP2 && o <= Ops::TRUNC; }
+/// two-source ALU ops (ADD .. THREEFRY)
 constexpr bool is_binary(Ops o) { return o >= Ops::ADD && o <= Ops::THREEFRY; }
+/// three-source ALU ops (WHERE, MULACC)
 constexpr bool is_ternary(Ops o) { return o == Ops::WHERE || o == Ops::MULACC; }
+/// unary, binary or ternary ALU ops
 constexpr bool is_alu(Ops o) { return is_unary(o) || is_binary(o) || is_ternary(o); }
+/// ops whose two sources may be swapped
 constexpr bool is_commutative(Ops o) {
   return o == Ops::ADD || o == Ops::MUL || o == Ops::MAX || o == Ops::CMPNE || o == Ops::CMPEQ || o == Ops::XOR ||
          o == Ops::AND || o == Ops::OR;
 }
+/// CMPLT, CMPNE and CMPEQ (bool results)
 constexpr bool is_comparison(Ops o) { return o == Ops::CMPLT || o == Ops::CMPNE || o == Ops::CMPEQ; }
+/// RESHAPE .. FLIP (tensor-graph views)
 constexpr bool is_movement(Ops o) { return o >= Ops::RESHAPE && o <= Ops::FLIP; }
 /** Number of sources an op takes; -1 when it varies. Checked by the spec and by rule tables at compile time. */
 constexpr int op_arity(Ops o) {
@@ -114,7 +122,8 @@ struct VarArg {
 
 /** A UOp argument: nothing, an integer, a float, a string, an int tuple (shape, axes, range id + type), or structured args. */
 using Arg = std::variant<std::monostate, int64_t, double, std::string, std::vector<int64_t>, ReduceArg, VarArg>;
-bool arg_equal(const Arg& a, const Arg& b);  // floats compare by bits (-0.0 != 0.0, NaN == NaN)
+bool arg_equal(const Arg& a, const Arg& b);  ///< floats compare by bits (-0.0 != 0.0, NaN == NaN)
+/// an argument as DEBUG and VIZ print it
 std::string arg_str(const Arg& a);
 
 class UOp;
@@ -274,6 +283,7 @@ inline UOpRef::~UOpRef() {
 
 /** All nodes reachable from `root`, sources before users (iterative; safe on any depth). */
 std::vector<const UOp*> toposort(const UOp* root);
+/// all nodes reachable from any of `roots`, sources before users
 std::vector<const UOp*> toposort(std::span<const UOpRef> roots);
 
 /** `root` rebuilt bottom-up: `leaf(u)` replaces a node outright (null: keep it and go on); a node whose sources
@@ -294,6 +304,7 @@ struct Value {
   /// the value of a float dtype
   double f = 0;
 };
+/// op on constant sources of src_dtype, the result in dtype (see Value)
 Value exec_alu(Ops op, DType dtype, std::span<const Value> src, DType src_dtype);
 /** Wrap an integer to the width and signedness of `dtype` (bool -> 0/1). */
 int64_t wrap_int(int64_t v, DType dtype);

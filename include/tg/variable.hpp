@@ -51,7 +51,9 @@ class sint {
  private:
   UOpRef u_;
 };
+/// A shape whose dims may be symbolic.
 using SymShape = std::vector<sint>;
+/// "(1, start_pos+1)": a symbolic shape as errors show it
 std::string shape_str(const SymShape& s);
 
 /** A bounded integer for symbolic shapes: `Variable pos("start_pos", 0, 1023); t.shrink({{0, pos.bind(5) + 1}})`. */

@@ -82,6 +82,7 @@ inline bool enabled() {
 /** Turn profiling on or off from code (tests). */
 void set_enabled(bool on);
 
+/// The clock of profile events.
 using Clock = std::chrono::steady_clock;
 /** One complete event on this thread: category ("schedule", "lower", "compile", "kernel", "copy"), name, device,
  *  start and end; flops and bytes give the event's GFLOPS and GB/s. */

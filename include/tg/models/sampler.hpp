@@ -23,7 +23,7 @@ struct SamplerConfig {
   int64_t repeat_last_n = 64;
 };
 
-/// Picks tokens from logits as llama.cpp's sampler chain does (penalty, top-k, top-p, temperature); holds its generator.
+/// Picks the next token from logits with a SamplerConfig's settings; holds its random generator.
 class Sampler {
  public:
   /** A bad setting (negative top_k, top_p outside (0, 1], a penalty <= 0) is a tg::Error naming it. */

@@ -111,14 +111,17 @@ struct ConvOptions {
   /// how padding fills: "zeros", "reflect", "replicate" or "circular" as torch
   std::string padding_mode = "zeros";
 };
+/// Conv1d's named arguments (the ConvOptions of every convolution)
 using Conv1dOptions = ConvOptions;
+/// Conv2d's named arguments (the ConvOptions of every convolution)
 using Conv2dOptions = ConvOptions;
+/// Conv3d's named arguments (the ConvOptions of every convolution)
 using Conv3dOptions = ConvOptions;
 
 /** N-d convolution layer (Conv1d/2d/3d below); weight (out, in/groups, *kernel). */
 class ConvNd : public Module {
  public:
-  /// a `dims`-d convolution; weight and bias ~ U(-1/sqrt(fan_in), 1/sqrt(fan_in)) as torch; bad sizes or modes are a tg::Error
+  /// a `dims`-d convolution, initialised as torch's; channels that do not divide into groups are a tg::Error
   ConvNd(int dims, int64_t in_channels, int64_t out_channels, std::vector<int64_t> kernel, IntArg stride, ConvPadding padding,
          IntArg dilation, int64_t groups, bool bias, std::string padding_mode);
   Tensor forward(const Tensor& x) override;
@@ -177,7 +180,7 @@ class Conv3d : public ConvNd {
  *  (tinygrad scales both by 1/sqrt(in * prod(kernel)) instead.) */
 class ConvTransposeNd : public Module {
  public:
-  /// a `dims`-d transposed convolution (the gradient of a convolution with respect to its input); bad sizes are a tg::Error
+  /// a `dims`-d transposed convolution (the gradient of a convolution with respect to its input)
   ConvTransposeNd(int dims, int64_t in_channels, int64_t out_channels, std::vector<int64_t> kernel, IntArg stride,
                   IntArg padding, IntArg output_padding, IntArg dilation, int64_t groups, bool bias);
   Tensor forward(const Tensor& x) override;
@@ -251,7 +254,9 @@ class BatchNorm : public Module {
   int64_t n_;
   double eps_, momentum_;
 };
+/// batch normalisation of (N, C) or (N, C, L) inputs, as torch.nn.BatchNorm1d
 using BatchNorm1d = BatchNorm;
+/// batch normalisation of (N, C, H, W) inputs, as torch.nn.BatchNorm2d
 using BatchNorm2d = BatchNorm;
 
 /** LayerNorm's arguments by name: `nn::LayerNorm ln({.normalized_shape = {512}, .elementwise_affine = false});`. */

@@ -22,7 +22,7 @@ namespace tg::nn::optim {
 /** Base of all optimisers: parameters, their state buffers, the learning rate. */
 class Optimizer {
  public:
-  /// optimises `params` (each must require grad) with learning rate lr; fused: one flat state buffer and one update kernel for all of them
+  /// optimises `params` with learning rate lr; fused: one flat state buffer and update for all of them
   Optimizer(std::vector<Tensor> params, double lr, bool fused = false);
   virtual ~Optimizer() = default;
   /** Drop every parameter's gradient. */
