@@ -28,7 +28,9 @@
 
 namespace tg {
 
+/// A concrete shape: the size of each dim, outermost first.
 using Shape = std::vector<int64_t>;
+/// "(2, 3)": a shape as errors and printing show it
 std::string shape_str(const Shape& s);
 
 /** The shape of a tensor-graph node from its sources' shapes (movement args, reduce axes, broadcast ALU). */
@@ -86,8 +88,10 @@ struct ConvPadding {
 
 /** Index tags: `NewAxis` inserts a size-1 dim (numpy's None), `Ellipsis` stands for all remaining dims. */
 struct NewAxisT {};
+/// inserts a size-1 dim in an index (numpy's None)
 inline constexpr NewAxisT NewAxis{};
 struct EllipsisT {};
+/// stands for all the dims the other index entries leave
 inline constexpr EllipsisT Ellipsis{};
 struct TensorIndex;  // defined after Tensor: an int, a Slice, an integer Tensor, NewAxis or Ellipsis
 
@@ -346,7 +350,7 @@ class Tensor {
   Tensor operator[](std::initializer_list<TensorIndex> idx) const;
 
   // ---- reductions (axes empty = all)
-  /// sum over `axes` (all when empty); keepdim keeps them as size 1; bool and small ints accumulate in a wider dtype, as torch
+  /// sum over `axes` (all when empty), keepdim keeps them as size 1; ints and bool sum in a wider dtype
   Tensor sum(std::vector<int64_t> axes = {}, bool keepdim = false, CallLoc loc = CallLoc::current()) const;
   /// sum over one axis
   Tensor sum(int64_t axis, bool keepdim = false, CallLoc loc = CallLoc::current()) const { return sum(std::vector<int64_t>{axis}, keepdim, loc); }
@@ -694,7 +698,7 @@ class Tensor {
   /** Normalise over the last normalized_shape.size() dims, which must equal normalized_shape. */
   Tensor layer_norm(const std::vector<int64_t>& normalized_shape, const std::optional<Tensor>& weight = std::nullopt,
                     const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5, CallLoc loc = CallLoc::current()) const;
-  /// normalise (N, C, *) over each of num_groups groups of channels and the spatial dims, then scale and shift per channel
+  /// normalise (N, C, *) over each group of channels and the spatial dims, then scale and shift per channel
   Tensor group_norm(int64_t num_groups, const std::optional<Tensor>& weight = std::nullopt,
                     const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5) const;
   /** x / sqrt(mean(x^2) + eps) * weight over the last normalized_shape.size() dims; eps defaults to float eps. */
@@ -805,11 +809,13 @@ struct ValuesIndices {
   ///@}
 };
 
-/** Printing, like torch: `tensor([[1., 2.],\n        [3., 4.]], shape=(2, 2), dtype=float32, device=CPU)`. Realises
- *  the tensor. Floats print with 4 decimals ("1." when every value is integral, scientific when the magnitudes
- *  need it), all with one width; more than 1000 elements print the first and last 3 of each dim around "...". An
- *  undefined tensor prints as `tensor(undefined)`. */
+/** Printing like torch, after realising the tensor. For example
+ *  `tensor([[1., 2.], [3., 4.]], shape=(2, 2), dtype=float32, device=CPU)`, one row a line. Floats print with 4
+ *  decimals ("1." when every value is integral, scientific when the magnitudes need it), all with one width; more
+ *  than 1000 elements print the first and last 3 of each dim around "...". An undefined tensor prints as
+ *  `tensor(undefined)`. */
 std::string to_string(const Tensor& t);
+/// writes to_string(t)
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 /** One entry of Tensor::index: an int, a Slice, an integer Tensor (advanced indexing), NewAxis or Ellipsis. */
@@ -893,12 +899,15 @@ constexpr Kind kind_of() {
 }
 
 template <class T>
+/// whether T is Tensor or derived from it (TensorOf)
 inline constexpr bool is_tensorish = std::is_base_of_v<Tensor, std::remove_cvref_t<T>>;
 template <class T>
+/// whether T can be an operator's operand: a tensor or a C++ arithmetic scalar
 inline constexpr bool is_operand = is_tensorish<T> || std::is_arithmetic_v<std::remove_cvref_t<T>>;
 
 /** An operand as a Tensor: tensors as they are, C++ scalars as weak 0-d tensors (like Python scalars). */
 inline const Tensor& lower(const Tensor& t) { return t; }
+/// a C++ scalar as a weak 0-d tensor (bool stays bool, integers become int, floats double)
 template <class T>
   requires std::is_arithmetic_v<T>
 Tensor lower(T v) {
@@ -910,9 +919,13 @@ Tensor lower(T v) {
 /** The operators' ops (comparisons as written: > and >= are built from < like tinygrad). */
 enum class Op { Add, Sub, Mul, Div, Mod, And, Or, Xor, Shl, Shr, Lt, Gt, Le, Ge, Eq, Ne, Neg, Invert };
 
+/// &, |, ^, << or >>
 constexpr bool is_bitwise(Op o) { return o == Op::And || o == Op::Or || o == Op::Xor || o == Op::Shl || o == Op::Shr; }
+/// << or >>
 constexpr bool is_shift(Op o) { return o == Op::Shl || o == Op::Shr; }
+/// +, -, *, / or %
 constexpr bool is_arith(Op o) { return o == Op::Add || o == Op::Sub || o == Op::Mul || o == Op::Div || o == Op::Mod; }
+/// a comparison (<, >, <=, >=, ==, !=), whose result is bool
 constexpr bool is_cmp(Op o) { return o >= Op::Lt && o <= Op::Ne; }
 
 /** The result kind of `a op b` (promotion as torch: a float operand makes a float, division is always float). */
@@ -955,6 +968,7 @@ using typed_t = typename typed_for<K>::type;
 
 /** The operators' work (one non-template function: broadcasting, promotion, the op). */
 Tensor binary(Op o, const Tensor& a, const Tensor& b);
+/// the work of unary - and ~
 Tensor unary(Op o, const Tensor& a);
 /** Throws unless t's dtype is of kind k (an undefined t passes: it has no dtype yet). */
 void check_kind(const Tensor& t, Kind k);
@@ -1046,12 +1060,14 @@ TG_BINARY_OPERATOR(==, Eq)
 TG_BINARY_OPERATOR(!=, Ne)
 #undef TG_BINARY_OPERATOR
 
+/// -a (a bool tensor: a compile error)
 template <class A>
   requires et::is_tensorish<A>
 auto operator-(const A& a) {
   static_assert(et::kind_of<A>() != Kind::Bool, "[tensor] negation of a bool tensor: use logical_not (or ~)");
   return et::typed_t<et::kind_of<A>()>(et::unary(et::Op::Neg, a));
 }
+/// ~a, bitwise not (a float tensor: a compile error)
 template <class A>
   requires et::is_tensorish<A>
 auto operator~(const A& a) {
