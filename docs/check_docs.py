@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The `docs` test: runs Doxygen over the installed headers (docs/Doxyfile.in, no HTML) and fails on any warning
+"""The `docs` test: runs Doxygen over the installed headers (docs/Doxyfile.in, HTML into a scratch folder) and fails on any warning
 that docs/undocumented.txt does not list (a new undocumented public declaration, a broken \\ref, a bad command),
 and on a listed one that no longer occurs (so the list only shrinks). Warnings are compared without line numbers.
 
@@ -19,8 +19,9 @@ def main():
     doxyfile, src = sys.argv[1], os.path.abspath(sys.argv[2])
     baseline = os.path.join(src, "docs", "undocumented.txt")
     with tempfile.TemporaryDirectory() as tmp:
-        # the configured Doxyfile, with output off and into a scratch directory; later tags override earlier ones
-        cfg = open(doxyfile).read() + f"\nOUTPUT_DIRECTORY = {tmp}\nGENERATE_HTML = NO\nWARN_AS_ERROR = NO\n"
+        # the configured Doxyfile, writing its HTML into a scratch directory (some warnings, as unresolved links,
+        # come only from generating output); later tags override earlier ones
+        cfg = open(doxyfile).read() + f"\nOUTPUT_DIRECTORY = {tmp}\nGENERATE_HTML = YES\nSEARCHENGINE = NO\nWARN_AS_ERROR = NO\n"
         r = subprocess.run(["doxygen", "-"], input=cfg, capture_output=True, text=True, cwd=tmp)
     if r.returncode != 0:
         sys.exit(f"check_docs: doxygen failed ({r.returncode}):\n{r.stderr}")
@@ -29,7 +30,7 @@ def main():
         m = re.match(r"(.*?):(\d+): (.*)$", line)
         if m:
             got.add(os.path.relpath(m.group(1), src) + ": " + m.group(3).strip())
-        elif line.strip() and not line.startswith("No output formats selected"):
+        elif line.strip():
             got.add(line.strip())
     if "--update" in sys.argv:
         with open(baseline, "w") as f:
