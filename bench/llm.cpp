@@ -4,11 +4,12 @@
 // a token, tg's TinyJit replays after its 3 capture steps; llama.cpp one token per call). Prints the ratios, the GB/s
 // each decode step reads (both: the file's tensors but the embedding; tg keeps the weights as the file stores them
 // and dequantises inside its kernels, LLM_DEQUANTISE=1: float32 at load), tg's resident memory for the model against
-// the file's size, and the bytes of tg's KV-cache write (a masked assign of every layer's whole cache each token).
+// the file's size, and the bytes of tg's KV-cache write (each token's K and V rows, written in place).
 // Environment: LLM_DIM (512), LLM_LAYERS (8), LLM_HEADS (8), LLM_KV_HEADS (4), LLM_FFN (1536), LLM_CTX (512),
 // LLM_PROMPT (64), LLM_DECODE (32), LLM_TYPES (f32,q8_0,q4_0), LLM_REPS (3), THREADS (both libraries; default: every CPU),
 // TG_NODE_MODULES (data/node/node_modules). On a busy machine llama.cpp's spinning thread barriers suffer more than
 // tg's pool: compare at THREADS=1 there (bench/run runs both).
+#include <malloc.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -21,6 +22,7 @@
 
 #include "../examples/llm_model_util.hpp"
 #include "bench_util.hpp"
+#include "tg/device.hpp"
 #include "tg/env.hpp"
 
 using namespace tg;
@@ -65,6 +67,10 @@ int main() {
     double file_bytes = double(std::filesystem::file_size(path));
     // tg
     bool dequantise = getenv_int("LLM_DEQUANTISE", 0) != 0;
+    // the previous type's model is freed into the allocator's cache and glibc's heap, which a new model would reuse
+    // without growing the resident set: given back first
+    get_device(default_device()).allocator().clear_cache();
+    malloc_trim(0);
     double rss0 = rss_bytes();
     auto llm = models::Llama::from_gguf(path, c.max_context, 1, dequantise);
     double rss_load = rss_bytes() - rss0, weight_bytes = double(llm->weight_bytes());
@@ -116,13 +122,13 @@ int main() {
     std::vector<int32_t> peer_tokens = j["tokens"].get<std::vector<int32_t>>();
     size_t same = 0;
     while (same < std::min(peer_tokens.size(), tg_tokens.size()) && peer_tokens[same] == tg_tokens[same]) same++;
-    double tg_bytes = read_bytes, peer_bytes = stored_bytes, cache_bytes = 16.0 * double(c.max_context * c.n_kv_heads * c.head_dim() * c.n_layers);
+    double tg_bytes = read_bytes, peer_bytes = stored_bytes, cache_bytes = 8.0 * double(c.n_kv_heads * c.head_dim() * c.n_layers);
     std::printf("%s: prefill tg %.1f ms (%.0f tokens/s), llama.cpp %.1f ms (%.0f tokens/s): %.2fx; decode tg %.2f ms (%.0f tokens/s, "
-                "%.1f GB/s of %s weights + %.1f MiB of KV-cache writes a token), llama.cpp %.2f ms (%.0f tokens/s, %.1f GB/s): %.2fx; "
+                "%.1f GB/s of %s weights + %.1f KiB of KV-cache rows a token), llama.cpp %.2f ms (%.0f tokens/s, %.1f GB/s): %.2fx; "
                 "greedy tokens agree for %zu of %zu; tg memory: weights %.1f MB, resident growth at load %.1f MB, file %.1f MB (%.2fx)\n",
                 type.c_str(), tg_prefill, 1e3 * double(n_prompt) / tg_prefill, peer_prefill, 1e3 * double(n_prompt) / peer_prefill,
                 peer_prefill / tg_prefill, tg_decode, 1e3 / tg_decode, tg_bytes / tg_decode / 1e6, dequantise ? "float32" : "stored",
-                cache_bytes / (1 << 20), peer_decode, 1e3 / peer_decode, peer_bytes / peer_decode / 1e6, peer_decode / tg_decode, same,
+                cache_bytes / 1024, peer_decode, 1e3 / peer_decode, peer_bytes / peer_decode / 1e6, peer_decode / tg_decode, same,
                 tg_tokens.size(), weight_bytes / 1e6, rss_load / 1e6, file_bytes / 1e6, rss_load / file_bytes);
     std::string extra = ", \"threads\": " + std::to_string(threads);
     bench::json("llm_prefill_" + std::to_string(n_prompt) + "_" + type, bench::variant(), tg_prefill, "llama.cpp", peer_prefill, extra);

@@ -10,6 +10,7 @@
 #include "scoped_env.hpp"
 #include "tg/codegen.hpp"
 #include "tg/device.hpp"
+#include "tg/nn/state.hpp"
 #include "tg/opt.hpp"
 #include "tg/render.hpp"
 #include "tg/schedule.hpp"
@@ -186,6 +187,58 @@ TEST_CASE("a large CPU matmul packs B into 32-column panels: the same values as 
   size_t b1 = kernels_run();
   s1.matmul(s2).realize();
   CHECK(kernels_run() - b1 == 1);
+}
+
+TEST_CASE("a prompt-sized matmul (32+ rows of A) packs B too: a quantised weight is dequantised straight into the panels") {
+  // x (rows, 512) times a q8_0 weight (2048, 512) transposed: B is 4 MiB of float32. From 4 row tiles of 8 on, the
+  // plain kernel would stream B from memory once per tile; one pass of the packing kernel reads the blocks instead.
+  std::mt19937 gen{21};
+  std::vector<uint8_t> blocks(size_t(2048 * 16 * 34));
+  for (size_t i = 0; i < blocks.size(); i++) blocks[i] = uint8_t(gen());
+  for (size_t b = 0; b < blocks.size(); b += 34) blocks[b] = 0, blocks[b + 1] = 0x1c;  // f16 scale 2^-8
+  Tensor w = Tensor::from_vector(blocks, {2048, 16, 34}).realize();
+  auto product = [&](const Tensor& x) { return x.matmul(nn::ggml_dequantize(w, "q8_0").reshape({2048, 512}).T()); };
+  for (int64_t rows : {64, 32, 8}) {
+    CAPTURE(rows);
+    Tensor x = randn({rows, 512}, 22);
+    x.realize();
+    size_t before = kernels_run();
+    std::vector<float> got = product(x).to_vector<float>();
+    size_t n = kernels_run() - before;
+    std::vector<float> plain;
+    size_t n_plain = 0;
+    {
+      ScopedEnv off("PACKED_MATMUL", "0");
+      size_t b0 = kernels_run();
+      plain = product(x).to_vector<float>();
+      n_plain = kernels_run() - b0;
+    }
+    // both against a float64 sum on the host (the packed kernel sums k in order, the plain one in 32 lanes)
+    std::vector<float> xs = x.to_vector<float>(), want(size_t(rows * 2048));
+    for (int64_t i = 0; i < rows; i++)
+      for (int64_t j = 0; j < 2048; j++) {
+        double acc = 0;
+        for (int64_t k = 0; k < 512; k++)
+          acc += double(xs[size_t(i * 512 + k)]) * double(int8_t(blocks[size_t((j * 16 + k / 32) * 34 + 2 + k % 32)])) / 256.0;
+        want[size_t(i * 2048 + j)] = float(acc);
+      }
+    check_close(got, want, 512 * 1.2e-7f);
+    check_close(plain, want, 512 * 1.2e-7f);
+    if (rows >= 32) {
+      CHECK(n == 3);  // dequantise the blocks into the panels, the product in panels, back to row-major
+      CHECK(n_plain == 2);  // the weight dequantised to a float32 (2048, 512) buffer, the plain product
+    } else {
+      CHECK(n == n_plain);  // one tile of rows: B is read once either way, no copy
+    }
+  }
+  // a model's activations (batch 1, T, D): the product's axes of size 1 are dropped by the rule, the same kernels
+  Tensor x2 = randn({64, 512}, 23), x3 = x2.reshape({1, 64, 512}).contiguous();
+  std::vector<float> flat = product(x2).to_vector<float>();
+  x3.realize();
+  size_t before = kernels_run();
+  std::vector<float> batched = product(x3).to_vector<float>();
+  CHECK(kernels_run() - before == 3);
+  CHECK(batched == flat);
 }
 
 TEST_CASE("the panelled matmul is a scheduler rule: the README's broadcast-and-sum product and a gradient's product get it") {

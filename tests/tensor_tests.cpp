@@ -409,6 +409,32 @@ TEST_CASE("the memory planner reuses a dead intermediate buffer") {
   for (size_t i = 0; i < 256; i++) CHECK(rv[i] == doctest::Approx(((xv[i] + 1) * 2) * 3 + 1));
 }
 
+TEST_CASE("a per-channel reduce read through a padded channels-last copy is computed once, not per element") {
+  // A squeeze-excite scale (a 6-term sum per channel) times a feature map, padded and copied channels-last: the copy's
+  // loops are (h, w, c) with c innermost and the pad's valid mask uses h and w, so a fused scale would run its sum
+  // for every element (PaddleOCR det's r_162_162_96). It is computed into a buffer first; the copy has no reduce.
+  Tensor x = Tensor::rand({1, 24, 8, 8}), a = Tensor::rand({24, 6}), b = Tensor::rand({24, 6});
+  x.realize(), a.realize(), b.realize();
+  Tensor scale = (a * b).sum(1).reshape({1, 24, 1, 1});
+  Tensor y = (x * scale).pad({{0, 0}, {0, 0}, {1, 1}, {1, 1}}).permute({0, 2, 3, 1}).contiguous();
+  UOpRef root = y.uop();
+  Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+  REQUIRE(s.items.size() == 2);
+  int reduces = 0;
+  for (const UOp* u : toposort(s.items.back().ast.get())) reduces += u->op == Ops::REDUCE;
+  CHECK(reduces == 0);
+  auto xv = x.to_vector<float>(), av = a.to_vector<float>(), bv = b.to_vector<float>(), yv = y.to_vector<float>();
+  REQUIRE(yv.size() == size_t(10 * 10 * 24));
+  for (int h = 0; h < 10; h++)
+    for (int w = 0; w < 10; w++)
+      for (int c = 0; c < 24; c++) {
+        float sc = 0, want = 0;
+        for (int k = 0; k < 6; k++) sc += av[size_t(c * 6 + k)] * bv[size_t(c * 6 + k)];
+        if (h >= 1 && h <= 8 && w >= 1 && w <= 8) want = xv[size_t((c * 8 + h - 1) * 8 + w - 1)] * sc;
+        CHECK(yv[size_t((h * 10 + w) * 24 + c)] == doctest::Approx(want).epsilon(1e-6));
+      }
+}
+
 TEST_CASE("a reduce over a reduce's results (a max pool over a convolution) is two kernels, and a 2x2 pool a view") {
   Tensor x = Tensor::rand({2, 3, 8, 8}), w = Tensor::rand({4, 3, 3, 3});
   x.realize(), w.realize();
@@ -430,6 +456,28 @@ TEST_CASE("a reduce over a reduce's results (a max pool over a convolution) is t
           float m = std::max(std::max(at(2 * i, 2 * j), at(2 * i, 2 * j + 1)), std::max(at(2 * i + 1, 2 * j), at(2 * i + 1, 2 * j + 1)));
           CHECK(p[size_t(((n * 4 + k) * 3 + i) * 3 + j)] == m);
         }
+}
+
+TEST_CASE("a reduce read through a view with several users (RoPE's pairs of a projection) runs once, in its own kernel") {
+  // k = x W^T viewed as (pairs, 2); the rotated pair (k0 c - k1 s, k0 s + k1 c) reads both halves in both outputs.
+  // Fused, each output element ran the projection's reduce once per half it read (4 reduces in one kernel).
+  Tensor x = Tensor::rand({1, 64}), w = Tensor::rand({32, 64}), cs = Tensor::rand({16}), sn = Tensor::rand({16});
+  Tensor::realize_all({&x, &w, &cs, &sn});
+  Tensor k = x.matmul(w.T()).reshape({16, 2});
+  Tensor k0 = k.shrink({{0, 16}, {0, 1}}).reshape({16}), k1 = k.shrink({{0, 16}, {1, 2}}).reshape({16});
+  Tensor y = stack({Tensor(k0 * cs - k1 * sn), Tensor(k0 * sn + k1 * cs)}, -1);
+  UOpRef root = y.uop();
+  Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+  int reduces = 0;
+  for (const ScheduleItem& it : s.items)
+    for (const UOp* u : toposort(it.ast.get())) reduces += u->op == Ops::REDUCE;
+  CHECK(reduces == 1);
+  CHECK(s.items.size() == 2);  // the projection, then the rotation
+  std::vector<float> kv = x.matmul(w.T()).to_vector<float>(), c = cs.to_vector<float>(), n = sn.to_vector<float>(), got = y.to_vector<float>();
+  for (size_t i = 0; i < 16; i++) {
+    CHECK(got[2 * i] == doctest::Approx(kv[2 * i] * c[i] - kv[2 * i + 1] * n[i]).epsilon(1e-5));
+    CHECK(got[2 * i + 1] == doctest::Approx(kv[2 * i] * n[i] + kv[2 * i + 1] * c[i]).epsilon(1e-5));
+  }
 }
 
 TEST_CASE("to(device) copies between devices") {

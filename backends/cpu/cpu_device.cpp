@@ -32,6 +32,7 @@ class CpuAllocator : public Allocator {
     std::memcpy(static_cast<char*>(dst) + offset, host_src, bytes);
   }
   // Physical memory: Linux overcommits, so a larger malloc can succeed and the process be killed on first touch.
+  bool host_memory() const override { return true; }
   size_t capacity() const override {
     static const size_t cap = [] {
       long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);

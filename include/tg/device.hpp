@@ -58,6 +58,9 @@ class Allocator {
   /** The most bytes one allocation may have; SIZE_MAX where alloc_raw reports out of memory itself (the CPU:
    *  physical memory, since its allocator overcommits and the kernel would kill the process on first touch). */
   virtual size_t capacity() const { return SIZE_MAX; }
+  /** Whether this allocator's pointers are host memory the CPU may read and write directly: a copy between two
+   *  such devices is one memcpy, without a bounce through a host staging buffer. */
+  virtual bool host_memory() const { return false; }
 
  protected:
   /// the device's own allocation of `bytes`, bypassing the cache
@@ -167,8 +170,8 @@ class Device {
   /** False for a storage-only device (DISK: views of a mapped file): no kernel may run on it or read from it,
    *  and nothing is copied into it; its buffers are copied out (Tensor::to) before use. */
   virtual bool runs_kernels() const { return true; }
-  /** A virtual copy of another device (CPU:N for N > 0: the one CPU seen as several devices, for multi-device
-   *  code); it cannot be the default device (DEVICE=CPU:5 is an EnvError). */
+  /** A virtual copy of another device (CPU:N for N > 0: the one CPU seen as several logical devices, each with its
+   *  own allocator, for multi-device code); DEVICE=CPU:1 makes one the default device. */
   virtual bool virtual_copy() const { return false; }
 
   /** Compile `src` (or fetch it from the in-memory cache, then the disk cache) and load it. Bounded caches. */
@@ -187,7 +190,7 @@ bool register_device(const std::string& base, DeviceFactory f, int priority = 0)
 /** The device for "CPU", "CL", "CL:1", ...; an unknown name throws tg::Error listing the known ones. */
 Device& get_device(const std::string& name);
 /** The default device: DEVICE env var, or CPU=1 / CL=1 / CUDA=1, else the highest-priority registered one. A
- *  DEVICE naming no device, a device that does not open, or a virtual copy (CPU:5) is a tg::EnvError. */
+ *  DEVICE naming no device or a device that does not open is a tg::EnvError (DEVICE=CPU:5, a logical CPU, opens). */
 const std::string& default_device();
 /** The machine model of a device (the default device when empty) as one line: what `DEBUG=1` prints. */
 std::string device_info(const std::string& device = "");
@@ -205,6 +208,9 @@ void disk_cache_put(const std::string& key, const std::vector<uint8_t>& data);
  *  allocated: throws tg::Error "[op] shape ... of dtype needs B bytes ..." when the count overflows 64 bits or,
  *  given a `device`, is more than one allocation there can hold (Allocator::capacity). */
 size_t checked_nbytes(const std::string& op, const std::vector<int64_t>& shape, DType dtype, const std::string& device = "");
+
+/** Copies between buffers that went through a host staging buffer (Buffer::copy_from): for tests. */
+size_t copies_staged();
 
 /** Memory on a device: `size` elements of `dtype`. Allocated on first use; freed when the last holder drops it. */
 class Buffer {
@@ -233,6 +239,9 @@ class Buffer {
   void copyout(void* host, size_t bytes);
   /** Copy `bytes` from the host into the buffer starting at byte `offset`. */
   void copyin_at(size_t offset, const void* host, size_t bytes);
+  /** Copy all of `src` (same byte count) into this buffer: one memcpy when both devices hold host memory (CPU and
+   *  CPU:N), else through a host staging buffer. */
+  void copy_from(Buffer& src);
   /** The buffer's device (looked up once). */
   Device& dev();
 

@@ -238,8 +238,27 @@ class Tensor {
   }
   /** All elements converted to double (any dtype). */
   std::vector<double> to_doubles() const;
-  /** The same values on another device. */
+  /** The same values on another device. A multi-device name ("CPU,CPU:1") replicates the tensor on each; a
+   *  multi-device tensor moved to one device is gathered there. */
   Tensor to(const std::string& device, CallLoc loc = CallLoc::current()) const;
+
+  // ---- several devices (src/tensor/multi.cpp, include/tg/multi.hpp)
+  /** Split across `devices` along `axis` (each gets an equal slice; the size must divide), or a copy on each when
+   *  axis is absent. The result's device() is the devices joined with ','; ops on it run on every device and a
+   *  reduction across the split axis combines the devices' partial results (an allreduce). */
+  Tensor shard(const std::vector<std::string>& devices, std::optional<int> axis = std::nullopt,
+               CallLoc loc = CallLoc::current()) const;
+  /** shard() in place: this handle (and its copies) holds the sharded tensor. */
+  Tensor& shard_(const std::vector<std::string>& devices, std::optional<int> axis = std::nullopt,
+                 CallLoc loc = CallLoc::current());
+  /** Sharded as `other` is (its devices and axis); on other's device when other is on one device. */
+  Tensor shard_like(const Tensor& other, CallLoc loc = CallLoc::current()) const;
+  /** Whether this tensor lives on several devices. */
+  bool is_multi() const;
+  /** The devices this tensor lives on (one for an ordinary tensor). */
+  std::vector<std::string> devices() const;
+  /** The axis a multi-device tensor is split along; absent when replicated or on one device. */
+  std::optional<int> shard_axis() const;
   /** Write x's values into this tensor's buffer (shapes must match; dtype is converted). Lazy tensors defined
    *  before keep the old values (they are realised before the write); views of the buffer see the new ones. */
   Tensor& assign(const Tensor& x, CallLoc loc = CallLoc::current());

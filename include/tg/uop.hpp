@@ -42,7 +42,9 @@ namespace tg {
   /* ternary */                                                                                     \
   X(WHERE) X(MULACC)                                                                                \
   /* appended (op numbers are hashed into cache keys): a variable bound to a value, BIND(DEFINE_VAR, CONST) */ \
-  X(BIND)
+  X(BIND)                                                                                           \
+  /* appended: multi-device tensors (src/schedule/multi.cpp lowers them before scheduling) */      \
+  X(MULTI) X(MSELECT)
 
 /// The UOp operations, tinygrad's Ops (listed by TG_OPS above).
 enum class Ops : uint8_t {
@@ -85,7 +87,7 @@ constexpr int op_arity(Ops o) {
     case Ops::RANGE: case Ops::SPECIAL: case Ops::GETTUPLE: case Ops::DETACH: case Ops::CONTIGUOUS:
     case Ops::REDUCE_AXIS: case Ops::RESHAPE: case Ops::PERMUTE: case Ops::EXPAND: case Ops::PAD: case Ops::SHRINK:
     case Ops::FLIP: case Ops::GEP: case Ops::IF: return 1;
-    case Ops::ASSIGN: case Ops::COPY: case Ops::BIND: return 2;
+    case Ops::ASSIGN: case Ops::COPY: case Ops::BIND: case Ops::MSELECT: return 2;
     default: return -1;
   }
 }

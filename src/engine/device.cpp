@@ -232,7 +232,7 @@ const std::string& default_device() {
       }
     }
   }
-  if (!env.empty()) {  // the device must exist (CL:5 on a machine with one) and be a real one (not CPU:5)
+  if (!env.empty()) {  // the device must exist (CL:5 on a machine with one; CPU:N always does)
     Device* d = nullptr;
     try {
       d = &get_device(chosen);
@@ -241,10 +241,7 @@ const std::string& default_device() {
     } catch (const Error& e) {
       throw EnvError("[getenv] DEVICE=" + env + ": " + e.what());
     }
-    if (d->virtual_copy())
-      throw EnvError("[getenv] DEVICE=" + env + " names a virtual copy of " + chosen.substr(0, chosen.find(':')) +
-                     " (one device seen as several, for multi-device code: .to(\"" + chosen + "\")); expected DEVICE=" +
-                     chosen.substr(0, chosen.find(':')));
+    (void)d;
   }
   std::lock_guard lk(r.mu);
   return *r.names.insert(chosen).first;
@@ -442,7 +439,11 @@ size_t checked_nbytes(const std::string& op, const std::vector<int64_t>& shape, 
   std::string what = "[" + op + "] shape " + shape_str(shape) + " of " + dtype.name() + (device.empty() ? "" : " on " + device);
   if (over) throw Error(what + " needs more than 2^64 bytes");
   if (device.empty()) return bytes;
-  size_t cap = get_device(device).allocator().capacity();
+  size_t cap = SIZE_MAX;  // a multi-device tensor ("CPU,CPU:1"): the smallest of its devices'
+  for (size_t start = 0, c = 0; c != std::string::npos; start = c + 1) {
+    c = device.find(',', start);
+    cap = std::min(cap, get_device(device.substr(start, c == std::string::npos ? c : c - start)).allocator().capacity());
+  }
   if (bytes > cap)
     throw Error(what + " needs " + std::to_string(bytes) + " bytes (" + gib(bytes) + "), more than one allocation there can hold (" +
                 gib(cap) + ")");
@@ -492,6 +493,26 @@ void Buffer::copyin(const void* host, size_t bytes) {
   check_size("copyin", *this, bytes);
   void* p = ptr();
   dev().allocator().copyin(p, host, bytes);
+}
+
+namespace {
+std::atomic<size_t> g_copies_staged{0};
+}
+size_t copies_staged() { return g_copies_staged.load(); }
+
+void Buffer::copy_from(Buffer& src) {
+  if (src.nbytes() != nbytes())
+    throw Error("[copy] " + std::to_string(src.nbytes()) + " bytes on " + src.device() + " into a buffer of " +
+                std::to_string(nbytes()) + " bytes on " + device());
+  if (nbytes() == 0) return;
+  if (dev().allocator().host_memory() && src.dev().allocator().host_memory()) {
+    std::memcpy(ptr(), src.ptr(), nbytes());
+    return;
+  }
+  g_copies_staged++;
+  std::vector<uint8_t> host(nbytes());
+  src.copyout(host.data(), host.size());
+  copyin(host.data(), host.size());
 }
 
 void Buffer::copyin_at(size_t offset, const void* host, size_t bytes) {

@@ -294,9 +294,7 @@ void jit_end_capture() { g_capture = nullptr; }
 
 void jit_run(const JitItem& item, const std::vector<Buffer*>& bufs, const VarVals& vals) {
   if (!item.runner) {  // a copy
-    std::vector<uint8_t> host(bufs[1]->nbytes());
-    bufs[1]->copyout(host.data(), host.size());
-    bufs[0]->copyin(host.data(), host.size());
+    bufs[0]->copy_from(*bufs[1]);
     return;
   }
   auto& r = *static_cast<Runner*>(item.runner.get());
@@ -343,14 +341,13 @@ void run_schedule(Schedule& s) {
       g_capture->push_back(JitItem{runners[i], it.bufs, it.ast.get(), it.kind == ScheduleItem::Kind::Copy ? 1 : it.ast->nsrc()});
     if (it.kind == ScheduleItem::Kind::Copy) {
       auto c0 = profile::Clock::now();
-      std::vector<uint8_t> host(it.bufs[1]->nbytes());
-      it.bufs[1]->copyout(host.data(), host.size());
-      it.bufs[0]->copyin(host.data(), host.size());
+      it.bufs[0]->copy_from(*it.bufs[1]);
+      const size_t nbytes = it.bufs[1]->nbytes();
       if (profile::enabled())
         profile::event("copy", it.bufs[1]->device() + " -> " + it.bufs[0]->device(), it.device, c0, profile::Clock::now(), 0,
-                       double(host.size()));
+                       double(nbytes));
       if (dbg >= 2)
-        std::fprintf(stderr, "*** %-6s copy %8zu bytes %s -> %s\n", it.device.c_str(), host.size(),
+        std::fprintf(stderr, "*** %-6s copy %8zu bytes %s -> %s\n", it.device.c_str(), nbytes,
                      it.bufs[1]->device().c_str(), it.bufs[0]->device().c_str());
       continue;
     }

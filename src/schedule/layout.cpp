@@ -4,6 +4,8 @@
 // and the matmuls autograd builds for a gradient are one pattern.
 #include "stages.hpp"
 
+#include <algorithm>
+
 namespace tg::sched {
 
 namespace {
@@ -30,18 +32,29 @@ UOpRef mov(Ops op, const UOpRef& x, std::vector<int64_t> arg) { return UOp::make
 // Bp[j/32][k][j%32], then permuted back. One panel (K x 128 bytes) stays in L2 while every row tile of A streams
 // past it; B read in place has a row stride of N floats, so its column tiles alias in the cache sets and each row
 // tile streamed all of B from memory again (N=4096: 105 -> 329 GFLOPS, bench/matmul). The sum over k runs in the
-// same order as the plain kernel's: the same values. Packing copies B once, so it pays from a few hundred rows of A
-// on (m >= 256, B at least 4 MiB).
+// same order as the plain kernel's: the same values. Packing copies B once (B at least 4 MiB: past L2); the plain
+// kernel streams all of B from memory again for each tile of 8 rows of A, so the copy pays from 4 row tiles on
+// (m >= 32: a LLaMA prefill's (64, 2048) x (2048, 5632) product 136 -> 26 ms, (128, 1024) x (1024, 1024) 7.4 -> 2.1 ms;
+// at 8 rows, one tile, the copy is pure cost: 17 -> 26 ms). A B computed by the kernel that packs it (a quantised
+// weight dequantised from its blocks) is dequantised once, straight into the panels.
 UOpRef packed_matmul(const UOp* red, LayoutCtx& c) {
-  constexpr int64_t P = 32;
+  constexpr int64_t P = 32, kPackMinRows = 32;
   const auto& ra = std::get<ReduceArg>(red->arg);
   const UOp* mul = red->src(0);
   if (!c.packed_matmul || ra.op != Ops::ADD || ra.axes.size() != 1 || mul->op != Ops::MUL ||
       mul->dtype != dtypes::float32 || red->sym() || mul->sym())
     return {};
-  const Shape& s = c.shapes.of(mul);
-  if (s.size() != 3) return {};
-  const int64_t r = ra.axes[0];
+  // The product's axes of size 1 (a batch of one: a model's (1, T, D) activations) are dropped first: the rule sees
+  // the three axes m, n and k, and the result is reshaped back to the reduce's shape.
+  const Shape& full = c.shapes.of(mul);
+  std::vector<int64_t> live;
+  for (int64_t i = 0; i < int64_t(full.size()); i++)
+    if (full[size_t(i)] != 1) live.push_back(i);
+  auto at = std::find(live.begin(), live.end(), ra.axes[0]);
+  if (live.size() != 3 || at == live.end()) return {};
+  const int64_t r = at - live.begin();
+  auto squeeze = [&](const Shape& x) { return Shape{x[size_t(live[0])], x[size_t(live[1])], x[size_t(live[2])]}; };
+  const Shape s = squeeze(full);
   std::vector<int64_t> rest;  // the output axes
   for (int64_t i = 0; i < 3; i++)
     if (i != r) rest.push_back(i);
@@ -51,18 +64,21 @@ UOpRef packed_matmul(const UOp* red, LayoutCtx& c) {
     for (int side = 0; side < 2; side++) {
       const UOp* ea = mul->src(size_t(side));      // A: broadcast along j
       const UOp* eb = mul->src(size_t(1 - side));  // B: broadcast along i
-      if (ea->op != Ops::EXPAND || eb->op != Ops::EXPAND || ea->sym() || eb->sym()) continue;
-      const Shape &as = c.shapes.of(ea->src(0)), &bs = c.shapes.of(eb->src(0));
+      if (ea->op != Ops::EXPAND || eb->op != Ops::EXPAND || ea->sym() || eb->sym() ||
+          c.shapes.of(ea->src(0)).size() != full.size() || c.shapes.of(eb->src(0)).size() != full.size())
+        continue;
+      const Shape as = squeeze(c.shapes.of(ea->src(0))), bs = squeeze(c.shapes.of(eb->src(0)));
       int64_t m = s[size_t(im)], n = s[size_t(jn)], k = s[size_t(r)];
       if (as[size_t(jn)] != 1 || as[size_t(im)] != m || as[size_t(r)] != k || bs[size_t(im)] != 1 ||
           bs[size_t(jn)] != n || bs[size_t(r)] != k || m == 1 || n == 1)
         continue;
-      if (n % P || m < 256 || k * n * 4 < (int64_t(4) << 20)) return {};
+      if (n % P || m < kPackMinRows || k * n * 4 < (int64_t(4) << 20)) return {};
       if (!c.serial_device(device_of(red))) return {};  // GPUs tile in the kernel
       std::vector<int64_t> perm{im, jn, r}, inv(3);
       for (int64_t i = 0; i < 3; i++) inv[size_t(perm[size_t(i)])] = i;
       bool same = perm == std::vector<int64_t>{0, 1, 2};
       UOpRef a = ea->src()[0], b = eb->src()[0];
+      if (full.size() != 3) a = mov(Ops::RESHAPE, a, as), b = mov(Ops::RESHAPE, b, bs);
       if (!same) a = mov(Ops::PERMUTE, a, perm), b = mov(Ops::PERMUTE, b, perm);  // (m, 1, k) and (1, n, k)
       UOpRef bp = UOp::make(Ops::CONTIGUOUS, b->dtype, {mov(Ops::PERMUTE, mov(Ops::RESHAPE, b, {n / P, P, k}), {0, 2, 1})});
       UOpRef pa = mov(Ops::EXPAND, mov(Ops::RESHAPE, a, {1, m, k, 1}), {n / P, m, k, P});
@@ -71,6 +87,7 @@ UOpRef packed_matmul(const UOp* red, LayoutCtx& c) {
       UOpRef cp = UOp::make(Ops::CONTIGUOUS, red->dtype, {mov(Ops::RESHAPE, prod, {n / P, m, P})});
       UOpRef out = mov(Ops::RESHAPE, mov(Ops::PERMUTE, cp, {1, 0, 2}), {m, n, 1});
       if (!same) out = mov(Ops::PERMUTE, out, inv);
+      if (full.size() != 3) out = mov(Ops::RESHAPE, out, c.shapes.of(red));
       c.keep.push_back(out);
       return out;
     }

@@ -223,7 +223,9 @@ struct KernelBuilder {
 
   // Whether a value read at access `a` is computed once per value it depends on: `a` uses only output loops, and
   // they are the outermost ones (the loop nest runs them outside the others, so the code that computes it is
-  // hoisted out of the inner output loops and of every reduce loop).
+  // hoisted out of the inner output loops and of every reduce loop), and some inner output loop is not among them:
+  // a value whose index or valid mask uses every loop runs once per element (PaddleOCR det's squeeze-excite scale,
+  // read through a padded, upsampled, channels-last copy, ran its 6-term reduce for each of 162x162x96 elements).
   bool hoisted(const Access& a) const {
     const Shape& s = shapes.at(root);
     std::vector<bool> used(s.size(), false);
@@ -240,7 +242,7 @@ struct KernelBuilder {
       if (!used[i]) gap = true;
       else if (gap) return false;
     }
-    return true;
+    return gap;
   }
 
   // Iterative post-order over (node, access) pairs.

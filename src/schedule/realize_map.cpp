@@ -181,13 +181,17 @@ const PatternMatcher& pm_realize_map() {
         if (!ctx_of(m).row) broadcast_cost(ctx_of(m), m.root);
         return {};
       }),
-      // A value with a reduce inside and several users would run its reduce once per user: computed once. Then
-      // the node's state is final.
+      // A value with a reduce inside and several users would run its reduce once per user: computed once. A view
+      // of it with several users (RoPE's even and odd halves of a projection, each read by both rotated halves:
+      // the fused K projection ran its reduce 4 times per output) realises the value it views. Then the node's
+      // state is final.
       rule(op_any<all_ops>, [](auto& m) -> UOpRef {
         Ctx& c = ctx_of(m);
         const UOp* u = m.root;
-        if (c.hr && c.s.consumers[u] > 1 && !is_movement(u->op) && !c.realized(u)) {
-          c.s.realized.insert(u);
+        if (c.hr && c.s.consumers[u] > 1 && !c.realized(u)) {
+          const UOp* v = u;
+          while (is_movement(v->op) && !c.realized(v)) c.has_reduce[v] = false, v = v->src(0);
+          if (!c.realized(v)) c.s.realized.insert(v);
           c.hr = false;
         }
         c.has_reduce[u] = c.hr;

@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <list>
 #include <mutex>
+#include <optional>
 
 #include "stages.hpp"
 #include "tg/env.hpp"
@@ -234,11 +235,18 @@ using sched::Template;
 
 size_t schedules_built() { return sched::g_schedules_built.load(); }
 
-Schedule create_schedule(std::span<const UOpRef> roots) {
+Schedule create_schedule(std::span<const UOpRef> orig_roots) {
   viz::Context vctx("schedule", "schedule");  // VIZ / PROFILE stage label
   profile::Span span("schedule", "create_schedule");
-  // Normalise: the schedule depends on the graph's structure, not on which buffers it reads.
+  std::span<const UOpRef> roots = orig_roots;
   std::vector<const UOp*> topo = toposort(roots);
+  std::optional<sched::MultiLowered> multi;  // stage "multi": per-device graphs
+  if (sched::has_multi(topo)) {
+    multi = sched::lower_multi(roots);
+    roots = multi->roots;
+    topo = toposort(roots);
+  }
+  // Normalise: the schedule depends on the graph's structure, not on which buffers it reads.
   std::unordered_map<const UOp*, UOpRef> norm;
   std::vector<const UOp*> inputs;
   size_t n_contig = 0;
@@ -332,6 +340,25 @@ Schedule create_schedule(std::span<const UOpRef> roots) {
     }
     bool flat = s.size() == 1 && s[0] == std::get<std::vector<int64_t>>(bu->arg)[1];
     sched.becomes.emplace_back(roots[r], flat ? bu : UOp::make(Ops::RESHAPE, bu->dtype, {bu}, std::vector<int64_t>(s)));
+  }
+  if (multi) {  // the original roots become their parts' results (a MULTI root: the MULTI of them)
+    std::unordered_map<const UOp*, UOpRef> done;
+    for (auto& [a, b] : sched.becomes) done[a.get()] = b;
+    auto result = [&](size_t k) { return done.count(roots[k].get()) ? done.at(roots[k].get()) : roots[k]; };
+    sched.becomes.clear();
+    for (size_t r = 0; r < orig_roots.size(); r++) {
+      const auto& br = multi->by_root[r];
+      UOpRef b;
+      if (br.dev) {
+        std::vector<UOpRef> src;
+        for (size_t k : br.parts) src.push_back(result(k));
+        src.push_back(br.dev);
+        b = UOp::make(Ops::MULTI, orig_roots[r]->dtype, src, br.axis);
+      } else {
+        b = result(br.parts[0]);
+      }
+      if (b != orig_roots[r]) sched.becomes.emplace_back(orig_roots[r], b);
+    }
   }
   return sched;
 }

@@ -1,6 +1,8 @@
 #pragma once
 // The scheduler's stages (internal to src/schedule/). create_schedule (schedule.cpp) runs them in order over one
 // ScheduleCtx, as lower_kernel runs the lowering's stages:
+//   multi           (multi.cpp)         multi-device graphs -> per-device graphs + COPY (ALLREDUCE lowered): pm_multi;
+//                                       runs in create_schedule before normalisation, on graphs with a MULTI only
 //   layouts         (layout.cpp)        pm_layout: memory layouts by the device's capabilities
 //   split reduceop  (split_reduce.cpp)  early rewrites: a graph_rewrite with pm_split_reduceop
 //   realize map     (realize_map.cpp)   which nodes materialise: pm_realize_map visited over the graph
@@ -8,6 +10,7 @@
 //   rangeify        (rangeify.cpp)      one kernel AST per materialised node, then pm_kernel_ast (kernel_ast.cpp)
 //   order           (linearize.cpp)     the kernels in read/write order
 //   plan memory     (linearize.cpp)     intermediate buffers reused once their last reader has run
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -90,6 +93,21 @@ struct ScheduleCtx {
 };
 
 // ---- the stages' entry points
+
+/** multi: the per-device roots of a graph over MULTI nodes. A root that is a MULTI gives one root per part. */
+struct MultiLowered {
+  struct Root {
+    std::vector<size_t> parts;  // indices into roots
+    UOpRef dev;                 // a MULTI root's DEVICE node (null: an ordinary root)
+    int64_t axis = -1;
+  };
+  std::vector<UOpRef> roots;
+  std::vector<Root> by_root;  // one per original root
+};
+bool has_multi(std::span<const UOp* const> topo);
+MultiLowered lower_multi(std::span<const UOpRef> roots);
+/** The sharded axis of a multi-device value once lowered (absent: replicated or on one device). */
+std::optional<int> multi_axis(const UOpRef& u);
 
 /** layouts: pm_layout, memory layouts chosen by the device's capabilities (the panelled matmul). */
 std::vector<UOpRef> apply_layouts(std::span<const UOpRef> roots, const Knobs& knobs);

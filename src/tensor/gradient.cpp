@@ -1,5 +1,6 @@
 // Symbolic autograd: one gradient rule per primitive op; backward() and gradient() on Tensor.
 #include "tg/gradient.hpp"
+#include "tg/multi.hpp"
 
 #include <cmath>
 #include <mutex>
@@ -213,6 +214,17 @@ const PatternMatcher& pm_gradient() {
       rule(op_any<opset<Ops::CONTIGUOUS>>, [](auto& m) { return tup1(g_of(m)); }),  // d contiguous(x) = dx
       rule(op_any<opset<Ops::COPY>>,  // d x.to(dev) = the gradient copied back to x's device
            [](auto& m) { return tup({g_of(m).to(ctx_of(m).dev(m.root->src(0))).uop(), none()}); }),
+      rule(op_any<opset<Ops::MULTI>>,  // each part gets its device's part of the gradient (include/tg/multi.hpp)
+           [](auto& m) {
+             size_t n = m.root->nsrc() - 1;
+             int64_t axis = std::get<int64_t>(m.root->arg);
+             std::vector<UOpRef> g;
+             for (size_t i = 0; i < n; i++)
+               g.push_back(UOp::make(Ops::MSELECT, g_of(m).dtype(), {g_of(m).uop(), m.root->src()[n]},
+                                     std::vector<int64_t>{int64_t(i), axis, int64_t(n)}));
+             g.push_back(none());
+             return tup(g);
+           }),
       rule(op_any<opset<Ops::DETACH, Ops::ASSIGN>>,
            [](auto& m) { return tup(std::vector<UOpRef>(m.root->nsrc(), none())); })));  // stop gradients
   return pm;
@@ -232,7 +244,8 @@ std::vector<UOpRef> compute_gradient(const UOpRef& root, const UOpRef& root_grad
   for (const UOp* u : topo) {
     std::string d;
     if (u->op == Ops::BUFFER) d = std::get<std::string>(u->src(0)->arg);
-    else if (u->op == Ops::COPY) d = std::get<std::string>(u->src(1)->arg);
+    else if (u->op == Ops::COPY || u->op == Ops::MULTI) d = std::get<std::string>(u->src(u->nsrc() - 1)->arg);
+    else if (u->op == Ops::MSELECT) d = split_devices(std::get<std::string>(u->src(1)->arg))[size_t(vec_arg(u)[0])];
     else
       for (auto& s : u->src())
         if (auto it = devices.find(s.get()); it != devices.end() && !it->second.empty() && s->op != Ops::DEVICE) {

@@ -155,7 +155,7 @@ Tensor pool_windows(const Tensor& x, const std::vector<int64_t>& k, const std::v
 }
 
 bool serial_device(const std::string& device) {
-  Device& dev = get_device(device);
+  Device& dev = get_device(device.substr(0, device.find(',')));  // a multi-device name: its devices are alike
   return dev.runs_kernels() && dev.renderer().grid_limits().threads == 0;
 }
 

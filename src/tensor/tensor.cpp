@@ -1,5 +1,6 @@
 // Tensor: creation, elementwise ops with broadcasting and promotion, movement, reductions, realize.
 #include "tg/tensor.hpp"
+#include "tg/multi.hpp"
 
 #include <algorithm>
 #include <bit>
@@ -59,6 +60,7 @@ Shape infer_shape(Ops op, const std::vector<const Shape*>& in, const Arg& arg, D
     case Ops::BUFFER: return {std::get<std::vector<int64_t>>(arg)[1]};
     case Ops::CONST: case Ops::DEFINE_VAR: case Ops::DEVICE: return {};
     case Ops::RANGE: return {vec().at(2)};  // a tensor-graph RANGE (arange): its length is the argument's third entry
+    case Ops::MULTI: case Ops::MSELECT: return multi_shape(op, in, arg);  // src/tensor/multi.cpp
     default: return in.empty() ? Shape{} : *in[0];
   }
 }
@@ -286,6 +288,12 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, const std::string& device)
   for (int64_t d : shape)
     if (d < 0) throw Error("[empty] negative dimension in shape " + shape_str(shape));
   std::string dev = dev_or_default(device);
+  if (is_multi_device(dev)) {  // a buffer on each device (include/tg/multi.hpp)
+    std::vector<UOpRef> parts;
+    for (const std::string& d : split_devices(dev)) parts.push_back(empty(shape, dtype, d).uop());
+    parts.push_back(UOp::make(Ops::DEVICE, dtypes::void_, {}, dev));
+    return Tensor(UOp::make(Ops::MULTI, parts[0]->dtype, parts, int64_t(-1)), shape, dev);
+  }
   checked_nbytes("empty", shape, dtypes::strong(dtype), dev);
   auto buf = new_buffer_uop(dev, dtypes::strong(dtype), size_t(numel_of(shape)));
   return Tensor(UOp::make(Ops::RESHAPE, buf->dtype, {buf}, std::vector<int64_t>(shape)), shape, dev);
@@ -301,6 +309,7 @@ Tensor Tensor::zeros(const Shape& s, DType d, const std::string& dev) { return f
 Tensor Tensor::ones(const Shape& s, DType d, const std::string& dev) { return full(s, 1, d, dev); }
 
 Tensor Tensor::from_blob(const void* data, const Shape& shape, DType dtype, const std::string& device) {
+  if (is_multi_device(device)) return from_blob(data, shape, dtype, split_devices(device)[0]).to(device);  // replicated
   Tensor t = empty(shape, dtype, device);
   auto buf = buffer_of(contiguous_buffer(t.uop().get()));
   if (buf->nbytes() > 0) buf->copyin(data, buf->nbytes());  // an empty tensor has nothing to copy (data may be null)
@@ -321,10 +330,12 @@ Tensor Tensor::arange(double start, double stop, double step, DType dtype, const
   std::string dev = dev_or_default(device);
   checked_nbytes("arange", {n}, d, dev);  // before any host memory
   // (on the default device only: a RANGE names no device, and its kernel runs where the graph's buffers are)
-  if (dev == default_device() && dtypes::is_int(d) && !dtypes::is_bool(d) && start == std::trunc(start) && step == std::trunc(step) && n > 0 &&
-      std::fabs(start) < 0x1p53 && std::fabs(start + double(n - 1) * step) < 0x1p53 &&
-      std::min(start, start + double(n - 1) * step) >= double(dtypes::min_int(d)) &&
-      std::max(start, start + double(n - 1) * step) <= double(dtypes::max_int(d))) {
+  bool as_range = dtypes::is_int(d) && !dtypes::is_bool(d) && start == std::trunc(start) && step == std::trunc(step) && n > 0 &&
+                  std::fabs(start) < 0x1p53 && std::fabs(start + double(n - 1) * step) < 0x1p53 &&
+                  std::min(start, start + double(n - 1) * step) >= double(dtypes::min_int(d)) &&
+                  std::max(start, start + double(n - 1) * step) <= double(dtypes::max_int(d));
+  if (is_multi_device(dev) && !as_range) return arange(start, stop, step, dtype, split_devices(dev)[0]).to(dev);
+  if (as_range && (dev == default_device() || is_multi_device(dev))) {  // several devices: each computes it
     // Integers: the index itself (a RANGE in the tensor graph), computed where it is used. A kernel that compares
     // it with an index and sums (a gather written as a one-hot reduce) becomes an indexed load (see the scheduler).
     Tensor t(UOp::make(Ops::RANGE, d, {UOp::cnst_int(dtypes::index, n)}, std::vector<int64_t>{-1, int64_t(AxisType::Loop), n}),
@@ -1215,8 +1226,9 @@ void Tensor::realize_all(std::vector<Tensor*> ts) {
   std::lock_guard lk(g_realize_mu);
   std::vector<UOpRef> roots;
   for (Tensor* t : ts) {
+    if (t->is_multi()) t->im().uop = detail::multi_realize_root(*t);  // a constant there: on every device
     const UOp* u = t->uop().get();
-    if (contiguous_buffer(u) || (u->op == Ops::CONST && t->im().weak)) continue;
+    if (contiguous_buffer(u) || detail::multi_realized(u) || (u->op == Ops::CONST && t->im().weak)) continue;
     roots.push_back(t->uop());
   }
   if (roots.empty()) return;
@@ -1252,6 +1264,7 @@ void realize_readers_of(const std::vector<const Buffer*>& written) {
 
 void Tensor::copy_to_host(void* dst, size_t bytes) const {
   std::lock_guard lk(g_realize_mu);
+  if (is_multi()) return to(devices()[0]).copy_to_host(dst, bytes);
   Tensor t = *this;
   // A pending assign (t.assign(x), t += x) is realised on the handle itself, which every copy shares: realised
   // only inside the CONTIGUOUS copy below, the handle would keep the ASSIGN and a second read would write again.
@@ -1317,6 +1330,7 @@ std::vector<double> Tensor::to_doubles() const {
 
 Tensor Tensor::to(const std::string& dev, CallLoc loc) const {
   CallSite site(loc);
+  if (is_multi_device(dev) || is_multi()) return detail::multi_to(*this, dev);  // src/tensor/multi.cpp
   Device& d = get_device(dev);  // throws for unknown names
   Device& from = get_device(device());
   if (d.name() == from.name()) return *this;
@@ -1345,6 +1359,11 @@ Tensor& Tensor::assign(const Tensor& x, CallLoc loc) {
   std::lock_guard lk(g_realize_mu);
   if (x.shape() != shape())
     throw Error("[assign] shape " + shape_str(x.shape()) + " does not match target shape " + shape_str(shape()));
+  if (is_multi() || x.is_multi()) {  // src/tensor/multi.cpp
+    UOpRef a = detail::multi_assign_uop(*this, x);
+    im().uop = a;
+    return *this;
+  }
   // A view of a buffer that addresses each element once (a shrink, reshape, permute or flip of it, as a KV cache's
   // rows `cache.shrink(rows)`) is written in place: the buffer's other elements keep their values, and every tensor
   // on the buffer reads the write once this assign is realised.

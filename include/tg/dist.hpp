@@ -1,0 +1,39 @@
+#pragma once
+// tg::dist: data-parallel training across processes and hosts over MPI (Debian's OpenMPI). Every rank runs the same
+// program on its share of each batch; the gradients are summed over the ranks by MPI_Allreduce on host buffers
+// (one call for all of them), so every rank applies the same update and keeps the same weights.
+//
+// Built with MPI when meson finds it (libopenmpi-dev); otherwise, or when the program was not started by mpirun,
+// there is one rank and every call here is a no-op. Run: `mpirun -np 2 build/examples/beautiful_mnist`
+// (as root add --allow-run-as-root; more ranks than cores: --oversubscribe; several hosts: --hostfile FILE).
+#include <string>
+#include <vector>
+
+#include "tg/tensor.hpp"
+
+namespace tg::dist {
+
+/** Start MPI when this process was launched by mpirun (OMPI_COMM_WORLD_SIZE / PMI_SIZE set) and tg was built with
+ *  MPI; later calls do nothing. Called by rank() and world_size() on first use; MPI is finalised at exit. */
+void init();
+/** This process's rank (0 without MPI) and the number of ranks (1 without MPI). */
+int rank();
+int world_size();
+/** Whether tg was built with MPI. */
+bool available();
+
+enum class Op { Sum, Max };
+/** Reduce `t`'s values over all ranks (every rank gets the result) in place: realised, copied to the host,
+ *  MPI_Allreduce, written back. With one rank: nothing. */
+void allreduce_(Tensor& t, Op op = Op::Sum);
+/** The mean over the ranks of each tensor's gradient (tensors that have one), in place, as one MPI_Allreduce of
+ *  their values packed into one float32 host buffer. Returns the bytes reduced (0 with one rank). */
+size_t allreduce_grads(const std::vector<Tensor>& params);
+/** Rows [rank * n / world, (rank + 1) * n / world) of t's first axis: this rank's share of a batch (n must split). */
+Tensor rank_share(const Tensor& t);
+/** A 64-bit hash of the tensors' bytes, gathered from every rank: true when all ranks hold the same bits. */
+bool replicas_equal(const std::vector<Tensor>& ts);
+/** Wait for every rank. */
+void barrier();
+
+}  // namespace tg::dist
