@@ -68,7 +68,7 @@ struct CompiledKernel {
 
 /** How to optimise while lowering: the target's limits, and explicit opts (else the heuristic's). */
 struct LowerOptions {
-  /// the target's limits (threads, vector width, local memory) the heuristic and the opts must respect
+  /// the target's limits (threads, vector width, GPU work-group size) the heuristic and the opts respect
   OptConfig config;
   bool index64 = false;  ///< index arithmetic in int64 even where int32 fits (64-bit CPUs: no sign extensions, so
                          ///< LLVM can prove the expander's copies access consecutive addresses and vectorise them)

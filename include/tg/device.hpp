@@ -79,7 +79,7 @@ class Allocator {
 class Program {
  public:
   virtual ~Program() = default;
-  /// launches the kernel over `dims` and waits for it to finish
+  /// launches the kernel over `dims`
   virtual void run(void* const* bufs, const int64_t* vars, const LaunchDims& dims) = 0;
 };
 
@@ -101,7 +101,7 @@ class Renderer {
   virtual std::string render(const std::string& name, const std::vector<const UOp*>& program) = 0;
   /** Capabilities the optimiser and decompositions consult. */
   virtual bool has_local() const { return false; }
-  /// whether kernels may use this dtype (else it is emulated or refused before rendering)
+  /// whether this device's kernels may use the dtype
   virtual bool supports(DType) const { return true; }
   /** Whether EXP2/LOG2 render as fast (vectorisable) instructions; else codegen decomposes them into ALU ops
    *  (src/codegen/transcendental.cpp). */

@@ -63,7 +63,7 @@ class Model {
 
   /** Graph inputs that are not initializers (what run() needs). */
   const std::vector<ValueInfo>& inputs() const;
-  /// the graph outputs, in the order run() returns them
+  /// the graph outputs, as the model declares them
   const std::vector<ValueInfo>& outputs() const;
   /** The opset version imported for a domain ("" is the default ONNX domain); 0 when not imported. */
   int64_t opset(const std::string& domain = "") const;

@@ -96,7 +96,7 @@ class Evaluator {
       if (u->op == Ops::DEFINE_VAR) r.push_back(u);
     return r;
   }
-  /// the root's value at p (DEFINE_VARs from p; RANGEs drawn below their end and added to p), or nullopt where undefined
+  /// the root's value at p (DEFINE_VARs from p; RANGEs drawn below their end), or nullopt where undefined
   std::optional<Value> eval(Point& p, Rng& rng) const {
     for (size_t i = 0; i < order_.size(); i++) {
       const UOp* u = order_[i];

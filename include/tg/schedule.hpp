@@ -23,7 +23,7 @@ struct ScheduleItem {
   ///@}
   UOpRef ast;                                  ///< kernel AST (PARAM i is bufs[i])
   std::vector<std::shared_ptr<Buffer>> bufs;   ///< outputs first
-  /// the device that runs it ("CPU", "CL", "CUDA"; a copy: the destination)
+  /// the name of the device that runs it
   std::string device;
 };
 

@@ -124,7 +124,7 @@ class Tensor {
   Tensor() = default;
   /** Whether this handle holds a tensor (false for a default-constructed one). */
   bool defined() const { return impl_ != nullptr; }
-  /// a tensor over an existing tensor-graph node (no check that `shape` is the node's)
+  /// a tensor over an existing tensor-graph node with that shape, on `device` (under NoGrad: detached)
   explicit Tensor(UOpRef uop, Shape shape, std::string device);
   /** A 0-d tensor holding a scalar (weakly typed like a Python scalar unless a dtype is given). */
   Tensor(double v);  // NOLINT
@@ -136,7 +136,7 @@ class Tensor {
   // ---- creation
   /// a tensor of that shape whose values are unspecified until written (allocates on realise)
   static Tensor empty(const Shape& shape, DType dtype = dtypes::float32, const std::string& device = "");
-  /// a tensor of `shape` with every element `value` (a broadcast constant: no memory until realised)
+  /// a tensor of `shape` with every element `value` (a constant expanded to the shape; a negative dim is a tg::Error)
   static Tensor full(const Shape& shape, double value, DType dtype = dtypes::float32, const std::string& device = "");
   /// full(shape, 0)
   static Tensor zeros(const Shape& shape, DType dtype = dtypes::float32, const std::string& device = "");
@@ -280,7 +280,7 @@ class Tensor {
   Tensor alu(Ops op, const Tensor& b, CallLoc loc = CallLoc::current()) const;
   /// values converted to dtype d (floats to ints truncate; to bool: nonzero)
   Tensor cast(DType d, CallLoc loc = CallLoc::current()) const;
-  /// the same bits read as dtype d (same item size)
+  /// the same bits read as dtype d (another item size is a tg::Error)
   Tensor bitcast(DType d) const;
   /// -x
   Tensor neg() const;

@@ -201,7 +201,7 @@ class UOp {
   }
   /** A constant of `dtype` (ints/bool stored as int64, floats as double, rounded to the dtype). */
   static UOpRef cnst(DType dtype, double v);
-  /// an integer constant of `dtype` (v wrapped to its width)
+  /// an integer constant of `dtype`
   static UOpRef cnst_int(DType dtype, int64_t v);
   /** A bounded integer variable (DEFINE_VAR). */
   static UOpRef variable(std::string name, int64_t min, int64_t max, DType dtype = dtypes::index);

@@ -93,7 +93,7 @@ struct GGUFValue {
  *  that shape in their own dtype; a quantised one is uint8 (..., blocks per row, bytes per block), the file's
  *  blocks (q4_0 (..., n/32, 18), q8_0 (..., n/32, 34), q6_K (..., n/256, 210), ...), for ggml_dequantize. */
 struct GGUFFile {
-  /// the GGUF format version (2 or 3)
+  /// the GGUF format version, as stored in the header
   uint32_t version = 0;
   /// key-value metadata ("general.architecture", "llama.block_count", ...)
   std::map<std::string, GGUFValue> metadata;
