@@ -46,24 +46,33 @@ class Renderer;
 
 /** A kernel ready to compile: its name, linear program (kept alive by `sink`) and source. */
 struct CompiledKernel {
+  /// the kernel's function name, tinygrad style: E_ (elementwise) or r_ (reduce) and its loop sizes
   std::string name;
-  UOpRef sink;                       // the lowered AST (keeps the program's nodes alive)
-  std::vector<const UOp*> program;   // linear order
+  UOpRef sink;                       ///< the lowered AST (keeps the program's nodes alive)
+  std::vector<const UOp*> program;   ///< linear order
+  /// the rendered source the device compiles (C, LLVM IR, OpenCL C or CUDA)
   std::string src;
+  /// number of buffer parameters (PARAM 0..n_params-1; outputs first)
   int n_params = 0;
+  /// names of the symbolic variables the kernel takes as int arguments, in argument order
   std::vector<std::string> var_names;
-  double flops = 0, mem_bytes = 0;   // estimates for DEBUG=2 lines
-  std::vector<Opt> opts;             // the optimisations applied
-  int threads = 1;                   // calls in parallel, one per core (the kernel variable core_id)
-  int core_var = -1;                 // position of core_id in var_names, or -1
-  LaunchDims dims;                   // groups and threads per group (all 1 for a serial kernel)
+  /// estimated floating-point operations and bytes moved, for DEBUG=2 lines
+  ///@{
+  double flops = 0, mem_bytes = 0;   ///< estimates for DEBUG=2 lines
+  ///@}
+  std::vector<Opt> opts;             ///< the optimisations applied
+  int threads = 1;                   ///< calls in parallel, one per core (the kernel variable core_id)
+  int core_var = -1;                 ///< position of core_id in var_names, or -1
+  LaunchDims dims;                   ///< groups and threads per group (all 1 for a serial kernel)
 };
 
 /** How to optimise while lowering: the target's limits, and explicit opts (else the heuristic's). */
 struct LowerOptions {
+  /// the target's limits (threads, vector width, GPU work-group size) the heuristic and the opts respect
   OptConfig config;
-  bool index64 = false;  // index arithmetic in int64 even where int32 fits (64-bit CPUs: no sign extensions, so
-                         // LLVM can prove the expander's copies access consecutive addresses and vectorise them)
+  bool index64 = false;  ///< index arithmetic in int64 even where int32 fits (64-bit CPUs: no sign extensions, so
+                         ///< LLVM can prove the expander's copies access consecutive addresses and vectorise them)
+  /// opts to apply instead of the heuristic's (BEAM's winner, a test's), or null
   const std::vector<Opt>* opts = nullptr;
 };
 

@@ -24,11 +24,13 @@ class UOp;
 
 /** Launch dimensions of a kernel (global = number of work groups per axis, local = threads per group). */
 struct LaunchDims {
+  /// work groups along x, y, z (CPU: global[0] parallel calls)
   int64_t global[3] = {1, 1, 1};
+  /// threads per work group along x, y, z (1 on the CPU)
   int64_t local[3] = {1, 1, 1};
   /** CPU: global[0] parallel calls, call i with vars[core_var] = i (the kernel variable core_id); -1: one call. */
   int core_var = -1;
-  int n_vars = 0;  // length of the vars array
+  int n_vars = 0;  ///< length of the vars array
   /** The kernel indexes items within a group (LOCAL/GROUP/TC opts: get_local_id, local memory, warps): launch
    *  exactly `local` items per group; a device that cannot must fail, not shrink the group. */
   bool exact_local = false;
@@ -45,8 +47,11 @@ class Allocator {
   void free(void* p, size_t bytes);
   /** Drop every cached freed block. */
   void clear_cache();
+  /// bytes held by freed blocks in the cache (not yet returned to the device)
   size_t cached_bytes() const;
+  /// copies `bytes` from host memory into device memory `dst`
   virtual void copyin(void* dst, const void* host_src, size_t bytes) = 0;
+  /// copies `bytes` of device memory `src` to host memory
   virtual void copyout(void* host_dst, const void* src, size_t bytes) = 0;
   /** Copy `bytes` from the host into `dst` starting `offset` bytes in (the default handles offset 0 only). */
   virtual void copyin_at(void* dst, size_t offset, const void* host_src, size_t bytes);
@@ -58,7 +63,9 @@ class Allocator {
   virtual bool host_memory() const { return false; }
 
  protected:
+  /// the device's own allocation of `bytes`, bypassing the cache
   virtual void* alloc_raw(size_t bytes) = 0;
+  /// returns memory from alloc_raw to the device
   virtual void free_raw(void* p, size_t bytes) = 0;
 
  private:
@@ -72,6 +79,7 @@ class Allocator {
 class Program {
  public:
   virtual ~Program() = default;
+  /// launches the kernel over `dims`
   virtual void run(void* const* bufs, const int64_t* vars, const LaunchDims& dims) = 0;
 };
 
@@ -89,9 +97,11 @@ class Compiler {
 class Renderer {
  public:
   virtual ~Renderer() = default;
+  /// the source of kernel `name` from its linear program (throws tg::Error for an op or dtype it cannot render)
   virtual std::string render(const std::string& name, const std::vector<const UOp*>& program) = 0;
   /** Capabilities the optimiser and decompositions consult. */
   virtual bool has_local() const { return false; }
+  /// whether this device's kernels may use the dtype
   virtual bool supports(DType) const { return true; }
   /** Whether EXP2/LOG2 render as fast (vectorisable) instructions; else codegen decomposes them into ALU ops
    *  (src/codegen/transcendental.cpp). */
@@ -101,10 +111,13 @@ class Renderer {
   /** Limits of a GPU-style launch: kernels whose output loops become work-item indices (SPECIAL) return
    *  threads > 0 (most threads per group) and the most groups per axis; a serial (CPU) kernel returns threads 0. */
   struct GridLimits {
+    /// most threads in one work group (0: a serial CPU kernel, no SPECIAL indices)
     int64_t threads = 0;
+    /// most work groups per axis x, y, z
     int64_t groups[3] = {0, 0, 0};
-    bool tensor_cores = false;  // WMMA (CUDA mma.sync m16n8k16 for half/bfloat16 inputs, float accumulators)
+    bool tensor_cores = false;  ///< WMMA (CUDA mma.sync m16n8k16 for half/bfloat16 inputs, float accumulators)
   };
+  /// the launch limits (a CPU renderer: all zero)
   virtual GridLimits grid_limits() const { return {}; }
 };
 
@@ -112,14 +125,17 @@ class Renderer {
  *  TG_CPU names (an LLVM CPU name such as haswell, znver3, skylake-avx512, whose ISA this CPU must have), and the
  *  cache sizes from sysfs (else glibc's cpuid reading). Read once per device; immutable afterwards. */
 struct MachineModel {
-  std::string cpu = "unknown";  // LLVM's CPU name ("znver3", "sapphirerapids"), or a GPU's device name
-  std::string isa;              // the vector ISA in words ("AVX-512", "AVX2+FMA", "SSE4.2")
-  std::string source = "default";  // where the ISA came from: "host", "TG_CPU", or "default" (nothing read)
-  int vector_bits = 512;        // width of the vector registers generated code uses
-  int vector_registers = 32;    // how many of them
-  int64_t l1d_bytes = 0, l2_bytes = 0, l3_bytes = 0;  // data cache per core (L1, L2) and shared (L3); 0: unknown
-  std::string cache_source;     // "sysfs", "cpuid" (glibc), or "" when unknown
-  int cores = 1;                // parallel calls of one kernel (THREADS overrides)
+  std::string cpu = "unknown";  ///< LLVM's CPU name ("znver3", "sapphirerapids"), or a GPU's device name
+  std::string isa;              ///< the vector ISA in words ("AVX-512", "AVX2+FMA", "SSE4.2")
+  std::string source = "default";  ///< where the ISA came from: "host", "TG_CPU", or "default" (nothing read)
+  int vector_bits = 512;        ///< width of the vector registers generated code uses
+  int vector_registers = 32;    ///< how many of them
+  /// data cache per core (L1, L2) and shared (L3) in bytes; 0: unknown
+  ///@{
+  int64_t l1d_bytes = 0, l2_bytes = 0, l3_bytes = 0;
+  ///@}
+  std::string cache_source;     ///< "sysfs", "cpuid" (glibc), or "" when unknown
+  int cores = 1;                ///< parallel calls of one kernel (THREADS overrides)
 };
 /** One line: "znver3 (host): AVX2+FMA, 256-bit x 16 vector registers, L1d 32 KiB, L2 512 KiB, L3 32 MiB (sysfs), 2
  *  cores". */
@@ -129,9 +145,13 @@ std::string to_string(const MachineModel& m);
 class Device {
  public:
   virtual ~Device() = default;
+  /// the device's name as Tensor::device() spells it ("CPU", "CL:1")
   virtual const std::string& name() const = 0;
+  /// the device memory allocator (with its free-block cache)
   virtual Allocator& allocator() = 0;
+  /// turns linear programs into source for this device's compiler
   virtual Renderer& renderer() = 0;
+  /// turns source into a binary the device loads
   virtual Compiler& compiler() = 0;
   /** Load a compiled binary as a runnable program. */
   virtual std::unique_ptr<Program> load(const std::vector<uint8_t>& binary, const std::string& name) = 0;
@@ -163,6 +183,7 @@ class Device {
   std::shared_ptr<ProgramCache> programs_ = new_program_cache();
 };
 
+/// Opens a device by its full name ("CL:1"); registered per backend with register_device.
 using DeviceFactory = std::function<std::unique_ptr<Device>(const std::string& full_name)>;
 /** Register a backend under a base name ("CPU"); done by each backend folder at static-init time. */
 bool register_device(const std::string& base, DeviceFactory f, int priority = 0);
@@ -180,6 +201,7 @@ std::vector<std::string> device_names();
 std::string cache_dir();
 /** Disk cache of compiled binaries (atomic writes: safe with concurrent processes). CACHELEVEL=0 disables. */
 bool disk_cache_get(const std::string& key, std::vector<uint8_t>& out);
+/// stores `data` under `key` (a no-op with CACHELEVEL=0; may evict the least recently used entries, see TG_CACHE_MB)
 void disk_cache_put(const std::string& key, const std::vector<uint8_t>& data);
 
 /** The bytes of a buffer of `shape` (the caller's, for the message) of `dtype`, checked before anything is
@@ -201,13 +223,19 @@ class Buffer {
   ~Buffer();
   Buffer(const Buffer&) = delete;
   Buffer& operator=(const Buffer&) = delete;
+  /// the name of the device that holds it
   const std::string& device() const { return device_; }
+  /// the element dtype
   DType dtype() const { return dtype_; }
+  /// number of elements
   size_t size() const { return size_; }
-  size_t nbytes() const { return size_ * size_t(dtype_.itemsize()); }  // checked by the constructor
+  size_t nbytes() const { return size_ * size_t(dtype_.itemsize()); }  ///< checked by the constructor
+  /// whether device memory is allocated yet (ptr() allocates)
   bool allocated() const { return ptr_ != nullptr; }
-  void* ptr();  // allocates on first use
+  void* ptr();  ///< allocates on first use
+  /// fills the whole buffer from host memory (allocating it); `bytes` other than nbytes() is a tg::Error
   void copyin(const void* host, size_t bytes);
+  /// copies the whole buffer to host memory; `bytes` other than nbytes() is a tg::Error
   void copyout(void* host, size_t bytes);
   /** Copy `bytes` from the host into the buffer starting at byte `offset`. */
   void copyin_at(size_t offset, const void* host, size_t bytes);

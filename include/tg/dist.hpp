@@ -18,10 +18,12 @@ namespace tg::dist {
 void init();
 /** This process's rank (0 without MPI) and the number of ranks (1 without MPI). */
 int rank();
+/// the number of ranks (1 without MPI)
 int world_size();
 /** Whether tg was built with MPI. */
 bool available();
 
+/// The reduction of allreduce_: the sum or the maximum over the ranks.
 enum class Op { Sum, Max };
 /** Reduce `t`'s values over all ranks (every rank gets the result) in place: realised, copied to the host,
  *  MPI_Allreduce, written back. With one rank: nothing. */

@@ -11,8 +11,11 @@ namespace tg {
 /** The source position of a call into tg's public API (a defaulted last parameter of the entry points), as
  *  std::source_location (which clang 14 cannot provide with libstdc++): `CallLoc loc = CallLoc::current()`. */
 struct CallLoc {
+  /// the caller's source file ("" when unknown)
   const char* file = "";
+  /// the caller's line (0 when unknown)
   unsigned line = 0;
+  /// the position of the expression that calls this (as a defaulted argument: the user's call)
   static constexpr CallLoc current(const char* f = __builtin_FILE(), unsigned l = __builtin_LINE()) noexcept {
     return {f, l};
   }
@@ -24,6 +27,7 @@ struct CallLoc {
  *  Thread-safety: per thread (a thread_local). */
 class CallSite {
  public:
+  /// marks `loc` as this thread's user call unless an outer guard already did
   explicit CallSite(const CallLoc& loc) noexcept;
   ~CallSite();
   CallSite(const CallSite&) = delete;
@@ -39,7 +43,9 @@ class CallSite {
  *  the user's call site when raised inside a public call (see CallSite). */
 class Error : public std::runtime_error {
  public:
+  /// an error with message `msg`, followed by the user's call site when one is active
   explicit Error(const std::string& msg) : std::runtime_error(msg + CallSite::suffix()) {}
+  /// as Error(std::string(msg))
   explicit Error(const char* msg) : Error(std::string(msg)) {}
 };
 

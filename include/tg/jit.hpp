@@ -20,13 +20,15 @@ namespace tg {
 class Buffer;
 /** One launched kernel or copy, as captured. */
 struct JitItem {
-  std::shared_ptr<void> runner;  // the compiled kernel (null for a copy)
+  std::shared_ptr<void> runner;  ///< the compiled kernel (null for a copy)
+  /// the buffers it ran on, outputs first (a replay substitutes the inputs')
   std::vector<std::shared_ptr<Buffer>> bufs;
-  const void* key = nullptr;     // identifies the kernel (its AST), for comparing captures
-  size_t outputs = 1;            // bufs[0, outputs) are written
+  const void* key = nullptr;     ///< identifies the kernel (its AST), for comparing captures
+  size_t outputs = 1;            ///< bufs[0, outputs) are written
 };
 /** Start / stop recording every item run_schedule executes on this thread. */
 void jit_begin_capture(std::vector<JitItem>* sink);
+/// stops recording on this thread (see jit_begin_capture)
 void jit_end_capture();
 /** During a TinyJit capture, notes a host read (to_vector, item) of buffer `b`: the capture cannot be replayed if
  *  `b` holds a value computed from the function's inputs (a replay would reuse the value read at capture). */
@@ -42,15 +44,21 @@ void jit_run(const JitItem& item, const std::vector<Buffer*>& bufs, const VarVal
  *  a replay launches the captured kernels with the new values, compiling nothing. */
 class TinyJit {
  public:
+  /// A step from input tensors to output tensors.
   using Fn = std::function<std::vector<Tensor>(const std::vector<Tensor>&)>;
   /** A step that also takes bound Variables: `jit({tok}, {pos.bind(p)})`, the function using `vars[0]` in shapes. */
   using FnVars = std::function<std::vector<Tensor>(const std::vector<Tensor>&, const std::vector<sint>&)>;
+  /// wraps a step that takes tensors only
   explicit TinyJit(Fn fn) : fn_([f = std::move(fn)](const std::vector<Tensor>& in, const std::vector<sint>&) { return f(in); }) {}
+  /// wraps a step that also takes bound Variables
   explicit TinyJit(FnVars fn) : fn_(std::move(fn)) {}
+  /// runs the step: call 1 warms up, calls 2-3 capture its kernels (they must agree), later calls replay them
   std::vector<Tensor> operator()(const std::vector<Tensor>& inputs, const std::vector<sint>& vars = {});
   /** Number of calls so far, and whether the next call replays. */
   int calls() const { return calls_; }
+  /// whether the next call replays the capture (after three calls)
   bool replaying() const { return calls_ >= 3; }
+  /// number of kernels and copies the capture holds
   size_t captured_kernels() const { return items_.size(); }
   /** Whether a capture read a value computed from the inputs on the host (the call threw: such a function cannot be
    *  replayed; run it without the JIT). */

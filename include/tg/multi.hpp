@@ -20,6 +20,7 @@ using Shape = std::vector<int64_t>;
 std::vector<std::string> split_devices(const std::string& device);
 /** Whether a tensor's device names several devices (a multi-device tensor). */
 inline bool is_multi_device(const std::string& device) { return device.find(',') != std::string::npos; }
+/// the multi-device name of these devices: {"CPU", "CPU:1"} -> "CPU,CPU:1" (the inverse of split_devices)
 std::string join_devices(const std::vector<std::string>& devices);
 
 /** Shapes of MULTI and MSELECT (infer_shape calls this). */
@@ -28,6 +29,7 @@ Shape multi_shape(Ops op, const std::vector<const Shape*>& in, const Arg& arg);
 /** How an ALLREDUCE is carried out: ALLREDUCE=ring|naive, else ring from 256k elements on more than two devices
  *  (as tinygrad's RING_ALLREDUCE_THRESHOLD). Both sum in one fixed order, so every device gets the same bits. */
 enum class AllreduceAlgo { Naive, Ring };
+/// the algorithm for an ALLREDUCE of numel elements over ndev devices (see AllreduceAlgo)
 AllreduceAlgo allreduce_algo(int64_t numel, size_t ndev);
 
 class Tensor;

@@ -19,14 +19,23 @@ namespace tg::onnx {
 /** A value flowing through an ONNX graph: a tensor, a sequence of tensors, an absent optional, or a tensor of
  *  strings (held on the host, row-major; tg tensors have no string dtype). */
 struct Value {
+  /// which member holds the value
   enum class Kind { Tensor, Sequence, None, Strings };
+  /// which member holds the value (None: an absent optional)
   Kind kind = Kind::None;
+  /// the value when kind is Tensor
   Tensor tensor;
+  /// the value when kind is Sequence
   std::vector<Tensor> sequence;
+  /// the value when kind is Strings: the elements, row-major
   std::vector<std::string> strings;
+  /// the shape of `strings`
   Shape strings_shape;
+  /// a tensor value
   static Value of(Tensor t) { Value v; v.kind = Kind::Tensor; v.tensor = std::move(t); return v; }
+  /// a sequence value
   static Value seq(std::vector<Tensor> s) { Value v; v.kind = Kind::Sequence; v.sequence = std::move(s); return v; }
+  /// a string tensor of that shape (s row-major)
   static Value of_strings(std::vector<std::string> s, Shape shape) {
     Value v; v.kind = Kind::Strings; v.strings = std::move(s); v.strings_shape = std::move(shape); return v;
   }
@@ -34,9 +43,12 @@ struct Value {
 
 /** A graph input or output as declared in the model: name, element type, shape (-1 where symbolic or unknown). */
 struct ValueInfo {
+  /// the name in the graph (the key of run()'s inputs and outputs)
   std::string name;
-  std::optional<DType> dtype;  // none for strings, sequences, maps
+  std::optional<DType> dtype;  ///< none for strings, sequences, maps
+  /// the declared shape, -1 for a symbolic or unknown dim
   std::vector<int64_t> shape;
+  /// whether the model declares a shape at all (else the rank is unknown)
   bool has_shape = false;
 };
 
@@ -51,6 +63,7 @@ class Model {
 
   /** Graph inputs that are not initializers (what run() needs). */
   const std::vector<ValueInfo>& inputs() const;
+  /// the graph outputs, as the model declares them
   const std::vector<ValueInfo>& outputs() const;
   /** The opset version imported for a domain ("" is the default ONNX domain); 0 when not imported. */
   int64_t opset(const std::string& domain = "") const;

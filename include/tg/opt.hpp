@@ -31,29 +31,35 @@
 
 namespace tg {
 
+/// What an Opt does: UPCAST/UNROLL (vectorise, unroll), THREAD (CPU cores), LOCAL/GROUP/GROUPTOP (GPU groups), TC, SWAP.
 enum class OptOp : uint8_t { UPCAST, UNROLL, THREAD, LOCAL, GROUP, GROUPTOP, TC, SWAP };
 
+/// One kernel optimisation: an op applied to an axis with an amount (tinygrad's Opt).
 struct Opt {
+  /// what to do (see OptOp)
   OptOp op;
-  int axis;     // index into kernel_axes() of the kernel as it is when the opt is applied
-  int64_t amt;  // split factor (THREAD: number of threads)
+  int axis;     ///< index into kernel_axes() of the kernel as it is when the opt is applied
+  int64_t amt;  ///< split factor (THREAD: number of threads)
+  /// same op, axis and amount
   bool operator==(const Opt&) const = default;
 };
+/// "Opt(UPCAST, axis=1, amt=4)", as DEBUG output and process replay print it
 std::string to_string(const Opt& o);
 
 /** An opt that cannot apply to this kernel (axis out of range, size not divisible, wrong axis kind). */
 struct OptError : Error {
+  /// an error with this message (see Error)
   using Error::Error;
 };
 
 /** What the optimiser may use on the target device (opt_config(): from its machine model). */
 struct OptConfig {
-  int threads = 1;        // CPU threads a kernel may be split across
-  int vector_width = 16;  // float lanes of the vector registers kernels use (AVX-512: 16, AVX2: 8)
-  int64_t local_threads = 0;  // GPU: most work items per group (0: a CPU, no LOCAL/GROUP)
-  bool tensor_cores = false;  // GPU: the renderer has TC (CUDA mma.sync)
-  int vector_registers = 32;  // how many vector registers (AVX-512: 32, AVX2: 16); register tiles fit in them
-  int64_t l2_bytes = 0;       // per-core L2 cache (0: unknown)
+  int threads = 1;        ///< CPU threads a kernel may be split across
+  int vector_width = 16;  ///< float lanes of the vector registers kernels use (AVX-512: 16, AVX2: 8)
+  int64_t local_threads = 0;  ///< GPU: most work items per group (0: a CPU, no LOCAL/GROUP)
+  bool tensor_cores = false;  ///< GPU: the renderer has TC (CUDA mma.sync)
+  int vector_registers = 32;  ///< how many vector registers (AVX-512: 32, AVX2: 16); register tiles fit in them
+  int64_t l2_bytes = 0;       ///< per-core L2 cache (0: unknown)
 };
 
 /** The OptConfig of a device: threads, vector width and registers, caches from Device::machine(). */
@@ -121,6 +127,7 @@ std::optional<int64_t> index_coef(const UOp* e, const UOp* r);
 
 /** Range id and axis type of a RANGE node. */
 int64_t range_id(const UOp* r);
+/// the axis type of a RANGE node (loop, reduce, upcast, ...)
 AxisType range_type(const UOp* r);
 
 }  // namespace tg

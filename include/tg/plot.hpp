@@ -10,17 +10,27 @@ namespace tg::plot {
 
 /** One line: (x, y) points in order; `right` puts it on the right-hand axis. */
 struct Series {
+  /// the legend's label
   std::string name;
+  /// the (x, y) points, drawn joined in this order
   std::vector<std::pair<double, double>> points;
+  /// plot against the right-hand y axis (its own scale)
   bool right = false;
-  std::string color = "";  // empty: the next colour of the palette
+  std::string color = "";  ///< empty: the next colour of the palette
 };
 
 /** A chart: a title, axis labels and its lines. */
 struct Chart {
+  /// the chart's title and the labels of the x, left y and right y axes ("" for none)
+  ///@{
   std::string title, x_label, left_label, right_label;
+  ///@}
+  /// the lines, drawn in order
   std::vector<Series> series;
+  /// size of the SVG in pixels
+  ///@{
   int width = 720, height = 400;
+  ///@}
 };
 
 /** Tick values for [lo, hi]: about `n` steps of 1, 2 or 5 times a power of ten, covering the range. */

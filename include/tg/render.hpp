@@ -29,18 +29,24 @@ using CodeForOp = std::function<std::string(const std::vector<std::string>& a, D
 
 /** Everything a C-like dialect differs in: mostly data, plus the per-op expression templates. */
 struct CStyleLanguage {
-  std::string name;                        // "C", "OpenCL", "CUDA" (used in error messages)
-  std::string prelude;                     // includes and helpers emitted before the kernel
-  std::string kernel_prefix;               // before the return type of the kernel
-  std::string buffer_prefix;               // before pointer types of buffer arguments ("__global ")
-  std::string restrict_kw = "restrict";    // appended to buffer pointers ("" for none)
-  std::string smem_prefix;                 // before DEFINE_LOCAL arrays; "" = no local memory
-  std::string barrier;                     // statement for BARRIER; "" = unsupported
-  std::array<std::string, kNumScalars> types{};  // spelling per scalar kind; "" = unsupported
+  std::string name;                        ///< "C", "OpenCL", "CUDA" (used in error messages)
+  std::string prelude;                     ///< includes and helpers emitted before the kernel
+  std::string kernel_prefix;               ///< before the return type of the kernel
+  std::string buffer_prefix;               ///< before pointer types of buffer arguments ("__global ")
+  std::string restrict_kw = "restrict";    ///< appended to buffer pointers ("" for none)
+  std::string smem_prefix;                 ///< before DEFINE_LOCAL arrays; "" = no local memory
+  std::string barrier;                     ///< statement for BARRIER; "" = unsupported
+  std::array<std::string, kNumScalars> types{};  ///< spelling per scalar kind; "" = unsupported
   /** float16/bfloat16 held as uint16 bits and converted with helper functions (else native types). */
+  /// float16 / bfloat16 held as uint16 bits and converted with the helpers below (false: the dialect's native type)
+  ///@{
   bool half_as_bits = true, bf16_as_bits = true;
+  ///@}
+  /// helper names: half to float, float to half, double to half, bfloat16 to float, float to bfloat16
+  ///@{
   std::string h2f = "tg_h2f", f2h = "tg_f2h", d2h = "tg_d2h", bf2f = "tg_bf2f", f2bf = "tg_f2bf";
-  std::unordered_map<Ops, CodeForOp> code_for_op;  // ALU templates; a missing op is a render error
+  ///@}
+  std::unordered_map<Ops, CodeForOp> code_for_op;  ///< ALU templates; a missing op is a render error
   /** Spelling of a scalar dtype; throws tg::Error for unsupported ones. */
   const std::string& type(DType dt) const;
   /** Unsigned spelling of the same width ("uint32_t" for int32). */
@@ -52,18 +58,21 @@ struct CStyleLanguage {
 /** Renders a linear program as a C-like kernel. Dialects override the hooks below. */
 class CStyleRenderer : public Renderer {
  public:
+  /// a renderer for the dialect `lang` describes
   explicit CStyleRenderer(CStyleLanguage lang);
   std::string render(const std::string& name, const std::vector<const UOp*>& program) override;
   bool has_local() const override { return !lang_.smem_prefix.empty(); }
   bool supports(DType dt) const override;
+  /// the dialect's description
   const CStyleLanguage& lang() const { return lang_; }
 
   /** One kernel argument as the signature hook sees it. */
   struct KernelArg {
-    std::string name;  // the identifier the body uses
-    DType dtype;       // pointer dtype for buffers, int dtype for variables
+    std::string name;  ///< the identifier the body uses
+    DType dtype;       ///< pointer dtype for buffers, int dtype for variables
+    /// a buffer pointer (PARAM) rather than an int variable (DEFINE_VAR)
     bool is_buffer;
-    std::string comment;  // variable name for DEFINE_VARs
+    std::string comment;  ///< variable name for DEFINE_VARs
   };
 
  protected:
@@ -78,6 +87,7 @@ class CStyleRenderer : public Renderer {
   virtual std::string render_bitcast(const std::string& dst, const std::string& x, DType from, DType to) const;
   /** float32 expression of a 16-bit float `x` held in the dialect's representation, and back. */
   virtual std::string to_float(const std::string& x, DType dt) const;
+  /// expression converting float32 `x` to the 16-bit float `dt` in the dialect's representation
   virtual std::string from_float(const std::string& x, DType dt) const;
   /** Expression for SPECIAL (work-item indices); dialects with them override. */
   virtual std::string render_special(const UOp* u) const;
@@ -86,6 +96,7 @@ class CStyleRenderer : public Renderer {
   virtual std::string render_wmma(const std::string& dst, const std::vector<std::string>& a, const UOp* u,
                                   std::string& decls) const;
 
+  /// the dialect this renderer writes
   CStyleLanguage lang_;
 };
 

@@ -27,11 +27,15 @@
 
 namespace tg::rule_check {
 
+/// The random generator of the checks (seeded: a failure reproduces).
 using Rng = std::mt19937_64;
 
+/// a uniform integer in [lo, hi]
 inline int64_t uniform(Rng& r, int64_t lo, int64_t hi) { return std::uniform_int_distribution<int64_t>(lo, hi)(r); }
+/// true with probability p
 inline bool chance(Rng& r, double p) { return std::uniform_real_distribution<double>(0, 1)(r) < p; }
 template <class T, size_t N>
+/// a uniformly chosen element of the array
 const T& pick(Rng& r, const T (&a)[N]) {
   return a[size_t(uniform(r, 0, int64_t(N) - 1))];
 }
@@ -40,12 +44,15 @@ const T& pick(Rng& r, const T (&a)[N]) {
 
 /** Values of the free nodes at one point: DEFINE_VARs (set by the caller) and RANGEs (drawn below their end). */
 struct Point {
+  /// (node, value) pairs
   std::vector<std::pair<const UOp*, int64_t>> v;
+  /// the value given to node u, or null
   const int64_t* find(const UOp* u) const {
     for (auto& [k, val] : v)
       if (k == u) return &val;
     return nullptr;
   }
+  /// "v0=3, r1=0": the values as a counterexample prints them
   std::string str() const {
     std::string s;
     for (auto& [k, val] : v) {
@@ -74,6 +81,7 @@ inline int64_t sample(const UOp* var, Rng& rng) {
  *  cannot evaluate. */
 class Evaluator {
  public:
+  /// compiles the graph under root (its nodes in toposort order)
   explicit Evaluator(const UOp* root) : order_(toposort(root)), vals_(order_.size()) {
     idx_.reserve(order_.size());
     for (size_t i = 0; i < order_.size(); i++) idx_.emplace(order_[i], i);
@@ -88,6 +96,7 @@ class Evaluator {
       if (u->op == Ops::DEFINE_VAR) r.push_back(u);
     return r;
   }
+  /// the root's value at p (DEFINE_VARs from p; RANGEs drawn below their end), or nullopt where undefined
   std::optional<Value> eval(Point& p, Rng& rng) const {
     for (size_t i = 0; i < order_.size(); i++) {
       const UOp* u = order_[i];
@@ -143,6 +152,7 @@ inline bool same_value(DType d, Value a, Value b) {
   if (std::isnan(a.f) && std::isnan(b.f)) return true;
   return std::memcmp(&a.f, &b.f, sizeof(double)) == 0;
 }
+/// a value of dtype d as text
 inline std::string value_str(DType d, Value v) {
   if (dtypes::is_float(d)) return std::to_string(v.f);
   return std::to_string(v.i);
@@ -152,14 +162,20 @@ inline std::string value_str(DType d, Value v) {
 
 /** Random choices for one instantiation: the dtype of int leaves and the nodes bound to each capture. */
 struct Gen {
+  /// the generator of all choices
   Rng& rng;
-  DType idt = dtypes::index;  // dtype of int operands of comparisons
-  DType fdt = dtypes::void_;  // float dtype of this instantiation (void: ints and bools only)
+  DType idt = dtypes::index;  ///< dtype of int operands of comparisons
+  DType fdt = dtypes::void_;  ///< float dtype of this instantiation (void: ints and bools only)
+  /// the node bound to each capture so far
   std::array<UOpRef, pat::kMaxSlots> slot{};
+  /// the DEFINE_VARs created
   std::vector<UOpRef> vars{};
+  /// variables created (for their names)
   int nvar = 0;
+  /// RANGEs created (for their ids)
   int nrange = 0;
 
+  /// the integer constants leaves are drawn from (small, powers of two, negatives)
   static constexpr int64_t kConsts[] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 16, 24, 32, 64, 100,
                                         -1, -2, -3, -4, -5, -7, -8, -16, 2, 3, 4, 8};
 
@@ -183,6 +199,7 @@ struct Gen {
     return v;
   }
 
+  /// a random CONST of dtype d (floats include -0, inf, NaN and extremes)
   UOpRef cnst(DType d) {
     if (dtypes::is_float(d)) {
       static constexpr double fs[] = {0.0, -0.0, 1.0, -1.0, 0.5, 2.0, 3.0, -4.0, 0.25, 1e30, -1e-30,
@@ -305,15 +322,18 @@ inline UOpRef make_node(Gen& g, Ops o, DType want, std::span<const UOpRef> srcs)
 }
 }  // namespace detail
 
-/** Instantiate<P>::make(g, want): a random node of dtype `want` that P matches (usually), or null where P cannot be
+/** `Instantiate<P>::make(g, want)`: a random node of dtype `want` that P matches (usually), or null where P cannot be
  *  instantiated at that dtype. Specialised for every pattern type in tg/pattern.hpp. */
 template <class P>
 struct Instantiate {
+  /// null: this pattern type cannot be instantiated
   static UOpRef make(Gen&, DType) { return {}; }
 };
 
+/// Instances of a capture: a random leaf.
 template <int I, pat::DPred P>
 struct Instantiate<pat::Any<I, P>> {
+  /// the capture's node: a new random leaf of dtype want, or the node already bound (null if its dtype differs)
   static UOpRef make(Gen& g, DType want) {
     if (g.slot[I]) return g.slot[I]->dtype == want ? g.slot[I] : UOpRef{};
     if (!P.ok(want) || !detail::is_value(want)) return {};
@@ -321,8 +341,10 @@ struct Instantiate<pat::Any<I, P>> {
   }
 };
 
+/// Instances of a CONST capture: a random constant.
 template <int I, pat::DPred P>
 struct Instantiate<pat::Cst<I, P>> {
+  /// the capture's CONST: a new random constant of dtype want, or the one already bound
   static UOpRef make(Gen& g, DType want) {
     if (g.slot[I]) return g.slot[I]->dtype == want ? g.slot[I] : UOpRef{};
     if (!P.ok(want) || !detail::is_value(want)) return {};
@@ -330,16 +352,20 @@ struct Instantiate<pat::Cst<I, P>> {
   }
 };
 
+/// Instances of a literal: the CONST itself.
 template <int64_t V>
 struct Instantiate<pat::Lit<V>> {
+  /// the literal as a CONST of dtype want
   static UOpRef make(Gen&, DType want) {
     if (!detail::is_value(want)) return {};
     return UOp::cnst_int(want, V);
   }
 };
 
+/// Instances of bind(x, p): an instance of p, captured as x.
 template <int I, class P>
 struct Instantiate<pat::Bind<I, P>> {
+  /// an instance of the inner pattern, bound to the capture
   static UOpRef make(Gen& g, DType want) {
     UOpRef r = Instantiate<P>::make(g, want);
     if (!r || (g.slot[I] && g.slot[I] != r)) return {};
@@ -379,8 +405,10 @@ inline UOpRef finish_node(Gen& g, Ops o, DType want, size_t n, std::array<UOpRef
 }
 }  // namespace detail
 
+/// Instances of an op pattern: a node of one of its ops over instances of its sources.
 template <pat::OpSet S, pat::DPred P, bool AnySrc, class... Ch>
 struct Instantiate<pat::OpP<S, P, AnySrc, Ch...>> {
+  /// a node of one of the pattern's ops with instantiated sources, or null where no op fits dtype want
   static UOpRef make(Gen& g, DType want) {
     if (!P.ok(want) || !detail::is_value(want)) return {};
     Ops o;
@@ -416,23 +444,35 @@ inline DType root_dtype(pat::OpSet roots, Rng& rng, DType fdt = dtypes::void_) {
 
 // ------------------------------------------------------------------ the rule tester
 
+/// What checking one rule found.
 struct RuleResult {
-  std::string where;  // file:line of the rule
+  std::string where;  ///< file:line of the rule
+  /// instances built, instances the rule rewrote, rewrites checked equal, points evaluated, points where they differed
+  ///@{
   size_t instantiated = 0, fired = 0, verified = 0, points = 0, mismatches = 0;
-  std::string failure;  // the first mismatch
+  ///@}
+  std::string failure;  ///< the first mismatch
 };
 
+/// What checking one table found, per rule.
 struct TableResult {
+  /// the table's name
   std::string name;
+  /// one result per rule, in table order
   std::vector<RuleResult> rules;
+  /// number of rules whose counter f is nonzero
   size_t count(size_t RuleResult::*f) const {
     size_t n = 0;
     for (auto& r : rules) n += (r.*f) > 0;
     return n;
   }
+  /// rules that fired at least once
   size_t exercised() const { return count(&RuleResult::fired); }
+  /// rules with at least one checked rewrite
   size_t verified() const { return count(&RuleResult::verified); }
+  /// rules that could not be instantiated
   size_t skipped() const { return rules.size() - count(&RuleResult::instantiated); }
+  /// mismatching points over all rules
   size_t mismatches() const {
     size_t n = 0;
     for (auto& r : rules) n += r.mismatches;
@@ -452,10 +492,11 @@ struct TableResult {
   }
 };
 
+/// How hard check_table tries.
 struct CheckOptions {
-  int tries = 400;     // instantiations per rule
-  int points = 12;     // evaluation points per firing
-  bool floats = false; // instantiate with float dtypes too (float32/float16/float64): checks IEEE-exactness bit for bit
+  int tries = 400;     ///< instantiations per rule
+  int points = 12;     ///< evaluation points per firing
+  bool floats = false; ///< instantiate with float dtypes too (float32/float16/float64): checks IEEE-exactness bit for bit
 };
 
 namespace detail {
@@ -543,9 +584,17 @@ TableResult check_table(std::string name, const pat::Table<Rs...>& t, uint64_t s
 
 /** A failing expression: its simplified form and the point where they differ. */
 struct Counterexample {
+  /// the random expression and its simplified form
+  ///@{
   UOpRef expr, simplified;
+  ///@}
+  /// where they differ
   Point point;
+  /// the values at the point (original, simplified), or the error simplifying raised
+  ///@{
   std::string expected, got, error;
+  ///@}
+  /// the counterexample as a test failure prints it (expression, simplified form, point, variable bounds)
   std::string str() const {
     std::string s = "expr:       " + render_expr(expr.get()) + "  [" + expr->dtype.name() + "]\n";
     if (!error.empty()) return s + "error:      " + error + "\n";
@@ -572,6 +621,7 @@ class ExprGen {
     for (int i = 0; i < n; i++) vars_.push_back(bounded_var(prefix + char('a' + i), false));
     divs_.push_back(bounded_var(prefix + "q", true));
   }
+  /// a random expression at most depth levels deep
   UOpRef gen(int depth) {
     if (depth <= 0 || chance(rng_, 0.15)) return leaf();
     static constexpr Ops ops[] = {Ops::ADD, Ops::ADD, Ops::ADD, Ops::SUB, Ops::SUB, Ops::MUL, Ops::MUL, Ops::MUL,
@@ -669,14 +719,17 @@ inline UOpRef substitute(const UOpRef& root, const UOp* from, const UOpRef& to) 
   return m.at(root.get());
 }
 
+/// How ExprFuzzer draws expressions.
 struct FuzzOptions {
+  /// the deepest expression
   int max_depth = 6;
-  int points = 8;  // evaluation points per expression
+  int points = 8;  ///< evaluation points per expression
 };
 
 /** Simplifies random expressions and compares them with their originals at random points. */
 class ExprFuzzer {
  public:
+  /// a fuzzer whose expressions follow from seed
   explicit ExprFuzzer(uint64_t seed, FuzzOptions o = {}) : rng_(seed), o_(o) {}
   /** Check one random expression; a counterexample on mismatch. */
   std::optional<Counterexample> step() {
@@ -744,7 +797,9 @@ class ExprFuzzer {
     c.point = used;
     return c;
   }
+  /// expressions checked so far
   uint64_t exprs() const { return exprs_; }
+  /// evaluation points checked so far
   uint64_t samples() const { return samples_; }
 
  private:

@@ -17,15 +17,21 @@ namespace tg {
 
 /** One unit of work: a kernel (ast = SINK of STOREs into PARAM 0.., see codegen.hpp) or a COPY between buffers. */
 struct ScheduleItem {
+  /// a kernel to compile and run, or a copy between buffers (across devices)
+  ///@{
   enum class Kind { Kernel, Copy } kind = Kind::Kernel;
-  UOpRef ast;                                  // kernel AST (PARAM i is bufs[i])
-  std::vector<std::shared_ptr<Buffer>> bufs;   // outputs first
+  ///@}
+  UOpRef ast;                                  ///< kernel AST (PARAM i is bufs[i])
+  std::vector<std::shared_ptr<Buffer>> bufs;   ///< outputs first
+  /// the name of the device that runs it
   std::string device;
 };
 
 /** Kernels in dependency order, and what each realised tensor-graph node became (a view of its buffer). */
 struct Schedule {
+  /// the work, in an order that respects every dependency
   std::vector<ScheduleItem> items;
+  /// (tensor-graph node, view of the buffer that now holds it) for each realised node
   std::vector<std::pair<UOpRef, UOpRef>> becomes;
   /** The values of the graph's bound variables (kernel parameters by name; the kernels themselves are unbound). */
   std::vector<std::pair<std::string, int64_t>> var_vals;

@@ -36,16 +36,22 @@ namespace tg {
 
 /** What identifies a search result: the kernel's content key (UOp::key), device, compiler id and beam width. */
 struct BeamKey {
+  /// the kernel's content key, the device name and the compiler id (a compiler change invalidates results)
+  ///@{
   std::string ast, device, compiler;
+  ///@}
+  /// the beam width searched with
   int width = 0;
 };
 
 /** The BEAM search results database (SQLite). */
 class BeamCache {
  public:
+  /// One stored search result.
   struct Entry {
+    /// the winner's opts, in the order to apply them
     std::vector<Opt> opts;
-    double us = 0;  // the winner's measured time
+    double us = 0;  ///< the winner's measured time
   };
   /** Opens (creating) the database at `path`; keeps at most `max_rows` rows; waits up to `busy_ms` for a lock. */
   explicit BeamCache(std::string path, size_t max_rows = 8192, int busy_ms = 2000);
@@ -60,6 +66,7 @@ class BeamCache {
   size_t rows();
   /** Warnings printed so far (tests check that a bad database warns once and carries on). */
   int warnings() const;
+  /// the database file
   const std::string& path() const;
   /** The process-wide cache at cache_dir()/beam.db; null with CACHELEVEL=0. */
   static BeamCache* global();
@@ -71,9 +78,9 @@ class BeamCache {
 
 /** How to search. */
 struct BeamOptions {
-  int width = 2;          // N: candidates kept per round
-  double budget_s = 60;   // stop starting new work after this many seconds
-  BeamCache* cache = nullptr;  // null: no lookup, no store
+  int width = 2;          ///< N: candidates kept per round
+  double budget_s = 60;   ///< stop starting new work after this many seconds
+  BeamCache* cache = nullptr;  ///< null: no lookup, no store
   /** Called with each candidate's opts before it is compiled; a tg::Error it throws fails that candidate (tests
    *  use it to inject a compile failure). */
   std::function<void(const std::vector<Opt>&)> before_compile;
@@ -88,11 +95,16 @@ BeamOptions beam_options_from_env();
 
 /** What a search found. */
 struct BeamResult {
-  std::vector<Opt> opts;  // the winner, in the order to apply them
-  double us = 0;          // its measured time
-  bool cached = false;    // found in the cache: nothing was compiled or timed
+  std::vector<Opt> opts;  ///< the winner, in the order to apply them
+  double us = 0;          ///< its measured time
+  bool cached = false;    ///< found in the cache: nothing was compiled or timed
+  /// search rounds run, candidate kernels compiled and timed, and candidates that failed to apply or compile
+  ///@{
   int rounds = 0, compiled = 0, failed = 0;
+  ///@}
+  /// wall time the search took, in seconds
   double search_s = 0;
+  /// the search stopped at its time budget (the winner is the best so far)
   bool out_of_budget = false;
 };
 
@@ -117,6 +129,7 @@ int64_t expanded_size(const UOpRef& applied);
 
 /** Opt lists as text ("UPCAST 1 16; THREAD 0 2"), and back (nullopt for anything malformed). */
 std::string opts_to_text(const std::vector<Opt>& opts);
+/// the opts written by opts_to_text, or nullopt when malformed
 std::optional<std::vector<Opt>> opts_from_text(const std::string& s);
 
 /** Candidates compiled by all searches in this process (tests check that a cached search compiles none). */

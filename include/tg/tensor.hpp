@@ -29,7 +29,9 @@
 
 namespace tg {
 
+/// A concrete shape: the size of each dim, outermost first.
 using Shape = std::vector<int64_t>;
+/// "(2, 3)": a shape as errors and printing show it
 std::string shape_str(const Shape& s);
 
 /** The shape of a tensor-graph node from its sources' shapes (movement args, reduce axes, broadcast ALU). */
@@ -37,40 +39,60 @@ Shape infer_shape(Ops op, const std::vector<const Shape*>& src_shapes, const Arg
 
 /** One axis of a slice: [start, stop) with step; negative indices count from the end; step may be negative. */
 struct Slice {
+  /// the bounds of [start, stop), as Python's slices: unset means the end the step starts or stops at
+  ///@{
   std::optional<int64_t> start, stop;
+  ///@}
+  /// the stride between taken indices (not 0; negative walks backwards)
   int64_t step = 1;
+  /// the whole axis, as Python's `:`
   static Slice all() { return {}; }
+  /// the single index i as a length-1 slice (the dim is kept)
   static Slice index(int64_t i) { return Slice{i, i == -1 ? std::nullopt : std::optional<int64_t>(i + 1), 1}; }
 };
 
 /** An int or a per-dimension list, like torch's `int | tuple[int, ...]`: one value applies to every spatial dim;
  *  an empty list means "the op's default" (e.g. a pool's stride defaults to its kernel size). */
 struct IntArg {
+  /// the values: one for every dim, one per dim, or empty for the op's default
   std::vector<int64_t> v;
   IntArg() = default;
+  /// one value for every dim
   IntArg(int x) : v{x} {}      // NOLINT
+  /// one value for every dim
   IntArg(int64_t x) : v{x} {}  // NOLINT
+  /// one value per dim: `{2, 3}`
   IntArg(std::initializer_list<int64_t> l) : v(l) {}
+  /// one value per dim
   IntArg(std::vector<int64_t> l) : v(std::move(l)) {}  // NOLINT
 };
 
 /** Padding of a convolution or pool: an int, one int per spatial dim (both sides), 2 per spatial dim
  *  ((begin, end) for each dim in order), or "same" / "valid" (convolutions only). */
 struct ConvPadding {
+  /// the amounts: one for all dims, one per dim, or (begin, end) per dim; empty with a mode
   std::vector<int64_t> v;
-  std::string mode;  // "same", "valid", or empty when v holds the amounts
+  std::string mode;  ///< "same", "valid", or empty when v holds the amounts
+  /// the same amount on both sides of every spatial dim
   ConvPadding(int x) : v{x} {}      // NOLINT
+  /// the same amount on both sides of every spatial dim
   ConvPadding(int64_t x) : v{x} {}  // NOLINT
+  /// amounts per dim: `{1, 2}` or `{1, 1, 2, 2}`
   ConvPadding(std::initializer_list<int64_t> l) : v(l) {}
+  /// amounts per dim, or (begin, end) per dim
   ConvPadding(std::vector<int64_t> l) : v(std::move(l)) {}  // NOLINT
+  /// "same" (output size = input size / stride) or "valid" (no padding)
   ConvPadding(const char* m) : mode(m) {}                    // NOLINT
+  /// "same" (output size = input size / stride) or "valid" (no padding)
   ConvPadding(std::string m) : mode(std::move(m)) {}         // NOLINT
 };
 
 /** Index tags: `NewAxis` inserts a size-1 dim (numpy's None), `Ellipsis` stands for all remaining dims. */
 struct NewAxisT {};
+/// inserts a size-1 dim in an index (numpy's None)
 inline constexpr NewAxisT NewAxis{};
 struct EllipsisT {};
+/// stands for all the dims the other index entries leave
 inline constexpr EllipsisT Ellipsis{};
 struct TensorIndex;  // defined after Tensor: an int, a Slice, an integer Tensor, NewAxis or Ellipsis
 
@@ -108,32 +130,45 @@ class Tensor {
   Tensor() = default;
   /** Whether this handle holds a tensor (false for a default-constructed one). */
   bool defined() const { return impl_ != nullptr; }
+  /// a tensor over an existing tensor-graph node with that shape, on `device` (under NoGrad: detached)
   explicit Tensor(UOpRef uop, Shape shape, std::string device);
   /** A 0-d tensor holding a scalar (weakly typed like a Python scalar unless a dtype is given). */
   Tensor(double v);  // NOLINT
+  /// a 0-d int tensor, weakly typed like a Python int
   Tensor(int v);     // NOLINT
+  /// a 0-d bool tensor
   Tensor(bool v);    // NOLINT
 
   // ---- creation
+  /// a tensor of that shape whose values are unspecified until written (allocates on realise)
   static Tensor empty(const Shape& shape, DType dtype = dtypes::float32, const std::string& device = "");
+  /// a tensor of `shape` with every element `value` (a constant expanded to the shape; a negative dim is a tg::Error)
   static Tensor full(const Shape& shape, double value, DType dtype = dtypes::float32, const std::string& device = "");
+  /// full(shape, 0)
   static Tensor zeros(const Shape& shape, DType dtype = dtypes::float32, const std::string& device = "");
+  /// full(shape, 1)
   static Tensor ones(const Shape& shape, DType dtype = dtypes::float32, const std::string& device = "");
   /** Symbolic shapes: `Tensor::full({1, pos + 1}, 0.f)` (braced lists of ints take these too, as ints). */
   static Tensor full(const SymShape& shape, double value, DType dtype = dtypes::float32, const std::string& device = "");
+  /// full() with a braced shape of ints or sints
   static Tensor full(std::initializer_list<sint> shape, double value, DType dtype = dtypes::float32, const std::string& device = "") {
     return full(SymShape(shape), value, dtype, device);
   }
+  /// zeros() with a braced shape of ints or sints
   static Tensor zeros(std::initializer_list<sint> s, DType d = dtypes::float32, const std::string& dev = "") { return full(s, 0, d, dev); }
+  /// ones() with a braced shape of ints or sints
   static Tensor ones(std::initializer_list<sint> s, DType d = dtypes::float32, const std::string& dev = "") { return full(s, 1, d, dev); }
   /** A 0-d tensor holding the value of `v` (a kernel parameter when `v` is symbolic: one kernel for every value). */
   static Tensor from_sint(const sint& v, DType dtype = dtypes::int32, const std::string& device = "");
   /** start, start + step, ... below stop. dtype unset: float32 if an argument is not a whole number, else int32. */
   static Tensor arange(double start, double stop, double step = 1, DType dtype = dtypes::void_, const std::string& device = "");
+  /// 0, 1, ..., stop-1
   static Tensor arange(int64_t stop, DType dtype = dtypes::int32) { return arange(0, double(stop), 1, dtype); }
+  /// the (n, m) identity matrix (m -1: square)
   static Tensor eye(int64_t n, int64_t m = -1, DType dtype = dtypes::float32, const std::string& device = "");
   /** A tensor from host memory: `nbytes` bytes of `dtype` elements (copied). */
   static Tensor from_blob(const void* data, const Shape& shape, DType dtype, const std::string& device = "");
+  /// a tensor of v's values (copied) in the dtype of T, shaped `shape` (default 1-d); a size mismatch is a tg::Error
   template <class T>
   static Tensor from_vector(const std::vector<T>& v, const Shape& shape = {}, const std::string& device = "") {
     Shape s = shape.empty() ? Shape{int64_t(v.size())} : shape;
@@ -151,8 +186,11 @@ class Tensor {
   }
   /** Seed the counter-based (threefry) generator; the same seed gives the same numbers on every backend. */
   static void manual_seed(uint64_t seed);
+  /// uniform in [0, 1), from the seeded generator
   static Tensor rand(const Shape& shape, DType dtype = dtypes::float32, const std::string& device = "");
+  /// standard normal, from the seeded generator
   static Tensor randn(const Shape& shape, DType dtype = dtypes::float32, const std::string& device = "");
+  /// uniform integers in [low, high)
   static Tensor randint(int64_t low, int64_t high, const Shape& shape, DType dtype = dtypes::int32, const std::string& device = "");
 
   // ---- properties
@@ -161,18 +199,27 @@ class Tensor {
   /** Symbolic shapes (tg/variable.hpp): whether a dim depends on a Variable, the dims as sints, and the largest
    *  value of each (how the tensor's buffer is laid out). For a tensor without variables, all three agree with shape(). */
   bool is_symbolic() const { return uop()->sym() != nullptr; }
+  /// the dims as sints (symbolic where they depend on a Variable)
   SymShape sym_shape() const;
+  /// the largest value of each dim (the buffer's layout)
   const Shape& max_shape() const;
+  /// the element dtype
   DType dtype() const;
+  /// the device name ("CPU", "CL", "CUDA:1", ...)
   const std::string& device() const;
+  /// number of dims
   int ndim() const { return int(max_shape().size()); }
+  /// number of elements (the product of the shape)
   int64_t numel() const;
+  /// the tensor-graph node that computes it
   const UOpRef& uop() const;
+  /// the size of one dim (negative counts from the end)
   int64_t size(int dim) const;
 
   // ---- realising and reading back
   /** Compute this tensor (and nothing else) now. */
   Tensor& realize(CallLoc loc = CallLoc::current());
+  /// realises and copies the elements to the host in row-major order; T must be the tensor's dtype (else a tg::Error)
   template <class T>
   std::vector<T> to_vector(CallLoc loc = CallLoc::current()) const {
     CallSite site(loc);
@@ -188,6 +235,7 @@ class Tensor {
     }
     return out;
   }
+  /// the single element of a one-element tensor (else a tg::Error), as to_vector
   template <class T>
   T item(CallLoc loc = CallLoc::current()) const {
     CallSite site(loc);
@@ -225,91 +273,142 @@ class Tensor {
    *  updated with assign(), a lazy tensor's graph is replaced. Refused on a tensor that requires grad (outside
    *  NoGrad), as torch refuses it on a leaf. */
   Tensor& operator+=(const Tensor& x);
+  /// in-place subtraction, as operator+=
   Tensor& operator-=(const Tensor& x);
+  /// in-place multiplication, as operator+=
   Tensor& operator*=(const Tensor& x);
+  /// in-place true division, as operator+= (into an int tensor: a tg::Error, the quotient is float)
   Tensor& operator/=(const Tensor& x);
 
   // ---- elementwise (see also the operators below)
   /** Broadcasting + promotion. Integer IDIV/MOD truncate, as C, and are defined for every divisor: x / 0 = 0,
    *  x % 0 = 0, INT_MIN / -1 = INT_MIN (no kernel divides by 0 or by -1; see README "Semantics"). */
   Tensor alu(Ops op, const Tensor& b, CallLoc loc = CallLoc::current()) const;
+  /// values converted to dtype d (floats to ints truncate; to bool: nonzero)
   Tensor cast(DType d, CallLoc loc = CallLoc::current()) const;
+  /// the same bits read as dtype d (another item size is a tg::Error)
   Tensor bitcast(DType d) const;
+  /// -x
   Tensor neg() const;
+  /// 2^x
   Tensor exp2() const;
+  /// log base 2 (NaN below 0, -inf at 0)
   Tensor log2() const;
+  /// e^x
   Tensor exp() const;
+  /// natural log (NaN below 0, -inf at 0)
   Tensor log() const;
+  /// sine (radians)
   Tensor sin() const;
+  /// cosine (radians)
   Tensor cos() const;
+  /// square root (NaN below 0)
   Tensor sqrt() const;
+  /// 1 / x
   Tensor reciprocal() const;
+  /// rounds towards zero
   Tensor trunc() const;
+  /// max(x, 0)
   Tensor relu() const;
+  /// 1 / (1 + e^-x)
   Tensor sigmoid() const;
+  /// |x|
   Tensor abs() const;
+  /// elementwise max with b (broadcasting, promoting)
   Tensor maximum(const Tensor& b, CallLoc loc = CallLoc::current()) const;
+  /// elementwise min with b (broadcasting, promoting)
   Tensor minimum(const Tensor& b, CallLoc loc = CallLoc::current()) const;
-  Tensor where(const Tensor& a, const Tensor& b, CallLoc loc = CallLoc::current()) const;  // this is the condition
-  Tensor div(const Tensor& b) const;                       // true division
+  Tensor where(const Tensor& a, const Tensor& b, CallLoc loc = CallLoc::current()) const;  ///< this is the condition
+  Tensor div(const Tensor& b) const;                       ///< true division
   /** Division rounded as torch's rounding_mode: "trunc" (toward 0) or "floor"; ints stay ints (x / 0 = 0). */
   Tensor div(const Tensor& b, const std::string& rounding_mode) const;
-  Tensor idiv(const Tensor& b) const;                      // floor division (ints), like torch's //; x // 0 = 0
-  Tensor mod(const Tensor& b) const;                       // floor remainder, like torch's %; int x % 0 = 0
+  Tensor idiv(const Tensor& b) const;                      ///< floor division (ints), like torch's //; x // 0 = 0
+  Tensor mod(const Tensor& b) const;                       ///< floor remainder, like torch's %; int x % 0 = 0
+  /// x^b elementwise (broadcasting), as torch.pow
   Tensor pow(const Tensor& b) const;
+  /// !x as bool
   Tensor logical_not() const;
 
   // ---- movement
-  Tensor reshape(Shape s, CallLoc loc = CallLoc::current()) const;  // one -1 allowed
+  Tensor reshape(Shape s, CallLoc loc = CallLoc::current()) const;  ///< one -1 allowed
   /** Symbolic dims (no -1): each symbolic dim stays a dim of its own, at the same place in the layout. */
   Tensor reshape(const SymShape& s) const;
+  /// reshape() with a braced shape of ints or sints
   Tensor reshape(std::initializer_list<sint> s) const { return reshape(SymShape(s)); }
+  /// dims reordered: dim i of the result is dim order[i] (a view)
   Tensor permute(std::vector<int64_t> order, CallLoc loc = CallLoc::current()) const;
-  Tensor expand(Shape s, CallLoc loc = CallLoc::current()) const;   // -1 keeps a dim
+  Tensor expand(Shape s, CallLoc loc = CallLoc::current()) const;   ///< -1 keeps a dim
+  /// expand() to symbolic sizes
   Tensor expand(const SymShape& s) const;
+  /// expand() with a braced shape of ints or sints
   Tensor expand(std::initializer_list<sint> s) const { return expand(SymShape(s)); }
+  /// (before, after) elements of `value` added to each dim
   Tensor pad(const std::vector<std::pair<int64_t, int64_t>>& p, double value = 0, CallLoc loc = CallLoc::current()) const;
   /** Symbolic amounts: `x.pad({{p, 0}})` puts x after the first p positions (cat along a symbolic dim). */
   Tensor pad(const std::vector<std::pair<sint, sint>>& p, double value = 0) const;
+  /// pad() with a braced list of pairs
   Tensor pad(std::initializer_list<std::pair<sint, sint>> p, double value = 0) const {
     return pad(std::vector<std::pair<sint, sint>>(p), value);
   }
+  /// the sub-tensor [begin, end) of each dim (a view)
   Tensor shrink(const std::vector<std::pair<int64_t, int64_t>>& s, CallLoc loc = CallLoc::current()) const;
   /** Symbolic bounds: `cache.shrink({{0, 1}, {0, pos + 1}})`, `freqs.shrink({{pos, pos + 1}, {0, 64}})`. */
   Tensor shrink(const std::vector<std::pair<sint, sint>>& s) const;
+  /// shrink() with a braced list of pairs
   Tensor shrink(std::initializer_list<std::pair<sint, sint>> s) const { return shrink(std::vector<std::pair<sint, sint>>(s)); }
+  /// the elements of these dims in reverse order
   Tensor flip(std::vector<int64_t> axes, CallLoc loc = CallLoc::current()) const;
+  /// dims a and b swapped
   Tensor transpose(int64_t a = 1, int64_t b = 0, CallLoc loc = CallLoc::current()) const;
+  /// dims 0 and 1 swapped (a matrix's transpose)
   Tensor T(CallLoc loc = CallLoc::current()) const { return transpose(1, 0, loc); }
+  /// dims start..end (inclusive) merged into one
   Tensor flatten(int64_t start = 0, int64_t end = -1, CallLoc loc = CallLoc::current()) const;
+  /// size-1 dims removed (only `dim` when given; a dim of another size is kept)
   Tensor squeeze(std::optional<int64_t> dim = std::nullopt, CallLoc loc = CallLoc::current()) const;
+  /// a size-1 dim inserted at `dim` (negative counts from the end of the result)
   Tensor unsqueeze(int64_t dim, CallLoc loc = CallLoc::current()) const;
+  /// one Slice per leading dim (Python's t[a:b:c, ...]); the rest kept whole
   Tensor slice(const std::vector<Slice>& s, CallLoc loc = CallLoc::current()) const;
   /** `t[i]` selects along dim 0 and drops it (negative counts from the end); `t[Slice{1, 3}]` slices dim 0;
    *  `t[{0, Slice::all(), NewAxis}]` indexes several dims, as index(). */
   Tensor operator[](const TensorIndex& i) const;
+  /// several dims at once, as index()
   Tensor operator[](std::initializer_list<TensorIndex> idx) const;
 
   // ---- reductions (axes empty = all)
+  /// sum over `axes` (all when empty), keepdim keeps them as size 1; ints and bool sum in a wider dtype
   Tensor sum(std::vector<int64_t> axes = {}, bool keepdim = false, CallLoc loc = CallLoc::current()) const;
+  /// sum over one axis
   Tensor sum(int64_t axis, bool keepdim = false, CallLoc loc = CallLoc::current()) const { return sum(std::vector<int64_t>{axis}, keepdim, loc); }
   /** The sum accumulated and returned in `dtype` (torch's and tinygrad's sum(dtype=)): the input is cast first. */
   Tensor sum(std::vector<int64_t> axes, bool keepdim, DType dtype, CallLoc loc = CallLoc::current()) const;
+  /// maximum over `axes` (all when empty)
   Tensor max(std::vector<int64_t> axes = {}, bool keepdim = false, CallLoc loc = CallLoc::current()) const;
+  /// maximum over one axis (values only; see max_with_indices)
   Tensor max(int64_t axis, bool keepdim = false, CallLoc loc = CallLoc::current()) const { return max(std::vector<int64_t>{axis}, keepdim, loc); }
+  /// minimum over `axes` (all when empty)
   Tensor min(std::vector<int64_t> axes = {}, bool keepdim = false, CallLoc loc = CallLoc::current()) const;
+  /// minimum over one axis (values only; see min_with_indices)
   Tensor min(int64_t axis, bool keepdim = false, CallLoc loc = CallLoc::current()) const { return min(std::vector<int64_t>{axis}, keepdim, loc); }
   /** The maximum along dim and the index (int64) of its first occurrence, as torch.max(dim). */
   ValuesIndices max_with_indices(int64_t dim, bool keepdim = false) const;
   /** The minimum along dim and the index (int64) of its first occurrence, as torch.min(dim). */
   ValuesIndices min_with_indices(int64_t dim, bool keepdim = false) const;
+  /// product over `axes` (all when empty)
   Tensor prod(std::vector<int64_t> axes = {}, bool keepdim = false, CallLoc loc = CallLoc::current()) const;
+  /// product over one axis
   Tensor prod(int64_t axis, bool keepdim = false, CallLoc loc = CallLoc::current()) const { return prod(std::vector<int64_t>{axis}, keepdim, loc); }
+  /// mean over `axes` (all when empty); ints give float
   Tensor mean(std::vector<int64_t> axes = {}, bool keepdim = false, CallLoc loc = CallLoc::current()) const;
+  /// mean over one axis
   Tensor mean(int64_t axis, bool keepdim = false, CallLoc loc = CallLoc::current()) const { return mean(std::vector<int64_t>{axis}, keepdim, loc); }
+  /// exp(x) / sum(exp(x)) along axis, computed stably (max subtracted)
   Tensor softmax(int64_t axis = -1, CallLoc loc = CallLoc::current()) const;
 
+  /// the values in a buffer of their own, row-major (a copy kernel unless already so)
   Tensor contiguous() const;
+  /// the same value without gradient tracking (requires_grad false)
   Tensor detach() const;
   /** Same data, broadcast to a common shape with b (PyTorch rules). */
   static Shape broadcast_shape(const Shape& a, const Shape& b, const char* op);
@@ -335,33 +434,52 @@ class Tensor {
   static Tensor kaiming_normal(const Shape& shape, double a = 0.01, DType dtype = dtypes::float32, const std::string& device = "");
   /** Same shape and device, filled with a value (dtype defaults to this tensor's). */
   Tensor full_like(double value, std::optional<DType> dtype = std::nullopt) const;
+  /// zeros of this shape and device (dtype defaults to this tensor's)
   Tensor zeros_like(std::optional<DType> dtype = std::nullopt) const;
+  /// ones of this shape and device (dtype defaults to this tensor's)
   Tensor ones_like(std::optional<DType> dtype = std::nullopt) const;
+  /// rand() of this shape and device (a float dtype)
   Tensor rand_like(std::optional<DType> dtype = std::nullopt) const;
+  /// randn() of this shape and device (a float dtype; else a tg::Error)
   Tensor randn_like(std::optional<DType> dtype = std::nullopt) const;
   /** Lower / upper triangle of the last two dims (elements above / below `diagonal` set to 0). */
   Tensor tril(int64_t diagonal = 0) const;
+  /// the upper triangle (elements below `diagonal` set to 0)
   Tensor triu(int64_t diagonal = 0) const;
 
   // ---- math (ops_math.cpp); results of int inputs are float like torch. Inverse trig functions and erf use
   // float32-accurate approximations (absolute error below 2e-7), also in float64.
+  /// tangent (radians)
   Tensor tan() const;
   /** Abramowitz-Stegun 4.4.46 polynomial; NaN outside [-1, 1]. */
   Tensor asin() const;
+  /// arccosine in [0, pi]; NaN outside [-1, 1]
   Tensor acos() const;
+  /// arctangent in (-pi/2, pi/2)
   Tensor atan() const;
+  /// hyperbolic sine
   Tensor sinh() const;
+  /// hyperbolic cosine
   Tensor cosh() const;
+  /// hyperbolic tangent
   Tensor tanh() const;
+  /// inverse hyperbolic sine
   Tensor asinh() const;
+  /// inverse hyperbolic cosine; NaN below 1
   Tensor acosh() const;
+  /// inverse hyperbolic tangent; NaN outside [-1, 1]
   Tensor atanh() const;
   /** Taylor series below |x| = 0.5, a Chebyshev fit of erfc above (derivatives accurate to ~3e-7). */
   Tensor erf() const;
+  /// log base 10
   Tensor log10() const;
+  /// log(1 + x)
   Tensor log1p() const;
+  /// e^x - 1
   Tensor expm1() const;
+  /// 1 / sqrt(x)
   Tensor rsqrt() const;
+  /// x * x (keeps int dtypes)
   Tensor square() const;
   /** x ** e for a float scalar exponent: int inputs give float (small integral exponents are exact products). */
   Tensor pow(double e) const;
@@ -369,7 +487,9 @@ class Tensor {
   Tensor pow(int e) const;
   /** -1, 0 or 1 in the input's dtype. */
   Tensor sign() const;
+  /// rounds down
   Tensor floor() const;
+  /// rounds up
   Tensor ceil() const;
   /** Round half to even, like torch.round. */
   Tensor round() const;
@@ -377,53 +497,85 @@ class Tensor {
   Tensor clamp(double min, double max) const;
   /** clamp with broadcast tensor bounds. */
   Tensor clamp(const Tensor& min, const Tensor& max) const;
+  /// max(x, min)
   Tensor clamp_min(double min) const;
+  /// min(x, max)
   Tensor clamp_max(double max) const;
+  /// clamp(min, max)
   Tensor clip(double min, double max) const { return clamp(min, max); }
   /** this + weight * (end - this). */
   Tensor lerp(const Tensor& end, const Tensor& weight) const;
   /** Elementwise tests (bool); always false (isfinite: true) for int and bool tensors. */
   Tensor isnan() const;
+  /// whether an element is +-inf
   Tensor isinf() const;
+  /// whether an element is neither inf nor NaN
   Tensor isfinite() const;
 
   // ---- activations (ops_math.cpp), with torch's definitions and default constants
+  /// min(max(x, 0), 6)
   Tensor relu6() const;
+  /// x where x >= 0, negative_slope * x below
   Tensor leaky_relu(double negative_slope = 0.01) const;
+  /// x where x > 0, alpha * (e^x - 1) below
   Tensor elu(double alpha = 1.0) const;
+  /// max(0, x) + min(0, alpha * (e^(x/alpha) - 1))
   Tensor celu(double alpha = 1.0) const;
+  /// scale * elu(x, alpha) with SELU's constants (scale 1.0507, alpha 1.6733)
   Tensor selu() const;
   /** approximate: "none" (exact, via erf) or "tanh". */
   Tensor gelu(const std::string& approximate = "none") const;
   /** x * sigmoid(1.702 x). */
   Tensor quick_gelu() const;
+  /// x * sigmoid(x)
   Tensor silu() const;
+  /// silu()
   Tensor swish() const { return silu(); }
+  /// x * tanh(softplus(x))
   Tensor mish() const;
   /** log(1 + exp(beta x)) / beta, and x itself where beta x > threshold (torch). */
   Tensor softplus(double beta = 1.0, double threshold = 20.0) const;
+  /// x / (1 + |x|)
   Tensor softsign() const;
+  /// relu6(x + 3) / 6
   Tensor hardsigmoid() const;
+  /// x * relu6(x + 3) / 6
   Tensor hardswish() const;
+  /// clamp(x, min_val, max_val)
   Tensor hardtanh(double min_val = -1.0, double max_val = 1.0) const;
+  /// log(sigmoid(x)), computed stably
   Tensor logsigmoid() const;
 
   // ---- comparisons, logical and bitwise ops (ops_math.cpp), broadcasting; comparisons and logical ops give bool
+  /// x == b
   Tensor eq(const Tensor& b) const;
+  /// x != b
   Tensor ne(const Tensor& b) const;
+  /// x < b
   Tensor lt(const Tensor& b) const;
+  /// x <= b
   Tensor le(const Tensor& b) const;
+  /// x > b
   Tensor gt(const Tensor& b) const;
+  /// x >= b
   Tensor ge(const Tensor& b) const;
+  /// x && b (nonzero is true)
   Tensor logical_and(const Tensor& b) const;
+  /// x || b (nonzero is true)
   Tensor logical_or(const Tensor& b) const;
+  /// exactly one of x, b nonzero
   Tensor logical_xor(const Tensor& b) const;
+  /// x & b (int and bool tensors)
   Tensor bitwise_and(const Tensor& b) const;
+  /// x | b (int and bool tensors)
   Tensor bitwise_or(const Tensor& b) const;
+  /// x ^ b (int and bool tensors)
   Tensor bitwise_xor(const Tensor& b) const;
+  /// ~x (bool: logical not)
   Tensor bitwise_not() const;
   /** Shifts of int tensors (rshift is arithmetic for signed types). */
   Tensor lshift(const Tensor& b) const;
+  /// x >> b (arithmetic for signed types)
   Tensor rshift(const Tensor& b) const;
 
   // ---- movement and indexing (ops_movement.cpp)
@@ -439,6 +591,7 @@ class Tensor {
   std::vector<Tensor> chunk(int64_t chunks, int64_t dim = 0) const;
   /** Elements shifted by shifts[i] along dims[i], wrapping around; no dims: the flattened tensor. */
   Tensor roll(const std::vector<int64_t>& shifts, const std::vector<int64_t>& dims = {}) const;
+  /// roll along one dim
   Tensor roll(int64_t shift, int64_t dim) const { return roll(std::vector<int64_t>{shift}, std::vector<int64_t>{dim}); }
   /** Split one dim into several (one -1 allowed). */
   Tensor unflatten(int64_t dim, const std::vector<int64_t>& sizes) const;
@@ -451,6 +604,7 @@ class Tensor {
   Tensor index_select(int64_t dim, const Tensor& index, CallLoc loc = CallLoc::current()) const;
   /** A copy with src[i][j] written at this[i][index[i][j]] along dim (indices must not repeat). */
   Tensor scatter(int64_t dim, const Tensor& index, const Tensor& src) const;
+  /// scatter of one value at every index
   Tensor scatter(int64_t dim, const Tensor& index, double value) const;
   /** scatter(reduce=): "add" or "multiply" combines src with this tensor's values (repeated indices all count). */
   Tensor scatter(int64_t dim, const Tensor& index, const Tensor& src, const std::string& reduce) const;
@@ -475,27 +629,41 @@ class Tensor {
   // ---- reductions and scans (ops_reduce.cpp)
   /** Variance with Bessel's `correction` (1 = unbiased, like torch). */
   Tensor var(std::vector<int64_t> axes = {}, bool keepdim = false, double correction = 1) const;
+  /// standard deviation: sqrt(var)
   Tensor std(std::vector<int64_t> axes = {}, bool keepdim = false, double correction = 1) const;
+  /// (var, mean) in one call
   std::pair<Tensor, Tensor> var_mean(std::vector<int64_t> axes = {}, bool keepdim = false, double correction = 1) const;
+  /// (std, mean) in one call
   std::pair<Tensor, Tensor> std_mean(std::vector<int64_t> axes = {}, bool keepdim = false, double correction = 1) const;
   /** Index (int64) of the first maximum along axis; no axis: of the flattened tensor. */
   Tensor argmax(std::optional<int64_t> axis = std::nullopt, bool keepdim = false) const;
+  /// index (int64) of the first minimum along axis; no axis: of the flattened tensor
   Tensor argmin(std::optional<int64_t> axis = std::nullopt, bool keepdim = false) const;
+  /// whether any element over axes is nonzero (bool)
   Tensor any(std::vector<int64_t> axes = {}, bool keepdim = false) const;
+  /// whether every element over axes is nonzero (bool)
   Tensor all(std::vector<int64_t> axes = {}, bool keepdim = false) const;
+  /// running sum along axis
   Tensor cumsum(int64_t axis = 0) const;
+  /// running product along axis
   Tensor cumprod(int64_t axis = 0) const;
   /** Running maximum and the index (int64) where it was found (the last one among equal values, like torch). */
   std::pair<Tensor, Tensor> cummax(int64_t axis = 0) const;
+  /// running minimum and the index (int64) where it was found
   std::pair<Tensor, Tensor> cummin(int64_t axis = 0) const;
+  /// log(sum(exp(x))) over axes, computed stably
   Tensor logsumexp(std::vector<int64_t> axes = {}, bool keepdim = false) const;
+  /// running log(sum(exp(x))) along axis
   Tensor logcumsumexp(int64_t axis = 0) const;
+  /// log(softmax(x)) along axis, computed stably
   Tensor log_softmax(int64_t axis = -1, CallLoc loc = CallLoc::current()) const;
+  /// softmax(-x) along axis
   Tensor softmin(int64_t axis = -1) const;
   /** Sorted values and their original indices (int64), stable (equal values keep their order; NaN sorts as the
    *  largest value, like torch). Values by a bitonic network (O(n log^2 n) compare-exchanges, tinygrad's); indices
    *  by matching each sorted value to the input positions holding it. */
   std::pair<Tensor, Tensor> sort(int64_t dim = -1, bool descending = false) const;
+  /// the indices (int64) sort() would return
   Tensor argsort(int64_t dim = -1, bool descending = false) const;
   /** The k largest (or smallest) values along dim, sorted, and their indices. */
   std::pair<Tensor, Tensor> topk(int64_t k, int64_t dim = -1, bool largest = true) const;
@@ -503,6 +671,7 @@ class Tensor {
   // ---- linear algebra (ops_linalg.cpp)
   /** torch.matmul: 1-D/1-D dot, matrix-vector, and batched matmul with broadcasting of the batch dims. */
   Tensor matmul(const Tensor& b, CallLoc loc = CallLoc::current()) const;
+  /// matmul(b)
   Tensor dot(const Tensor& b, CallLoc loc = CallLoc::current()) const { return matmul(b, loc); }
   /** x @ weight.T + bias with weight (out_features, in_features), like torch.nn.functional.linear. */
   Tensor linear(const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt, CallLoc loc = CallLoc::current()) const;
@@ -512,34 +681,48 @@ class Tensor {
    *  "replicate" or "circular". */
   Tensor conv(const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt, IntArg stride = 1, ConvPadding padding = 0,
               IntArg dilation = 1, int64_t groups = 1, const std::string& padding_mode = "zeros") const;
+  /// conv() on (N, C, L) with weight (out, C / groups, k)
   Tensor conv1d(const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt, IntArg stride = 1, ConvPadding padding = 0,
                 IntArg dilation = 1, int64_t groups = 1, const std::string& padding_mode = "zeros") const;
+  /// conv() on (N, C, H, W) with weight (out, C / groups, kh, kw)
   Tensor conv2d(const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt, IntArg stride = 1, ConvPadding padding = 0,
                 IntArg dilation = 1, int64_t groups = 1, const std::string& padding_mode = "zeros", CallLoc loc = CallLoc::current()) const;
+  /// conv() on (N, C, D, H, W) with weight (out, C / groups, kd, kh, kw)
   Tensor conv3d(const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt, IntArg stride = 1, ConvPadding padding = 0,
                 IntArg dilation = 1, int64_t groups = 1, const std::string& padding_mode = "zeros") const;
   /** Transposed convolution; weight (C_in, C_out / groups, *k) like torch. */
   Tensor conv_transpose(const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt, IntArg stride = 1, IntArg padding = 0,
                         IntArg output_padding = 0, int64_t groups = 1, IntArg dilation = 1) const;
+  /// conv_transpose() on (N, C, L)
   Tensor conv_transpose1d(const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt, IntArg stride = 1, IntArg padding = 0,
                           IntArg output_padding = 0, int64_t groups = 1, IntArg dilation = 1) const;
+  /// conv_transpose() on (N, C, H, W)
   Tensor conv_transpose2d(const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt, IntArg stride = 1, IntArg padding = 0,
                           IntArg output_padding = 0, int64_t groups = 1, IntArg dilation = 1) const;
   /** Max pool over the last kernel.size() dims; stride defaults to the kernel; padding pads with -inf: one value per
    *  spatial dim (both sides), or 2 per spatial dim ((begin, end) for each dim in order; also for avg_pool). */
   Tensor max_pool(IntArg kernel, IntArg stride = {}, IntArg padding = 0, IntArg dilation = 1, bool ceil_mode = false) const;
+  /// max_pool() over the last dim
   Tensor max_pool1d(IntArg kernel, IntArg stride = {}, IntArg padding = 0, IntArg dilation = 1, bool ceil_mode = false) const;
+  /// max_pool() over the last two dims
   Tensor max_pool2d(IntArg kernel, IntArg stride = {}, IntArg padding = 0, IntArg dilation = 1, bool ceil_mode = false) const;
   /** Average pool over the last kernel.size() dims (torch semantics for count_include_pad and ceil_mode). */
   Tensor avg_pool(IntArg kernel, IntArg stride = {}, IntArg padding = 0, bool ceil_mode = false, bool count_include_pad = true) const;
+  /// avg_pool() over the last dim
   Tensor avg_pool1d(IntArg kernel, IntArg stride = {}, IntArg padding = 0, bool ceil_mode = false, bool count_include_pad = true) const;
+  /// avg_pool() over the last two dims
   Tensor avg_pool2d(IntArg kernel, IntArg stride = {}, IntArg padding = 0, bool ceil_mode = false, bool count_include_pad = true) const;
   /** Adaptive pools over the last output_size.size() dims (torch's window rule, any sizes). */
   Tensor adaptive_avg_pool(const std::vector<int64_t>& output_size) const;
+  /// maximum over each adaptive window, to output_size
   Tensor adaptive_max_pool(const std::vector<int64_t>& output_size) const;
+  /// adaptive_avg_pool() over the last dim
   Tensor adaptive_avg_pool1d(int64_t output_size) const { return adaptive_avg_pool({output_size}); }
+  /// adaptive_avg_pool() over the last two dims
   Tensor adaptive_avg_pool2d(IntArg output_size) const;
+  /// adaptive_max_pool() over the last dim
   Tensor adaptive_max_pool1d(int64_t output_size) const { return adaptive_max_pool({output_size}); }
+  /// adaptive_max_pool() over the last two dims
   Tensor adaptive_max_pool2d(IntArg output_size) const;
   /** torch.nn.functional.batch_norm over dim 1. training: batch statistics (and the running stats, when given, are
    *  updated in place with `momentum` via assign); otherwise the running stats. */
@@ -549,6 +732,7 @@ class Tensor {
   /** Normalise over the last normalized_shape.size() dims, which must equal normalized_shape. */
   Tensor layer_norm(const std::vector<int64_t>& normalized_shape, const std::optional<Tensor>& weight = std::nullopt,
                     const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5, CallLoc loc = CallLoc::current()) const;
+  /// normalise (N, C, *) over each group of channels and the spatial dims, then scale and shift per channel
   Tensor group_norm(int64_t num_groups, const std::optional<Tensor>& weight = std::nullopt,
                     const std::optional<Tensor>& bias = std::nullopt, double eps = 1e-5) const;
   /** x / sqrt(mean(x^2) + eps) * weight over the last normalized_shape.size() dims; eps defaults to float eps. */
@@ -576,10 +760,14 @@ class Tensor {
                                          const std::string& reduction = "mean") const;
   /** Probabilities against targets in [0, 1] (logs clamped at -100 like torch). */
   Tensor binary_crossentropy(const Tensor& target, const std::string& reduction = "mean") const;
+  /// binary_crossentropy of sigmoid(this), computed stably; pos_weight scales the positive term
   Tensor binary_crossentropy_with_logits(const Tensor& target, const std::string& reduction = "mean",
                                          const std::optional<Tensor>& pos_weight = std::nullopt) const;
+  /// (this - target)^2, reduced
   Tensor mse_loss(const Tensor& target, const std::string& reduction = "mean") const;
+  /// |this - target|, reduced
   Tensor l1_loss(const Tensor& target, const std::string& reduction = "mean") const;
+  /// Huber-like: 0.5 d^2 / beta where |d| < beta, else |d| - 0.5 beta, reduced
   Tensor smooth_l1_loss(const Tensor& target, const std::string& reduction = "mean", double beta = 1.0) const;
 
   // ---- the rest of tinygrad's Tensor API (tinygrad a9069c177a); compositions of the ops above
@@ -692,16 +880,20 @@ class Tensor {
   // ---- autograd (symbolic: gradients are UOp graphs built by the rule table in gradient.hpp)
   /** Mark this tensor as a leaf whose gradient backward() computes. */
   Tensor& requires_grad_(bool on = true);
+  /// whether gradients flow to or through this tensor
   bool requires_grad() const;
   /** The accumulated gradient (a tensor of this shape); throws if none was computed. */
   Tensor grad() const;
+  /// whether a gradient was computed (grad() would not throw)
   bool has_grad() const;
+  /// drops the accumulated gradient
   void zero_grad();
   /** Gradients of this scalar (or with `seed` for a non-scalar) into every requires_grad tensor it depends on,
    *  added to what they hold. The gradient graph is lazy: realise it (or an optimiser step) to compute it.
    *  A second backward() of the same tensor is a tg::Error, as torch's second backward through a freed graph,
    *  unless the earlier call passed {.retain_graph = true}: then the gradients add up again, as in torch. */
   void backward(BackwardOptions opts = {});
+  /// backward() with the gradient of this tensor given (its shape)
   void backward(const Tensor& seed, BackwardOptions opts = {});
   /** d(this)/d(wrt) for each target (zeros where this does not depend on it); works on gradients too. */
   std::vector<Tensor> gradient(const std::vector<Tensor>& wrt, const Tensor* seed = nullptr) const;
@@ -712,6 +904,7 @@ class Tensor {
    *  compute the same thing (the first one registered is used). Under NoGrad it returns this tensor. */
   using CustomBackward = std::function<std::vector<std::optional<Tensor>>(const Tensor& grad, const Tensor& value,
                                                                           const std::vector<Tensor>& inputs)>;
+  /// this value with the gradient rule `backward` for `inputs`, registered under `key` (see CustomBackward)
   Tensor custom_gradient(const std::vector<Tensor>& inputs, const std::string& key, CustomBackward backward) const;
 
   /** Realise several tensors together (one schedule). */
@@ -739,11 +932,15 @@ class Tensor {
 
 /** Shared state behind Tensor handles. */
 struct TensorImpl {
+  /// the tensor-graph node computing the value (replaced by a buffer view once realised)
   UOpRef uop;
+  /// the shape (the largest values, for a symbolic tensor)
   Shape shape;
+  /// the device name
   std::string device;
-  bool weak = false;           // a Python-like scalar (weakly typed)
-  bool requires_grad = false;  // a leaf whose gradient is wanted, or computed from one
+  bool weak = false;           ///< a Python-like scalar (weakly typed)
+  bool requires_grad = false;  ///< a leaf whose gradient is wanted, or computed from one
+  /// the accumulated gradient, or null
   std::shared_ptr<TensorImpl> grad;
   bool retain_graph = true;    // whether another backward() with this tensor as the root is allowed
 };
@@ -752,28 +949,46 @@ struct TensorImpl {
  *  host read in the middle of a graph walks only what was built after the nodes it realised). */
 size_t becomes_visits();
 
+/// A reduction's values and the indices (int64) where they were found (max_with_indices, min_with_indices).
 struct ValuesIndices {
+  /// the reduced values, and the index of each along the reduced dim
+  ///@{
   Tensor values, indices;
+  ///@}
 };
 
-/** Printing, like torch: `tensor([[1., 2.],\n        [3., 4.]], shape=(2, 2), dtype=float32, device=CPU)`. Realises
- *  the tensor. Floats print with 4 decimals ("1." when every value is integral, scientific when the magnitudes
- *  need it), all with one width; more than 1000 elements print the first and last 3 of each dim around "...". An
- *  undefined tensor prints as `tensor(undefined)`. */
+/** Printing like torch, after realising the tensor. For example
+ *  `tensor([[1., 2.], [3., 4.]], shape=(2, 2), dtype=float32, device=CPU)`, one row a line. Floats print with 4
+ *  decimals ("1." when every value is integral, scientific when the magnitudes need it), all with one width; more
+ *  than 1000 elements print the first and last 3 of each dim around "...". An undefined tensor prints as
+ *  `tensor(undefined)`. */
 std::string to_string(const Tensor& t);
+/// writes to_string(t)
 std::ostream& operator<<(std::ostream& os, const Tensor& t);
 
 /** One entry of Tensor::index: an int, a Slice, an integer Tensor (advanced indexing), NewAxis or Ellipsis. */
 struct TensorIndex {
+  /// which member holds the index (NewAxis and Ellipsis need none)
+  ///@{
   enum class Kind { Int, Slice, Tensor, NewAxis, Ellipsis } kind;
+  ///@}
+  /// the int index (negative counts from the end)
   int64_t i = 0;
+  /// the slice
   tg::Slice s;
+  /// the integer index tensor
   tg::Tensor t;
+  /// an int index: selects one position and drops the dim
   TensorIndex(int v) : kind(Kind::Int), i(v) {}      // NOLINT
+  /// an int index: selects one position and drops the dim
   TensorIndex(int64_t v) : kind(Kind::Int), i(v) {}  // NOLINT
+  /// a slice of the dim
   TensorIndex(tg::Slice v) : kind(Kind::Slice), s(v) {}             // NOLINT
+  /// an integer tensor (advanced indexing)
   TensorIndex(tg::Tensor v) : kind(Kind::Tensor), t(std::move(v)) {}  // NOLINT
+  /// a new size-1 dim at this place
   TensorIndex(NewAxisT) : kind(Kind::NewAxis) {}                    // NOLINT
+  /// as many whole dims as the other entries leave
   TensorIndex(EllipsisT) : kind(Kind::Ellipsis) {}                  // NOLINT
 };
 
@@ -797,6 +1012,7 @@ class NoGrad {
   ~NoGrad();
   NoGrad(const NoGrad&) = delete;
   NoGrad& operator=(const NoGrad&) = delete;
+  /// whether a NoGrad lives on this thread
   static bool active();
 
  private:
@@ -831,12 +1047,15 @@ constexpr Kind kind_of() {
 }
 
 template <class T>
+/// whether T is Tensor or derived from it (TensorOf)
 inline constexpr bool is_tensorish = std::is_base_of_v<Tensor, std::remove_cvref_t<T>>;
 template <class T>
+/// whether T can be an operator's operand: a tensor or a C++ arithmetic scalar
 inline constexpr bool is_operand = is_tensorish<T> || std::is_arithmetic_v<std::remove_cvref_t<T>>;
 
 /** An operand as a Tensor: tensors as they are, C++ scalars as weak 0-d tensors (like Python scalars). */
 inline const Tensor& lower(const Tensor& t) { return t; }
+/// a C++ scalar as a weak 0-d tensor (bool stays bool, integers become int, floats double)
 template <class T>
   requires std::is_arithmetic_v<T>
 Tensor lower(T v) {
@@ -848,9 +1067,13 @@ Tensor lower(T v) {
 /** The operators' ops (comparisons as written: > and >= are built from < like tinygrad). */
 enum class Op { Add, Sub, Mul, Div, Mod, And, Or, Xor, Shl, Shr, Lt, Gt, Le, Ge, Eq, Ne, Neg, Invert };
 
+/// &, |, ^, << or >>
 constexpr bool is_bitwise(Op o) { return o == Op::And || o == Op::Or || o == Op::Xor || o == Op::Shl || o == Op::Shr; }
+/// << or >>
 constexpr bool is_shift(Op o) { return o == Op::Shl || o == Op::Shr; }
+/// +, -, *, / or %
 constexpr bool is_arith(Op o) { return o == Op::Add || o == Op::Sub || o == Op::Mul || o == Op::Div || o == Op::Mod; }
+/// a comparison (<, >, <=, >=, ==, !=), whose result is bool
 constexpr bool is_cmp(Op o) { return o >= Op::Lt && o <= Op::Ne; }
 
 /** The result kind of `a op b` (promotion as torch: a float operand makes a float, division is always float). */
@@ -863,20 +1086,28 @@ constexpr Kind result_kind(Op o, Kind a, Kind b) {
   return Kind::Unknown;
 }
 
+/// The typed tensor for a static dtype kind (plain Tensor when unknown; see typed_t).
 template <Kind K>
 struct typed_for {
+  /// a plain Tensor (the kind is not known statically)
   using type = Tensor;
 };
+/// Float results are TensorOf<float>.
 template <>
 struct typed_for<Kind::Float> {
+  /// the typed tensor for a float result
   using type = TensorOf<float>;
 };
+/// Int results are TensorOf<int>.
 template <>
 struct typed_for<Kind::Int> {
+  /// the typed tensor for an int result
   using type = TensorOf<int>;
 };
+/// Bool results are TensorOf<bool>.
 template <>
 struct typed_for<Kind::Bool> {
+  /// the typed tensor for a bool result
   using type = TensorOf<bool>;
 };
 /** The result type of an operator: TensorOf<...> when the kind is known, else Tensor. */
@@ -885,6 +1116,7 @@ using typed_t = typename typed_for<K>::type;
 
 /** The operators' work (one non-template function: broadcasting, promotion, the op). */
 Tensor binary(Op o, const Tensor& a, const Tensor& b);
+/// the work of unary - and ~
 Tensor unary(Op o, const Tensor& a);
 /** Throws unless t's dtype is of kind k (an undefined t passes: it has no dtype yet). */
 void check_kind(const Tensor& t, Kind k);
@@ -902,17 +1134,20 @@ class TensorOf : public Tensor {
                 "[tensor] TensorOf<T> takes float, int or bool: the dtype's kind, of any width");
 
  public:
+  /// the dtype kind this type guarantees
   static constexpr Kind kind = et::kind_of<E>();
   /** Undefined, as a default Tensor. */
   TensorOf() = default;
   /** t, checked to be of this kind (a tg::Error otherwise). */
   explicit TensorOf(Tensor t) : Tensor(std::move(t)) { et::check_kind(*this, kind); }
+  /// t, checked to be of this kind (a tg::Error otherwise)
   TensorOf& operator=(const Tensor& t) {
     et::check_kind(t, kind);
     Tensor::operator=(t);
     return *this;
   }
-  // Integer-only methods refused on float tensors at compile time, as the operators are.
+  /// Integer-only methods refused on float tensors at compile time, as the operators are.
+  ///@{
   Tensor bitwise_and(const Tensor& b) const {
     static_assert(kind != Kind::Float, "[tensor] bitwise_and needs an int or bool tensor, and this one is statically float");
     return Tensor::bitwise_and(b);
@@ -937,6 +1172,7 @@ class TensorOf : public Tensor {
     static_assert(kind == Kind::Int, "[tensor] rshift needs an int tensor");
     return Tensor::rshift(b);
   }
+  ///@}
 };
 
 // The operators. Each checks what the operands' static kinds rule out (one static_assert per mistake, so the
@@ -972,12 +1208,14 @@ TG_BINARY_OPERATOR(==, Eq)
 TG_BINARY_OPERATOR(!=, Ne)
 #undef TG_BINARY_OPERATOR
 
+/// -a (a bool tensor: a compile error)
 template <class A>
   requires et::is_tensorish<A>
 auto operator-(const A& a) {
   static_assert(et::kind_of<A>() != Kind::Bool, "[tensor] negation of a bool tensor: use logical_not (or ~)");
   return et::typed_t<et::kind_of<A>()>(et::unary(et::Op::Neg, a));
 }
+/// ~a, bitwise not (a float tensor: a compile error)
 template <class A>
   requires et::is_tensorish<A>
 auto operator~(const A& a) {

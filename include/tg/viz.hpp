@@ -40,6 +40,7 @@ void set_level(int v);
  *  Nested contexts are separate entries. Free when VIZ is off. */
 class Context {
  public:
+  /// opens the context on this thread (kind: "schedule", "kernel", ...; name shown in the viewer)
   Context(const char* kind, const std::string& name);
   ~Context();
   Context(const Context&) = delete;
@@ -81,6 +82,7 @@ inline bool enabled() {
 /** Turn profiling on or off from code (tests). */
 void set_enabled(bool on);
 
+/// The clock of profile events.
 using Clock = std::chrono::steady_clock;
 /** One complete event on this thread: category ("schedule", "lower", "compile", "kernel", "copy"), name, device,
  *  start and end; flops and bytes give the event's GFLOPS and GB/s. */
@@ -90,6 +92,7 @@ void event(const char* cat, const std::string& name, const std::string& device, 
 /** A span from construction to destruction, recorded when PROFILE is on. */
 class Span {
  public:
+  /// starts a span of category `cat` named `name` on `device` (the event is recorded at destruction)
   Span(const char* cat, std::string name, std::string device = "")
       : on_(enabled()), cat_(cat) {
     if (on_) name_ = std::move(name), device_ = std::move(device), t0_ = Clock::now();

@@ -6,7 +6,17 @@
 
 #include <algorithm>
 
+#include <range/v3/algorithm/sort.hpp>
+#include <range/v3/range/conversion.hpp>
+#include <range/v3/view/concat.hpp>
+#include <range/v3/view/iota.hpp>
+#include <range/v3/view/single.hpp>
+#include <range/v3/view/transform.hpp>
+#include <range/v3/view/unique.hpp>
+
 namespace tg::detail {
+
+namespace rv = ranges::views;
 
 std::string ints_str(const std::vector<int64_t>& v) { return shape_str(v); }
 
@@ -20,16 +30,12 @@ int64_t norm_dim(int64_t d, int64_t ndim, const std::string& op, bool extra) {
 }
 
 std::vector<int64_t> norm_axes(const std::vector<int64_t>& axes, int64_t ndim, const std::string& op) {
-  std::vector<int64_t> out;
-  if (axes.empty()) {
-    for (int64_t i = 0; i < ndim; i++) out.push_back(i);
-    return out;
-  }
-  for (int64_t a : axes) out.push_back(ndim == 0 ? (norm_dim(a, 0, op), 0) : norm_dim(a, ndim, op));
-  std::sort(out.begin(), out.end());
-  out.erase(std::unique(out.begin(), out.end()), out.end());
-  if (ndim == 0) out.clear();
-  return out;
+  if (axes.empty()) return rv::iota(int64_t(0), ndim) | ranges::to<std::vector>();
+  auto out = axes | rv::transform([&](int64_t a) { return ndim == 0 ? (norm_dim(a, 0, op), 0) : norm_dim(a, ndim, op); }) |
+             ranges::to<std::vector>();
+  if (ndim == 0) return {};
+  ranges::sort(out);
+  return out | rv::unique | ranges::to<std::vector>();
 }
 
 Tensor const_of(const Tensor& t, double v, DType d) { return Tensor::full({}, v, d, t.device()); }
@@ -83,9 +89,14 @@ std::vector<int64_t> expand_arg(const IntArg& a, size_t n, const std::string& op
 namespace {
 int64_t ceildiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 Tensor shrink_to(const Tensor& x, const Shape& s) {
-  std::vector<std::pair<int64_t, int64_t>> r;
-  for (int64_t d : s) r.push_back({0, d});
-  return x.shrink(r);
+  return x.shrink(s | rv::transform([](int64_t d) { return std::pair<int64_t, int64_t>{0, d}; }) | ranges::to<std::vector>());
+}
+// The leading dims, then one dim of each of the nk (a, b) pairs that follow them (a first when first == 0), then the other.
+std::vector<int64_t> window_perm(size_t noop, size_t nk, int64_t first) {
+  auto pair_dim = [&](int64_t which) {
+    return rv::iota(int64_t(0), int64_t(nk)) | rv::transform([=](int64_t j) { return int64_t(noop) + 2 * j + which; });
+  };
+  return rv::concat(rv::iota(int64_t(0), int64_t(noop)), pair_dim(first), pair_dim(1 - first)) | ranges::to<std::vector>();
 }
 }  // namespace
 
@@ -123,11 +134,7 @@ Tensor pool_windows(const Tensor& x, const std::vector<int64_t>& k, const std::v
       win.insert(win.end(), {{0, o[j]}, {0, k[j]}});
     }
     Tensor t = x.shrink(cut).pad(pad).reshape(split).shrink(win);
-    std::vector<int64_t> perm;
-    for (size_t j = 0; j < noop; j++) perm.push_back(int64_t(j));
-    for (size_t j = 0; j < nk; j++) perm.push_back(int64_t(noop + 2 * j));
-    for (size_t j = 0; j < nk; j++) perm.push_back(int64_t(noop + 2 * j + 1));
-    return t.permute(perm);
+    return t.permute(window_perm(noop, nk, 0));
   }
   // Repeat each spatial dim so that a reshape to (k, i*f + d) puts window element j at column j*d + o*s.
   std::vector<int64_t> rep(noop, 1);
@@ -145,11 +152,7 @@ Tensor pool_windows(const Tensor& x, const std::vector<int64_t>& k, const std::v
   Tensor t = shrink_to(x.repeat(rep), s1).reshape(s2);
   t = shrink_to(t, s3).reshape(s4);
   t = shrink_to(t, s5).reshape(s6);
-  std::vector<int64_t> perm;
-  for (size_t j = 0; j < noop; j++) perm.push_back(int64_t(j));
-  for (size_t j = 0; j < nk; j++) perm.push_back(int64_t(noop + 2 * j + 1));
-  for (size_t j = 0; j < nk; j++) perm.push_back(int64_t(noop + 2 * j));
-  return t.permute(perm);
+  return t.permute(window_perm(noop, nk, 1));
 }
 
 bool serial_device(const std::string& device) {
@@ -158,10 +161,10 @@ bool serial_device(const std::string& device) {
 }
 
 Tensor channels_last(const Tensor& t) {
-  std::vector<int64_t> to_last{0}, to_first{0, t.ndim() - 1};
-  for (int64_t i = 2; i < t.ndim(); i++) to_last.push_back(i), to_first.push_back(i - 1);
-  to_last.push_back(1);
-  return t.permute(to_last).contiguous().permute(to_first);
+  int64_t n = t.ndim();
+  auto to_last = rv::concat(rv::single(int64_t(0)), rv::iota(int64_t(2), std::max<int64_t>(n, 2)), rv::single(int64_t(1)));
+  auto to_first = rv::concat(rv::single(int64_t(0)), rv::single(n - 1), rv::iota(int64_t(1), std::max<int64_t>(n - 1, 1)));
+  return t.permute(to_last | ranges::to<std::vector>()).contiguous().permute(to_first | ranges::to<std::vector>());
 }
 
 Tensor pad_last(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& pads, double value) {

@@ -11,6 +11,12 @@
 #include <limits>
 #include <mutex>
 
+#include <range/v3/range/conversion.hpp>
+#include <range/v3/view/chunk.hpp>
+#include <range/v3/view/drop.hpp>
+#include <range/v3/view/transform.hpp>
+#include <range/v3/view/zip.hpp>
+
 #include "tg/error.hpp"
 #include "spec_pause.hpp"
 #include "tg/symbolic.hpp"
@@ -324,6 +330,7 @@ namespace {
 // is interned (simplifying builds nodes), so a node is complete when another thread finds it.
 std::unique_ptr<const std::vector<UOpRef>> derive_sym(Ops op, std::span<const UOpRef> src, const Arg& arg) {
   using Sym = std::vector<UOpRef>;
+  namespace rv = ranges::views;
   auto ci = [](int64_t v) { return UOp::cnst_int(dtypes::index, v); };
   auto vec = [&]() -> const std::vector<int64_t>& { return std::get<std::vector<int64_t>>(arg); };
   auto symbolic = [](const Sym& s) {
@@ -346,9 +353,9 @@ std::unique_ptr<const std::vector<UOpRef>> derive_sym(Ops op, std::span<const UO
   }
   if (carried) {
     if (op != Ops::SHRINK) return done(Sym(src.begin() + 1, src.end()));
-    Sym s;
-    for (size_t i = 1; i + 1 < src.size(); i += 2) s.push_back(simplify(src[i + 1]->alu(Ops::SUB, src[i])));
-    return done(std::move(s));
+    // (begin, end) pairs after the input: each dim's size is end - begin
+    return done(src | rv::drop(1) | rv::chunk(2) |
+                rv::transform([&](auto be) { return simplify(be[1]->alu(Ops::SUB, be[0])); }) | ranges::to<Sym>());
   }
   const UOp* from = nullptr;
   for (auto& x : src)
@@ -359,21 +366,16 @@ std::unique_ptr<const std::vector<UOpRef>> derive_sym(Ops op, std::span<const UO
   if (!from || op == Ops::SINK || op == Ops::BIND || op == Ops::RESHAPE || op == Ops::EXPAND) return nullptr;
   const Sym& in = *from->sym();
   switch (op) {
-    case Ops::PERMUTE: {
-      Sym s;
-      for (int64_t a : vec()) s.push_back(in[size_t(a)]);
-      return done(std::move(s));
-    }
-    case Ops::PAD: {
-      Sym s;
-      for (size_t i = 0; i < in.size(); i++) s.push_back(simplify(in[i]->alu(Ops::ADD, ci(vec()[2 * i] + vec()[2 * i + 1]))));
-      return done(std::move(s));
-    }
-    case Ops::SHRINK: {
-      Sym s;
-      for (size_t i = 0; i < in.size(); i++) s.push_back(ci(vec()[2 * i + 1] - vec()[2 * i]));
-      return done(std::move(s));
-    }
+    case Ops::PERMUTE:
+      return done(vec() | rv::transform([&](int64_t a) { return in[size_t(a)]; }) | ranges::to<Sym>());
+    case Ops::PAD:  // vec(): (before, after) per dim
+      return done(rv::zip(in, vec() | rv::chunk(2)) | rv::transform([&](auto d) {
+                    auto [n, p] = d;
+                    return simplify(n->alu(Ops::ADD, ci(p[0] + p[1])));
+                  }) |
+                  ranges::to<Sym>());
+    case Ops::SHRINK:  // vec(): (begin, end) per dim
+      return done(vec() | rv::chunk(2) | rv::transform([&](auto be) { return ci(be[1] - be[0]); }) | ranges::to<Sym>());
     case Ops::REDUCE_AXIS: {
       Sym s = in;
       for (int64_t a : std::get<ReduceArg>(arg).axes) s[size_t(a)] = ci(1);

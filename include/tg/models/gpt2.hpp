@@ -24,10 +24,15 @@ namespace tg::models {
 
 /** GPT-2's hyperparameters: the sizes from the weights' shapes, the head count given (or from config.json). */
 struct GPT2Config {
+  /// model width, transformer blocks, attention heads, MLP width (4*dim) and vocabulary size
+  ///@{
   int64_t dim = 0, n_layers = 0, n_heads = 0, hidden_dim = 0, vocab_size = 0;
-  int64_t n_positions = 0;  // rows of wpe: the longest sequence the model knows
-  int64_t max_context = 0;  // KV cache length, at most n_positions
+  ///@}
+  int64_t n_positions = 0;  ///< rows of wpe: the longest sequence the model knows
+  int64_t max_context = 0;  ///< KV cache length, at most n_positions
+  /// LayerNorm's epsilon
   double norm_eps = 1e-5;
+  /// width of one attention head (dim / n_heads)
   int64_t head_dim() const { return dim / n_heads; }
   /** The sizes of the weights `w` (Hugging Face's names, prefix removed); n_heads and norm_eps as given,
    *  max_context 0 takes n_positions. A missing or inconsistent tensor is a tg::Error naming `file` and it. */
@@ -35,6 +40,7 @@ struct GPT2Config {
                                  int64_t max_context = 0, double norm_eps = 1e-5);
 };
 
+/// GPT-2 inference with a KV cache: weights from safetensors, logits or sampled tokens per step.
 class GPT2 {
  public:
   /** The model from weights by Hugging Face's names (without the "transformer." prefix); a missing or mis-shaped
@@ -50,6 +56,7 @@ class GPT2 {
   GPT2(const GPT2&) = delete;
   GPT2& operator=(const GPT2&) = delete;
 
+  /// the hyperparameters the model was built with
   const GPT2Config& config() const { return cfg_; }
   /** Logits (batch, T, vocab) of tokens (batch, T) int32 at positions start_pos..start_pos+T-1, lazy; writes their
    *  keys and values into the cache. T > 1 needs a concrete start_pos; last_only: the head of the last position. */

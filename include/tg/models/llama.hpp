@@ -30,16 +30,27 @@ namespace tg::models {
 
 /** The hyperparameters, from GGUF metadata ("llama.*" keys) or given. */
 struct LlamaConfig {
+  /// model width, blocks, query heads, key/value heads (GQA: fewer), FFN width and vocabulary size
+  ///@{
   int64_t dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, hidden_dim = 0, vocab_size = 0;
-  int64_t max_context = 0;  // KV cache length (positions 0..max_context-1)
-  // mixture of experts (Mixtral layout, "*.expert_count" > 0): each layer's MLP is n_experts SwiGLU experts of
-  // hidden_dim, stacked (blk.N.ffn_{gate,up,down}_exps.weight), and a router (blk.N.ffn_gate_inp.weight, (n_experts,
-  // dim)); each token runs the n_experts_used experts of the largest router logits, weighted by the softmax over them
+  ///@}
+  int64_t max_context = 0;  ///< KV cache length (positions 0..max_context-1)
+  /// mixture of experts (Mixtral layout, "*.expert_count" > 0): each layer's MLP is n_experts SwiGLU experts of
+  /// hidden_dim, stacked (blk.N.ffn_{gate,up,down}_exps.weight), and a router (blk.N.ffn_gate_inp.weight, (n_experts,
+  /// dim)); each token runs the n_experts_used experts of the largest router logits, weighted by the softmax over them
+  ///@{
   int64_t n_experts = 0, n_experts_used = 0;
+  ///@}
+  /// RMSNorm's epsilon, and RoPE's base frequency
+  ///@{
   double norm_eps = 1e-5, rope_theta = 10000.0;
-  std::string arch = "llama";  // "llama", or "qwen2": RoPE on the two halves (NEOX), biases on q, k and v
+  ///@}
+  std::string arch = "llama";  ///< "llama", or "qwen2": RoPE on the two halves (NEOX), biases on q, k and v
+  /// RoPE rotates the two halves of each head (NEOX, qwen2) rather than interleaved pairs
   bool rope_halves() const { return arch == "qwen2"; }
+  /// the q, k and v projections have biases (qwen2)
   bool qkv_bias() const { return arch == "qwen2"; }
+  /// width of one attention head (dim / n_heads)
   int64_t head_dim() const { return dim / n_heads; }
   /** From a GGUF file's metadata: general.architecture "llama" or "qwen2" (keys under that prefix); max_context 0
    *  takes its context_length. A missing or inconsistent key is a tg::Error naming `file` and the key. */
@@ -51,6 +62,7 @@ struct LlamaConfig {
  *  may require grad: examples/llm_train trains a model with it). A missing or mis-shaped weight is a tg::Error. */
 Tensor llama_logits(const LlamaConfig& cfg, const std::map<std::string, Tensor>& weights, const Tensor& tokens);
 
+/// A Llama-family model (Llama, Mistral, Mixtral, Qwen2) with a KV cache, from GGUF weights (float or quantised).
 class Llama {
  public:
   /** The model from weights by llama.cpp's names; a missing or mis-shaped
@@ -73,6 +85,7 @@ class Llama {
   Llama(const Llama&) = delete;
   Llama& operator=(const Llama&) = delete;
 
+  /// the hyperparameters the model was built with
   const LlamaConfig& config() const { return cfg_; }
   /** The number of KV-cache slots. */
   int64_t slots() const { return int64_t(caches_.size()); }

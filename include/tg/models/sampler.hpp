@@ -11,15 +11,19 @@
 
 namespace tg::models {
 
+/// How the next token is picked from logits: temperature, top-k, top-p, seed and repetition penalty.
 struct SamplerConfig {
-  double temperature = 0;      // <= 0: greedy
-  int64_t top_k = 0;           // 0: all tokens
-  double top_p = 1;            // 1: no cut
+  double temperature = 0;      ///< <= 0: greedy
+  int64_t top_k = 0;           ///< 0: all tokens
+  double top_p = 1;            ///< 1: no cut
+  /// seed of the random generator (same seed and logits: same tokens)
   uint64_t seed = 0;
-  double repeat_penalty = 1;   // a token among the last repeat_last_n: logit / penalty if > 0, else logit * penalty
+  double repeat_penalty = 1;   ///< a token among the last repeat_last_n: logit / penalty if > 0, else logit * penalty
+  /// how many of the latest tokens the repetition penalty looks at
   int64_t repeat_last_n = 64;
 };
 
+/// Picks the next token from logits with a SamplerConfig's settings; holds its random generator.
 class Sampler {
  public:
   /** A bad setting (negative top_k, top_p outside (0, 1], a penalty <= 0) is a tg::Error naming it. */

@@ -22,10 +22,12 @@
 
 namespace tg::models {
 
+/// Text to token ids and back: SentencePiece-style (Llama) or GPT-2 byte-level BPE vocabularies.
 class Tokenizer {
  public:
   /** GGUF token types (tokenizer.ggml.token_type). */
   enum class TokenType : int32_t { UNDEFINED = 0, NORMAL = 1, UNKNOWN = 2, CONTROL = 3, USER_DEFINED = 4, UNUSED = 5, BYTE = 6 };
+  /// SentencePiece-style scores (SPM) or byte-level BPE merges (BPE)
   enum class Kind { SPM, BPE };
   /** From a GGUF file's tokenizer.ggml.* keys; another model or pre-tokenizer, or missing or inconsistent arrays, is
    *  a tg::Error naming `file` and the key. */
@@ -42,7 +44,9 @@ class Tokenizer {
    *  missing or malformed file is a tg::Error naming it. */
   static Tokenizer gpt2_files(const std::string& dir);
   ~Tokenizer();
+  /// moves the vocabulary and merge tables
   Tokenizer(Tokenizer&&) noexcept;
+  /// moves the vocabulary and merge tables
   Tokenizer& operator=(Tokenizer&&) noexcept;
 
   /** Token ids of `text` (BOS first when the vocabulary adds it and `add_bos`). */
@@ -58,10 +62,15 @@ class Tokenizer {
   /** The text of a sequence (BOS/EOS dropped; SPM: the space prefix removed). */
   std::string decode(const std::vector<int32_t>& ids) const;
 
+  /// which algorithm encode uses
   Kind kind() const { return kind_; }
+  /// number of tokens in the vocabulary
   size_t vocab_size() const { return tokens_.size(); }
+  /// the beginning-of-sequence token id (-1: none)
   int32_t bos() const { return bos_; }
+  /// the end-of-sequence token id
   int32_t eos() const { return eos_; }
+  /// whether encode prepends a space to the text (SPM's add_space_prefix)
   bool adds_space_prefix() const { return add_space_prefix_; }
 
  private:

@@ -13,7 +13,10 @@ namespace tg::nn {
 
 /** Train and test splits as tensors, like tinygrad's nn.datasets.mnist(). */
 struct Dataset {
+  /// images (N, 1, 28, 28) uint8 and labels (N,) int32 of the training and test splits
+  ///@{
   Tensor X_train, Y_train, X_test, Y_test;
+  ///@}
 };
 
 /** One IDX file (gzip-compressed or not) as a tensor of its dtype and shape (ubyte -> uint8, ...).

@@ -22,6 +22,7 @@ namespace tg::nn::optim {
 /** Base of all optimisers: parameters, their state buffers, the learning rate. */
 class Optimizer {
  public:
+  /// optimises `params` with learning rate lr; fused: one flat state buffer and update for all of them
   Optimizer(std::vector<Tensor> params, double lr, bool fused = false);
   virtual ~Optimizer() = default;
   /** Drop every parameter's gradient. */
@@ -34,15 +35,22 @@ class Optimizer {
   void step();
   /** The learning rate (a 1-element float32 tensor); set_lr assigns it. */
   const Tensor& lr() const { return lr_; }
+  /// assigns a new learning rate (the next step uses it; no recompile)
   void set_lr(double lr);
+  /// the learning rate as last set, on the host
   double lr_value() const { return lr_value_; }
+  /// the optimised parameters
   const std::vector<Tensor>& params() const { return params_; }
+  /// whether the parameters share one flat state buffer
   bool fused() const { return fused_; }
 
  protected:
   /** What one step computes: the value subtracted from each parameter, and the state tensors it assigned. */
   struct Step {
+    /// the value subtracted from each parameter, and the new values of the state tensors
+    ///@{
     std::vector<Tensor> updates, state;
+    ///@}
   };
   /** The step for these (detached, float32) parameter values and gradients: one pair per parameter, or a single
    *  flat pair in fused mode. */
@@ -53,20 +61,32 @@ class Optimizer {
   Tensor lr_scalar() const { return lr_.reshape({}); }
   /** Throws when fused mode was asked for: `why` says what the update needs per parameter. */
   void refuse_fused(const char* name, const char* why) const;
+  /// the optimised parameters
   std::vector<Tensor> params_;
+  /// the learning rate, a 1-element float32 tensor
   Tensor lr_;
+  /// the learning rate on the host (what lr_ holds)
   double lr_value_;
+  /// fused mode: one flat state buffer over all parameters
   bool fused_;
-  std::vector<int64_t> offsets_;  // fused mode: parameter i is flat[offsets_[i], offsets_[i+1])
-  std::vector<Tensor> pending_;   // the last schedule_step's updates
-  bool warned_ = false;
+  std::vector<int64_t> offsets_;  ///< fused mode: parameter i is flat[offsets_[i], offsets_[i+1])
+  std::vector<Tensor> pending_;   ///< the last schedule_step's updates
+  bool warned_ = false;           ///< the unrealised-updates warning was printed
 };
 
 /** LARS's arguments by name: `nn::optim::LARS opt(params, {.lr = 0.1, .tcoef = 0.002});`. */
 struct LARSOptions {
+  /// learning rate, momentum factor and weight decay
+  ///@{
   double lr = 0.001, momentum = 0.9, weight_decay = 1e-4;
+  ///@}
+  /// Nesterov momentum; classic: lr and the trust ratio applied before the momentum buffer (see LARS)
+  ///@{
   bool nesterov = false, classic = true;
+  ///@}
+  /// trust coefficient of the layer-wise ratio (0: plain SGD)
   double tcoef = 0.001;
+  /// one flat state buffer and update kernel for all parameters
   bool fused = false;
 };
 
@@ -76,8 +96,10 @@ struct LARSOptions {
  *  nesterov uses g + momentum*b. With tcoef = 0 it is SGD. */
 class LARS : public Optimizer {
  public:
+  /// LARS over `params` with positional settings (see LARSOptions)
   LARS(std::vector<Tensor> params, double lr = 0.001, double momentum = 0.9, double weight_decay = 1e-4,
        bool nesterov = false, bool classic = true, double tcoef = 0.001, bool fused = false);
+  /// LARS over `params` with named settings
   LARS(std::vector<Tensor> params, const LARSOptions& o)
       : LARS(std::move(params), o.lr, o.momentum, o.weight_decay, o.nesterov, o.classic, o.tcoef, o.fused) {}
 
@@ -98,16 +120,24 @@ class LARS : public Optimizer {
 
 /** SGD's arguments by name: `nn::optim::SGD opt(params, {.lr = 0.01, .momentum = 0.9, .nesterov = true});`. */
 struct SGDOptions {
+  /// learning rate, momentum factor (0: none) and L2 weight decay added to the gradient
+  ///@{
   double lr = 0.001, momentum = 0, weight_decay = 0;
+  ///@}
+  /// Nesterov momentum; classic: lr inside the momentum buffer (b = m*b + lr*g); fused: one flat state buffer
+  ///@{
   bool nesterov = false, classic = false, fused = false;
+  ///@}
 };
 
 /** SGD with optional momentum, nesterov and (L2) weight decay, as torch.optim.SGD (no dampening): LARS without
  *  the trust ratio. classic puts lr inside the momentum buffer (the same for a constant lr). */
 class SGD : public LARS {
  public:
+  /// SGD over `params` with positional settings (torch's defaults except lr)
   SGD(std::vector<Tensor> params, double lr = 0.001, double momentum = 0, double weight_decay = 0, bool nesterov = false,
       bool classic = false, bool fused = false);
+  /// SGD over `params` with named settings
   SGD(std::vector<Tensor> params, const SGDOptions& o)
       : SGD(std::move(params), o.lr, o.momentum, o.weight_decay, o.nesterov, o.classic, o.fused) {}
 };
@@ -118,6 +148,7 @@ class SGD : public LARS {
  *  p *= 1 - lr*weight_decay. (tinygrad's code computes that decay into a local it then drops; tg applies it.) */
 class Muon : public LARS {
  public:
+  /// Muon over `params`: momentum, then ns_steps Newton-Schulz iterations with these coefficients on each update
   Muon(std::vector<Tensor> params, double lr = 0.001, double momentum = 0.95, double weight_decay = 0.1, int ns_steps = 5,
        std::vector<double> ns_coefficients = {3.4445, -4.775, 2.0315}, bool nesterov = true);
 };
@@ -127,25 +158,41 @@ Tensor newton_schulz(const Tensor& g, int steps, const std::vector<double>& coef
 
 /** LAMB's arguments by name: `nn::optim::LAMB opt(params, {.lr = 0.01, .weight_decay = 0.01});`. */
 struct LAMBOptions {
+  /// learning rate, first and second moment decay rates, epsilon added to the denominator, weight decay
+  ///@{
   double lr = 0.001, b1 = 0.9, b2 = 0.999, eps = 1e-6, weight_decay = 0;
+  ///@}
+  /// adam: no trust ratio (Adam/AdamW); fused: one flat state buffer
+  ///@{
   bool adam = false, fused = false;
+  ///@}
 };
 /** Adam's arguments by name: `nn::optim::Adam opt(params, {.lr = 3e-4, .b2 = 0.95});`. */
 struct AdamOptions {
+  /// learning rate, first and second moment decay rates, epsilon added to the denominator
+  ///@{
   double lr = 0.001, b1 = 0.9, b2 = 0.999, eps = 1e-8;
+  ///@}
+  /// one flat state buffer and update kernel for all parameters
   bool fused = false;
 };
 /** AdamW's arguments by name: `nn::optim::AdamW opt(params, {.lr = 3e-4, .weight_decay = 0.1});`. */
 struct AdamWOptions {
+  /// learning rate, moment decay rates, epsilon, and decoupled weight decay
+  ///@{
   double lr = 0.001, b1 = 0.9, b2 = 0.999, eps = 1e-8, weight_decay = 0.01;
+  ///@}
+  /// one flat state buffer and update kernel for all parameters
   bool fused = false;
 };
 
 /** LAMB (You et al.); with adam=true it is Adam/AdamW (decoupled weight decay), as in tinygrad. */
 class LAMB : public Optimizer {
  public:
+  /// LAMB over `params` with positional settings
   LAMB(std::vector<Tensor> params, double lr = 0.001, double b1 = 0.9, double b2 = 0.999, double eps = 1e-6,
        double weight_decay = 0, bool adam = false, bool fused = false);
+  /// LAMB over `params` with named settings
   LAMB(std::vector<Tensor> params, const LAMBOptions& o)
       : LAMB(std::move(params), o.lr, o.b1, o.b2, o.eps, o.weight_decay, o.adam, o.fused) {}
 
@@ -163,18 +210,24 @@ class LAMB : public Optimizer {
  *  operator-> keeps code written for the former factory function (`auto opt = Adam(...); opt->step();`) working. */
 class Adam : public LAMB {
  public:
+  /// Adam over `params` with positional settings
   Adam(std::vector<Tensor> params, double lr = 0.001, double b1 = 0.9, double b2 = 0.999, double eps = 1e-8,
        bool fused = false);
+  /// Adam over `params` with named settings
   Adam(std::vector<Tensor> params, const AdamOptions& o) : Adam(std::move(params), o.lr, o.b1, o.b2, o.eps, o.fused) {}
+  /// `opt->step()` as well as `opt.step()` (code written for the old factory's pointer keeps compiling)
   Adam* operator->() { return this; }
 };
 /** AdamW: Adam with decoupled weight decay. */
 class AdamW : public LAMB {
  public:
+  /// AdamW over `params` with positional settings
   AdamW(std::vector<Tensor> params, double lr = 0.001, double b1 = 0.9, double b2 = 0.999, double eps = 1e-8,
         double weight_decay = 0.01, bool fused = false);
+  /// AdamW over `params` with named settings
   AdamW(std::vector<Tensor> params, const AdamWOptions& o)
       : AdamW(std::move(params), o.lr, o.b1, o.b2, o.eps, o.weight_decay, o.fused) {}
+  /// `opt->step()` as well as `opt.step()` (code written for the old factory's pointer keeps compiling)
   AdamW* operator->() { return this; }
 };
 
@@ -182,19 +235,26 @@ class AdamW : public LAMB {
  *  is not positive is an error. */
 class LRScheduler {
  public:
+  /// schedules opt's learning rate; the rate it has now is the base
   explicit LRScheduler(Optimizer& opt) : opt_(opt), base_(opt.lr_value()) {}
   virtual ~LRScheduler() = default;
+  /// advances one step and sets the optimiser's rate to lr_at(step)
   void step() { opt_.set_lr(lr_at(++epoch_)); }
+  /// the learning rate at step `epoch` (1 after the first step())
   virtual double lr_at(int64_t epoch) const = 0;
 
  protected:
+  /// the optimiser whose rate is set
   Optimizer& opt_;
+  /// the optimiser's learning rate when the schedule was made
   double base_;
+  /// steps taken
   int64_t epoch_ = 0;
 };
 /** lr * gamma^(epoch // step_size). */
 class StepLR : public LRScheduler {
  public:
+  /// multiplies the rate by gamma every step_size steps
   StepLR(Optimizer& o, int64_t step_size, double gamma = 0.1);
   double lr_at(int64_t e) const override;
 
@@ -205,6 +265,7 @@ class StepLR : public LRScheduler {
 /** Cosine annealing from lr to eta_min over t_max steps. */
 class CosineAnnealingLR : public LRScheduler {
  public:
+  /// anneals from the base rate to eta_min over t_max steps
   CosineAnnealingLR(Optimizer& o, int64_t t_max, double eta_min = 0);
   double lr_at(int64_t e) const override;
 
@@ -215,6 +276,7 @@ class CosineAnnealingLR : public LRScheduler {
 /** One-cycle: warm up from max_lr/div_factor to max_lr over pct_start, then anneal (cosine) to max_lr/final_div. */
 class OneCycleLR : public LRScheduler {
  public:
+  /// one cycle over total_steps, peaking at max_lr after pct_start of them
   OneCycleLR(Optimizer& o, double max_lr, int64_t total_steps, double pct_start = 0.25, double div_factor = 25,
              double final_div_factor = 1e4);
   double lr_at(int64_t e) const override;

@@ -51,26 +51,39 @@ std::map<std::string, std::string> safe_metadata(const std::string& path);
 /** One GGUF metadata value: its GGUF type and the value (integers widened to int64/uint64, floats to double;
  *  arrays hold their elements, all of `elem_type`). */
 struct GGUFValue {
+  /// GGUF's value types, numbered as in the file format
   enum class Type : uint32_t { UINT8 = 0, INT8, UINT16, INT16, UINT32, INT32, FLOAT32, BOOL, STRING, ARRAY, UINT64, INT64, FLOAT64 };
+  /// the type stored in the file (ARRAY: see elem_type)
   Type type = Type::UINT8;
-  Type elem_type = Type::UINT8;  // arrays only
+  Type elem_type = Type::UINT8;  ///< arrays only
+  /// the value: unsigned or signed integer, double, bool, string, or the array's elements
   std::variant<uint64_t, int64_t, double, bool, std::string, std::vector<GGUFValue>> value;
   /** The value as an integer (any integer or bool type); otherwise a tg::Error naming the type. */
   int64_t as_int() const;
   /** The value as a double (any numeric type). */
   double as_double() const;
+  /// the value of a STRING; otherwise a tg::Error naming the type
   const std::string& as_string() const;
+  /// the elements of an ARRAY; otherwise a tg::Error naming the type
   const std::vector<GGUFValue>& as_array() const;
 
-  // Values to write (gguf_save): the GGUF type is the one named.
+  /// Values to write (gguf_save): the GGUF type is the one named.
   static GGUFValue u32(uint32_t v);
+  /// an INT32 value
   static GGUFValue i32(int32_t v);
+  /// a UINT64 value
   static GGUFValue u64(uint64_t v);
+  /// a FLOAT32 value
   static GGUFValue f32(float v);
+  /// a BOOL value
   static GGUFValue boolean(bool v);
+  /// a STRING value
   static GGUFValue str(std::string v);
+  /// an ARRAY of STRING
   static GGUFValue strings(const std::vector<std::string>& v);
+  /// an ARRAY of FLOAT32
   static GGUFValue floats(const std::vector<float>& v);
+  /// an ARRAY of INT32
   static GGUFValue ints(const std::vector<int32_t>& v);
 };
 
@@ -80,10 +93,15 @@ struct GGUFValue {
  *  that shape in their own dtype; a quantised one is uint8 (..., blocks per row, bytes per block), the file's
  *  blocks (q4_0 (..., n/32, 18), q8_0 (..., n/32, 34), q6_K (..., n/256, 210), ...), for ggml_dequantize. */
 struct GGUFFile {
+  /// the GGUF format version, as stored in the header
   uint32_t version = 0;
+  /// key-value metadata ("general.architecture", "llama.block_count", ...)
   std::map<std::string, GGUFValue> metadata;
+  /// tensors by name, dequantised or as stored (see above)
   std::map<std::string, Tensor> tensors;
+  /// each tensor's GGML type name as stored ("f32", "q4_0", ...)
   std::map<std::string, std::string> tensor_types;
+  /// each tensor's element shape (GGUF dims reversed)
   std::map<std::string, Shape> shapes;
 };
 
