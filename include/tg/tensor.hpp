@@ -117,7 +117,7 @@ struct TensorImpl;
 
 /** Options of Tensor::backward: retain_graph allows another backward() of the same tensor (torch's flag). */
 struct BackwardOptions {
-  bool retain_graph = false;
+  bool retain_graph = false;  ///< keep the graph: another backward() of the same tensor is allowed
 };
 
 /** Values and their indices (int64) along a reduced dim: `auto [v, i] = t.max_with_indices(1);`. */
@@ -791,17 +791,17 @@ class Tensor {
   Tensor const_like(double value, std::optional<DType> dtype = std::nullopt) const;
   /** Casts named like tinygrad's (a trailing _ where the name is a C++ keyword). */
   Tensor half() const;
-  Tensor bfloat16() const;
-  Tensor float_() const;
-  Tensor double_() const;
-  Tensor int_() const;
-  Tensor long_() const;
-  Tensor short_() const;
-  Tensor bool_() const;
+  Tensor bfloat16() const;  ///< cast(dtypes::bfloat16)
+  Tensor float_() const;  ///< cast(dtypes::float32) (tinygrad's float)
+  Tensor double_() const;  ///< cast(dtypes::float64) (tinygrad's double)
+  Tensor int_() const;  ///< cast(dtypes::int32) (tinygrad's int)
+  Tensor long_() const;  ///< cast(dtypes::int64) (tinygrad's long)
+  Tensor short_() const;  ///< cast(dtypes::int16) (tinygrad's short)
+  Tensor bool_() const;  ///< cast(dtypes::bool_) (tinygrad's bool): nonzero is true
   /** this + b, this - b, this * b as methods (tinygrad's add, sub, mul). */
   Tensor add(const Tensor& b) const;
-  Tensor sub(const Tensor& b) const;
-  Tensor mul(const Tensor& b) const;
+  Tensor sub(const Tensor& b) const;  ///< *this - b (broadcasting, promoting)
+  Tensor mul(const Tensor& b) const;  ///< *this * b (broadcasting, promoting)
   /** C's remainder: the sign follows the dividend (torch.fmod); ints keep their dtype, x fmod 0 = 0. */
   Tensor fmod(const Tensor& b) const;
   /** |this| with the sign of b (negative zero counts as negative, like torch); the result is float. */
@@ -942,7 +942,7 @@ struct TensorImpl {
   bool requires_grad = false;  ///< a leaf whose gradient is wanted, or computed from one
   /// the accumulated gradient, or null
   std::shared_ptr<TensorImpl> grad;
-  bool retain_graph = true;    // whether another backward() with this tensor as the root is allowed
+  bool retain_graph = true;    ///< whether another backward() with this tensor as the root is allowed
 };
 
 /** Graph nodes walked so far to substitute realised buffers into live tensors' graphs (a statistic for tests: a
