@@ -259,9 +259,8 @@ UOpRef lower_movement(MultiCtx& c, const UOp* u) {
       }
       return make_multi(ps, a, v.dev);
     }
-    case Ops::PAD:
+    case Ops::PAD:  // (before, after) per axis: a pad of other axes is the same for every part
       if (arg[2 * size_t(a)] || arg[2 * size_t(a) + 1]) return replicated();
-      arg[2 * in.size() + size_t(a)] = in[size_t(a)] / n;
       return each(v.parts, a, arg);
     case Ops::SHRINK:
       if (arg[2 * size_t(a)] != 0 || arg[2 * size_t(a) + 1] != in[size_t(a)]) return replicated();
