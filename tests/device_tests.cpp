@@ -524,18 +524,21 @@ TEST_CASE("TG_PROCESS_REPLAY records each compiled kernel's key, opts and source
   CHECK(std::vector<float>(b.to_vector<float>())[330] == 991.0f);
 }
 
+// Runs the program-cache child with its kernel cache in `dir` and the extra environment `env`; its output.
+static std::string run_cache_child(const fs::path& dir, const std::string& env) {
+  std::string cmd = "TG_CACHE_DIR='" + dir.string() + "' " + env + " '" TG_PROGRAM_CACHE_CHILD "' 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p)) out += buf;
+  CHECK(pclose(p) == 0);
+  return out;
+}
+
 TEST_CASE("a kernel lowered in one process is loaded from the disk cache by the next, without lowering") {
   TempDir dir;
-  auto run_child = [&](const std::string& env) {
-    std::string cmd = "TG_CACHE_DIR='" + dir.path.string() + "' " + env + " '" TG_PROGRAM_CACHE_CHILD "' 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    REQUIRE(p != nullptr);
-    std::string out;
-    char buf[256];
-    while (fgets(buf, sizeof buf, p)) out += buf;
-    CHECK(pclose(p) == 0);
-    return out;
-  };
+  auto run_child = [&](const std::string& env) { return run_cache_child(dir.path, env); };
   auto lowered = [](const std::string& out) {
     auto at = out.find("lowered=");
     REQUIRE(at != std::string::npos);
@@ -557,16 +560,7 @@ TEST_CASE("a kernel lowered in one process is loaded from the disk cache by the 
 
 TEST_CASE("a valid disk-cache entry under another key is not used, and the repair warns once") {
   TempDir dir;
-  auto run_child = [&](const std::string& env) {
-    std::string cmd = "TG_CACHE_DIR='" + dir.path.string() + "' " + env + " '" TG_PROGRAM_CACHE_CHILD "' 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    REQUIRE(p != nullptr);
-    std::string out;
-    char buf[512];
-    while (fgets(buf, sizeof buf, p)) out += buf;
-    CHECK(pclose(p) == 0);
-    return out;
-  };
+  auto run_child = [&](const std::string& env) { return run_cache_child(dir.path, env); };
   auto count = [](const std::string& s, const std::string& part) {
     size_t n = 0;
     for (size_t at = s.find(part); at != std::string::npos; at = s.find(part, at + 1)) n++;

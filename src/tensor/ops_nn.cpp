@@ -2,6 +2,7 @@
 // _pool), transposed convolutions, pools, norms, dropout, attention, embedding and interpolation.
 #include <algorithm>
 #include <atomic>
+#include <tuple>
 
 #include "ops_util.hpp"
 
@@ -396,13 +397,20 @@ std::vector<int64_t> last_axes(size_t nd) {
 }
 }  // namespace
 
-Tensor Tensor::max_pool(IntArg kernel, IntArg stride, IntArg padding, IntArg dilation, bool ceil_mode) const {
+// A max pool's windows (N, C, *o, *k) of x padded with its dtype's minimum, the pool's arguments and its pads.
+static std::tuple<Tensor, PoolArgs, Pads> max_pool_windows(const Tensor& x, IntArg kernel, IntArg stride, IntArg padding, IntArg dilation,
+                                                         bool ceil_mode) {
   size_t nd = kernel.v.size();
   if (nd == 0) fail("max_pool", "kernel_size is empty");
-  PoolArgs a = pool_args(*this, nd, kernel, stride, padding, dilation, "max_pool" + std::to_string(nd) + "d");
-  Pads pads = ceil_mode ? ceil_pads(*this, a) : sym_pads(a);
-  Tensor w = pool_windows(pad_last(*this, pads, dtype_min(dtype())), a.k, a.s, a.d, a.op);
-  return w.max(last_axes(nd));
+  PoolArgs a = pool_args(x, nd, kernel, stride, padding, dilation, "max_pool" + std::to_string(nd) + "d");
+  Pads pads = ceil_mode ? ceil_pads(x, a) : sym_pads(a);
+  Tensor w = pool_windows(pad_last(x, pads, dtype_min(x.dtype())), a.k, a.s, a.d, a.op);
+  return {w, a, pads};
+}
+
+Tensor Tensor::max_pool(IntArg kernel, IntArg stride, IntArg padding, IntArg dilation, bool ceil_mode) const {
+  Tensor w = std::get<0>(max_pool_windows(*this, kernel, stride, padding, dilation, ceil_mode));
+  return w.max(last_axes(kernel.v.size()));
 }
 Tensor Tensor::max_pool1d(IntArg k, IntArg s, IntArg p, IntArg d, bool c) const {
   PoolArgs a = pool_args(*this, 1, k, s, p, d, "max_pool1d");
@@ -733,10 +741,7 @@ Tensor Tensor::interpolate(const std::vector<int64_t>& size, const std::string& 
 
 ValuesIndices Tensor::max_pool_with_indices(IntArg kernel, IntArg stride, IntArg padding, IntArg dilation, bool ceil_mode) const {
   size_t nd = kernel.v.size();
-  if (nd == 0) fail("max_pool", "kernel_size is empty");
-  PoolArgs a = pool_args(*this, nd, kernel, stride, padding, dilation, "max_pool" + std::to_string(nd) + "d");
-  Pads pads = ceil_mode ? ceil_pads(*this, a) : sym_pads(a);
-  Tensor w = pool_windows(pad_last(*this, pads, dtype_min(dtype())), a.k, a.s, a.d, a.op);
+  auto [w, a, pads] = max_pool_windows(*this, kernel, stride, padding, dilation, ceil_mode);
   Tensor values = w.max(last_axes(nd));
   // the flat index in the input plane of each window's first maximum: the smallest index holding the maximum
   // (indices grow in the window's scan order; the padding's index is larger than any)
