@@ -14,10 +14,14 @@
 #include <string>
 #include <vector>
 
+#include "tg/device.hpp"
+
 namespace bench {
 
 using clk = std::chrono::steady_clock;
 
+// Threads tg's kernels run on (THREADS=N, else every core): each peer is given the same number.
+inline int tg_threads() { return tg::get_device(tg::default_device()).threads(); }
 inline double ms_since(clk::time_point t) { return std::chrono::duration<double, std::milli>(clk::now() - t).count(); }
 
 /** Best (minimum) ms of f over `reps` runs. */

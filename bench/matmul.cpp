@@ -2,6 +2,7 @@
 // N = 256 .. 4096 (or the sizes given as arguments). With BEAM=N set the tg kernels come from BEAM search (the
 // variant is "beam"; the first realize, which searches or reads the cache, is reported as search_s). Run through
 // bench/run, which sets OPENBLAS_CORETYPE for the peer and runs this program once without and once with BEAM.
+// OpenBLAS runs on as many threads as tg's CPU device (THREADS=N sets both).
 #include <cblas.h>
 
 #include <cmath>
@@ -15,6 +16,7 @@
 
 extern "C" char* openblas_get_corename(void);
 extern "C" int openblas_get_num_threads(void);
+extern "C" void openblas_set_num_threads(int);
 
 using namespace tg;
 
@@ -26,6 +28,8 @@ int main(int argc, char** argv) {
     for (int i = 1; i < argc; i++) sizes.push_back(std::atoll(argv[i]));
   }
   const char* var = bench::variant();
+  // the peer gets as many threads as tg's kernels (THREADS=1 compares one core with one core)
+  openblas_set_num_threads(bench::tg_threads());
   std::printf("OpenBLAS core: %s, %d threads; tg variant: %s\n", openblas_get_corename(), openblas_get_num_threads(), var);
   for (int64_t N : sizes) {
     if (N < 1 || N > 16384) {

@@ -6,7 +6,6 @@
 // libtorch's BLAS runs at its best. Prints a table line and one JSON line.
 #include <torch/torch.h>
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -64,9 +63,8 @@ double median(std::vector<double> v) {
 
 int main() {
   try {
-    // libtorch on every core this process may use, as tg (its default here was one intra-op thread)
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) torch::set_num_threads(std::max(1, CPU_COUNT(&set)));
+    // libtorch on as many threads as tg (every core, or THREADS=N; its default here was one intra-op thread)
+    torch::set_num_threads(bench::tg_threads());
     std::printf("libtorch %s, %d intra-op threads; tg on CPU; %ld cores\n", TORCH_VERSION, torch::get_num_threads(),
                 sysconf(_SC_NPROCESSORS_ONLN));
     bench::LoadReport load;

@@ -7,7 +7,6 @@
 // that compiles; run through bench/run, which sets OPENBLAS_CORETYPE so libtorch's BLAS runs at its best.
 #include <torch/torch.h>
 
-#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -235,9 +234,8 @@ void bench_gpt2_block() {
 }  // namespace
 
 int main() {
-  // the peer on every core tg uses (libtorch's default here is 1 intra-op thread)
-  cpu_set_t set;
-  if (sched_getaffinity(0, sizeof set, &set) == 0) torch::set_num_threads(std::max(1, CPU_COUNT(&set)));
+  // the peer on as many threads as tg (every core, or THREADS=N; libtorch's default here is 1 intra-op thread)
+  torch::set_num_threads(bench::tg_threads());
   std::printf("libtorch %s, %d intra-op threads; tg on CPU; %ld cores\n", TORCH_VERSION, torch::get_num_threads(),
               sysconf(_SC_NPROCESSORS_ONLN));
   bench::LoadReport load;
