@@ -1,9 +1,13 @@
 // onnx_run MODEL.onnx [INPUT.pb ...]: runs an ONNX model on inputs read from TensorProto files (in the order of
 // the graph's inputs) or, for inputs not given, made at random from the declared shape (unknown dims become 1).
-// Prints each output's shape, dtype and first values. DEBUG=2 prints one line per kernel launched.
+// Prints each output's shape, dtype and first values. DEBUG=2 prints one line per kernel launched. RUNS=N runs the
+// model N times on the same inputs (the fourth run on replays what TinyJit captured) and prints each run's time.
+#include <chrono>
+#include <cstdio>
 #include <iostream>
 #include <map>
 
+#include "tg/env.hpp"
 #include "tg/onnx.hpp"
 
 using tg::Tensor;
@@ -37,7 +41,16 @@ int main(int argc, char** argv) {
       const Value& v = inputs[vi.name];
       std::cout << "input  " << vi.name << ": " << (v.kind == Value::Kind::Tensor ? tg::shape_str(v.tensor.shape()) + " " + v.tensor.dtype().name() : "(sequence)") << "\n";
     }
-    auto outs = m.run(inputs);
+    const int64_t runs = tg::getenv_int("RUNS", 1, 1, 1000000);
+    std::map<std::string, Value> outs;
+    for (int64_t r = 0; r < runs; r++) {
+      auto t0 = std::chrono::steady_clock::now();
+      outs = m.run(inputs);
+      for (auto& [name, v] : outs)
+        if (v.kind == Value::Kind::Tensor) v.tensor.realize();
+      double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+      if (runs > 1) std::printf("run %lld: %.2f ms\n", (long long)r + 1, ms), std::fflush(stdout);
+    }
     for (const auto& vi : m.outputs()) {
       const Value& v = outs.at(vi.name);
       if (v.kind != Value::Kind::Tensor) {

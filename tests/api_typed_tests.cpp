@@ -45,6 +45,22 @@ static_assert(std::is_same_v<decltype(-std::declval<TensorOf<float>>()), TensorO
 static_assert(std::is_same_v<decltype(~std::declval<TensorOf<int>>()), TensorOf<int>>);
 static_assert(std::is_convertible_v<TensorOf<float>, Tensor> && !std::is_convertible_v<Tensor, TensorOf<float>>);
 
+// ---------------------------------------------------------------- static kinds of method results
+using F = TensorOf<float>;
+using I = TensorOf<int>;
+using B = TensorOf<bool>;
+static_assert(std::is_same_v<decltype(std::declval<F>().reshape({2, 3})), F>);
+static_assert(std::is_same_v<decltype(std::declval<I>().reshape(Shape{6}).permute({0}).flip({0}).T()), I>);
+static_assert(std::is_same_v<decltype(std::declval<B>().expand({2, 3}).pad({{1, 1}}).shrink({{0, 1}})), B>);
+static_assert(std::is_same_v<decltype(std::declval<I>().exp()), F> && std::is_same_v<decltype(std::declval<B>().sqrt()), F>);
+static_assert(std::is_same_v<decltype(std::declval<I>().mean(0)), F> && std::is_same_v<decltype(std::declval<I>().sum()), I>);
+static_assert(std::is_same_v<decltype(std::declval<B>().sum(0)), I> && std::is_same_v<decltype(std::declval<B>().max()), B>);
+static_assert(std::is_same_v<decltype(std::declval<F>().lt(std::declval<Tensor>())), B>);
+static_assert(std::is_same_v<decltype(std::declval<F>().isnan()), B> && std::is_same_v<decltype(std::declval<I>().abs()), I>);
+// a method outside the lists keeps Tensor's result (its kind depends on arguments or is not decided statically)
+static_assert(std::is_same_v<decltype(std::declval<F>().sum(std::vector<int64_t>{0}, false, dtypes::int32)), Tensor>);
+static_assert(std::is_same_v<decltype(std::declval<F>().matmul(std::declval<Tensor>())), Tensor>);
+
 TEST_CASE("an operator result takes every Tensor method, with the values of the same op on a Tensor") {
   Tensor a = fvec({1, -2, 3, -4, 5, -6}, {2, 3}), b = fvec({2, 2, 2, 3, 3, 3}, {2, 3});
   auto y = a * b;  // Tensor
@@ -98,6 +114,25 @@ TEST_CASE("an operator result converts wherever a Tensor is expected") {
   auto q = a / 4;
   q = q.relu() * 2;  // a Tensor assigned to a TensorOf<float>: checked, accepted
   CHECK(q.to_vector<float>() == std::vector<float>{0.5, 1});
+}
+
+TEST_CASE("a typed tensor's methods give the values of the same methods on a Tensor, and the dtype their type says") {
+  Tensor ti = Tensor::from_vector(std::vector<int32_t>{3, -1, 4, -1, 5, -9}, {2, 3});
+  I i(ti);
+  B b(ti > 0);
+  auto ints = [](const Tensor& x) { return x.cast(dtypes::int64).to_vector<int64_t>(); };
+  auto floats = [](const Tensor& x) { return x.to_vector<float>(); };
+  CHECK(ints(i.reshape({3, 2}).T().flip({0})) == ints(ti.reshape({3, 2}).T().flip({0})));
+  CHECK(ints(i.sum(1)) == ints(ti.sum(1)));
+  CHECK(ints(b.sum(1)) == std::vector<int64_t>{2, 1});  // counted as int
+  CHECK(dtypes::is_int(b.sum(1).dtype()));
+  CHECK(floats(i.mean(0)) == floats(ti.mean(0)));
+  CHECK(dtypes::is_float(i.exp().dtype()));
+  CHECK(floats(i.exp()) == floats(ti.exp()));
+  CHECK(ints(i.max(0)) == std::vector<int64_t>{3, 5, 4});
+  CHECK(ints(i.abs().pad({{0, 0}, {1, 0}})) == std::vector<int64_t>{0, 3, 1, 4, 0, 1, 5, 9});
+  CHECK(b.logical_not().dtype() == dtypes::bool_);
+  CHECK(ints(i.relu().cumsum(1)) == ints(ti.relu().cumsum(1)));
 }
 
 TEST_CASE("a TensorOf checks the dtype kind it is made from") {

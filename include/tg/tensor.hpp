@@ -1127,7 +1127,10 @@ void check_kind(const Tensor& t, Kind k);
  *  `TensorOf<float> x(Tensor::randn({3}));  x & 1;  // error: bitwise ops need int or bool operands`.
  *  Operators return one when both operands' kinds decide the result's (`a / b`, `a < b`, `i + 1` for an int i), a
  *  plain Tensor otherwise. It converts to Tensor wherever one is expected; a Tensor becomes one explicitly, or by
- *  assignment, with a check of its dtype. Methods are Tensor's (their results are plain Tensors). */
+ *  assignment, with a check of its dtype. The methods whose result kind follows from this one's keep the static
+ *  kind (`x.reshape({2, 3}).exp().sum() & 1` is a compile error for any x; `i.mean()` is TensorOf<float>):
+ *  movement ops, the float math (float results for every kind, as Tensor promotes), reductions, comparisons. The
+ *  others return plain Tensors. */
 template <class E>
 class TensorOf : public Tensor {
   static_assert(std::is_same_v<E, float> || std::is_same_v<E, int> || std::is_same_v<E, bool>,
@@ -1172,6 +1175,127 @@ class TensorOf : public Tensor {
     static_assert(kind == Kind::Int, "[tensor] rshift needs an int tensor");
     return Tensor::rshift(b);
   }
+  ///@}
+
+  /// the same kind (a movement op, a copy, max/min, abs, rounding)
+  using Same = TensorOf<E>;
+  /// float math promotes int and bool to float
+  using Float = TensorOf<float>;
+  /// a sum of bools counts them (int); other kinds stay
+  using Summed = TensorOf<std::conditional_t<std::is_same_v<E, bool>, int, E>>;
+  /// comparisons and tests give bool
+  using Bool = TensorOf<bool>;
+
+  /// Tensor's overloads stay visible; those below return the typed result.
+  ///@{
+  using Tensor::clamp;
+  using Tensor::expand;
+  using Tensor::max;
+  using Tensor::mean;
+  using Tensor::min;
+  using Tensor::pad;
+  using Tensor::reshape;
+  using Tensor::shrink;
+  using Tensor::sum;
+  ///@}
+
+  /// Movement ops and copies: the kind is kept.
+  ///@{
+  Same reshape(Shape s, CallLoc loc = CallLoc::current()) const { return Same(Tensor::reshape(std::move(s), loc)); }
+  Same reshape(std::initializer_list<sint> s) const { return Same(Tensor::reshape(s)); }
+  Same permute(std::vector<int64_t> order, CallLoc loc = CallLoc::current()) const { return Same(Tensor::permute(std::move(order), loc)); }
+  Same expand(Shape s, CallLoc loc = CallLoc::current()) const { return Same(Tensor::expand(std::move(s), loc)); }
+  Same expand(std::initializer_list<sint> s) const { return Same(Tensor::expand(s)); }
+  Same pad(const std::vector<std::pair<int64_t, int64_t>>& p, double value = 0, CallLoc loc = CallLoc::current()) const {
+    return Same(Tensor::pad(p, value, loc));
+  }
+  Same pad(std::initializer_list<std::pair<sint, sint>> p, double value = 0) const { return Same(Tensor::pad(p, value)); }
+  Same shrink(const std::vector<std::pair<int64_t, int64_t>>& r, CallLoc loc = CallLoc::current()) const { return Same(Tensor::shrink(r, loc)); }
+  Same shrink(std::initializer_list<std::pair<sint, sint>> r) const { return Same(Tensor::shrink(r)); }
+  Same flip(std::vector<int64_t> axes, CallLoc loc = CallLoc::current()) const { return Same(Tensor::flip(std::move(axes), loc)); }
+  Same transpose(int64_t a = 1, int64_t b = 0, CallLoc loc = CallLoc::current()) const { return Same(Tensor::transpose(a, b, loc)); }
+  Same T(CallLoc loc = CallLoc::current()) const { return Same(Tensor::T(loc)); }
+  Same flatten(int64_t start = 0, int64_t end = -1, CallLoc loc = CallLoc::current()) const { return Same(Tensor::flatten(start, end, loc)); }
+  Same squeeze(std::optional<int64_t> dim = std::nullopt, CallLoc loc = CallLoc::current()) const { return Same(Tensor::squeeze(dim, loc)); }
+  Same unsqueeze(int64_t dim, CallLoc loc = CallLoc::current()) const { return Same(Tensor::unsqueeze(dim, loc)); }
+  Same repeat(const std::vector<int64_t>& r, CallLoc loc = CallLoc::current()) const { return Same(Tensor::repeat(r, loc)); }
+  Same view(Shape s) const { return Same(Tensor::view(std::move(s))); }
+  Same contiguous() const { return Same(Tensor::contiguous()); }
+  Same detach() const { return Same(Tensor::detach()); }
+  Same clone() const { return Same(Tensor::clone()); }
+  Same to(const std::string& device, CallLoc loc = CallLoc::current()) const { return Same(Tensor::to(device, loc)); }
+  ///@}
+
+  /// Elementwise ops that keep the kind.
+  ///@{
+  Same abs() const { return Same(Tensor::abs()); }
+  Same square() const { return Same(Tensor::square()); }
+  Same sign() const { return Same(Tensor::sign()); }
+  Same floor() const { return Same(Tensor::floor()); }
+  Same ceil() const { return Same(Tensor::ceil()); }
+  Same round() const { return Same(Tensor::round()); }
+  Same trunc() const { return Same(Tensor::trunc()); }
+  Same clamp(double lo, double hi) const { return Same(Tensor::clamp(lo, hi)); }
+  Same neg() const {
+    static_assert(kind != Kind::Bool, "[tensor] negation of a bool tensor: use logical_not (or ~)");
+    return Same(Tensor::neg());
+  }
+  /// relu of bools counts as int (max with 0 promotes)
+  Summed relu() const { return Summed(Tensor::relu()); }
+  ///@}
+
+  /// Float math: a float result for every kind.
+  ///@{
+  Float exp() const { return Float(Tensor::exp()); }
+  Float exp2() const { return Float(Tensor::exp2()); }
+  Float log() const { return Float(Tensor::log()); }
+  Float log2() const { return Float(Tensor::log2()); }
+  Float sin() const { return Float(Tensor::sin()); }
+  Float cos() const { return Float(Tensor::cos()); }
+  Float sqrt() const { return Float(Tensor::sqrt()); }
+  Float rsqrt() const { return Float(Tensor::rsqrt()); }
+  Float reciprocal() const { return Float(Tensor::reciprocal()); }
+  Float sigmoid() const { return Float(Tensor::sigmoid()); }
+  Float tanh() const { return Float(Tensor::tanh()); }
+  Float erf() const { return Float(Tensor::erf()); }
+  Float silu() const { return Float(Tensor::silu()); }
+  Float gelu(const std::string& approximate = "none") const { return Float(Tensor::gelu(approximate)); }
+  Float softmax(int64_t axis = -1, CallLoc loc = CallLoc::current()) const { return Float(Tensor::softmax(axis, loc)); }
+  Float log_softmax(int64_t axis = -1, CallLoc loc = CallLoc::current()) const { return Float(Tensor::log_softmax(axis, loc)); }
+  ///@}
+
+  /// Reductions: max and min keep the kind, sum counts bools as int, mean is float.
+  ///@{
+  Summed sum(std::vector<int64_t> axes = {}, bool keepdim = false, CallLoc loc = CallLoc::current()) const {
+    return Summed(Tensor::sum(std::move(axes), keepdim, loc));
+  }
+  Summed sum(int64_t axis, bool keepdim = false, CallLoc loc = CallLoc::current()) const { return Summed(Tensor::sum(axis, keepdim, loc)); }
+  Summed cumsum(int64_t axis = 0) const { return Summed(Tensor::cumsum(axis)); }
+  Same max(std::vector<int64_t> axes = {}, bool keepdim = false, CallLoc loc = CallLoc::current()) const {
+    return Same(Tensor::max(std::move(axes), keepdim, loc));
+  }
+  Same max(int64_t axis, bool keepdim = false, CallLoc loc = CallLoc::current()) const { return Same(Tensor::max(axis, keepdim, loc)); }
+  Same min(std::vector<int64_t> axes = {}, bool keepdim = false, CallLoc loc = CallLoc::current()) const {
+    return Same(Tensor::min(std::move(axes), keepdim, loc));
+  }
+  Same min(int64_t axis, bool keepdim = false, CallLoc loc = CallLoc::current()) const { return Same(Tensor::min(axis, keepdim, loc)); }
+  Float mean(std::vector<int64_t> axes = {}, bool keepdim = false, CallLoc loc = CallLoc::current()) const {
+    return Float(Tensor::mean(std::move(axes), keepdim, loc));
+  }
+  Float mean(int64_t axis, bool keepdim = false, CallLoc loc = CallLoc::current()) const { return Float(Tensor::mean(axis, keepdim, loc)); }
+  ///@}
+
+  /// Comparisons and tests: bool.
+  ///@{
+  Bool eq(const Tensor& b) const { return Bool(Tensor::eq(b)); }
+  Bool ne(const Tensor& b) const { return Bool(Tensor::ne(b)); }
+  Bool lt(const Tensor& b) const { return Bool(Tensor::lt(b)); }
+  Bool le(const Tensor& b) const { return Bool(Tensor::le(b)); }
+  Bool gt(const Tensor& b) const { return Bool(Tensor::gt(b)); }
+  Bool ge(const Tensor& b) const { return Bool(Tensor::ge(b)); }
+  Bool isnan() const { return Bool(Tensor::isnan()); }
+  Bool isinf() const { return Bool(Tensor::isinf()); }
+  Bool logical_not() const { return Bool(Tensor::logical_not()); }
   ///@}
 };
 
