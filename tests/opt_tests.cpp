@@ -316,6 +316,22 @@ TEST_CASE("heuristic: a row reduction reading a per-row value is not upcast alon
   for (const Opt& o : opts) CHECK(o.op != OptOp::UPCAST);
 }
 
+TEST_CASE("heuristic: a matmul whose output axis no vector width divides gets copies of an odd divisor") {
+  // PaddleOCR rec's classifier: (40, 120) x (120, 6625); 6625 = 5^3 * 53 took no vector and ran scalar (1 GFLOPS).
+  // Here 75 = 3 * 25: copies of 25 along the store axis (a vector of 16, one of 8, a scalar), a register tile of rows.
+  Tensor a = randn({8, 24}, 6), b = randn({24, 75}, 7);
+  a.realize(), b.realize();
+  Kern k = last_kernel(a.matmul(b));
+  auto opts = hand_coded_optimizations(k.ast, OptConfig{1, 16});
+  REQUIRE(!opts.empty());
+  CHECK(opts[0] == Opt{OptOp::UPCAST, 1, 25});
+  CHECK(run_with(k, opts) == run_with(k, {}));  // the same values, exactly (the same order of the sum)
+  // with AVX2's width of 8 the divisor is the largest in 4..16: 15
+  auto opts8 = hand_coded_optimizations(k.ast, OptConfig{1, 8});
+  REQUIRE(!opts8.empty());
+  CHECK(opts8[0] == Opt{OptOp::UPCAST, 1, 15});
+}
+
 TEST_CASE("heuristic: an elementwise kernel whose store axis takes no vector is vectorised along its loads' axis") {
   // A channels-last (H, W, C) result read back as (C, H+2, W+2), padded for a next convolution: 34 = 32 + 2 rows take
   // no vector of 16, 8 or 4; the read is contiguous along C (its channels were 32 floats apart along a row).

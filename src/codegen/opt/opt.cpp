@@ -242,6 +242,17 @@ std::optional<std::vector<Opt>> heuristic_opts(const UOpRef& ast_in, const OptCo
     return false;
   };
   int w = std::max(4, cfg.vector_width);
+  // Copies of an upcast output axis that no vector width divides (the SLP vectoriser packs them into vectors): the
+  // largest divisor between w/2 and 2w (6625 classes -> 25 copies: a vector of 16, one of 8 and a scalar; 162 -> 18).
+  auto odd_amount = [&](int64_t n) -> int64_t {
+    for (int64_t d = 2 * w; d >= w / 2; d--)
+      if (n > d && n % d == 0) return d;
+    return 0;
+  };
+  auto vector_amount = [&](int64_t n) -> int64_t {
+    int64_t a = pick(n, {int64_t(w), int64_t(w / 2), 4});
+    return a ? a : odd_amount(n);
+  };
   // 1. The output axis the store is contiguous in: vectorised stores (and loads, where they are contiguous too).
   int vec = -1;  // the vectorised axis (UPCAST of an output axis or UNROLL of a reduce axis)
   int64_t vec_amt = 1;     // its amount (the vector width used)
@@ -267,9 +278,12 @@ std::optional<std::vector<Opt>> heuristic_opts(const UOpRef& ast_in, const OptCo
                                  return false;
                                }())))) {
     // an axis of w/2..2w elements is taken whole (20 = a vector of 16 and one of 4: a 5x5 conv's 20-wide output rows
-    // run 2-3x faster than in vectors of 4), a longer one in vectors of w (or w/2, 4)
+    // run 2-3x faster than in vectors of 4), a longer one in vectors of w (or w/2, 4). An odd divisor only in a
+    // reduce kernel, whose loads were checked above; an elementwise kernel's odd store axis may gather its loads
+    // (a transposed read), and step 1c weighs that.
     int64_t n = size[size_t(vec)];
     int64_t a = n >= w / 2 && n <= 2 * w ? n : pick(n, {int64_t(w), int64_t(w / 2), 4});
+    if (!a && reduce) a = odd_amount(n);
     // a short axis that no vector width divides (a 5x5 or 3x3 kernel's width) is unrolled whole in reduce kernels,
     // as copies rather than a vector (a reduce axis may still give the vectors, step 1b)
     if (!a && reduce && size[size_t(vec)] > 1 && size[size_t(vec)] <= 8) a = size[size_t(vec)], short_vec = true;
@@ -285,20 +299,21 @@ std::optional<std::vector<Opt>> heuristic_opts(const UOpRef& ast_in, const OptCo
     vec = -1;
   }
   // 1c. An elementwise kernel whose store axis takes no vector (a padded output's odd rows: 322 = 320 + 2 for the
-  //     next convolution's padding): vectors along the output axis that the most load bytes are contiguous in. A
+  //     next convolution's padding; 6625 classes): vectors (or copies of an odd divisor) along the output axis that
+  //     the most load bytes are contiguous in. A
   //     transposed read (a channels-last result read back in NCHW order, its channels 32 floats apart along the
   //     row) then loads whole cache lines instead of one float per line (PaddleOCR det's E_32_322_322, 36 ms).
   if (!reduce && vec < 0) {
     double best = 0;
     for (size_t i = 0; i < n_out; i++) {
-      if (!pick(size[i], {int64_t(w), int64_t(w / 2), 4})) continue;
+      if (!vector_amount(size[i])) continue;
       double bytes = 0;
       for (size_t li = 0; li < acc.loads.size(); li++)
         if (auto c = index_coef(acc.loads[li], axes[i]); c && *c == 1) bytes += acc.load_bytes[li];
       if (bytes > best) best = bytes, vec = int(i);
     }
     if (vec >= 0) {
-      int64_t a = pick(size[size_t(vec)], {int64_t(w), int64_t(w / 2), 4});
+      int64_t a = vector_amount(size[size_t(vec)]);
       opts.push_back({OptOp::UPCAST, vec, a});
       size[size_t(vec)] /= a;
       upcast *= a;
