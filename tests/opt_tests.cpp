@@ -330,6 +330,17 @@ TEST_CASE("heuristic: a matmul whose output axis no vector width divides gets co
   auto opts8 = hand_coded_optimizations(k.ast, OptConfig{1, 8});
   REQUIRE(!opts8.empty());
   CHECK(opts8[0] == Opt{OptOp::UPCAST, 1, 15});
+  // the softmax's last (elementwise) kernel: along the classes, where its big load is contiguous, not along the
+  // rows, where only the per-row max and sum are (and each row of x would be gathered)
+  Tensor x = randn({8, 75}, 8);
+  x.realize();
+  Tensor m = x.max(1, true), s = x.sum(1, true);
+  m.realize(), s.realize();
+  Kern e = last_kernel((x - m).exp() * s.reciprocal());
+  auto eo = hand_coded_optimizations(e.ast, OptConfig{1, 16});
+  REQUIRE(!eo.empty());
+  CHECK(eo[0] == Opt{OptOp::UPCAST, 1, 25});
+  CHECK(run_with(e, eo) == run_with(e, {}));
 }
 
 TEST_CASE("heuristic: an elementwise kernel whose store axis takes no vector is vectorised along its loads' axis") {

@@ -300,17 +300,27 @@ std::optional<std::vector<Opt>> heuristic_opts(const UOpRef& ast_in, const OptCo
   }
   // 1c. An elementwise kernel whose store axis takes no vector (a padded output's odd rows: 322 = 320 + 2 for the
   //     next convolution's padding; 6625 classes): vectors (or copies of an odd divisor) along the output axis that
-  //     the most load bytes are contiguous in. A
-  //     transposed read (a channels-last result read back in NCHW order, its channels 32 floats apart along the
-  //     row) then loads whole cache lines instead of one float per line (PaddleOCR det's E_32_322_322, 36 ms).
+  //     the load bytes favour most. Each load weighs its element size times the elements it reads (the sizes of
+  //     the axes it depends on): for the axis, contiguous along it counts plus, a gather (it depends on the axis
+  //     with another stride) minus, a broadcast nothing. A transposed read (a channels-last result read back in
+  //     NCHW order, its channels 32 floats apart along the row) then loads whole cache lines instead of one float
+  //     per line (PaddleOCR det's E_32_322_322, 36 ms); a softmax's last kernel over 6625 classes reads its rows
+  //     along the classes, not 40 rows at once with the per-row max and sum.
   if (!reduce && vec < 0) {
     double best = 0;
     for (size_t i = 0; i < n_out; i++) {
       if (!vector_amount(size[i])) continue;
-      double bytes = 0;
-      for (size_t li = 0; li < acc.loads.size(); li++)
-        if (auto c = index_coef(acc.loads[li], axes[i]); c && *c == 1) bytes += acc.load_bytes[li];
-      if (bytes > best) best = bytes, vec = int(i);
+      double score = 0;
+      for (size_t li = 0; li < acc.loads.size(); li++) {
+        const UOp* l = acc.loads[li];
+        if (!depends_on(l, axes[i])) continue;
+        double elems = 1;
+        for (size_t j = 0; j < n_out; j++)
+          if (depends_on(l, axes[j])) elems *= double(std::max<int64_t>(size[j], 1));
+        auto c = index_coef(l, axes[i]);
+        score += (c && *c == 1 ? 1.0 : -1.0) * acc.load_bytes[li] * elems;
+      }
+      if (score > best) best = score, vec = int(i);
     }
     if (vec >= 0) {
       int64_t a = vector_amount(size[size_t(vec)]);
