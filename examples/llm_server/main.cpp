@@ -1,5 +1,6 @@
-// An OpenAI-compatible server with a chat page for a LLaMA-family GGUF model (see server.hpp):
+// An OpenAI-compatible server with a chat page for a LLaMA-family GGUF model or GPT-2 (see server.hpp):
 //   build/examples/llm_server --model FILE.gguf [--host 127.0.0.1] [--port 8080] [--parallel N] [--queue Q] [--ctx C]
+//   build/examples/llm_server --model model.safetensors --tokenizer DIR [--heads N] ...
 // Prints "llm_server: listening on http://HOST:PORT" once it accepts connections (--port 0: a free port).
 #include <pthread.h>
 
@@ -18,8 +19,12 @@
 int main(int argc, char** argv) {
   llm_server::Options o;
   // flags by CLI11 (Debian's libcli11-dev), as the other LLM programs
-  CLI::App app{"An OpenAI-compatible server with a chat page for a LLaMA-family GGUF model", "llm_server"};
-  app.add_option("-m,--model", o.model, "GGUF file")->required()->check(CLI::ExistingFile);
+  CLI::App app{"An OpenAI-compatible server with a chat page for a LLaMA-family GGUF model or GPT-2", "llm_server"};
+  app.add_option("-m,--model", o.model, "GGUF file, or GPT-2 .safetensors")->required()->check(CLI::ExistingFile);
+  app.add_option("--tokenizer", o.tokenizer, "GPT-2: the folder of encoder.json and vocab.bpe")->check(CLI::ExistingDirectory);
+  app.add_option("--heads", o.heads, "GPT-2: attention heads (0: n_head of config.json beside the model)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
   app.add_option("--host", o.host, "address to listen on")->capture_default_str();
   app.add_option("--port", o.port, "port (0: any free port)")->capture_default_str()->check(CLI::Range(0, 65535));
   app.add_option("--parallel", o.parallel, "KV-cache slots")->capture_default_str()->check(CLI::PositiveNumber);

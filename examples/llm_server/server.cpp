@@ -20,6 +20,7 @@
 
 #include "llm_server_page.hpp"  // kIndexHtml: index.html, generated at build time
 #include "tg/error.hpp"
+#include "tg/models/gpt2.hpp"
 #include "tg/models/llama.hpp"
 #include "tg/models/sampler.hpp"
 #include "tg/models/tokenizer.hpp"
@@ -275,7 +276,14 @@ std::string valid_utf8(std::string bytes) { return take_utf8(bytes, true); }
 struct Server::Impl {
   Options opts;
   std::string id;
-  std::unique_ptr<models::Llama> llm;
+  // the model: a LLaMA-family GGUF or a GPT-2 safetensors file (one of them set)
+  std::unique_ptr<models::Llama> llama;
+  std::unique_ptr<models::GPT2> gpt2;
+  int64_t vocab = 0;
+  tg::Tensor prefill(const std::vector<int32_t>& t, int64_t slot) {
+    return gpt2 ? gpt2->prefill(t, 0, true, slot) : llama->prefill(t, 0, true, slot);
+  }
+  tg::Tensor decode(int32_t t, int64_t pos, int64_t slot) { return gpt2 ? gpt2->decode({t}, pos, slot) : llama->decode({t}, pos, slot); }
   std::unique_ptr<models::Tokenizer> tok;
   Template tmpl = Template::DEFAULT;
   std::set<int32_t> end_ids;  // EOS and the template's end-of-turn token
@@ -297,19 +305,35 @@ struct Server::Impl {
     if (o.parallel < 1) throw tg::Error("[llm_server] --parallel must be >= 1, got " + std::to_string(o.parallel));
     if (o.queue < 0) throw tg::Error("[llm_server] --queue must be >= 0, got " + std::to_string(o.queue));
     if (o.ctx < 0) throw tg::Error("[llm_server] --ctx must be >= 0, got " + std::to_string(o.ctx));
-    tg::nn::GGUFFile f = tg::nn::gguf_load(o.model, "DISK", false);  // weights kept as stored (see models::Llama)
-    models::LlamaConfig cfg = models::LlamaConfig::from_gguf(f, o.model, o.ctx);
-    if (o.ctx == 0) cfg.max_context = std::min<int64_t>(cfg.max_context, 2048);
-    ctx = cfg.max_context;
-    tok = std::make_unique<models::Tokenizer>(models::Tokenizer::from_gguf(f, o.model));
-    auto t = f.metadata.find("tokenizer.chat_template");
-    if (t != f.metadata.end()) tmpl = detect_template(t->second.as_string());
+    const std::string ext = std::filesystem::path(o.model).extension().string();
+    if (ext == ".safetensors") {
+      // GPT-2: Hugging Face's weights, the byte-level BPE from encoder.json and vocab.bpe, no chat template
+      if (o.tokenizer.empty())
+        throw tg::Error("[llm_server] " + o.model + " is a GPT-2 safetensors file: --tokenizer DIR (encoder.json, vocab.bpe) is needed");
+      tok = std::make_unique<models::Tokenizer>(models::Tokenizer::gpt2_files(o.tokenizer));
+      gpt2 = models::GPT2::from_safetensors(o.model, o.heads, o.ctx, 1, o.parallel);  // ctx 0: its positions (1024)
+      ctx = gpt2->config().max_context;
+      vocab = gpt2->config().vocab_size;
+      if (int64_t(tok->vocab_size()) > vocab)
+        throw tg::Error("[llm_server] the tokenizer in " + o.tokenizer + " has " + std::to_string(tok->vocab_size()) +
+                        " tokens, more than " + o.model + "'s vocabulary of " + std::to_string(vocab));
+    } else {
+      tg::nn::GGUFFile f = tg::nn::gguf_load(o.model, "DISK", false);  // weights kept as stored (see models::Llama)
+      models::LlamaConfig cfg = models::LlamaConfig::from_gguf(f, o.model, o.ctx);
+      if (o.ctx == 0) cfg.max_context = std::min<int64_t>(cfg.max_context, 2048);
+      ctx = cfg.max_context;
+      tok = std::make_unique<models::Tokenizer>(models::Tokenizer::from_gguf(f, o.model));
+      auto t = f.metadata.find("tokenizer.chat_template");
+      if (t != f.metadata.end()) tmpl = detect_template(t->second.as_string());
+      llama = models::Llama::from_file(std::move(f), o.model, ctx, 1, o.parallel);
+      vocab = llama->config().vocab_size;
+    }
     if (tok->eos() >= 0) end_ids.insert(tok->eos());
     for (const char* end : {"<|im_end|>", "<|eot_id|>", "<|endoftext|>"})
       if (int32_t e = tok->token_id(end); e >= 0) end_ids.insert(e);
-    llm = models::Llama::from_file(std::move(f), o.model, ctx, 1, o.parallel);
     id = std::filesystem::path(o.model).filename().string();
-    if (id.size() > 5 && id.substr(id.size() - 5) == ".gguf") id.resize(id.size() - 5);
+    for (const std::string suffix : {".gguf", ".safetensors"})
+      if (id.size() > suffix.size() && id.compare(id.size() - suffix.size(), suffix.size(), suffix) == 0) id.resize(id.size() - suffix.size());
     created = std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
     routes();
     // handler threads: every slot and queue place can hold one (streams block theirs), plus some for the rest
@@ -379,7 +403,7 @@ struct Server::Impl {
     if (s.fresh) {
       s.fresh = false;
       s.sampler = std::make_unique<models::Sampler>(j.sampling);
-      s.logits = llm->prefill(j.prompt, 0, true, slot).to_vector<float>();
+      s.logits = prefill(j.prompt, slot).to_vector<float>();
       s.pos = int64_t(j.prompt.size());
       s.history = j.prompt;
       s.made = 0;
@@ -406,7 +430,7 @@ struct Server::Impl {
       finish(j, "length");
       return true;
     }
-    s.logits = llm->decode({next}, s.pos++, slot).to_vector<float>();
+    s.logits = decode(next, s.pos++, slot).to_vector<float>();
     return false;
   }
 
@@ -468,7 +492,7 @@ struct Server::Impl {
     });
     http.Get("/v1/models", [this](const httplib::Request&, httplib::Response& res) {
       json m = {{"id", id}, {"object", "model"}, {"created", created}, {"owned_by", "tg"},
-                {"meta", {{"n_ctx", ctx}, {"n_vocab", llm->config().vocab_size}, {"chat_template", template_name(tmpl)}}}};
+                {"meta", {{"n_ctx", ctx}, {"n_vocab", vocab}, {"chat_template", template_name(tmpl)}}}};
       res.set_content(dump({{"object", "list"}, {"data", json::array({m})}}), "application/json");
     });
     http.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) { complete(req, res, true); });

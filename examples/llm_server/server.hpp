@@ -1,12 +1,13 @@
 #pragma once
-// An OpenAI-compatible HTTP server for a LLaMA-family GGUF model (examples/llm_server/main.cpp is the binary; the
+// An OpenAI-compatible HTTP server for a LLaMA-family GGUF model or a GPT-2 safetensors file (with --tokenizer DIR
+// of encoder.json and vocab.bpe; no chat template: messages are joined as plain text) (examples/llm_server/main.cpp is the binary; the
 // server tests start one in-process). HTTP through cpp-httplib, JSON through nlohmann-json.
 //   GET  /                     the chat page (examples/llm_server/index.html, embedded at build time)
 //   GET  /health               {"status":"ok","slots_idle":N,"slots_busy":N,"queued":N,"finished":{REASON: N}}
 //   GET  /v1/models            the one model, named after its file
 //   POST /v1/chat/completions  messages through the model's chat template; stream: server-sent events, data: [DONE]
 //   POST /v1/completions       a prompt as is
-// Concurrency: --parallel N KV-cache slots of one models::Llama (weights shared). One worker thread owns the model:
+// Concurrency: --parallel N KV-cache slots of one model (weights shared). One worker thread owns the model:
 // each round it prefills newly admitted requests and runs one decode step for every busy slot, so the answers of
 // N clients advance together, token by token. Requests beyond the N slots wait in a queue of `queue` places; one more
 // gets 503. A client that closes its connection mid-stream frees its slot at the next step. Bad requests get 400 with
@@ -19,7 +20,9 @@
 namespace llm_server {
 
 struct Options {
-  std::string model;              // a GGUF file
+  std::string model;              // a GGUF file, or a GPT-2 .safetensors file
+  std::string tokenizer;          // GPT-2: the folder of encoder.json and vocab.bpe
+  int64_t heads = 0;              // GPT-2: attention heads (0: n_head of config.json beside the model)
   std::string host = "127.0.0.1";
   int port = 8080;                // 0: any free port
   int parallel = 1;               // KV-cache slots (sequences decoded together)

@@ -55,7 +55,7 @@ GPT2Config GPT2Config::from_weights(const std::map<std::string, Tensor>& w, cons
   return c;
 }
 
-GPT2::GPT2(GPT2Config cfg, std::map<std::string, Tensor> w, int64_t batch)
+GPT2::GPT2(GPT2Config cfg, std::map<std::string, Tensor> w, int64_t batch, int64_t slots)
     : cfg_(cfg), batch_(batch), start_pos_("start_pos", 0, std::max<int64_t>(cfg.max_context - 1, 0)) {
   const GPT2Config& c = cfg_;
   if (c.max_context <= 0 || c.max_context > c.n_positions)
@@ -95,10 +95,13 @@ GPT2::GPT2(GPT2Config cfg, std::map<std::string, Tensor> w, int64_t batch)
   }
   if (find(w, layer(c.n_layers) + "ln_1.weight"))
     fail("the weights have more blocks than the " + std::to_string(c.n_layers) + " layers configured (" + layer(c.n_layers) + "ln_1.weight)");
-  for (int64_t i = 0; i < c.n_layers; i++) {
-    ck_.push_back(Tensor::zeros({batch, c.max_context, c.n_heads, c.head_dim()}).contiguous().realize());
-    cv_.push_back(Tensor::zeros({batch, c.max_context, c.n_heads, c.head_dim()}).contiguous().realize());
-  }
+  if (slots <= 0) fail("slots must be positive, got " + std::to_string(slots));
+  caches_.resize(size_t(slots));
+  for (Cache& cache : caches_)
+    for (int64_t i = 0; i < c.n_layers; i++) {
+      cache.k.push_back(Tensor::zeros({batch, c.max_context, c.n_heads, c.head_dim()}).contiguous().realize());
+      cache.v.push_back(Tensor::zeros({batch, c.max_context, c.n_heads, c.head_dim()}).contiguous().realize());
+    }
 }
 
 std::map<std::string, Tensor> GPT2::load_weights(const std::string& path) {
@@ -112,7 +115,8 @@ std::map<std::string, Tensor> GPT2::load_weights(const std::string& path) {
   return out;
 }
 
-std::unique_ptr<GPT2> GPT2::from_safetensors(const std::string& path, int64_t n_heads, int64_t max_context, int64_t batch) {
+std::unique_ptr<GPT2> GPT2::from_safetensors(const std::string& path, int64_t n_heads, int64_t max_context, int64_t batch,
+                                             int64_t slots) {
   std::map<std::string, Tensor> w = load_weights(path);
   double eps = 1e-5;
   std::filesystem::path cfg_path = std::filesystem::path(path).parent_path() / "config.json";
@@ -147,14 +151,21 @@ std::unique_ptr<GPT2> GPT2::from_safetensors(const std::string& path, int64_t n_
   }
   Tensor::realize_all(all);
   try {
-    return std::make_unique<GPT2>(c, std::move(w), batch);
+    return std::make_unique<GPT2>(c, std::move(w), batch, slots);
   } catch (const Error& e) {
     throw Error(std::string(e.what()) + " (in " + path + ")");
   }
 }
 
-Tensor GPT2::forward(const Tensor& tokens, const sint& start, bool last_only) {
+GPT2::Cache& GPT2::cache(int64_t slot, const char* op) {
+  if (slot < 0 || slot >= slots())
+    fail(std::string(op) + ": slot " + std::to_string(slot) + " out of range (the model has " + std::to_string(slots()) + ")");
+  return caches_[size_t(slot)];
+}
+
+Tensor GPT2::forward(const Tensor& tokens, const sint& start, bool last_only, int64_t slot) {
   const GPT2Config& c = cfg_;
+  Cache& kv = cache(slot, "forward");
   if (tokens.ndim() != 2 || tokens.shape()[0] != batch_)
     fail("forward: tokens must be (batch=" + std::to_string(batch_) + ", T), got " + shape_str(tokens.sym_shape()));
   int64_t B = batch_, T = tokens.shape()[1], D = c.dim, H = c.n_heads, hd = c.head_dim(), M = c.max_context;
@@ -168,8 +179,8 @@ Tensor GPT2::forward(const Tensor& tokens, const sint& start, bool last_only) {
   sint L = start + T;
   for (size_t i = 0; i < layers_.size(); i++) {
     Layer& l = layers_[i];
-    Tensor& ck = ck_[i];
-    Tensor& cv = cv_[i];
+    Tensor& ck = kv.k[i];
+    Tensor& cv = kv.v[i];
     Tensor qkv = Tensor(x.layer_norm({D}, l.ln1_w, l.ln1_b, c.norm_eps).matmul(l.attn_w) + l.attn_b);  // (B, T, 3D)
     auto part = [&](int64_t j) { return qkv.shrink({{0, B}, {0, T}, {j * D, (j + 1) * D}}).reshape({B, T, H, hd}); };
     // rows start..start+T-1 of both caches written in place (assigns into views of their buffers)
@@ -198,34 +209,36 @@ void GPT2::check_tokens(const std::vector<int32_t>& tokens, const char* op) cons
       fail(std::string(op) + ": token " + std::to_string(t) + " is outside the vocabulary (0.." + std::to_string(cfg_.vocab_size - 1) + ")");
 }
 
-Tensor GPT2::prefill(const std::vector<int32_t>& tokens, int64_t start_pos, bool last_only) {
+Tensor GPT2::prefill(const std::vector<int32_t>& tokens, int64_t start_pos, bool last_only, int64_t slot) {
   if (tokens.empty() || int64_t(tokens.size()) % batch_ != 0)
     fail("prefill: " + std::to_string(tokens.size()) + " tokens do not make " + std::to_string(batch_) + " equal sequences");
   check_tokens(tokens, "prefill");
   Tensor tok = Tensor::from_vector(tokens, {batch_, int64_t(tokens.size()) / batch_});
-  return forward(tok, sint(start_pos), last_only).realize();
+  return forward(tok, sint(start_pos), last_only, slot).realize();
 }
 
-Tensor GPT2::decode(const std::vector<int32_t>& tokens, int64_t pos) {
+Tensor GPT2::decode(const std::vector<int32_t>& tokens, int64_t pos, int64_t slot) {
+  Cache& kv = cache(slot, "decode");
   if (int64_t(tokens.size()) != batch_)
     fail("decode: " + std::to_string(tokens.size()) + " tokens for a batch of " + std::to_string(batch_));
   check_tokens(tokens, "decode");
   if (pos < 0 || pos >= cfg_.max_context)
     fail("decode: position " + std::to_string(pos) + " is past the KV cache (max_context " + std::to_string(cfg_.max_context) + ")");
-  if (!jit_)
-    jit_ = std::make_unique<TinyJit>(TinyJit::FnVars([this](const std::vector<Tensor>& in, const std::vector<sint>& vars) {
-      return std::vector<Tensor>{forward(in[0], vars[0]).reshape({batch_, cfg_.vocab_size}).contiguous()};
+  if (!kv.jit)
+    kv.jit = std::make_unique<TinyJit>(TinyJit::FnVars([this, slot](const std::vector<Tensor>& in, const std::vector<sint>& vars) {
+      return std::vector<Tensor>{forward(in[0], vars[0], false, slot).reshape({batch_, cfg_.vocab_size}).contiguous()};
     }));
   Tensor tok = Tensor::from_vector(tokens, {batch_, 1}).realize();
-  return (*jit_)({tok}, {start_pos_.bind(pos)})[0];
+  return (*kv.jit)({tok}, {start_pos_.bind(pos)})[0];
 }
 
 void GPT2::reset() {
-  for (size_t i = 0; i < ck_.size(); i++) {
-    ck_[i].assign(Tensor::zeros(ck_[i].shape()));
-    cv_[i].assign(Tensor::zeros(cv_[i].shape()));
-    Tensor::realize_all({&ck_[i], &cv_[i]});
-  }
+  for (Cache& kv : caches_)
+    for (size_t i = 0; i < kv.k.size(); i++) {
+      kv.k[i].assign(Tensor::zeros(kv.k[i].shape()));
+      kv.v[i].assign(Tensor::zeros(kv.v[i].shape()));
+      Tensor::realize_all({&kv.k[i], &kv.v[i]});
+    }
 }
 
 }  // namespace tg::models

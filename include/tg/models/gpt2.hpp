@@ -5,8 +5,9 @@
 // Linear layers are Hugging Face's Conv1D: weight (in, out), y = x W + b. Names may carry the "transformer." prefix
 // (GPT2LMHeadModel); an "lm_head.weight" equal in shape to wte is used as the head; the attention's mask buffers
 // (h.N.attn.bias, h.N.attn.masked_bias) are ignored.
-// The KV cache and decode are Llama's (tg/models/llama.hpp): per layer (batch, max_context, heads, head_dim), written
-// by a masked assign; a decode step's position is the Variable "start_pos" and TinyJit replays its kernels.
+// The KV cache and decode are Llama's (tg/models/llama.hpp): per layer (batch, max_context, heads, head_dim), its
+// rows written in place; a decode step's position is the Variable "start_pos" and TinyJit replays its kernels.
+// Several sequences can coexist (a server's requests): `slots` KV caches, each with its own decode TinyJit.
 // Thread-safety: a GPT2 is used from one thread (its caches and JIT are state).
 #include "tg/config.hpp"
 
@@ -44,12 +45,13 @@ struct GPT2Config {
 class GPT2 {
  public:
   /** The model from weights by Hugging Face's names (without the "transformer." prefix); a missing or mis-shaped
-   *  weight is a tg::Error naming it. Weights of another float dtype (f16, bf16) are kept and cast in the kernels. */
-  GPT2(GPT2Config cfg, std::map<std::string, Tensor> weights, int64_t batch = 1);
+   *  weight is a tg::Error naming it. Weights of another float dtype (f16, bf16) are kept and cast in the kernels.
+   *  `slots` KV caches (sequences that coexist, each decoded by its own TinyJit). */
+  GPT2(GPT2Config cfg, std::map<std::string, Tensor> weights, int64_t batch = 1, int64_t slots = 1);
   /** Load a safetensors file. n_heads 0 reads n_head (and layer_norm_epsilon) from a config.json beside the file; with
    *  neither it is a tg::Error. max_context 0: n_positions. */
   static std::unique_ptr<GPT2> from_safetensors(const std::string& path, int64_t n_heads = 0, int64_t max_context = 0,
-                                                int64_t batch = 1);
+                                                int64_t batch = 1, int64_t slots = 1);
   /** The weights of a safetensors file by Hugging Face's names with the "transformer." prefix removed, as views of
    *  the mapped file (DISK); a tg::Error names the file when it cannot be read. */
   static std::map<std::string, Tensor> load_weights(const std::string& path);
@@ -58,17 +60,19 @@ class GPT2 {
 
   /// the hyperparameters the model was built with
   const GPT2Config& config() const { return cfg_; }
+  /// the number of KV-cache slots
+  int64_t slots() const { return int64_t(caches_.size()); }
   /** Logits (batch, T, vocab) of tokens (batch, T) int32 at positions start_pos..start_pos+T-1, lazy; writes their
-   *  keys and values into the cache. T > 1 needs a concrete start_pos; last_only: the head of the last position. */
-  Tensor forward(const Tensor& tokens, const sint& start_pos, bool last_only = false);
+   *  keys and values into slot's cache. T > 1 needs a concrete start_pos; last_only: the head of the last position. */
+  Tensor forward(const Tensor& tokens, const sint& start_pos, bool last_only = false, int64_t slot = 0);
   /** Prefill: forward at a concrete position, realised. */
-  Tensor prefill(const std::vector<int32_t>& tokens, int64_t start_pos = 0, bool last_only = false);
-  /** One decode step (one token per sequence) at `pos` through TinyJit: logits (batch, vocab). */
-  Tensor decode(const std::vector<int32_t>& tokens, int64_t pos);
-  /** Zero the KV caches (a new sequence). */
+  Tensor prefill(const std::vector<int32_t>& tokens, int64_t start_pos = 0, bool last_only = false, int64_t slot = 0);
+  /** One decode step (one token per sequence) at `pos` through slot's TinyJit: logits (batch, vocab). */
+  Tensor decode(const std::vector<int32_t>& tokens, int64_t pos, int64_t slot = 0);
+  /** Zero every slot's KV caches (new sequences). */
   void reset();
-  /** The decode step's TinyJit; null before the first decode. */
-  const TinyJit* decode_jit() const { return jit_.get(); }
+  /** Slot's decode TinyJit; null before its first decode. */
+  const TinyJit* decode_jit(int64_t slot = 0) const { return caches_.at(size_t(slot)).jit.get(); }
 
  private:
   struct Layer {
@@ -79,8 +83,12 @@ class GPT2 {
   int64_t batch_;
   Tensor wte_, wpe_, lnf_w_, lnf_b_, head_;
   std::vector<Layer> layers_;
-  std::vector<Tensor> ck_, cv_;  // per layer (batch, max_context, heads, head_dim)
-  std::unique_ptr<TinyJit> jit_;
+  struct Cache {  // one slot: per layer (batch, max_context, heads, head_dim), and its decode JIT
+    std::vector<Tensor> k, v;
+    std::unique_ptr<TinyJit> jit;
+  };
+  Cache& cache(int64_t slot, const char* op);
+  std::vector<Cache> caches_;
   Variable start_pos_;
 };
 
