@@ -15,6 +15,7 @@ namespace {
 struct LayoutCtx {
   ShapeCache shapes;
   bool packed_matmul;                            // PACKED_MATMUL=0 turns the panelled matmul off
+  bool channels_last;                            // CHANNELS_LAST=0 turns the channels-last convolution off
   std::unordered_map<std::string, bool> serial;  // device -> runs kernels with output loops in order (a CPU)
   std::vector<UOpRef> keep;
   NodeSet made;  // reduces a rule made: not rewritten again
@@ -227,7 +228,7 @@ UOpRef conv_layout(const UOp* red, LayoutCtx& c) {
     Shape wshape{cs->co, cs->ci};
     wshape.insert(wshape.end(), cs->full.begin() + int64_t(4 + nd), cs->full.end());
     std::vector<const UOp*> wpath;
-    const bool cl = cs->groups == 1 && cs->ci >= 16 && c.serial_device(device_of(red));
+    const bool cl = c.channels_last && cs->groups == 1 && cs->ci >= 16 && c.serial_device(device_of(red));
     const UOp* w = cl ? view_base(wo, nd + 2, wshape, c, wpath) : nullptr;
     UOpRef xs = input_copy(xo, *cs, cl && w, c);
     if (!xs) return {};
@@ -279,7 +280,7 @@ UOpRef conv_weight_grad_layout(const UOp* red, LayoutCtx& c) {
     std::vector<const UOp*> gpath;
     const UOp* g = view_base(go, nd + 2, glead, c, gpath);
     if (!g) continue;
-    const bool cl = cs->groups == 1 && cs->ci >= 16;
+    const bool cl = c.channels_last && cs->groups == 1 && cs->ci >= 16;
     UOpRef xs = input_copy(xo, *cs, cl, c);
     if (!xs) return {};
     if (!cl) return c.made_reduce(UOp::make(Ops::REDUCE_AXIS, red->dtype, {xs->alu(Ops::MUL, UOpRef(go))}, red->arg));
@@ -316,7 +317,7 @@ const PatternMatcher& pm_layout() {
 }  // namespace
 
 std::vector<UOpRef> apply_layouts(std::span<const UOpRef> roots, const Knobs& knobs) {
-  LayoutCtx ctx{{}, knobs.packed_matmul, {}, {}, {}};
+  LayoutCtx ctx{{}, knobs.packed_matmul, knobs.channels_last, {}, {}, {}};
   return rewrite_roots(roots, pm_layout(), &ctx, "layouts");
 }
 
