@@ -165,10 +165,13 @@ std::optional<ConvShape> conv_shape(const UOp* red, LayoutCtx& c, bool weight_gr
   const Shape& f = c.shapes.of(mul);
   if (f.size() < 6 || f.size() % 2) return {};
   const size_t nd = (f.size() - 4) / 2;
-  std::vector<int64_t> want;  // the forward sums (Ci/G, *k), the weight gradient (N, *o)
+  std::vector<int64_t> want;  // the forward sums (Ci/G, *k), the weight gradient (N, *o); axes of size 1 may be left out
   if (weight_grad) want.push_back(0);
   for (size_t i = 0; i < (weight_grad ? nd : nd + 1); i++) want.push_back(int64_t(weight_grad ? 3 + i : 3 + nd + i));
-  if (ra.axes != want) return {};
+  for (int64_t a : ra.axes)
+    if (std::find(want.begin(), want.end(), a) == want.end()) return {};
+  for (int64_t a : want)
+    if (f[size_t(a)] != 1 && std::find(ra.axes.begin(), ra.axes.end(), a) == ra.axes.end()) return {};
   return ConvShape{nd, f[0], f[1], f[2], f[3 + nd], f};
 }
 
@@ -276,15 +279,15 @@ UOpRef conv_weight_grad_layout(const UOp* red, LayoutCtx& c) {
     bool bcast = gs[0] == cs->n && gs[2] == cs->co;
     for (size_t i = 3 + nd; i < rank; i++) bcast = bcast && gs[i] == 1;
     if (!bcast) continue;
-    const int64_t glead[2] = {cs->n, cs->co};
-    std::vector<const UOp*> gpath;
-    const UOp* g = view_base(go, nd + 2, glead, c, gpath);
-    if (!g) continue;
     const bool cl = c.channels_last && cs->groups == 1 && cs->ci >= 16;
     UOpRef xs = input_copy(xo, *cs, cl, c);
     if (!xs) return {};
     if (!cl) return c.made_reduce(UOp::make(Ops::REDUCE_AXIS, red->dtype, {xs->alu(Ops::MUL, UOpRef(go))}, red->arg));
-    UOpRef prod = xs->alu(Ops::MUL, rebuild(gpath, channels_last(UOpRef(g), nd)));
+    // the gradient (N, Co, *o) stored as (N, *o, Co), broadcast as before
+    Shape gn{cs->n, cs->co};
+    gn.insert(gn.end(), cs->full.begin() + 3, cs->full.begin() + int64_t(3 + nd));
+    UOpRef gl = mov(Ops::RESHAPE, channels_last(mov(Ops::RESHAPE, go->src()[0], gn), nd), gs);
+    UOpRef prod = xs->alu(Ops::MUL, mov(Ops::EXPAND, gl, c.shapes.of(go)));
     // (N, 1, Co, *o, Ci, *k) -> (N, *o, Co, *k, Ci): summed over (N, *o) into (Co, *k, Ci)
     std::vector<int64_t> perm{0}, red_axes{0}, back{0, int64_t(nd) + 1};
     for (size_t i = 0; i < nd; i++) perm.push_back(int64_t(3 + i)), red_axes.push_back(int64_t(1 + i));
