@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <random>
+#include <tuple>
 
 #include "scoped_env.hpp"
 #include "tg/codegen.hpp"
@@ -275,6 +276,43 @@ TEST_CASE("the panelled matmul is a scheduler rule: the README's broadcast-and-s
     want = g.matmul(b.T()).to_vector<float>();
   }
   check_close(ga.to_vector<float>(), want, N * 1.2e-7f);
+}
+
+TEST_CASE("a convolution's layout is a scheduler rule: channels-last on the CPU, one input copy for forward and weight gradient") {
+  // Tensor::conv writes every convolution as window view * weight, summed; pm_layout stores a many-channel input
+  // channels-last on the CPU (CHANNELS_LAST=0: NCHW with the padded input materialised, as on a GPU). The weight
+  // gradient autograd builds reads the same view of the input, so the two share its copy (issue 16)
+  Tensor x = randn({2, 16, 9, 9}, 21), w = randn({8, 16, 3, 3}, 22), g = randn({2, 8, 9, 9}, 23);
+  x.realize(), w.realize(), g.realize();
+  auto conv_and_grad = [&] {
+    Tensor y = x.conv2d(w, std::nullopt, 1, 1);
+    Tensor gw = Tensor(y * g).sum().gradient({w})[0];
+    size_t k0 = kernels_run();
+    std::vector<Tensor*> both{&y, &gw};
+    Tensor::realize_all(both);
+    return std::tuple{kernels_run() - k0, y.to_vector<float>(), gw.to_vector<float>()};
+  };
+  auto [kl, yl, gl] = conv_and_grad();
+  size_t kn;
+  std::vector<float> yn, gn;
+  {
+    ScopedEnv off("CHANNELS_LAST", "0");  // a knob of the scheduler: part of its cache key
+    std::tie(kn, yn, gn) = conv_and_grad();
+  }
+  // NCHW: the padded input, the convolution, the weight gradient
+  CHECK(kn == 3);
+  // channels-last: the padded input and the weight copied once each, the convolution, the result back in NCHW, the
+  // gradient's copy, the weight gradient (8 before these rules: the input was copied twice)
+  if (get_device(default_device()).renderer().grid_limits().threads == 0) CHECK(kl == 6);
+  check_close(yl, yn, 1e-5f);
+  check_close(gl, gn, 1e-5f);
+  // torch's values for a few taps: y[0, 0, 4, 4] = sum over c, a, b of x[0, c, 3 + a, 3 + b] w[0, c, a, b]
+  auto xv = x.to_vector<float>(), wv = w.to_vector<float>();
+  double s = 0;
+  for (int c = 0; c < 16; c++)
+    for (int a = 0; a < 3; a++)
+      for (int b = 0; b < 3; b++) s += double(xv[size_t((c * 9 + 3 + a) * 9 + 3 + b)]) * double(wv[size_t((c * 3 + a) * 3 + b)]);
+  CHECK(std::abs(yl[size_t(4 * 9 + 4)] - s) <= 1e-5 * (1 + std::abs(s)));
 }
 
 TEST_CASE("on the CPU a lone UNROLL stays a Lane loop that LLVM is told to vectorise, with the same sums") {

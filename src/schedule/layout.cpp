@@ -5,6 +5,8 @@
 #include "stages.hpp"
 
 #include <algorithm>
+#include <optional>
+#include <span>
 
 namespace tg::sched {
 
@@ -13,9 +15,16 @@ namespace {
 struct LayoutCtx {
   ShapeCache shapes;
   bool packed_matmul;                            // PACKED_MATMUL=0 turns the panelled matmul off
+  bool channels_last;                            // CHANNELS_LAST=0 turns the channels-last convolution off
   std::unordered_map<std::string, bool> serial;  // device -> runs kernels with output loops in order (a CPU)
   std::vector<UOpRef> keep;
+  NodeSet made;  // reduces a rule made: not rewritten again
 
+  UOpRef made_reduce(UOpRef r) {
+    made.insert(r.get());
+    keep.push_back(r);
+    return r;
+  }
   bool serial_device(const std::string& d) {
     if (auto it = serial.find(d); it != serial.end()) return it->second;
     Device& dev = get_device(d);
@@ -94,17 +103,224 @@ UOpRef packed_matmul(const UOp* red, LayoutCtx& c) {
   return {};
 }
 
+// ---- convolutions
+//
+// A convolution of x (N, Ci, *sp) with w (Co, Ci, *k) reaches the scheduler as Tensor::conv writes it, for every
+// device: the product of a window view of the padded input and the weight, (N, 1, Co, *o, Ci, *k), summed over
+// (Ci, *k). Autograd's weight gradient is the same product with the output's gradient in the weight's place, summed
+// over (N, *o). Both read their operands through movement ops only, so the rules below change where and in which
+// order values are stored, never what is computed: each operand's base gets a copy in another axis order, read back
+// through the inverse permutation.
+
+// The operand's base for a copy: walking down the operand's movement ops, the node nearest the top of rank `rank`
+// whose leading axes are `lead`, with no EXPAND between it and the first computed node below (above an EXPAND the
+// view repeats values: the window view's repeat of the input). Its path from the operand down: `path`.
+const UOp* view_base(const UOp* top, size_t rank, std::span<const int64_t> lead, LayoutCtx& c, std::vector<const UOp*>& path) {
+  std::vector<const UOp*> chain{top};
+  while (is_movement(chain.back()->op)) chain.push_back(chain.back()->src(0));
+  const UOp* best = nullptr;
+  size_t at = 0;
+  for (size_t i = chain.size(); i-- > 0;) {  // from the bottom up
+    const UOp* u = chain[i];
+    if (u->op == Ops::EXPAND || u->sym()) break;
+    const Shape& s = c.shapes.of(u);
+    if (s.size() == rank && std::equal(lead.begin(), lead.end(), s.begin())) best = u, at = i;
+  }
+  if (best) path.assign(chain.begin(), chain.begin() + int64_t(at));  // the nodes above it, top first
+  return best;
+}
+
+// The operand with `base` (on its path below the operand) replaced by `repl`.
+UOpRef rebuild(const std::vector<const UOp*>& path, const UOpRef& repl) {
+  UOpRef v = repl;
+  for (size_t i = path.size(); i-- > 0;) v = UOp::make(path[i]->op, path[i]->dtype, {v}, path[i]->arg);
+  return v;
+}
+
+// x stored with its axes in `perm` order and read back as x: the same values, another memory layout.
+UOpRef stored_as(const UOpRef& x, const std::vector<int64_t>& perm) {
+  std::vector<int64_t> inv(perm.size());
+  for (size_t i = 0; i < perm.size(); i++) inv[size_t(perm[i])] = int64_t(i);
+  return mov(Ops::PERMUTE, UOp::make(Ops::CONTIGUOUS, x->dtype, {mov(Ops::PERMUTE, x, perm)}), inv);
+}
+// (N, C, *sp) stored as (N, *sp, C)
+UOpRef channels_last(const UOpRef& x, size_t nd) {
+  std::vector<int64_t> perm{0};
+  for (size_t i = 0; i < nd; i++) perm.push_back(int64_t(2 + i));
+  perm.push_back(1);
+  return stored_as(x, perm);
+}
+
+// A convolution-shaped reduce: a sum of a product of shape (N, G, Co/G, *o, Ci/G, *k) (nd spatial axes, G groups).
+struct ConvShape {
+  size_t nd = 0;
+  int64_t n = 0, groups = 1, co = 0, ci = 0;  // co and ci per group
+  Shape full;
+};
+std::optional<ConvShape> conv_shape(const UOp* red, LayoutCtx& c, bool weight_grad) {
+  if (c.made.count(red)) return {};
+  const auto& ra = std::get<ReduceArg>(red->arg);
+  const UOp* mul = red->src(0);
+  if (ra.op != Ops::ADD || mul->op != Ops::MUL || red->sym() || mul->sym() || !dtypes::is_float(mul->dtype)) return {};
+  const Shape& f = c.shapes.of(mul);
+  if (f.size() < 6 || f.size() % 2) return {};
+  const size_t nd = (f.size() - 4) / 2;
+  std::vector<int64_t> want;  // the forward sums (Ci/G, *k), the weight gradient (N, *o); axes of size 1 may be left out
+  if (weight_grad) want.push_back(0);
+  for (size_t i = 0; i < (weight_grad ? nd : nd + 1); i++) want.push_back(int64_t(weight_grad ? 3 + i : 3 + nd + i));
+  for (int64_t a : ra.axes)
+    if (std::find(want.begin(), want.end(), a) == want.end()) return {};
+  for (int64_t a : want)
+    if (f[size_t(a)] != 1 && std::find(ra.axes.begin(), ra.axes.end(), a) == ra.axes.end()) return {};
+  return ConvShape{nd, f[0], f[1], f[2], f[3 + nd], f};
+}
+
+// Whether a reduce lies in x's expression within its kernel (above buffers and copies).
+bool has_reduce(const UOp* x) {
+  std::vector<const UOp*> st{x};
+  NodeSet seen{x};
+  while (!st.empty()) {
+    const UOp* u = st.back();
+    st.pop_back();
+    if (u->op == Ops::REDUCE_AXIS) return true;
+    if (u->op == Ops::BUFFER || u->op == Ops::CONTIGUOUS || u->op == Ops::COPY || u->op == Ops::ASSIGN) continue;
+    for (auto& s : u->src())
+      if (seen.insert(s.get()).second) st.push_back(s.get());
+  }
+  return false;
+}
+
+// The input's side of a convolution's product with the input stored channels-last (`cl`), or materialised where
+// the window view would read it with a bounds test (padded) or recompute a reduce in it (a gather of the batch) at
+// every tap; null when neither applies. The window view of the copy, rebuilt.
+UOpRef input_copy(const UOp* xo, const ConvShape& cs, bool cl, LayoutCtx& c) {
+  const int64_t lead[2] = {cs.n, cs.groups * cs.ci};
+  std::vector<const UOp*> path;
+  const UOp* x = view_base(xo, cs.nd + 2, lead, c, path);
+  if (!x) return {};
+  if (cl) return rebuild(path, channels_last(UOpRef(x), cs.nd));
+  bool padded = false;
+  if (x->op == Ops::PAD) {
+    const auto& p = std::get<std::vector<int64_t>>(x->arg);
+    padded = std::any_of(p.begin(), p.end(), [](int64_t v) { return v > 0; });
+  }
+  if (!padded && !((is_alu(x->op) || x->op == Ops::CAST) && has_reduce(x))) return {};
+  return rebuild(path, UOp::make(Ops::CONTIGUOUS, x->dtype, {UOpRef(x)}));
+}
+
+// The forward convolution (the reduce over Ci and *k) with many input channels on a serial (CPU) device is computed
+// channels-last, as a matmul of N*o rows and Co columns over Ci*k: the padded input is copied once into
+// (N, *sp, Ci) order and the weight into (*k, Ci, Co); each input value is broadcast against a vector of output
+// channels, rows of output positions share the weight vectors (a register tile), and the result is computed in
+// (N, *o, Co) order and read back as (N, Co, *o). In NCHW the only vector axis is the output row (mnist's 6-wide
+// rows: 24-26 GFLOPS in DEBUG=2). Otherwise a padded input is materialised: the window loads are then plain (no
+// bounds test per element), which costs one copy of the input and lets the kernel vectorise.
+UOpRef conv_layout(const UOp* red, LayoutCtx& c) {
+  auto cs = conv_shape(red, c, false);
+  if (!cs) return {};
+  const size_t nd = cs->nd;
+  const UOp* mul = red->src(0);
+  for (int side = 0; side < 2; side++) {
+    const UOp* xo = mul->src(size_t(side));      // the input's window view
+    const UOp* wo = mul->src(size_t(1 - side));  // the weight, broadcast over N and *o
+    if (wo->op != Ops::EXPAND) continue;
+    const Shape& ws = c.shapes.of(wo->src(0));
+    bool bcast = ws[0] == 1 && ws[2] == cs->co;
+    for (size_t i = 0; i < nd; i++) bcast = bcast && ws[3 + i] == 1;
+    if (!bcast) continue;
+    Shape wshape{cs->co, cs->ci};
+    wshape.insert(wshape.end(), cs->full.begin() + int64_t(4 + nd), cs->full.end());
+    std::vector<const UOp*> wpath;
+    const bool cl = c.channels_last && cs->groups == 1 && cs->ci >= 16 && c.serial_device(device_of(red));
+    const UOp* w = cl ? view_base(wo, nd + 2, wshape, c, wpath) : nullptr;
+    UOpRef xs = input_copy(xo, *cs, cl && w, c);
+    if (!xs) return {};
+    if (!cl || !w) return c.made_reduce(UOp::make(Ops::REDUCE_AXIS, red->dtype, {xs->alu(Ops::MUL, UOpRef(wo))}, red->arg));
+    // channels-last: the weight stored as (*k, Ci, Co), the product (N, *o, *k, Ci, Co) summed over (*k, Ci)
+    std::vector<int64_t> wperm;
+    for (size_t i = 0; i < nd; i++) wperm.push_back(int64_t(2 + i));
+    wperm.push_back(1), wperm.push_back(0);
+    UOpRef prod = xs->alu(Ops::MUL, rebuild(wpath, stored_as(UOpRef(w), wperm)));
+    std::vector<int64_t> perm{0}, red_axes, back{0, int64_t(nd) + 1};
+    for (size_t i = 0; i < nd; i++) perm.push_back(int64_t(3 + i));
+    for (size_t i = 0; i < nd; i++) perm.push_back(int64_t(4 + nd + i));
+    perm.push_back(int64_t(3 + nd)), perm.push_back(2), perm.push_back(1);
+    for (size_t i = 0; i <= nd; i++) red_axes.push_back(int64_t(1 + nd + i));
+    for (size_t i = 0; i < nd; i++) back.push_back(int64_t(1 + i));
+    Shape ps;  // (N, *o, *k, Ci, Co)
+    for (size_t i = 0; i + 1 < perm.size(); i++) ps.push_back(cs->full[size_t(perm[i])]);
+    UOpRef r = c.made_reduce(
+        UOp::make(Ops::REDUCE_AXIS, red->dtype, {mov(Ops::RESHAPE, mov(Ops::PERMUTE, prod, perm), ps)}, ReduceArg{Ops::ADD, red_axes}));
+    Shape os{cs->n};  // (N, *o, Co)
+    os.insert(os.end(), cs->full.begin() + 3, cs->full.begin() + int64_t(3 + nd));
+    os.push_back(cs->co);
+    UOpRef out = mov(Ops::PERMUTE, mov(Ops::RESHAPE, UOp::make(Ops::CONTIGUOUS, red->dtype, {r}), os), back);
+    return mov(Ops::RESHAPE, out, c.shapes.of(red));
+  }
+  return {};
+}
+
+// The weight gradient (the reduce over N and *o of the input's window view times the output's gradient broadcast
+// over Ci and *k) with many input channels: summed from channels-last copies of the input and the gradient into
+// (Co, *k, Ci), read back as (Co, Ci, *k). The kernel's loads and stores are then contiguous in Ci (vectors along
+// it) and the gradient's Co values are shared by every Ci (a register tile, as a matmul). Read in the NCHW layout the
+// sum's only contiguous axis is the output row (a 5x5 kernel's 20-wide rows: lanes of 4; mnist's second conv ran at
+// 100 GFLOPS). On every device. With few input channels it reads the forward's materialised padded input.
+UOpRef conv_weight_grad_layout(const UOp* red, LayoutCtx& c) {
+  auto cs = conv_shape(red, c, true);
+  if (!cs) return {};
+  const size_t nd = cs->nd, rank = cs->full.size();
+  const UOp* mul = red->src(0);
+  for (int side = 0; side < 2; side++) {
+    const UOp* xo = mul->src(size_t(side));      // the input's window view
+    const UOp* go = mul->src(size_t(1 - side));  // the gradient (N, 1, Co, *o, 1, 1...), broadcast over Ci and *k
+    if (go->op != Ops::EXPAND) continue;
+    const Shape& gs = c.shapes.of(go->src(0));
+    bool bcast = gs[0] == cs->n && gs[2] == cs->co;
+    for (size_t i = 3 + nd; i < rank; i++) bcast = bcast && gs[i] == 1;
+    if (!bcast) continue;
+    const bool cl = c.channels_last && cs->groups == 1 && cs->ci >= 16;
+    UOpRef xs = input_copy(xo, *cs, cl, c);
+    if (!xs) return {};
+    if (!cl) return c.made_reduce(UOp::make(Ops::REDUCE_AXIS, red->dtype, {xs->alu(Ops::MUL, UOpRef(go))}, red->arg));
+    // the gradient (N, Co, *o) stored as (N, *o, Co), broadcast as before
+    Shape gn{cs->n, cs->co};
+    gn.insert(gn.end(), cs->full.begin() + 3, cs->full.begin() + int64_t(3 + nd));
+    UOpRef gl = mov(Ops::RESHAPE, channels_last(mov(Ops::RESHAPE, go->src()[0], gn), nd), gs);
+    UOpRef prod = xs->alu(Ops::MUL, mov(Ops::EXPAND, gl, c.shapes.of(go)));
+    // (N, 1, Co, *o, Ci, *k) -> (N, *o, Co, *k, Ci): summed over (N, *o) into (Co, *k, Ci)
+    std::vector<int64_t> perm{0}, red_axes{0}, back{0, int64_t(nd) + 1};
+    for (size_t i = 0; i < nd; i++) perm.push_back(int64_t(3 + i)), red_axes.push_back(int64_t(1 + i));
+    perm.push_back(2);
+    for (size_t i = 0; i < nd; i++) perm.push_back(int64_t(4 + nd + i));
+    perm.push_back(int64_t(3 + nd)), perm.push_back(1);
+    for (size_t i = 0; i < nd; i++) back.push_back(int64_t(1 + i));
+    Shape ps;
+    for (size_t i = 0; i + 1 < perm.size(); i++) ps.push_back(cs->full[size_t(perm[i])]);
+    UOpRef r = c.made_reduce(
+        UOp::make(Ops::REDUCE_AXIS, red->dtype, {mov(Ops::RESHAPE, mov(Ops::PERMUTE, prod, perm), ps)}, ReduceArg{Ops::ADD, red_axes}));
+    Shape os{cs->co};  // (Co, *k, Ci)
+    os.insert(os.end(), cs->full.begin() + int64_t(4 + nd), cs->full.end());
+    os.push_back(cs->ci);
+    return mov(Ops::RESHAPE, mov(Ops::PERMUTE, mov(Ops::RESHAPE, r, os), back), c.shapes.of(red));
+  }
+  return {};
+}
+
 const PatternMatcher& pm_layout() {
   using namespace pat;
-  static const PatternMatcher pm(
-      table(rule(op_any<opset<Ops::REDUCE_AXIS>>, [](auto& m) { return packed_matmul(m.root, m.template ctx<LayoutCtx>()); })));
+  static const PatternMatcher pm(table(
+      rule(op_any<opset<Ops::REDUCE_AXIS>>, [](auto& m) { return packed_matmul(m.root, m.template ctx<LayoutCtx>()); }),
+      rule(op_any<opset<Ops::REDUCE_AXIS>>, [](auto& m) { return conv_layout(m.root, m.template ctx<LayoutCtx>()); }),
+      rule(op_any<opset<Ops::REDUCE_AXIS>>,
+           [](auto& m) { return conv_weight_grad_layout(m.root, m.template ctx<LayoutCtx>()); })));
   return pm;
 }
 
 }  // namespace
 
 std::vector<UOpRef> apply_layouts(std::span<const UOpRef> roots, const Knobs& knobs) {
-  LayoutCtx ctx{{}, knobs.packed_matmul, {}, {}};
+  LayoutCtx ctx{{}, knobs.packed_matmul, knobs.channels_last, {}, {}, {}};
   return rewrite_roots(roots, pm_layout(), &ctx, "layouts");
 }
 

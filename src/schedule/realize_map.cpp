@@ -200,6 +200,22 @@ const PatternMatcher& pm_realize_map() {
   return pm;
 }
 
+// A computed value copied into two layouts (the layout stage's copies: a convolution's output gradient stored
+// channels-last for the weight gradient, and padded and channels-last for the input gradient's transposed
+// convolution) is computed once, and both copies read it: each copy recomputing it (a pool's backward with its
+// index arithmetic) cost 17% of an mnist step. A copy is a CONTIGUOUS of a view of the value.
+void copied_once(ScheduleCtx& s) {
+  std::unordered_map<const UOp*, NodeSet> copies;
+  for (const UOp* u : s.topo) {
+    if (u->op != Ops::CONTIGUOUS || !is_movement(u->src(0)->op)) continue;
+    const UOp* v = u->src(0);
+    while (is_movement(v->op)) v = v->src(0);
+    if (is_alu(v->op) || v->op == Ops::CAST) copies[v].insert(u);
+  }
+  for (auto& [v, cps] : copies)
+    if (cps.size() > 1) s.realized.insert(v);
+}
+
 }  // namespace
 
 void realize_map(ScheduleCtx& s) {
@@ -208,6 +224,7 @@ void realize_map(ScheduleCtx& s) {
   for (auto& r : s.roots)  // the roots are the results
     if (!contiguous_buffer(r.get())) s.realized.insert(r.get());
   RealizeCtx c{s, s.knobs.fuse_rows, {}, {}};
+  copied_once(s);
   graph_visit(s.topo, pm_realize_map(), &c, "realize map");
   if (debug_level() >= 5) {
     std::fprintf(stderr, "--- schedule: realize map (%zu realised, %zu row-fused)\n", s.realized.size(), s.row_fused.size());

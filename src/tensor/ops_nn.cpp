@@ -14,7 +14,9 @@ using Pads = std::vector<std::pair<int64_t, int64_t>>;
 
 std::string conv_name(int64_t nd, const char* base) { return std::string(base) + std::to_string(nd) + "d"; }
 
-// Convolution of x (N, C, *sp) with w (Cout, C/groups, *k) and any (even negative) padding pairs.
+// Convolution of x (N, C, *sp) with w (Cout, C/groups, *k) and any (even negative) padding pairs: the window view
+// of the padded input times the weight, summed over (C/groups, *k). How it is laid out in memory (channels-last on
+// the CPU, a materialised padded input) is the scheduler's choice (src/schedule/layout.cpp).
 Tensor conv_impl(const Tensor& x0, const Tensor& w, const std::optional<Tensor>& bias, const std::vector<int64_t>& st,
                  const Pads& pads, const std::vector<int64_t>& dl, int64_t groups, const std::string& op) {
   size_t nd = size_t(w.ndim() - 2);
@@ -23,113 +25,56 @@ Tensor conv_impl(const Tensor& x0, const Tensor& w, const std::optional<Tensor>&
   std::vector<int64_t> key_pads;
   for (auto& [a, b] : pads) key_pads.insert(key_pads.end(), {a, b});
   std::string key = "conv st" + ints_str(st) + " pad" + ints_str(key_pads) + " dil" + ints_str(dl) + " g" + std::to_string(groups);
-  Tensor r;
-  if (groups == 1 && cin >= 16 && serial_device(x0.device())) {
-    // Many input channels on the CPU: channels-last, as a matmul (N*o rows, Cout columns, Cin*k summed). The
-    // padded input is copied once into (N, *sp, Cin) order and the weight read as (*k, Cin, Cout): each input
-    // value is broadcast against a vector of output channels, rows of output positions share the weight
-    // vectors (a register tile); the result is computed in (N, *o, Cout) order and viewed as (N, Cout, *o).
-    // In NCHW the only vector axis is the output row (mnist's 6-wide rows: 24-26 GFLOPS in DEBUG=2).
-    Tensor xw = pool_windows(channels_last(pad_last(x0, pads)), k, st, dl, op);  // (N, Cin, *o, *k)
-    std::vector<int64_t> o(xw.shape().begin() + 2, xw.shape().begin() + 2 + int64_t(nd));
-    std::vector<int64_t> xperm{0}, wperm, red, back{0, int64_t(nd) + 1};
-    Shape xs{bs}, wsh(nd + 1, 1);
-    for (size_t i = 0; i < nd; i++) xperm.push_back(int64_t(2 + i)), back.push_back(int64_t(1 + i));
-    for (size_t i = 0; i < nd; i++) xperm.push_back(int64_t(2 + nd + i)), wperm.push_back(int64_t(2 + i));
-    for (size_t i = 0; i <= nd; i++) red.push_back(int64_t(1 + nd + i));
-    xperm.push_back(1), wperm.push_back(1), wperm.push_back(0);
-    xs.insert(xs.end(), o.begin(), o.end());
-    xs.insert(xs.end(), k.begin(), k.end());
-    xs.push_back(cin), xs.push_back(1);
-    wsh.insert(wsh.end(), k.begin(), k.end());
-    wsh.push_back(cin), wsh.push_back(cout);
-    Tensor wl = w.permute(wperm).contiguous();  // (*k, Cin, Cout): a small copy
-    Tensor prod = xw.permute(xperm).reshape(xs) * wl.reshape(wsh);  // (N, *o, *k, Cin, Cout)
-    r = prod.sum(red).contiguous().permute(back);
-  } else {
-    // A padded input is materialised: the window loads are then plain (no bounds test per element), which costs
-    // one copy of the input and lets the kernel vectorise.
-    Tensor xp = pad_last(x0, pads);
-    if (std::any_of(pads.begin(), pads.end(), [](auto& p) { return p.first > 0 || p.second > 0; })) xp = xp.contiguous();
-    Tensor x = pool_windows(xp, k, st, dl, op);  // (N, C, *o, *k)
-    std::vector<int64_t> o(x.shape().begin() + 2, x.shape().begin() + 2 + int64_t(nd));
-    Shape s1{bs, groups, cin, 1}, s2{bs, groups, cin, rcout};
-    s1.insert(s1.end(), o.begin(), o.end());
-    s2.insert(s2.end(), o.begin(), o.end());
-    s1.insert(s1.end(), k.begin(), k.end());
-    s2.insert(s2.end(), k.begin(), k.end());
-    std::vector<int64_t> perm{0, 1, 3};
-    for (size_t i = 0; i < nd; i++) perm.push_back(int64_t(4 + i));
-    perm.push_back(2);
-    for (size_t i = 0; i < nd; i++) perm.push_back(int64_t(4 + nd + i));
-    x = x.reshape(s1).expand(s2).permute(perm);  // (N, G, Cout/G, *o, Cin/G, *k)
-    Shape ws{1, groups, rcout};
-    ws.insert(ws.end(), nd, 1);
-    ws.push_back(cin);
-    ws.insert(ws.end(), k.begin(), k.end());
-    std::vector<int64_t> red;
-    for (size_t i = 0; i <= nd; i++) red.push_back(-1 - int64_t(i));
-    Shape out{bs, cout};
-    out.insert(out.end(), o.begin(), o.end());
-    r = (x * w.reshape(ws)).sum(red).reshape(out);
-  }
+  Tensor x = pool_windows(pad_last(x0, pads), k, st, dl, op);  // (N, C, *o, *k)
+  std::vector<int64_t> o(x.shape().begin() + 2, x.shape().begin() + 2 + int64_t(nd));
+  Shape s1{bs, groups, cin, 1}, s2{bs, groups, cin, rcout};
+  s1.insert(s1.end(), o.begin(), o.end());
+  s2.insert(s2.end(), o.begin(), o.end());
+  s1.insert(s1.end(), k.begin(), k.end());
+  s2.insert(s2.end(), k.begin(), k.end());
+  std::vector<int64_t> perm{0, 1, 3};
+  for (size_t i = 0; i < nd; i++) perm.push_back(int64_t(4 + i));
+  perm.push_back(2);
+  for (size_t i = 0; i < nd; i++) perm.push_back(int64_t(4 + nd + i));
+  x = x.reshape(s1).expand(s2).permute(perm);  // (N, G, Cout/G, *o, Cin/G, *k)
+  Shape ws{1, groups, rcout};
+  ws.insert(ws.end(), nd, 1);
+  ws.push_back(cin);
+  ws.insert(ws.end(), k.begin(), k.end());
+  std::vector<int64_t> red;
+  for (size_t i = 0; i <= nd; i++) red.push_back(-1 - int64_t(i));
+  Shape out{bs, cout};
+  out.insert(out.end(), o.begin(), o.end());
+  Tensor r = (x * w.reshape(ws)).sum(red).reshape(out);
   // Backward: d/dx0 as a transposed convolution of the gradient (the same window-and-reduce kernel as a forward
-  // convolution; differentiating the window view instead gives a kernel whose index arithmetic is several times
-  // slower), d/dw by differentiating the forward graph with respect to w only.
-  r = r.custom_gradient({x0, w}, key, [st, pads, dl, groups](const Tensor& g_in, const Tensor& value, const std::vector<Tensor>& in) {
+  // convolution; differentiating the window view instead sums the gradient's windows back over the input's
+  // repeats: 10x slower for mnist's second convolution, its (N, C, *o, *k) window gradient materialised), d/dw by
+  // differentiating the forward graph with respect to w only.
+  r = r.custom_gradient({x0, w}, key, [st, pads, dl, groups](const Tensor& g, const Tensor& value, const std::vector<Tensor>& in) {
     const Tensor &xi = in[0], &wi = in[1];
     size_t n = size_t(wi.ndim() - 2);
     std::vector<int64_t> opd;
     Pads undo;
     for (size_t i = 0; i < n; i++) {
       int64_t padded = xi.shape()[2 + i] + pads[i].first + pads[i].second;
-      int64_t used = (g_in.shape()[2 + i] - 1) * st[i] + dl[i] * (wi.shape()[2 + i] - 1) + 1;
+      int64_t used = (g.shape()[2 + i] - 1) * st[i] + dl[i] * (wi.shape()[2 + i] - 1) + 1;
       opd.push_back(padded - used);  // rows the strided windows never reached get no gradient
       undo.push_back({-pads[i].first, -pads[i].second});
     }
-    // The gradient is read by both of them: computed once (its producer, e.g. a pool's backward with its index
-    // arithmetic, cost 17% of an mnist step when each copy recomputed it).
-    const bool wide = groups == 1 && wi.shape()[1] >= 16;
-    Tensor g = wide ? g_in.contiguous() : g_in;
     Tensor gx = pad_last(g.conv_transpose(wi, std::nullopt, st, 0, opd, groups, dl), undo);
-    // d/dw with many input channels: from channels-last copies of the input and the gradient, summed into
-    // (Cout, *k, Cin): the kernel's loads and stores are then contiguous in Cin (vectors along it) and the
-    // gradient's Cout values are shared by every Cin (a register tile, as a matmul). Read in the NCHW layout the
-    // sum's only contiguous axis is the output row (a 5x5 kernel's 20-wide rows: lanes of 4; mnist's second
-    // conv ran at 100 GFLOPS).
-    Tensor gw;
-    if (wide) {
-      std::vector<int64_t> xperm{0}, gperm{0}, red;
-      std::vector<int64_t> k(wi.shape().begin() + 2, wi.shape().end());
-      Tensor xw = pool_windows(channels_last(pad_last(xi, pads)), k, st, dl, "conv weight gradient");  // (N, Cin, *o, *k)
-      int64_t bs = xi.shape()[0], cin = wi.shape()[1], cout = wi.shape()[0];
-      Shape xs{bs}, gs{bs};
-      for (size_t i = 0; i < n; i++) {
-        xperm.push_back(int64_t(2 + i)), gperm.push_back(int64_t(2 + i)), red.push_back(int64_t(i));
-        xs.push_back(g.shape()[2 + i]), gs.push_back(g.shape()[2 + i]);
-      }
-      for (size_t i = 0; i < n; i++) xperm.push_back(int64_t(2 + n + i));
-      xperm.push_back(1), gperm.push_back(1), red.push_back(int64_t(n));
-      xs.push_back(1), gs.push_back(cout);
-      xs.insert(xs.end(), k.begin(), k.end()), gs.insert(gs.end(), n, 1);
-      xs.push_back(cin), gs.push_back(1);
-      Tensor prod = channels_last(g).permute(gperm).reshape(gs) * xw.permute(xperm).reshape(xs);  // (N, *o, Cout, *k, Cin)
-      std::vector<int64_t> back{0, int64_t(n) + 1};
-      for (size_t i = 0; i < n; i++) back.push_back(int64_t(1 + i));
-      gw = prod.sum(red).permute(back).cast(wi.dtype());  // (Cout, *k, Cin) -> (Cout, Cin, *k)
-    } else {
-      // d/dw with the input held constant: the input may itself depend on w (one weight in two stacked
-      // convolutions), and that path belongs to the outer gradient, through this convolution's gx. The input is
-      // a placeholder leaf while differentiating, then put back (the result still depends on it: second order)
-      static std::atomic<int64_t> next_id{0};
-      UOpRef dev = UOp::make(Ops::DEVICE, dtypes::void_, {}, xi.device());
-      UOpRef hole = UOp::make(Ops::BUFFER, xi.dtype(), {dev}, std::vector<int64_t>{INT64_MIN / 2 + next_id++, xi.numel()});
-      UOpRef held = Tensor(hole, {xi.numel()}, xi.device()).reshape(xi.shape()).uop(), flat = xi.reshape({xi.numel()}).uop();
-      const UOp* xu = xi.uop().get();
-      Tensor fwd(substitute(value.uop(), [&](const UOp* u) { return u == xu ? held : UOpRef{}; }), value.shape(), value.device());
-      Tensor gwh = fwd.gradient({wi}, &g)[0];
-      gw = Tensor(substitute(gwh.uop(), [&](const UOp* u) { return u == hole.get() ? flat : UOpRef{}; }), gwh.shape(), gwh.device());
-    }
+    // d/dw with the input held constant: the input may itself depend on w (one weight in two stacked
+    // convolutions), and that path belongs to the outer gradient, through this convolution's gx. The input is
+    // a placeholder leaf while differentiating, then put back (the result still depends on it: second order)
+    static std::atomic<int64_t> next_id{0};
+    UOpRef dev = UOp::make(Ops::DEVICE, dtypes::void_, {}, xi.device());
+    UOpRef hole = UOp::make(Ops::BUFFER, xi.dtype(), {dev}, std::vector<int64_t>{INT64_MIN / 2 + next_id++, xi.numel()});
+    // (the forward's own view of the input where the gradient kept it: the two then share their copies of it)
+    UOpRef held = Tensor(hole, {xi.numel()}, xi.device()).reshape(xi.shape()).uop(), flat = xi.reshape({xi.numel()}).uop();
+    const UOp* xu = xi.uop().get();
+    Tensor fwd(substitute(value.uop(), [&](const UOp* u) { return u == xu ? held : UOpRef{}; }), value.shape(), value.device());
+    Tensor gwh = fwd.gradient({wi}, &g)[0];
+    Tensor gw(substitute(gwh.uop(), [&](const UOp* u) { return u == held.get() ? xi.uop() : u == hole.get() ? flat : UOpRef{}; }),
+              gwh.shape(), gwh.device());
     return std::vector<std::optional<Tensor>>{gx.cast(xi.dtype()), gw};
   });
   if (!bias) return r;

@@ -2,6 +2,7 @@
 #include "ops_util.hpp"
 
 #include "tg/device.hpp"
+#include "tg/multi.hpp"
 #include "tg/schedule.hpp"
 
 #include <algorithm>
@@ -155,18 +156,6 @@ Tensor pool_windows(const Tensor& x, const std::vector<int64_t>& k, const std::v
   return t.permute(window_perm(noop, nk, 1));
 }
 
-bool serial_device(const std::string& device) {
-  Device& dev = get_device(device.substr(0, device.find(',')));  // a multi-device name: its devices are alike
-  return dev.runs_kernels() && dev.renderer().grid_limits().threads == 0;
-}
-
-Tensor channels_last(const Tensor& t) {
-  int64_t n = t.ndim();
-  auto to_last = rv::concat(rv::single(int64_t(0)), rv::iota(int64_t(2), std::max<int64_t>(n, 2)), rv::single(int64_t(1)));
-  auto to_first = rv::concat(rv::single(int64_t(0)), rv::single(n - 1), rv::iota(int64_t(1), std::max<int64_t>(n - 1, 1)));
-  return t.permute(to_last | ranges::to<std::vector>()).contiguous().permute(to_first | ranges::to<std::vector>());
-}
-
 Tensor pad_last(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& pads, double value) {
   std::vector<std::pair<int64_t, int64_t>> p(size_t(x.ndim()) - pads.size(), {0, 0});
   p.insert(p.end(), pads.begin(), pads.end());
@@ -180,8 +169,9 @@ Tensor one_hot_mask(const Tensor& index, int64_t n) {
 
 void check_host_indices(const Tensor& index, int64_t lo, int64_t hi, std::optional<int64_t> except, const std::string& op,
                         const std::string& what) {
-  if (!dtypes::is_int(index.dtype()) || index.numel() == 0 || index.device().rfind("CPU", 0) != 0) return;
-  if (!contiguous_buffer(index.uop().get())) return;
+  // a realised buffer on a device whose memory the host reads in place (no copy, no sync)
+  if (!dtypes::is_int(index.dtype()) || index.numel() == 0 || !contiguous_buffer(index.uop().get())) return;
+  if (is_multi_device(index.device()) || !get_device(index.device()).allocator().host_memory()) return;
   std::vector<double> v = index.to_doubles();
   for (size_t i = 0; i < v.size(); i++) {
     int64_t x = int64_t(v[i]);

@@ -45,18 +45,13 @@ std::vector<int64_t> expand_arg(const IntArg& a, size_t n, const std::string& op
 /** Sliding windows over the last k.size() dims: (..., o_1..o_n, k_1..k_n) (tinygrad's _pool, movement ops only). */
 Tensor pool_windows(const Tensor& x, const std::vector<int64_t>& k, const std::vector<int64_t>& stride,
                     const std::vector<int64_t>& dilation, const std::string& op);
-/** Whether kernels on `device` run their output loops in order on the CPU (no GPU grid): loop-order-dependent
- *  choices (packed matmul panels, channels-last convolutions) pay there. */
-bool serial_device(const std::string& device);
-/** t (N, C, *sp) with its memory in channels-last order (N, *sp, C), viewed as (N, C, *sp) again. */
-Tensor channels_last(const Tensor& t);
 /** Constant-pad the last pads.size() dims with (begin, end) pairs. */
 Tensor pad_last(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& pads, double value = 0);
 /** (index == arange(n)) with the class axis appended last: (*index.shape, n) bool. */
 Tensor one_hot_mask(const Tensor& index, int64_t n);
-/** Throws a tg::Error naming `op` when an integer index tensor that is already realised in host memory (a CPU
- *  buffer) holds a value outside [lo, hi) other than `except`: the check costs one pass over values already on the
- *  host. A lazy index, or one on another device, is not read (that would cost a sync). */
+/** Throws a tg::Error naming `op` when an integer index tensor already realised in memory the host reads in place
+ *  (the allocator's host_memory(): the CPU's) holds a value outside [lo, hi) other than `except`: one pass over
+ *  values already on the host. A lazy index, or one on another device, is not read (that would cost a sync). */
 void check_host_indices(const Tensor& index, int64_t lo, int64_t hi, std::optional<int64_t> except, const std::string& op,
                         const std::string& what);
 /** Apply a loss reduction: "mean", "sum" or "none". */
