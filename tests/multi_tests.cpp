@@ -9,6 +9,7 @@
 #include "scoped_env.hpp"
 #include "test_util.hpp"
 #include "tg/device.hpp"
+#include "tg/dist.hpp"
 #include "tg/multi.hpp"
 #include "tg/tg.hpp"
 #include "../examples/beautiful_mnist_model.hpp"
@@ -335,4 +336,59 @@ TEST_CASE("beautiful_mnist's model (convolutions, batchnorm, pooling): data-para
     for (float v : one[k]) scale = std::max(scale, double(std::abs(v)));
     for (size_t i = 0; i < one[k].size(); i++) CHECK(std::abs(one[k][i] - two[k][i]) <= 3e-5 * scale + 1e-7);  // float sums in another order
   }
+}
+
+// Under `mpirun -np 2` (test multi_mpi): each rank holds its share of a batch and a BatchNorm synchronised over the
+// ranks (tg::dist::sync_batchnorm); compared with one BatchNorm on the whole batch, computed on every rank. With one
+// rank (suite multi) the synchronised path runs with a hook that is the identity over one replica.
+TEST_CASE("synchronised batchnorm over MPI ranks: the whole batch's statistics, gradients and running statistics") {
+  const int world = dist::world_size(), rank = dist::rank();
+  CAPTURE(rank);
+  Tensor::manual_seed(11);  // the same values on every rank
+  Tensor x = (Tensor::randn({6 * world, 3, 4, 5}) * 2 + 1).realize(), gy = Tensor::randn({6 * world, 3, 4, 5}).realize();
+  struct Out {
+    std::vector<float> y, gx, gw, gb, rm, rv;
+  };
+  auto run = [&](bool synced) {
+    nn::BatchNorm bn(3);
+    bn.weight->assign(Tensor::from_vector(std::vector<float>{0.5f, 1.5f, -1.f}, {3})).realize();
+    bn.bias->assign(Tensor::from_vector(std::vector<float>{0.1f, 0.2f, -0.3f}, {3})).realize();
+    if (synced && world > 1) dist::sync_batchnorm(bn);
+    if (synced && world == 1) bn.sync_statistics([](const Tensor& s) { return s; }, 1);
+    Tensor xi = (synced ? dist::rank_share(x) : x).clone().realize().requires_grad_();  // a leaf of its own
+    Tensor y = bn(xi);
+    (y * (synced ? dist::rank_share(gy) : gy)).sum().backward();
+    std::vector<Tensor*> all{&y, bn.running_mean, bn.running_var};
+    Tensor gx = xi.grad(), gw = bn.weight->grad(), gb = bn.bias->grad();
+    all.insert(all.end(), {&gx, &gw, &gb});
+    Tensor::realize_all(all);
+    if (synced) {  // the ranks' parameter gradients summed (what allreduce_grads averages)
+      dist::allreduce_(gw), dist::allreduce_(gb);
+      CHECK(dist::replicas_equal({*bn.running_mean, *bn.running_var}));
+    } else {  // this rank's rows of the whole batch's results
+      y = dist::rank_share(y), gx = dist::rank_share(gx);
+    }
+    return Out{y.to_vector<float>(), gx.to_vector<float>(), gw.to_vector<float>(), gb.to_vector<float>(),
+               bn.running_mean->to_vector<float>(), bn.running_var->to_vector<float>()};
+  };
+  Out one = run(false), ranks = run(true);
+  auto close = [](const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
+    CAPTURE(what);
+    REQUIRE(a.size() == b.size());
+    double scale = 0;
+    for (float v : a) scale = std::max(scale, double(std::abs(v)));
+    for (size_t i = 0; i < a.size(); i++) CHECK(std::abs(a[i] - b[i]) <= 2e-6 * scale);  // float sums in another order
+  };
+  close(one.y, ranks.y, "output");
+  close(one.gx, ranks.gx, "input gradient");
+  close(one.gw, ranks.gw, "weight gradient");
+  close(one.gb, ranks.gb, "bias gradient");
+  close(one.rm, ranks.rm, "running mean");
+  close(one.rv, ranks.rv, "running variance");
+}
+
+TEST_CASE("bad input: BatchNorm::sync_statistics with no replicas; no kernel runs on DIST") {
+  nn::BatchNorm bn(2);
+  CHECK(contains(error_of([&] { bn.sync_statistics([](const Tensor& s) { return s; }, 0); }), "replicas >= 1, got 0"));
+  CHECK(contains(error_of([&] { (Tensor::ones({4}).to("DIST") + 1).realize(); }), "[DIST]"));
 }
