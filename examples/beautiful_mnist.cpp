@@ -25,6 +25,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <string>
 
 #include "beautiful_mnist_model.hpp"
@@ -236,9 +237,12 @@ int main(int argc, char** argv) {
     std::printf("%strained %lld steps in %.1f s (train steps %.1f s, %.0f ms/step on average)\n", tty ? "\n" : "",
                 (long long)steps, total_s, train_s, 1000 * train_s / double(steps));
     std::printf("test_accuracy: %.2f%%\n", acc);
-    if (check_replicas && world > 1) std::printf("replicas: the %d ranks' weights were bit-identical after every step\n", world);
+    if (check_replicas && world > 1) std::printf("replicas: the %d ranks' weights and batchnorm statistics were bit-identical after every step\n", world);
     if (!save_file.empty()) {
-      nn::safe_save(model->state_dict(), save_file);
+      std::map<std::string, Tensor> sd = model->state_dict();
+      for (auto& [name, t] : sd)
+        if (t.is_multi()) t = t.to(devices[0]);  // replicated: every device's copy is the same
+      nn::safe_save(sd, save_file);
       std::printf("saved: %s\n", save_file.c_str());
     }
     if (!plot_file.empty()) {
