@@ -3,8 +3,9 @@
 //   devices  1 vs 2 logical CPU devices in one process (DEVICES=CPU:0,CPU:1: weights replicated, batch rows split),
 //            TinyJit-replayed; the allreduce's share: a replayed allreduce of the flat gradient alone / the step
 //   ranks    1 vs 2 MPI ranks (this program under `mpirun -np 2 --oversubscribe`, half the batch each, THREADS=1
-//            each; the 1-rank run uses THREADS=2): gradients, MPI_Allreduce of them (tg::dist), update; the share is
-//            the time in dist::allreduce_grads
+//            each; the 1-rank run uses THREADS=2): synchronised batchnorm (tg::dist::sync_batchnorm), gradients,
+//            MPI_Allreduce of them (tg::dist), update; the shares are the time in dist::allreduce_grads and in the
+//            batchnorm statistics' allreduces
 // Median ms per step. Prints a table and JSON lines (peer = the one-device / one-rank run). On this 2-core machine
 // the logical devices run one after the other (one realise at a time, each kernel on every core), so 2 devices
 // cannot be faster than 1: the figure is the cost of the split (copies, allreduce, smaller kernels).
@@ -86,7 +87,8 @@ double allreduce_ms(const std::vector<std::string>& devs, int64_t n, int steps) 
 int rank_child(int64_t bs, int steps) {
   int world = dist::world_size();
   Setup s = make({}, bs / world);
-  std::vector<double> step_ms, ar_ms;
+  dist::sync_batchnorm(*s.model);  // batchnorm over the whole batch: its per-channel sums allreduced in the step
+  std::vector<double> step_ms, ar_ms, bn_ms;
   for (int i = 0; i < steps + 2; i++) {
     auto t0 = clk::now();
     s.model->train(true);
@@ -98,28 +100,30 @@ int rank_child(int64_t bs, int steps) {
     std::vector<Tensor*> ptrs;
     for (Tensor& g : gs) ptrs.push_back(&g);
     ptrs.push_back(&loss);
+    double c0 = dist::collective_seconds();
     Tensor::realize_all(ptrs);
+    double bn = 1e3 * (dist::collective_seconds() - c0);  // the batchnorm statistics' MPI_Allreduce calls
     auto t1 = clk::now();
     dist::allreduce_grads(s.model->parameters());  // host copies, MPI_Allreduce, written back
     double ar = bench::ms_since(t1);
     s.opt->step();
     loss.item<float>();
     double total = bench::ms_since(t0);
-    if (i >= 2) step_ms.push_back(total), ar_ms.push_back(ar);
+    if (i >= 2) step_ms.push_back(total), ar_ms.push_back(ar), bn_ms.push_back(bn);
   }
-  std::sort(step_ms.begin(), step_ms.end());
-  std::sort(ar_ms.begin(), ar_ms.end());
-  if (dist::rank() == 0) std::printf("rank-step %.3f %.3f\n", step_ms[step_ms.size() / 2], ar_ms[ar_ms.size() / 2]);
+  for (auto* v : {&step_ms, &ar_ms, &bn_ms}) std::sort(v->begin(), v->end());
+  size_t m = step_ms.size() / 2;
+  if (dist::rank() == 0) std::printf("rank-step %.3f %.3f %.3f\n", step_ms[m], ar_ms[m], bn_ms[m]);
   return 0;
 }
 
-bool run_ranks(const std::string& cmd, double& step, double& ar) {
+bool run_ranks(const std::string& cmd, double& step, double& ar, double& bn) {
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return false;
   char line[512];
   bool ok = false;
   while (std::fgets(line, sizeof line, p))
-    if (std::sscanf(line, "rank-step %lf %lf", &step, &ar) == 2) ok = true;
+    if (std::sscanf(line, "rank-step %lf %lf %lf", &step, &ar, &bn) == 3) ok = true;
   return pclose(p) == 0 && ok;
 }
 
@@ -158,16 +162,18 @@ int main(int argc, char** argv) {
       return 0;
     }
     std::string self = argv[0], steps_s = std::to_string(steps);
-    double r1 = 0, a1 = 0, r2 = 0, a2 = 0;
-    bool ok1 = run_ranks("THREADS=2 '" + self + "' --rank-child --steps " + steps_s, r1, a1);
+    double r1 = 0, a1 = 0, b1 = 0, r2 = 0, a2 = 0, b2 = 0;
+    bool ok1 = run_ranks("THREADS=2 '" + self + "' --rank-child --steps " + steps_s, r1, a1, b1);
     bool ok2 = run_ranks("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 THREADS=1 mpirun -np 2 --oversubscribe '" +
                              self + "' --rank-child --steps " + steps_s,
-                         r2, a2);
+                         r2, a2, b2);
     if (!ok1 || !ok2) throw Error("[bench/multi] a rank run failed");
     std::printf("beautiful_mnist step, batch %lld: 1 rank %.1f ms, 2 MPI ranks %.1f ms (%.2fx); MPI_Allreduce of the "
-                "gradients (host copies included) %.1f ms (%.1f%% of the step)\n",
-                (long long)bs, r1, r2, r1 / r2, a2, 100 * a2 / r2);
-    bench::json("mnist_step_2ranks", "default", r2, "1rank", r1, ", \"allreduce_ms\": " + std::to_string(a2));
+                "gradients (host copies included) %.1f ms (%.1f%% of the step); the synchronised batchnorm's "
+                "allreduces %.1f ms (%.1f%%, waiting for the other rank included)\n",
+                (long long)bs, r1, r2, r1 / r2, a2, 100 * a2 / r2, b2, 100 * b2 / r2);
+    bench::json("mnist_step_2ranks", "default", r2, "1rank", r1,
+                ", \"allreduce_ms\": " + std::to_string(a2) + ", \"bn_allreduce_ms\": " + std::to_string(b2));
   } catch (const Error& e) {
     std::fprintf(stderr, "bench/multi: %s\n", e.what());
     return 1;
