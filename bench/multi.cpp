@@ -6,9 +6,11 @@
 //            each; the 1-rank run uses THREADS=2): synchronised batchnorm (tg::dist::sync_batchnorm), gradients,
 //            MPI_Allreduce of them (tg::dist), update; the shares are the time in dist::allreduce_grads and in the
 //            batchnorm statistics' allreduces
-// Median ms per step. Prints a table and JSON lines (peer = the one-device / one-rank run). On this 2-core machine
-// the logical devices run one after the other (one realise at a time, each kernel on every core), so 2 devices
-// cannot be faster than 1: the figure is the cost of the split (copies, allreduce, smaller kernels).
+//   devices with CPU_DEVICE_THREADS=THREADS/2 (a child process): each logical device launches its kernels on its
+//            own thread with half the cores, so the two devices compute at the same time
+// Median ms per step. Prints a table and JSON lines (peer = the one-device / one-rank run). Without
+// CPU_DEVICE_THREADS the logical devices run one after the other (each kernel on every core), so 2 devices cannot
+// be faster than 1: the figure is the cost of the split (copies, allreduce, smaller kernels).
 //   build/bench/multi [--steps N]        (the MPI case needs tg built with MPI and mpirun on the PATH)
 #include <unistd.h>
 
@@ -20,6 +22,7 @@
 
 #include "../examples/beautiful_mnist_model.hpp"
 #include "bench_util.hpp"
+#include "tg/device.hpp"
 #include "tg/dist.hpp"
 #include "tg/jit.hpp"
 #include "tg/multi.hpp"
@@ -117,6 +120,22 @@ int rank_child(int64_t bs, int steps) {
   return 0;
 }
 
+// The 2-device case in a child process with CPU_DEVICE_THREADS (read when a device opens): prints "dev-step MS".
+int devices_child(int64_t bs, int steps) {
+  std::printf("dev-step %.3f\n", device_step_ms({"CPU:0", "CPU:1"}, bs, steps));
+  return 0;
+}
+
+bool run_child(const std::string& cmd, double& step) {
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return false;
+  char line[512];
+  bool ok = false;
+  while (std::fgets(line, sizeof line, p))
+    if (std::sscanf(line, "dev-step %lf", &step) == 1) ok = true;
+  return pclose(p) == 0 && ok;
+}
+
 bool run_ranks(const std::string& cmd, double& step, double& ar, double& bn) {
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return false;
@@ -131,11 +150,12 @@ bool run_ranks(const std::string& cmd, double& step, double& ar, double& bn) {
 
 int main(int argc, char** argv) {
   int steps = 5;
-  bool child = false;
+  bool child = false, dev_child = false;
   for (int i = 1; i < argc; i++) {
     std::string a = argv[i];
     if (a == "--steps" && i + 1 < argc) steps = std::max(3, std::atoi(argv[++i]));
     else if (a == "--rank-child") child = true;
+    else if (a == "--devices-child") dev_child = true;
     else {
       std::fprintf(stderr, "usage: multi [--steps N]\n");
       return 2;
@@ -144,6 +164,7 @@ int main(int argc, char** argv) {
   const int64_t bs = env_int("BS", 256);
   try {
     if (child) return rank_child(bs, steps);
+    if (dev_child) return devices_child(bs, steps);
     bench::LoadReport load;
     const std::vector<std::string> one{"CPU"}, two{"CPU:0", "CPU:1"};
     // alternated (1, 2, 1, 2): the median of each's two medians, on a machine whose load changes
@@ -157,11 +178,21 @@ int main(int argc, char** argv) {
                 "%lld-float gradient %.2f ms (%.1f%% of the 2-device step)\n",
                 (long long)bs, d1, d2, d1 / d2, (long long)numel, ar, 100 * ar / d2);
     bench::json("mnist_step_2dev", "default", d2, "1dev", d1, ", \"allreduce_ms\": " + std::to_string(ar));
+    // each device on its own thread with half the cores (CPU_DEVICE_THREADS), against the same 1-device runs
+    std::string self = argv[0], steps_s = std::to_string(steps);
+    const int share = std::max(1, get_device("CPU").threads() / 2);
+    double c2 = 0;
+    if (!run_child("CPU_DEVICE_THREADS=" + std::to_string(share) + " '" + self + "' --devices-child --steps " + steps_s, c2))
+      throw Error("[bench/multi] the CPU_DEVICE_THREADS run failed");
+    std::printf("beautiful_mnist step, batch %lld: 2 logical devices with CPU_DEVICE_THREADS=%d (each on its own thread) "
+                "%.1f ms (%.2fx of 1 device, %.2fx of 2 devices in turn)\n",
+                (long long)bs, share, c2, d1 / c2, d2 / c2);
+    bench::json("mnist_step_2dev_concurrent", ("CPU_DEVICE_THREADS=" + std::to_string(share)).c_str(), c2, "1dev", d1,
+                ", \"sequential_2dev_ms\": " + std::to_string(d2));
     if (!dist::available() || std::system("command -v mpirun > /dev/null 2>&1") != 0) {
       std::printf("ranks: tg was built without MPI, or no mpirun: skipped\n");
       return 0;
     }
-    std::string self = argv[0], steps_s = std::to_string(steps);
     double r1 = 0, a1 = 0, b1 = 0, r2 = 0, a2 = 0, b2 = 0;
     bool ok1 = run_ranks("THREADS=2 '" + self + "' --rank-child --steps " + steps_s, r1, a1, b1);
     bool ok2 = run_ranks("OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 THREADS=1 mpirun -np 2 --oversubscribe '" +

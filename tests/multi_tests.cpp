@@ -392,3 +392,23 @@ TEST_CASE("bad input: BatchNorm::sync_statistics with no replicas; no kernel run
   CHECK(contains(error_of([&] { bn.sync_statistics([](const Tensor& s) { return s; }, 0); }), "replicas >= 1, got 0"));
   CHECK(contains(error_of([&] { (Tensor::ones({4}).to("DIST") + 1).realize(); }), "[DIST]"));
 }
+
+TEST_CASE("CPU_DEVICE_THREADS: each logical CPU device launches on its own thread with its share of the cores") {
+  const std::vector<std::string> devs{"CPU:6", "CPU:7"};  // opened here first: the variable is read when a device opens
+  {
+    ScopedEnv e("CPU_DEVICE_THREADS", "1");
+    for (auto& d : devs) CHECK(get_device(d).threads() == 1);
+  }
+  CHECK(get_device("CPU:5").threads() == get_device("CPU").threads());  // opened without it: every thread
+  // the devices' kernels run asynchronously; copies between them and host reads wait for them
+  TrainRun one = train_mlp({}, 3), two = train_mlp(devs, 3);
+  for (size_t i = 0; i < one.losses.size(); i++) CHECK(two.losses[i] == doctest::Approx(one.losses[i]).epsilon(1e-5));
+  Tensor x = ints({64, 48}, 30), w = ints({48, 32}, 31);
+  std::vector<float> want = x.matmul(w).relu().sum(0).to_vector<float>();
+  CHECK(x.shard(devs, 0).matmul(w.shard(devs)).relu().sum(0).to("CPU").to_vector<float>() == want);  // small ints: exact
+  CHECK(contains(error_of([&] {
+                   ScopedEnv e("CPU_DEVICE_THREADS", "-1");
+                   get_device("CPU:8");
+                 }),
+                 "CPU_DEVICE_THREADS"));
+}
