@@ -5,7 +5,8 @@
 # whole batch's statistics: the multi stage allreduces batchnorm's sums across the sharded batch, and under MPI
 # tg::dist::sync_batchnorm allreduces them across the ranks (SyncBatchNorm). What remains is float sums in another
 # order, which Adam amplifies where a gradient is near zero (measured: 2.2e-5 of the largest weight).
-# MPI also checks every step that the ranks' weights and statistics are bit-identical (--check-replicas).
+# MPI also checks every step that the ranks' weights and statistics are bit-identical (--check-replicas). The
+# DEVICES run is repeated with CPU_DEVICE_THREADS=1 (each device launching on its own thread).
 # usage: multi_mnist.sh BEAUTIFUL_MNIST HAVE_MPI(0|1)
 set -euo pipefail
 exe=$1
@@ -50,6 +51,10 @@ one=$("$exe" --save "$tmp/one.safetensors" | losses)
 two=$(DEVICES=CPU:0,CPU:1 "$exe" --save "$tmp/devices.safetensors" | losses)
 compare "DEVICES=CPU:0,CPU:1" "$one" "$two" 1e-4
 compare_weights "DEVICES=CPU:0,CPU:1" "$tmp/one.safetensors" "$tmp/devices.safetensors"
+# the same with each device launching on its own thread (CPU_DEVICE_THREADS): the same computation, concurrently
+three=$(DEVICES=CPU:0,CPU:1 CPU_DEVICE_THREADS=1 "$exe" --save "$tmp/threads.safetensors" | losses)
+compare "DEVICES=CPU:0,CPU:1 CPU_DEVICE_THREADS=1" "$one" "$three" 1e-4
+compare_weights "CPU_DEVICE_THREADS=1" "$tmp/one.safetensors" "$tmp/threads.safetensors"
 if [ "$have_mpi" = 1 ] && command -v mpirun > /dev/null; then
   out=$(OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 BS=64 \
         mpirun -np 2 --oversubscribe "$exe" --check-replicas --save "$tmp/mpi.safetensors")
