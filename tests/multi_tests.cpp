@@ -412,3 +412,25 @@ TEST_CASE("CPU_DEVICE_THREADS: each logical CPU device launches on its own threa
                  }),
                  "CPU_DEVICE_THREADS"));
 }
+
+TEST_CASE("dist::allreduce over MPI ranks: a lazy sum of every rank's values, its gradient, and TinyJit replays") {
+  const int world = dist::world_size(), rank = dist::rank();
+  CAPTURE(rank);
+  // rank r holds (r + 1) * v: the sum over the ranks is v * world * (world + 1) / 2
+  const float k = float(world * (world + 1) / 2);
+  Tensor v = Tensor::from_vector(std::vector<float>{1, -2, 3, 0.5f}, {2, 2});
+  Tensor x = (v * double(rank + 1)).contiguous().realize().requires_grad_();
+  Tensor s = dist::allreduce(x * 3);
+  (s * v).sum().backward();  // every rank's loss depends on every rank's x: d/dx = 3 * (sum over ranks of v)
+  std::vector<float> sv = s.to_vector<float>(), gv = x.grad().to_vector<float>(), want = v.to_vector<float>();
+  for (size_t i = 0; i < want.size(); i++) {
+    CHECK(sv[i] == 3 * k * want[i]);  // small values: exact
+    CHECK(gv[i] == 3 * float(world) * want[i]);
+  }
+  TinyJit f([](const std::vector<Tensor>& in) -> std::vector<Tensor> { return {dist::allreduce(in[0] + 1).contiguous()}; });
+  for (int call = 0; call < 4; call++) {  // captured on the 2nd call, replayed after: the collective runs each time
+    Tensor in = Tensor::full({3}, double(call * 10 + rank)).contiguous().realize();
+    float got = f({in})[0].to_vector<float>()[0];
+    CHECK(got == float(world * (call * 10 + 1) + world * (world - 1) / 2));
+  }
+}
