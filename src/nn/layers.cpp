@@ -184,7 +184,7 @@ Tensor BatchNorm::forward(const Tensor& x) {
   std::optional<Tensor> w, b, rm, rv;
   if (weight) w = *weight, b = *bias;
   bool batch_stats = training_ || !running_mean;
-  if (sync_ && batch_stats) return forward_synced(x);
+  if (sync_ && training_) return forward_synced(x);  // as torch: eval without running statistics does not sync
   if (running_mean && (training_ || !batch_stats)) rm = *running_mean, rv = *running_var;
   return x.batch_norm(rm, rv, w, b, batch_stats, momentum_, eps_);
 }
