@@ -9,11 +9,13 @@
 // split along its rows; Adam and AdamW then update over one flat buffer, so the gradients are one allreduce a step).
 // Over MPI (`mpirun -np 2 build/examples/beautiful_mnist`, see tg/dist.hpp): each rank trains on its share of each
 // batch (BS rows per rank, drawn from the same generator on every rank, so the ranks' rows together are the batch of
-// one process with BS*ranks), the gradients and batchnorm statistics are averaged over the ranks by one
-// MPI_Allreduce, and rank 0 alone prints and writes files; the loss printed is the mean over the ranks.
+// one process with BS*ranks), batchnorm normalises with the whole batch's statistics (tg::dist::sync_batchnorm: the
+// per-channel sums allreduced inside the forward and backward), the gradients are averaged over the ranks by one
+// MPI_Allreduce, and rank 0 alone prints and writes files; the loss printed is the mean over the ranks. The ranks'
+// training equals one process with BS*ranks within float rounding.
 // Flags: --plot FILE.svg writes the training loss (every step) and the test accuracy (every 10 steps) as an SVG chart;
-// --save FILE.safetensors writes the trained weights (rank 0); --check-replicas fails when the ranks' weights differ
-// in any bit after a step.
+// --save FILE.safetensors writes the trained weights (rank 0); --check-replicas fails when the ranks' weights or
+// batchnorm statistics differ in any bit after a step.
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
@@ -23,6 +25,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <string>
 
 #include "beautiful_mnist_model.hpp"
@@ -145,6 +148,7 @@ int main(int argc, char** argv) {
       for (Tensor& b : model->buffers()) b.shard_(devices);
       std::printf("data parallel over %s\n", join_devices(devices).c_str());
     }
+    dist::sync_batchnorm(*model);  // MPI: batchnorm statistics over the ranks' shares together (SyncBatchNorm)
     auto opt = make_optimizer(opt_name, model->parameters(), multi);
     // a batch's rows split over the devices (replicated where they do not split)
     auto spread = [&](const Tensor& t) {
@@ -209,14 +213,12 @@ int main(int argc, char** argv) {
         Tensor::realize_all(ptrs);
         Tensor l = out.back();
         dist::allreduce_grads(model->parameters());
-        for (Tensor& b : model->buffers()) {  // the running statistics: the ranks' mean
-          dist::allreduce_(b);
-          b.assign(b / double(world)).realize();
-        }
         opt->step();
         dist::allreduce_(l);
         loss = l.item<float>() / float(world);
-        if (check_replicas && !dist::replicas_equal(model->parameters()))
+        std::vector<Tensor> state = model->parameters();  // the running statistics too (synchronised batchnorm)
+        for (Tensor& b : model->buffers()) state.push_back(b);
+        if (check_replicas && !dist::replicas_equal(state))
           throw Error("[beautiful_mnist] rank " + std::to_string(rank) + ": the ranks' weights differ after step " + std::to_string(i + 1));
       }
       train_s += std::chrono::duration<double>(clk::now() - t0).count();
@@ -235,9 +237,12 @@ int main(int argc, char** argv) {
     std::printf("%strained %lld steps in %.1f s (train steps %.1f s, %.0f ms/step on average)\n", tty ? "\n" : "",
                 (long long)steps, total_s, train_s, 1000 * train_s / double(steps));
     std::printf("test_accuracy: %.2f%%\n", acc);
-    if (check_replicas && world > 1) std::printf("replicas: the %d ranks' weights were bit-identical after every step\n", world);
+    if (check_replicas && world > 1) std::printf("replicas: the %d ranks' weights and batchnorm statistics were bit-identical after every step\n", world);
     if (!save_file.empty()) {
-      nn::safe_save(model->state_dict(), save_file);
+      std::map<std::string, Tensor> sd = model->state_dict();
+      for (auto& [name, t] : sd)
+        if (t.is_multi()) t = t.to(devices[0]);  // replicated: every device's copy is the same
+      nn::safe_save(sd, save_file);
       std::printf("saved: %s\n", save_file.c_str());
     }
     if (!plot_file.empty()) {

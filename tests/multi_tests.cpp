@@ -9,6 +9,7 @@
 #include "scoped_env.hpp"
 #include "test_util.hpp"
 #include "tg/device.hpp"
+#include "tg/dist.hpp"
 #include "tg/multi.hpp"
 #include "tg/tg.hpp"
 #include "../examples/beautiful_mnist_model.hpp"
@@ -334,5 +335,102 @@ TEST_CASE("beautiful_mnist's model (convolutions, batchnorm, pooling): data-para
     double scale = 0;
     for (float v : one[k]) scale = std::max(scale, double(std::abs(v)));
     for (size_t i = 0; i < one[k].size(); i++) CHECK(std::abs(one[k][i] - two[k][i]) <= 3e-5 * scale + 1e-7);  // float sums in another order
+  }
+}
+
+// Under `mpirun -np 2` (test multi_mpi): each rank holds its share of a batch and a BatchNorm synchronised over the
+// ranks (tg::dist::sync_batchnorm); compared with one BatchNorm on the whole batch, computed on every rank. With one
+// rank (suite multi) the synchronised path runs with a hook that is the identity over one replica.
+TEST_CASE("synchronised batchnorm over MPI ranks: the whole batch's statistics, gradients and running statistics") {
+  const int world = dist::world_size(), rank = dist::rank();
+  CAPTURE(rank);
+  Tensor::manual_seed(11);  // the same values on every rank
+  Tensor x = (Tensor::randn({6 * world, 3, 4, 5}) * 2 + 1).realize(), gy = Tensor::randn({6 * world, 3, 4, 5}).realize();
+  struct Out {
+    std::vector<float> y, gx, gw, gb, rm, rv;
+  };
+  auto run = [&](bool synced) {
+    nn::BatchNorm bn(3);
+    bn.weight->assign(Tensor::from_vector(std::vector<float>{0.5f, 1.5f, -1.f}, {3})).realize();
+    bn.bias->assign(Tensor::from_vector(std::vector<float>{0.1f, 0.2f, -0.3f}, {3})).realize();
+    if (synced && world > 1) dist::sync_batchnorm(bn);
+    if (synced && world == 1) bn.sync_statistics([](const Tensor& s) { return s; }, 1);
+    Tensor xi = (synced ? dist::rank_share(x) : x).clone().realize().requires_grad_();  // a leaf of its own
+    Tensor y = bn(xi);
+    (y * (synced ? dist::rank_share(gy) : gy)).sum().backward();
+    std::vector<Tensor*> all{&y, bn.running_mean, bn.running_var};
+    Tensor gx = xi.grad(), gw = bn.weight->grad(), gb = bn.bias->grad();
+    all.insert(all.end(), {&gx, &gw, &gb});
+    Tensor::realize_all(all);
+    if (synced) {  // the ranks' parameter gradients summed (what allreduce_grads averages)
+      dist::allreduce_(gw), dist::allreduce_(gb);
+      CHECK(dist::replicas_equal({*bn.running_mean, *bn.running_var}));
+    } else {  // this rank's rows of the whole batch's results
+      y = dist::rank_share(y), gx = dist::rank_share(gx);
+    }
+    return Out{y.to_vector<float>(), gx.to_vector<float>(), gw.to_vector<float>(), gb.to_vector<float>(),
+               bn.running_mean->to_vector<float>(), bn.running_var->to_vector<float>()};
+  };
+  Out one = run(false), ranks = run(true);
+  auto close = [](const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
+    CAPTURE(what);
+    REQUIRE(a.size() == b.size());
+    double scale = 0;
+    for (float v : a) scale = std::max(scale, double(std::abs(v)));
+    for (size_t i = 0; i < a.size(); i++) CHECK(std::abs(a[i] - b[i]) <= 2e-6 * scale);  // float sums in another order
+  };
+  close(one.y, ranks.y, "output");
+  close(one.gx, ranks.gx, "input gradient");
+  close(one.gw, ranks.gw, "weight gradient");
+  close(one.gb, ranks.gb, "bias gradient");
+  close(one.rm, ranks.rm, "running mean");
+  close(one.rv, ranks.rv, "running variance");
+}
+
+TEST_CASE("bad input: BatchNorm::sync_statistics with no replicas; no kernel runs on DIST") {
+  nn::BatchNorm bn(2);
+  CHECK(contains(error_of([&] { bn.sync_statistics([](const Tensor& s) { return s; }, 0); }), "replicas >= 1, got 0"));
+  CHECK(contains(error_of([&] { (Tensor::ones({4}).to("DIST") + 1).realize(); }), "[DIST]"));
+}
+
+TEST_CASE("CPU_DEVICE_THREADS: each logical CPU device launches on its own thread with its share of the cores") {
+  const std::vector<std::string> devs{"CPU:6", "CPU:7"};  // opened here first: the variable is read when a device opens
+  {
+    ScopedEnv e("CPU_DEVICE_THREADS", "1");
+    for (auto& d : devs) CHECK(get_device(d).threads() == 1);
+  }
+  CHECK(get_device("CPU:5").threads() == get_device("CPU").threads());  // opened without it: every thread
+  // the devices' kernels run asynchronously; copies between them and host reads wait for them
+  TrainRun one = train_mlp({}, 3), two = train_mlp(devs, 3);
+  for (size_t i = 0; i < one.losses.size(); i++) CHECK(two.losses[i] == doctest::Approx(one.losses[i]).epsilon(1e-5));
+  Tensor x = ints({64, 48}, 30), w = ints({48, 32}, 31);
+  std::vector<float> want = x.matmul(w).relu().sum(0).to_vector<float>();
+  CHECK(x.shard(devs, 0).matmul(w.shard(devs)).relu().sum(0).to("CPU").to_vector<float>() == want);  // small ints: exact
+  CHECK(contains(error_of([&] {
+                   ScopedEnv e("CPU_DEVICE_THREADS", "-1");
+                   get_device("CPU:8");
+                 }),
+                 "CPU_DEVICE_THREADS"));
+}
+
+TEST_CASE("dist::allreduce over MPI ranks: a lazy sum of every rank's values, its gradient, and TinyJit replays") {
+  const int world = dist::world_size(), rank = dist::rank();
+  CAPTURE(rank);
+  // rank r holds (r + 1) * v: the sum over the ranks is v * world * (world + 1) / 2
+  const float k = float(world * (world + 1) / 2);
+  Tensor v = Tensor::from_vector(std::vector<float>{1, -2, 3, 0.5f}, {2, 2});
+  Tensor x = (v * double(rank + 1)).contiguous().realize().requires_grad_();
+  Tensor s = dist::allreduce(x * 3);
+  (s * v).sum().backward();  // every rank's loss depends on every rank's x: d/dx = 3 * (sum over ranks of v)
+  std::vector<float> sv = s.to_vector<float>(), gv = x.grad().to_vector<float>(), want = v.to_vector<float>();
+  for (size_t i = 0; i < want.size(); i++) {
+    CHECK(sv[i] == 3 * k * want[i]);  // small values: exact
+    CHECK(gv[i] == 3 * float(world) * want[i]);
+  }
+  TinyJit f([](const std::vector<Tensor>& in) -> std::vector<Tensor> { return {dist::allreduce(in[0] + 1).contiguous()}; });
+  for (int call = 0; call < 4; call++) {  // captured on the 2nd call, replayed after: the collective runs each time
+    Tensor in = Tensor::full({3}, double(call * 10 + rank)).contiguous().realize();
+    float got = f({in})[0].to_vector<float>()[0];
+    CHECK(got == float(world * (call * 10 + 1) + world * (world - 1) / 2));
   }
 }

@@ -3,8 +3,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <deque>
+#include <exception>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -22,6 +26,97 @@
 namespace tg::cpu {
 
 namespace {
+
+// The arena a launch runs its parallel calls in: a device queue's worker sets its own (CPU_DEVICE_THREADS).
+thread_local tbb::task_arena* t_arena = nullptr;
+
+// CPU_DEVICE_THREADS: a device's launches run in order on a worker thread of its own, in an arena of that many
+// threads, so two logical devices compute at the same time, each on its share of the cores. wait() returns once
+// every launch so far has run (and rethrows the first error one raised).
+class LaunchQueue {
+ public:
+  explicit LaunchQueue(int threads) : arena_(threads, 1), worker_([this] { loop(); }) {}
+  /// the process that owns the worker (a forked child has no worker: it runs launches itself)
+  pid_t pid() const { return pid_; }
+  ~LaunchQueue() {
+    {
+      std::lock_guard lk(mu_);
+      stop_ = true;
+    }
+    more_.notify_all();
+    worker_.join();
+  }
+  void push(std::function<void()> f) {
+    {
+      std::lock_guard lk(mu_);
+      q_.push_back(std::move(f));
+      pending_++;
+    }
+    more_.notify_all();
+  }
+  void wait(bool rethrow = true) {
+    std::unique_lock lk(mu_);
+    idle_.wait(lk, [&] { return pending_ == 0; });
+    if (rethrow && error_) std::rethrow_exception(std::exchange(error_, nullptr));
+  }
+
+ private:
+  void loop() {
+    t_arena = &arena_;
+    for (;;) {
+      std::function<void()> f;
+      {
+        std::unique_lock lk(mu_);
+        more_.wait(lk, [&] { return stop_ || !q_.empty(); });
+        if (q_.empty()) return;
+        f = std::move(q_.front());
+        q_.pop_front();
+      }
+      std::exception_ptr e;
+      try {
+        f();
+      } catch (...) {
+        e = std::current_exception();
+      }
+      {
+        std::lock_guard lk(mu_);
+        if (e && !error_) error_ = e;
+        pending_--;
+      }
+      idle_.notify_all();
+    }
+  }
+  const pid_t pid_ = getpid();
+  tbb::task_arena arena_;
+  std::mutex mu_;
+  std::condition_variable more_, idle_;
+  std::deque<std::function<void()>> q_;
+  size_t pending_ = 0;
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::thread worker_;
+};
+
+// A program of a device with a launch queue: each run copies its arguments and is queued.
+class QueuedProgram : public Program {
+ public:
+  QueuedProgram(std::shared_ptr<Program> p, LaunchQueue& q) : p_(std::move(p)), q_(q) {}
+  void run(void* const* bufs, const int64_t* vars, const LaunchDims& dims) override {
+    // A caller that does not give the arrays' length (BEAM's timing, tests), or a forked child (BEAM's crash
+    // probe): the launches before it, then this one on the calling thread.
+    if ((dims.n_bufs <= 0 && bufs) || getpid() != q_.pid()) {
+      if (getpid() == q_.pid()) q_.wait();
+      return p_->run(bufs, vars, dims);
+    }
+    std::vector<void*> b(bufs, bufs + std::max(dims.n_bufs, 0));
+    std::vector<int64_t> v(vars, vars + std::max(dims.n_vars, 0));
+    q_.push([p = p_, b = std::move(b), v = std::move(v), dims] { p->run(b.data(), v.data(), dims); });
+  }
+
+ private:
+  std::shared_ptr<Program> p_;
+  LaunchQueue& q_;
+};
 
 class CpuAllocator : public Allocator {
  public:
@@ -46,7 +141,13 @@ class CpuAllocator : public Allocator {
     size_t n = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;  // aligned_alloc wants a multiple of the alignment
     return std::aligned_alloc(64, n);
   }
-  void free_raw(void* p, size_t) override { std::free(p); }
+  void free_raw(void* p, size_t) override {
+    if (queue) queue->wait(false);  // a queued launch may still use it
+    std::free(p);
+  }
+
+ public:
+  LaunchQueue* queue = nullptr;  // the device's, with CPU_DEVICE_THREADS
 };
 
 // THREADS=N (1..1024; 0 is an error, not "auto"), else the CPUs this process may run on.
@@ -60,6 +161,11 @@ int cpu_threads() {
 class CpuDevice : public Device {
  public:
   CpuDevice(std::string name, CompilerKind kind) : name_(std::move(name)), kind_(kind) {
+    if (int64_t share = getenv_int("CPU_DEVICE_THREADS", 0, 0, 1024); share > 0) {
+      threads_ = int(share);
+      queue_ = std::make_unique<LaunchQueue>(threads_);
+      allocator_.queue = queue_.get();
+    }
     if (kind == CompilerKind::LLVM) {
       renderer_ = std::make_unique<LLVMRenderer>();
       compiler_ = make_llvm_compiler();
@@ -80,7 +186,16 @@ class CpuDevice : public Device {
   bool index64() const override { return true; }
   bool virtual_copy() const override { return name_.find(':') != std::string::npos; }  // CPU:N, N > 0
   std::unique_ptr<Program> load(const std::vector<uint8_t>& binary, const std::string& name) override {
-    return kind_ == CompilerKind::LLVM ? load_llvm_object(binary, name) : load_shared_object(binary, name);
+    std::unique_ptr<Program> p = kind_ == CompilerKind::LLVM ? load_llvm_object(binary, name) : load_shared_object(binary, name);
+    if (queue_) return std::make_unique<QueuedProgram>(std::move(p), *queue_);
+    return p;
+  }
+  void synchronize() override {
+    if (queue_) queue_->wait();
+  }
+  ~CpuDevice() override {
+    if (queue_) queue_->wait(false);
+    allocator_.queue = nullptr;
   }
 
  private:
@@ -92,6 +207,7 @@ class CpuDevice : public Device {
   CpuAllocator allocator_;
   std::unique_ptr<Renderer> renderer_;
   std::unique_ptr<Compiler> compiler_;
+  std::unique_ptr<LaunchQueue> queue_;  // CPU_DEVICE_THREADS: launches run on the device's own thread
 };
 
 CompilerKind kind_from_env() {
@@ -118,7 +234,8 @@ void run_kernel(KernelFn fn, void* const* bufs, const int64_t* vars, const Launc
       threads > tbb::info::default_concurrency()
           ? std::make_unique<tbb::global_control>(tbb::global_control::max_allowed_parallelism, size_t(threads))
           : nullptr;
-  static tbb::task_arena arena(threads);
+  static tbb::task_arena global_arena(threads);
+  tbb::task_arena& arena = t_arena ? *t_arena : global_arena;
   size_t nv = size_t(dims.n_vars);
   arena.execute([&] {
     tbb::parallel_for(

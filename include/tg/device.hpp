@@ -31,6 +31,7 @@ struct LaunchDims {
   /** CPU: global[0] parallel calls, call i with vars[core_var] = i (the kernel variable core_id); -1: one call. */
   int core_var = -1;
   int n_vars = 0;  ///< length of the vars array
+  int n_bufs = 0;  ///< length of the bufs array (a device that runs the launch later copies both arrays)
   /** The kernel indexes items within a group (LOCAL/GROUP/TC opts: get_local_id, local memory, warps): launch
    *  exactly `local` items per group; a device that cannot must fail, not shrink the group. */
   bool exact_local = false;
@@ -165,7 +166,8 @@ class Device {
   }
   /** Whether kernels index memory with 64-bit arithmetic even where 32 bits would do (64-bit CPUs). */
   virtual bool index64() const { return false; }
-  /** Wait for all launched work to finish. */
+  /** Wait for all launched work to finish (a device that launches asynchronously: before its buffers are read or
+   *  written from the host; Buffer's copies call it on host-memory devices). */
   virtual void synchronize() {}
   /** False for a storage-only device (DISK: views of a mapped file): no kernel may run on it or read from it,
    *  and nothing is copied into it; its buffers are copied out (Tensor::to) before use. */

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "tg/nn/nn.hpp"
 #include "tg/tensor.hpp"
 
 namespace tg::dist {
@@ -31,6 +32,19 @@ void allreduce_(Tensor& t, Op op = Op::Sum);
 /** The mean over the ranks of each tensor's gradient (tensors that have one), in place, as one MPI_Allreduce of
  *  their values packed into one float32 host buffer. Returns the bytes reduced (0 with one rank). */
 size_t allreduce_grads(const std::vector<Tensor>& params);
+/** The sum of `t` over the ranks, every rank getting it, as a lazy, differentiable op (float32; other dtypes are
+ *  cast): the value is copied to the DIST device, whose copy-in is an MPI_Allreduce, and back, so the collective
+ *  runs in the schedule between the kernels that produce and use it (no host round trip of the graph, and a TinyJit
+ *  replays it). Its gradient is the same sum of the ranks' gradients (torch's all_reduce in autograd). Every rank
+ *  must build the same graph: the collectives run in schedule order. One rank: `t` itself. */
+Tensor allreduce(const Tensor& t);
+/** torch's SyncBatchNorm for MPI ranks: every BatchNorm under `m` (nn::Module::apply) normalises in training with
+ *  the statistics of the global batch (the ranks' equal shares together: per-channel sums and sums of squared
+ *  deviations reduced by allreduce above, and their gradients likewise), so every rank keeps the same running
+ *  statistics and the training equals one process with the whole batch. One rank: nothing changes. */
+void sync_batchnorm(nn::Module& m);
+/** Seconds spent in MPI_Allreduce by DIST copies and allreduce_grads (this process, since start): a bench figure. */
+double collective_seconds();
 /** Rows [rank * n / world, (rank + 1) * n / world) of t's first axis: this rank's share of a batch (n must split). */
 Tensor rank_share(const Tensor& t);
 /** A 64-bit hash of the tensors' bytes, gathered from every rank: true when all ranks hold the same bits. */

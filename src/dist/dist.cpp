@@ -1,11 +1,19 @@
 // tg::dist over MPI (include/tg/dist.hpp). Without TG_HAVE_MPI every rank is rank 0 of 1.
+//
+// The DIST device carries a collective inside a lazy graph: its memory is host memory, and a copy into it is summed
+// over the ranks in place (MPI_Allreduce of float32), so allreduce(t) = COPY(COPY(t, DIST), t's device) is two
+// ordinary copy items of the schedule. No kernel runs on DIST.
 #include "tg/dist.hpp"
 
 #include <xxhash.h>
 
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+
+#include "tg/device.hpp"
 
 #ifdef TG_HAVE_MPI
 #define OMPI_SKIP_MPICXX 1  // the C API only
@@ -17,6 +25,7 @@ namespace tg::dist {
 namespace {
 int g_rank = 0, g_size = 1;
 std::once_flag g_once;
+std::atomic<int64_t> g_collective_ns{0};
 
 bool launched_by_mpirun() {
   for (const char* v : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "PMIX_RANK"})
@@ -80,6 +89,7 @@ int world_size() {
 namespace {
 #ifdef TG_HAVE_MPI
 void host_allreduce(float* data, size_t n, Op op) {
+  auto t0 = std::chrono::steady_clock::now();
   size_t done = 0;
   while (done < n) {  // MPI counts are int
     int c = int(std::min<size_t>(n - done, size_t(1) << 30));
@@ -87,9 +97,76 @@ void host_allreduce(float* data, size_t n, Op op) {
           "MPI_Allreduce");
     done += size_t(c);
   }
+  g_collective_ns += std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - t0).count();
 }
 #endif
+
+[[noreturn]] void no_kernels(const std::string& what) {
+  throw Error("[DIST] " + what + ": no kernel runs on DIST (the ranks' sum of a copy into it); use tg::dist::allreduce");
+}
+
+// DIST memory: host memory; a copy into it is the sum over the ranks (float32).
+class DistAllocator : public Allocator {
+ public:
+  ~DistAllocator() override { clear_cache(); }
+  void copyin(void* dst, const void* host_src, size_t bytes) override {
+    if (bytes % sizeof(float)) throw Error("[DIST] a copy of " + std::to_string(bytes) + " bytes: DIST sums float32 values");
+    std::memcpy(dst, host_src, bytes);
+#ifdef TG_HAVE_MPI
+    if (world_size() > 1) host_allreduce(static_cast<float*>(dst), bytes / sizeof(float), Op::Sum);
+#endif
+  }
+  void copyout(void* host_dst, const void* src, size_t bytes) override { std::memcpy(host_dst, src, bytes); }
+
+ protected:
+  void* alloc_raw(size_t bytes) override { return std::malloc(std::max<size_t>(bytes, 1)); }
+  void free_raw(void* p, size_t) override { std::free(p); }
+};
+
+class DistDevice : public Device {
+ public:
+  explicit DistDevice(std::string name) : name_(std::move(name)) {}
+  const std::string& name() const override { return name_; }
+  Allocator& allocator() override { return allocator_; }
+  Renderer& renderer() override { no_kernels("no renderer"); }
+  Compiler& compiler() override { no_kernels("no compiler"); }
+  std::unique_ptr<Program> load(const std::vector<uint8_t>&, const std::string& name) override {
+    no_kernels("cannot load kernel " + name);
+  }
+
+ private:
+  std::string name_;
+  DistAllocator allocator_;
+};
+
+// The lowest priority: never the default device.
+const bool g_dist_registered = register_device("DIST", [](const std::string& full) { return std::make_unique<DistDevice>(full); }, 0);
 }  // namespace
+
+Tensor allreduce(const Tensor& t) {
+  if (world_size() == 1) return t;
+  if (t.is_multi()) throw Error("[dist] allreduce of a multi-device tensor: gather it first (.to(device))");
+  (void)g_dist_registered;
+  Tensor f = t.cast(dtypes::float32);
+  Tensor there = f.to("DIST");
+  UOpRef back = UOp::make(Ops::COPY, dtypes::float32, {there.uop(), UOp::make(Ops::DEVICE, dtypes::void_, {}, t.device())});
+  Tensor sum = Tensor(back, t.shape(), t.device());
+  // d(sum over ranks of x_r)/dx_r applied to every rank's loss: the sum of the ranks' gradients
+  sum = sum.custom_gradient({f}, "dist_allreduce", [](const Tensor& g, const Tensor&, const std::vector<Tensor>&) {
+    return std::vector<std::optional<Tensor>>{allreduce(g)};
+  });
+  return sum.cast(t.dtype());
+}
+
+void sync_batchnorm(nn::Module& m) {
+  const int w = world_size();
+  if (w == 1) return;
+  m.apply([w](nn::Module& mod) {
+    if (auto* bn = dynamic_cast<nn::BatchNorm*>(&mod)) bn->sync_statistics([](const Tensor& s) { return allreduce(s); }, w);
+  });
+}
+
+double collective_seconds() { return double(g_collective_ns.load()) * 1e-9; }
 
 void allreduce_(Tensor& t, Op op) {
   if (world_size() == 1) return;

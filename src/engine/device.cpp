@@ -506,10 +506,17 @@ void check_size(const char* op, const Buffer& b, size_t bytes) {
                 std::to_string(b.nbytes()) + " bytes (" + std::to_string(b.size()) + " x " + b.dtype().name() + " on " +
                 b.device() + ")");
 }
+
+// Host access to a host-memory device's buffer waits for its launched kernels (CPU_DEVICE_THREADS runs them on
+// the device's own thread); other devices order their copies themselves.
+void host_sync(Buffer& b) {
+  if (b.dev().allocator().host_memory()) b.dev().synchronize();
+}
 }  // namespace
 
 void Buffer::copyin(const void* host, size_t bytes) {
   check_size("copyin", *this, bytes);
+  host_sync(*this);
   void* p = ptr();
   dev().allocator().copyin(p, host, bytes);
 }
@@ -524,6 +531,7 @@ void Buffer::copy_from(Buffer& src) {
     throw Error("[copy] " + std::to_string(src.nbytes()) + " bytes on " + src.device() + " into a buffer of " +
                 std::to_string(nbytes()) + " bytes on " + device());
   if (nbytes() == 0) return;
+  host_sync(src), host_sync(*this);
   if (dev().allocator().host_memory() && src.dev().allocator().host_memory()) {
     std::memcpy(ptr(), src.ptr(), nbytes());
     return;
@@ -538,12 +546,14 @@ void Buffer::copyin_at(size_t offset, const void* host, size_t bytes) {
   if (offset > nbytes() || bytes > nbytes() - offset)
     throw Error("[Buffer::copyin_at] bytes [" + std::to_string(offset) + ", " + std::to_string(offset) + " + " +
                 std::to_string(bytes) + ") are outside the buffer's " + std::to_string(nbytes()) + " bytes");
+  host_sync(*this);
   void* p = ptr();
   dev().allocator().copyin_at(p, offset, host, bytes);
 }
 
 void Buffer::copyout(void* host, size_t bytes) {
   check_size("copyout", *this, bytes);
+  host_sync(*this);
   void* p = ptr();
   dev().allocator().copyout(host, p, bytes);
 }

@@ -233,7 +233,7 @@ std::shared_ptr<Runner> compile_item(const ScheduleItem& it) {
 }
 
 // One launch: the kernel's variables (core_id set per parallel call, the others from `vals` by name) and its calls.
-void launch(Runner& r, void* const* bufs, const VarVals& vals) {
+void launch(Runner& r, void* const* bufs, size_t n_bufs, const VarVals& vals) {
   LaunchDims dims = r.kernel.dims;
   int64_t vars[8] = {0};
   std::vector<int64_t> big;
@@ -248,7 +248,7 @@ void launch(Runner& r, void* const* bufs, const VarVals& vals) {
     if (!found)
       throw Error("[realize] kernel " + r.kernel.name + " needs variable " + r.kernel.var_names[i] + ", which has no value");
   }
-  dims.n_vars = int(nv);
+  dims.n_vars = int(nv), dims.n_bufs = int(n_bufs);
   if (r.kernel.core_var >= 0) dims.core_var = r.kernel.core_var, dims.global[0] = r.kernel.threads;
   r.program->run(bufs, v, dims);
 }
@@ -302,11 +302,11 @@ void jit_run(const JitItem& item, const std::vector<Buffer*>& bufs, const VarVal
   for (Buffer* b : bufs) ptrs.push_back(b->ptr());
   if (profile::enabled()) [[unlikely]] {
     auto t0 = profile::Clock::now();
-    launch(r, ptrs.data(), vals);
+    launch(r, ptrs.data(), ptrs.size(), vals);
     get_device(r.device).synchronize();
     profile::event("kernel", r.kernel.name, r.device, t0, profile::Clock::now(), r.kernel.flops, r.kernel.mem_bytes);
   } else {
-    launch(r, ptrs.data(), vals);
+    launch(r, ptrs.data(), ptrs.size(), vals);
   }
   g_kernels_run++;
 }
@@ -355,7 +355,7 @@ void run_schedule(Schedule& s) {
     std::vector<void*> ptrs;
     for (auto& b : it.bufs) ptrs.push_back(b->ptr());
     auto t0 = std::chrono::steady_clock::now();
-    launch(r, ptrs.data(), s.var_vals);
+    launch(r, ptrs.data(), ptrs.size(), s.var_vals);
     bool prof = profile::enabled();
     if (dbg >= 2 || prof) get_device(it.device).synchronize();
     auto t1 = std::chrono::steady_clock::now();

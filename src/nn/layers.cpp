@@ -89,6 +89,11 @@ void Module::train(bool on) {
   for (auto& [n, c] : children_) c->train(on);
 }
 
+void Module::apply(const std::function<void(Module&)>& fn) {
+  fn(*this);
+  for (auto& [n, c] : children_) c->apply(fn);
+}
+
 // ---------------------------------------------------------------- layers
 
 namespace {
@@ -179,8 +184,38 @@ Tensor BatchNorm::forward(const Tensor& x) {
   std::optional<Tensor> w, b, rm, rv;
   if (weight) w = *weight, b = *bias;
   bool batch_stats = training_ || !running_mean;
+  if (sync_ && training_) return forward_synced(x);  // as torch: eval without running statistics does not sync
   if (running_mean && (training_ || !batch_stats)) rm = *running_mean, rv = *running_var;
   return x.batch_norm(rm, rv, w, b, batch_stats, momentum_, eps_);
+}
+
+void BatchNorm::sync_statistics(std::function<Tensor(const Tensor&)> sum_over_replicas, int64_t replicas) {
+  if (replicas < 1) throw Error("[BatchNorm] sync_statistics needs replicas >= 1, got " + std::to_string(replicas));
+  sync_ = std::move(sum_over_replicas), replicas_ = replicas;
+}
+
+// Tensor::batch_norm's training path with the sums taken over every replica's share of the batch (two passes, as
+// there: the mean, then the mean squared deviation).
+Tensor BatchNorm::forward_synced(const Tensor& x) {
+  DType out = dtypes::is_float(x.dtype()) ? x.dtype() : dtypes::float32;
+  Tensor xf = out.itemsize() < 4 ? x.cast(dtypes::float32) : x.cast(out);  // 16-bit floats in float32
+  std::vector<int64_t> axes{0};
+  for (int64_t i = 2; i < x.ndim(); i++) axes.push_back(i);
+  int64_t n = x.numel() / n_ * replicas_;
+  if (n <= 1) throw Error("[BatchNorm] training needs more than one value per channel, input " + shape_str(x.shape()));
+  Tensor mean = sync_(xf.sum(axes, true)) / double(n);
+  Tensor d = xf - mean;
+  Tensor var = sync_((d * d).sum(axes, true)) / double(n);
+  if (running_mean) {  // in place, outside autograd, unbiased variance (torch)
+    Tensor m = mean.detach().reshape({n_}), v = var.detach().reshape({n_}) * (double(n) / double(n - 1));
+    running_mean->assign((*running_mean * (1 - momentum_) + m * momentum_).cast(running_mean->dtype()));
+    running_var->assign((*running_var * (1 - momentum_) + v * momentum_).cast(running_var->dtype()));
+  }
+  Shape cs(size_t(x.ndim()), 1);
+  cs[1] = n_;
+  Tensor y = d * (var + eps_).rsqrt();
+  if (weight) y = y * weight->reshape(cs) + bias->reshape(cs);
+  return y.cast(out);
 }
 
 LayerNorm::LayerNorm(std::vector<int64_t> shape, double eps, bool affine) : shape_(std::move(shape)), eps_(eps) {

@@ -41,6 +41,8 @@ class Module {
   void eval() { train(false); }
   /// whether the module is in training mode
   bool training() const { return training_; }
+  /** fn(module) for this module and every module under it, parents first (torch's Module.apply). */
+  void apply(const std::function<void(Module&)>& fn);
 
  protected:
   /// registers `t` as a trainable parameter named `name` (requires grad); the reference stays valid
@@ -245,14 +247,22 @@ class BatchNorm : public Module {
   explicit BatchNorm(const BatchNormOptions& o)
       : BatchNorm(o.num_features, o.eps, o.affine, o.track_running_stats, o.momentum) {}
   Tensor forward(const Tensor& x) override;
+  /** Synchronised statistics (torch's SyncBatchNorm): in training, each per-channel sum (of the values, then of
+   *  their squared deviations from the mean) is passed through `sum_over_replicas`, which returns its sum over the
+   *  `replicas` holders of equal shares of the batch (differentiable; tg::dist::allreduce for MPI ranks), so every
+   *  replica normalises with the global batch's mean and variance and keeps the same running statistics. */
+  void sync_statistics(std::function<Tensor(const Tensor&)> sum_over_replicas, int64_t replicas);
   /// scale and shift (null unless affine), running mean and variance (null unless tracked), each (num_features,)
   ///@{
   Tensor *weight = nullptr, *bias = nullptr, *running_mean = nullptr, *running_var = nullptr;
   ///@}
 
  private:
+  Tensor forward_synced(const Tensor& x);
   int64_t n_;
   double eps_, momentum_;
+  std::function<Tensor(const Tensor&)> sync_;  // see sync_statistics
+  int64_t replicas_ = 1;
 };
 /// batch normalisation of (N, C) or (N, C, L) inputs, as torch.nn.BatchNorm1d
 using BatchNorm1d = BatchNorm;
