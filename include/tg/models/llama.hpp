@@ -6,8 +6,9 @@
 // GGUF tensor names (token_embd.weight, blk.N.attn_q.weight, ..., output_norm.weight, output.weight), shapes as tg
 // reads them from GGUF: (out_features, in_features).
 // The KV cache holds max_context positions; a decode step's position is the Variable "start_pos", so its kernels are
-// compiled once and TinyJit replays them for every token. Writing into the cache is a masked assign of the whole
-// cache (tg cannot assign into a slice): every token reads and writes each layer's K and V caches once.
+// compiled once and TinyJit replays them for every token. A step writes its own rows of the cache in place (an assign
+// into a view of the buffer) and reads rows 0..its position; the cache is float16 by default (llama.cpp's), allocated
+// unwritten, so positions never reached take no resident memory.
 // Several sequences can coexist (a server's requests): `slots` KV caches, each with its own decode TinyJit, share the
 // weights; prefill, decode and reset name the slot they work on (slot 0 by default). A slot's kernels are the same
 // kernels on other buffers, so they compile once for all slots.
