@@ -4,7 +4,8 @@
 // a token, tg's TinyJit replays after its 3 capture steps; llama.cpp one token per call). Prints the ratios, the GB/s
 // each decode step reads (both: the file's tensors but the embedding; tg keeps the weights as the file stores them
 // and dequantises inside its kernels, LLM_DEQUANTISE=1: float32 at load), tg's resident memory for the model against
-// the file's size, and the bytes of tg's KV-cache write (each token's K and V rows, written in place).
+// the file's size (at load, and after the run: the KV caches are float16 like llama.cpp's and take pages only as
+// positions are written), and the bytes of tg's KV-cache write (each token's K and V rows, written in place).
 // Environment: LLM_DIM (512), LLM_LAYERS (8), LLM_HEADS (8), LLM_KV_HEADS (4), LLM_FFN (1536), LLM_CTX (512),
 // LLM_PROMPT (64), LLM_DECODE (32), LLM_TYPES (f32,q8_0,q4_0), LLM_REPS (3), THREADS (both libraries; default: every CPU),
 // TG_NODE_MODULES (data/node/node_modules). On a busy machine llama.cpp's spinning thread barriers suffer more than
@@ -103,6 +104,7 @@ int main() {
       }
       if (r > 0) per_tok.push_back(bench::ms_since(t0) / double(n_decode));
     }
+    double rss_run = rss_bytes() - rss0;  // after the prompt and decode steps: the KV-cache rows written, kernels, buffers
     std::sort(per_tok.begin(), per_tok.end());
     double tg_decode = per_tok[per_tok.size() / 2];
     // llama.cpp
@@ -122,14 +124,16 @@ int main() {
     std::vector<int32_t> peer_tokens = j["tokens"].get<std::vector<int32_t>>();
     size_t same = 0;
     while (same < std::min(peer_tokens.size(), tg_tokens.size()) && peer_tokens[same] == tg_tokens[same]) same++;
-    double tg_bytes = read_bytes, peer_bytes = stored_bytes, cache_bytes = 8.0 * double(c.n_kv_heads * c.head_dim() * c.n_layers);
+    double tg_bytes = read_bytes, peer_bytes = stored_bytes, cache_bytes = 2.0 * llm->config().cache_dtype.itemsize() * double(c.n_kv_heads * c.head_dim() * c.n_layers);
     std::printf("%s: prefill tg %.1f ms (%.0f tokens/s), llama.cpp %.1f ms (%.0f tokens/s): %.2fx; decode tg %.2f ms (%.0f tokens/s, "
                 "%.1f GB/s of %s weights + %.1f KiB of KV-cache rows a token), llama.cpp %.2f ms (%.0f tokens/s, %.1f GB/s): %.2fx; "
-                "greedy tokens agree for %zu of %zu; tg memory: weights %.1f MB, resident growth at load %.1f MB, file %.1f MB (%.2fx)\n",
+                "greedy tokens agree for %zu of %zu; tg memory: weights %.1f MB, KV caches %.1f MB (%s), resident growth at load %.1f MB, "
+                "file %.1f MB (%.2fx), after the run %.1f MB (%.2fx)\n",
                 type.c_str(), tg_prefill, 1e3 * double(n_prompt) / tg_prefill, peer_prefill, 1e3 * double(n_prompt) / peer_prefill,
                 peer_prefill / tg_prefill, tg_decode, 1e3 / tg_decode, tg_bytes / tg_decode / 1e6, dequantise ? "float32" : "stored",
                 cache_bytes / 1024, peer_decode, 1e3 / peer_decode, peer_bytes / peer_decode / 1e6, peer_decode / tg_decode, same,
-                tg_tokens.size(), weight_bytes / 1e6, rss_load / 1e6, file_bytes / 1e6, rss_load / file_bytes);
+                tg_tokens.size(), weight_bytes / 1e6, double(llm->cache_bytes()) / 1e6, llm->config().cache_dtype.name().c_str(), rss_load / 1e6,
+                file_bytes / 1e6, rss_load / file_bytes, rss_run / 1e6, rss_run / file_bytes);
     std::string extra = ", \"threads\": " + std::to_string(threads);
     bench::json("llm_prefill_" + std::to_string(n_prompt) + "_" + type, bench::variant(), tg_prefill, "llama.cpp", peer_prefill, extra);
     bench::json("llm_decode_" + type, bench::variant(), tg_decode, "llama.cpp", peer_decode, extra);

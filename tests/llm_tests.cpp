@@ -191,6 +191,41 @@ TEST_CASE(
   CHECK(replay_compiles == 0);
 }
 
+TEST_CASE("Llama's KV cache is float16 by default (llama.cpp's), float32 on request; a new sequence does not clear it") {
+  models::LlamaConfig c = tiny();
+  std::map<std::string, Tensor> w = llm_util::random_weights(c, 5);
+  models::Llama half(c, w);
+  int64_t elems = 2 * c.n_layers * c.max_context * c.n_kv_heads * c.head_dim();
+  CHECK(half.cache_bytes() == 2 * elems);
+  c.cache_dtype = dtypes::float32;
+  models::Llama full(c, w);
+  CHECK(full.cache_bytes() == 4 * elems);
+  std::vector<int32_t> a = {1, 7, 42, 3, 19, 25, 8, 33}, b = {1, 12, 40};
+  int64_t V = c.vocab_size;
+  std::vector<float> ref = full.prefill(a).to_vector<float>(), got = half.prefill(a).to_vector<float>();
+  // keys and values rounded to float16 (relative 2^-11) as they are written: the logits move by about that much
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < ref.size(); i++) worst = std::max(worst, double(std::fabs(got[i] - ref[i]))), scale = std::max(scale, double(std::fabs(ref[i])));
+  CHECK(worst > 0);  // the cache is float16: not the float32 result
+  CHECK(worst <= 2e-3 * scale);
+  // a shorter sequence after a longer one in the same slot: rows past its end still hold the first one's keys and
+  // values, and are never read (the same logits as a fresh model's)
+  (void)half.prefill(a);
+  half.reset();
+  std::vector<float> again = half.prefill(b).to_vector<float>();
+  models::Llama fresh(models::LlamaConfig(tiny()), w);
+  std::vector<float> want = fresh.prefill(b).to_vector<float>();
+  REQUIRE(again.size() == size_t(3 * V));
+  for (size_t i = 0; i < again.size(); i++) CHECK(again[i] == want[i]);
+  for (int64_t t = 3; t < 6; t++) {
+    CAPTURE(t);
+    std::vector<float> d1 = half.decode({a[size_t(t)]}, t).to_vector<float>(), d2 = fresh.decode({a[size_t(t)]}, t).to_vector<float>();
+    for (size_t i = 0; i < d1.size(); i++) CHECK(d1[i] == d2[i]);
+  }
+  c.cache_dtype = dtypes::int32;
+  CHECK(error_of([&] { models::Llama(c, w); }).find("[llama] cache_dtype must be float16 or float32, got int32") != std::string::npos);
+}
+
 TEST_CASE("Llama's KV-cache slots keep sequences apart: decode steps interleaved over two slots give each one's prefill logits") {
   models::LlamaConfig c = tiny();
   models::Llama llm(c, llm_util::random_weights(c, 11), 1, {}, 2);

@@ -77,6 +77,8 @@ Llama::Llama(LlamaConfig cfg, std::map<std::string, Tensor> w, int64_t batch, co
   if (c.max_context <= 0) fail("max_context must be positive, got " + std::to_string(c.max_context));
   if (batch <= 0) fail("batch must be positive, got " + std::to_string(batch));
   if (slots <= 0) fail("slots must be positive, got " + std::to_string(slots));
+  if (c.cache_dtype != dtypes::float16 && c.cache_dtype != dtypes::float32)
+    fail("cache_dtype must be float16 or float32, got " + c.cache_dtype.name());
   int64_t hd = c.head_dim(), kvd = c.n_kv_heads * hd;
   auto type_of = [&](const std::string& name) {
     auto it = types.find(name);
@@ -133,8 +135,9 @@ Llama::Llama(LlamaConfig cfg, std::map<std::string, Tensor> w, int64_t batch, co
   caches_.resize(size_t(slots));
   for (Cache& kv : caches_)
     for (int64_t i = 0; i < c.n_layers; i++) {
-      kv.k.push_back(Tensor::zeros({batch, c.max_context, c.n_kv_heads, hd}).contiguous().realize());
-      kv.v.push_back(Tensor::zeros({batch, c.max_context, c.n_kv_heads, hd}).contiguous().realize());
+      // unwritten (not zeros): each row is written before any step reads it, and untouched pages stay unallocated
+      kv.k.push_back(Tensor::empty({batch, c.max_context, c.n_kv_heads, hd}, c.cache_dtype).realize());
+      kv.v.push_back(Tensor::empty({batch, c.max_context, c.n_kv_heads, hd}, c.cache_dtype).realize());
     }
   // RoPE tables: angle(p, i) = p * theta^(-2i/head_dim), i < head_dim/2
   std::vector<float> cs(size_t(c.max_context * hd / 2)), sn(cs.size());
@@ -149,13 +152,15 @@ Llama::Llama(LlamaConfig cfg, std::map<std::string, Tensor> w, int64_t batch, co
 }
 
 std::unique_ptr<Llama> Llama::from_gguf(const std::string& path, int64_t max_context, int64_t batch, bool dequantise,
-                                        int64_t slots) {
-  return from_file(dequantise ? nn::gguf_load(path) : nn::gguf_load(path, "DISK", false), path, max_context, batch, slots);
+                                        int64_t slots, DType cache_dtype) {
+  return from_file(dequantise ? nn::gguf_load(path) : nn::gguf_load(path, "DISK", false), path, max_context, batch, slots,
+                   cache_dtype);
 }
 
 std::unique_ptr<Llama> Llama::from_file(nn::GGUFFile f, const std::string& path, int64_t max_context, int64_t batch,
-                                        int64_t slots) {
+                                        int64_t slots, DType cache_dtype) {
   LlamaConfig c = LlamaConfig::from_gguf(f, path, max_context);
+  c.cache_dtype = cache_dtype;
   std::map<std::string, std::string> types;
   bool kept = false, mapped = false;  // tensors as stored (read with dequantise = false), views of the mapping
   for (auto& [name, t] : f.tensors) {
@@ -292,7 +297,7 @@ Tensor Llama::attention(Layer& l, Tensor& ck, Tensor& cv, Tensor& resid, const s
   Tensor v = proj(l.wv, l.bv, KVH);
   // write rows start..start+T-1 of both caches in place (assigns into views of their buffers). The residual stream
   // is realised with them: the rest of the layer reads it from its buffer instead of computing the layers before again
-  Tensor kw = detail::cache_rows(ck, k, start), vw = detail::cache_rows(cv, v, start);
+  Tensor kw = detail::cache_rows(ck, k.cast(ck.dtype()), start), vw = detail::cache_rows(cv, v.cast(cv.dtype()), start);
   Tensor::realize_all({&kw, &vw, &resid});
   // attend over positions 0..start+T-1; query head h reads KV head h / rep
   // (grouped: no copy of the KV heads)
@@ -300,7 +305,8 @@ Tensor Llama::attention(Layer& l, Tensor& ck, Tensor& cv, Tensor& resid, const s
   auto heads = [&](const Tensor& cache) {
     return cache.shrink({{sint(0), sint(B)}, {sint(0), L}, {sint(0), sint(KVH)}, {sint(0), sint(hd)}})
         .permute({0, 2, 1, 3})
-        .reshape({sint(B), sint(KVH), sint(1), L, sint(hd)});
+        .reshape({sint(B), sint(KVH), sint(1), L, sint(hd)})
+        .cast(dtypes::float32);
   };
   Tensor keys = heads(ck), vals = heads(cv);
   Tensor qh = q.permute({0, 2, 1, 3}).reshape({B, KVH, rep, T, hd});
@@ -376,13 +382,16 @@ int64_t Llama::weight_bytes() const {
   return n;
 }
 
+int64_t Llama::cache_bytes() const {
+  int64_t n = 0;
+  for (const Cache& kv : caches_)
+    for (size_t i = 0; i < kv.k.size(); i++)
+      for (const Tensor* t : {&kv.k[i], &kv.v[i]}) n += int64_t(buffer_of(contiguous_buffer(t->uop().get()))->nbytes());
+  return n;
+}
+
 void Llama::reset(int64_t slot) {
-  Cache& kv = cache(slot, "reset");
-  for (size_t i = 0; i < kv.k.size(); i++) {
-    kv.k[i].assign(Tensor::zeros(kv.k[i].shape()));
-    kv.v[i].assign(Tensor::zeros(kv.v[i].shape()));
-    Tensor::realize_all({&kv.k[i], &kv.v[i]});
-  }
+  (void)cache(slot, "reset");  // checks the slot; the next sequence writes each row before it reads it
 }
 
 }  // namespace tg::models

@@ -6,8 +6,9 @@
 // GGUF tensor names (token_embd.weight, blk.N.attn_q.weight, ..., output_norm.weight, output.weight), shapes as tg
 // reads them from GGUF: (out_features, in_features).
 // The KV cache holds max_context positions; a decode step's position is the Variable "start_pos", so its kernels are
-// compiled once and TinyJit replays them for every token. Writing into the cache is a masked assign of the whole
-// cache (tg cannot assign into a slice): every token reads and writes each layer's K and V caches once.
+// compiled once and TinyJit replays them for every token. A step writes its own rows of the cache in place (an assign
+// into a view of the buffer) and reads rows 0..its position; the cache is float16 by default (llama.cpp's), allocated
+// unwritten, so positions never reached take no resident memory.
 // Several sequences can coexist (a server's requests): `slots` KV caches, each with its own decode TinyJit, share the
 // weights; prefill, decode and reset name the slot they work on (slot 0 by default). A slot's kernels are the same
 // kernels on other buffers, so they compile once for all slots.
@@ -35,6 +36,9 @@ struct LlamaConfig {
   int64_t dim = 0, n_layers = 0, n_heads = 0, n_kv_heads = 0, hidden_dim = 0, vocab_size = 0;
   ///@}
   int64_t max_context = 0;  ///< KV cache length (positions 0..max_context-1)
+  /// the KV cache's element type: float16 (llama.cpp's default: half the memory, keys and values rounded to f16 as
+  /// they are written) or float32 (exact: the libtorch comparison)
+  DType cache_dtype = dtypes::float16;
   /// mixture of experts (Mixtral layout, "*.expert_count" > 0): each layer's MLP is n_experts SwiGLU experts of
   /// hidden_dim, stacked (blk.N.ffn_{gate,up,down}_exps.weight), and a router (blk.N.ffn_gate_inp.weight, (n_experts,
   /// dim)); each token runs the n_experts_used experts of the largest router logits, weighted by the softmax over them
@@ -77,11 +81,11 @@ class Llama {
    * default device: memory about the file's tensor bytes), dequantised inside the kernels; dequantise = true
    * dequantises them to float32 at load instead (nn::gguf_load), 4 bytes a weight. */
   static std::unique_ptr<Llama> from_gguf(const std::string& path, int64_t max_context = 0, int64_t batch = 1,
-                                          bool dequantise = false, int64_t slots = 1);
+                                          bool dequantise = false, int64_t slots = 1, DType cache_dtype = dtypes::float16);
   /** The model from a GGUF file already read (its metadata also gives the tokenizer): `f` read by nn::gguf_load,
    * either way (tensors kept as stored, as `from_gguf` does, or dequantised); `path` is used in errors. */
   static std::unique_ptr<Llama> from_file(nn::GGUFFile f, const std::string& path, int64_t max_context = 0,
-                                          int64_t batch = 1, int64_t slots = 1);
+                                          int64_t batch = 1, int64_t slots = 1, DType cache_dtype = dtypes::float16);
   Llama(const Llama&) = delete;
   Llama& operator=(const Llama&) = delete;
 
@@ -100,13 +104,18 @@ class Llama {
   /** One decode step for one token per sequence (batch tokens) at `pos`,
    * through slot's TinyJit with start_pos bound to pos: logits (batch, vocab). */
   Tensor decode(const std::vector<int32_t>& tokens, int64_t pos, int64_t slot = 0);
-  /** Zero a slot's KV caches (a new sequence). */
+  /** Start a new sequence in a slot. Its KV caches are not cleared: a step at position p reads rows 0..p only, and
+   *  every one of them was written by this sequence's steps before (the caches are allocated unwritten, so the
+   *  pages of positions never reached are not resident). */
   void reset(int64_t slot = 0);
   /** The TinyJit of a slot's decode (calls, captured kernels); null before its first decode. */
   const TinyJit* decode_jit(int64_t slot = 0) const { return caches_.at(size_t(slot)).jit.get(); }
   /** The bytes of the device buffers that hold the weights (each buffer once: a tied output head is not counted
    * twice); with weights kept as stored, about the GGUF file's tensor bytes. */
   int64_t weight_bytes() const;
+  /** The bytes of the KV caches' buffers, every slot and layer (2 x slots x layers x batch x max_context x kv_heads x
+   *  head_dim elements of cache_dtype). */
+  int64_t cache_bytes() const;
 
  private:
   struct Layer {
