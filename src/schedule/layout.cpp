@@ -307,9 +307,30 @@ UOpRef conv_weight_grad_layout(const UOp* red, LayoutCtx& c) {
   return {};
 }
 
+// A shrink of a broadcast is a broadcast of the shrink: SHRINK(EXPAND(x)) -> EXPAND(SHRINK'(x)), where SHRINK' keeps
+// the broadcast axes whole (size 1) and shrinks the others as before. The multi stage gives each device its rows of
+// a replicated operand this way (a weight broadcast over a sharded batch); the rules below see the broadcast.
+UOpRef shrink_of_expand(const UOp* sh, LayoutCtx& c) {
+  const UOp* ex = sh->src(0);
+  if (ex->op != Ops::EXPAND || sh->sym() || ex->sym()) return {};
+  const Shape& xs = c.shapes.of(ex->src(0));
+  auto arg = std::get<std::vector<int64_t>>(sh->arg);
+  Shape out;
+  bool inner = false;  // SHRINK' does something
+  for (size_t i = 0; i < xs.size(); i++) {
+    out.push_back(arg[2 * i + 1] - arg[2 * i]);
+    if (xs[i] == 1) arg[2 * i] = 0, arg[2 * i + 1] = 1;
+    else inner |= arg[2 * i] != 0 || arg[2 * i + 1] != xs[i];
+  }
+  UOpRef x = ex->src()[0];
+  if (inner) x = UOp::make(Ops::SHRINK, x->dtype, {x}, arg);
+  return mov(Ops::EXPAND, x, out);
+}
+
 const PatternMatcher& pm_layout() {
   using namespace pat;
   static const PatternMatcher pm(table(
+      rule(op_any<opset<Ops::SHRINK>>, [](auto& m) { return shrink_of_expand(m.root, m.template ctx<LayoutCtx>()); }),
       rule(op_any<opset<Ops::REDUCE_AXIS>>, [](auto& m) { return packed_matmul(m.root, m.template ctx<LayoutCtx>()); }),
       rule(op_any<opset<Ops::REDUCE_AXIS>>, [](auto& m) { return conv_layout(m.root, m.template ctx<LayoutCtx>()); }),
       rule(op_any<opset<Ops::REDUCE_AXIS>>,
