@@ -83,6 +83,7 @@ Accesses accesses(const UOpRef& ast) {
   Accesses a;
   for (const UOp* n : toposort(ast.get())) {
     if ((n->op != Ops::LOAD && n->op != Ops::STORE) || n->src(0)->op != Ops::INDEX) continue;
+    if (n->op == Ops::STORE && n->nsrc() == 3) continue;  // a gated store: an index check's hit record, no output
     const UOp* idx = n->src(0);
     if (idx->src(0)->op != Ops::PARAM) continue;
     (n->op == Ops::LOAD ? a.loads : a.stores).push_back(idx->src(1));
