@@ -165,6 +165,29 @@ TEST_CASE("nonzero, diag, unfold, pad_to, shrink_to and view give exact values")
   CHECK(b.view({4, 6}).shape() == Shape{4, 6});
 }
 
+TEST_CASE("const_, ufix, usum and uprod: weak constants and folded sums and products as tinygrad's") {
+  Tensor h = Tensor::from_vector(std::vector<float>{1, 2, 3}).cast(dtypes::float16);
+  // a weak constant takes the other operand's dtype; a typed one promotes
+  CHECK(Tensor::const_(2).dtype() == dtypes::weakint);
+  CHECK(Tensor::const_(2.5).dtype() == dtypes::weakfloat);
+  CHECK((h * Tensor::const_(2)).dtype() == dtypes::float16);
+  CHECK((h * Tensor::const_(2, dtypes::float32)).dtype() == dtypes::float32);
+  CHECK((h * Tensor::const_(2.5)).cast(dtypes::float32).to_vector<float>() == std::vector<float>{2.5f, 5, 7.5f});
+  CHECK(Tensor::const_(3e9).dtype() == dtypes::weakfloat);  // a whole number beyond int32 stays exact as a float
+  Tensor u = h.ufix(4);
+  CHECK(u.dtype() == dtypes::float16);
+  CHECK(u.ndim() == 0);
+  CHECK(u.cast(dtypes::float32).item<float>() == 4);
+  CHECK(h.ufix(h).uop().get() == h.uop().get());
+  Tensor a = Tensor::from_vector(std::vector<int32_t>{1, 2, 3}), b = Tensor::from_vector(std::vector<int32_t>{4, 5, 6});
+  CHECK(a.usum({b, Tensor::from_vector(std::vector<int32_t>{10})}).to_vector<int32_t>() == std::vector<int32_t>{15, 17, 19});
+  CHECK(a.uprod({b, b}).to_vector<int32_t>() == std::vector<int32_t>{16, 50, 108});
+  CHECK(a.usum({}).to_vector<int32_t>() == std::vector<int32_t>{1, 2, 3});
+  Tensor p = Tensor::from_vector(std::vector<bool>{true, false, false}), q = Tensor::from_vector(std::vector<bool>{true, true, false});
+  CHECK(p.usum({q}).to_vector<bool>() == std::vector<bool>{true, true, false});   // OR
+  CHECK(p.uprod({q}).to_vector<bool>() == std::vector<bool>{true, false, false});  // AND
+}
+
 TEST_CASE("rearrange splits, permutes and merges axes like einops") {
   Tensor x = Tensor::arange(24).reshape({2, 3, 4});
   CHECK(x.rearrange("b c d -> d b c").to_vector<int32_t>() == x.permute({2, 0, 1}).contiguous().to_vector<int32_t>());

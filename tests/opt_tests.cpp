@@ -95,6 +95,23 @@ TEST_CASE("apply_opt refuses opts that do not apply, naming the opt and the reas
   CHECK_THROWS_AS(apply_opt(t, {OptOp::THREAD, 1, 7}), OptError);  // already split across threads
 }
 
+TEST_CASE("a kernel of thousands of shifted views is not copied by UPCAST (its body would grow 16-fold)") {
+  Tensor x = Tensor::arange(4096).cast(dtypes::float32).realize();
+  auto shifted_sum = [&](int k) {
+    Tensor y = x;
+    for (int i = 1; i <= k; i++) y = y + x.pad({{i, 0}}).shrink({{0, 4096}});
+    return y;
+  };
+  auto opts = hand_coded_optimizations(last_kernel(shifted_sum(300)).ast, OptConfig{2, 16});
+  CHECK(opts.empty());  // threads only, and 4096 elements are too few for them
+  // the same shifts over and over: 64 distinct reads, 3,000 adds
+  Tensor s = Tensor::arange(64).cast(dtypes::float32).realize(), y = s;
+  for (int i = 1; i <= 3000; i++) y = y + s.pad({{i % 64, 0}}).shrink({{0, 64}});
+  CHECK(hand_coded_optimizations(last_kernel(y).ast, OptConfig{2, 16}).empty());
+  auto few = hand_coded_optimizations(last_kernel(shifted_sum(20)).ast, OptConfig{2, 16});
+  CHECK(std::count_if(few.begin(), few.end(), [](const Opt& o) { return o.op == OptOp::UPCAST; }) >= 1);
+}
+
 TEST_CASE("the heuristic gives a matmul a register tile, vectorised along the contiguous axis, and threads") {
   Tensor a = randn({64, 48}, 3), b = randn({48, 96}, 4);
   a.realize(), b.realize();

@@ -25,6 +25,7 @@ struct JitItem {
   std::vector<std::shared_ptr<Buffer>> bufs;
   const void* key = nullptr;     ///< identifies the kernel (its AST), for comparing captures
   size_t outputs = 1;            ///< bufs[0, outputs) are written
+  bool index_check = false;      ///< bufs.back() is the kernel's IndexCheck record (schedule.hpp): a replay checks it
 };
 /** Start / stop recording every item run_schedule executes on this thread. */
 void jit_begin_capture(std::vector<JitItem>* sink);

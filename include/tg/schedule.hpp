@@ -25,6 +25,25 @@ struct ScheduleItem {
   std::vector<std::shared_ptr<Buffer>> bufs;   ///< outputs first
   /// the name of the device that runs it
   std::string device;
+  /// the kernel checks indices in range: bufs.back() is its hit record (see IndexCheck), zeroed before the launch
+  /// and read after it
+  bool index_check = false;
+};
+
+/** Indices checked in the kernel. An op whose index tensor must lie in [0, n) (gather, index_select, nll_loss,
+ *  cross_entropy) marks the compare of its one-hot mask: CMPEQ with arg {code} or {code, except} (a value allowed
+ *  outside the range, as ignore_index). The kernel-AST stage that folds the one-hot sum into a load also stores a
+ *  hit, when the index is outside [0, n), into a 3-slot int64 record: {code + 1, the index, n}. run_schedule reads
+ *  the record after the kernel and throws a tg::Error naming the op, the index and the axis size. */
+struct IndexCheck {
+  /// the ops that mark their index compares, by code
+  static constexpr const char* ops[] = {"gather", "index_select", "nll_loss", "cross_entropy"};
+  /// slots of the hit record
+  static constexpr int64_t kSlots = 3;
+  /// the code of op (an entry of ops); throws for another name
+  static int64_t code(const std::string& op);
+  /// the error a nonzero record describes, or "" for a zero record
+  static std::string message(const int64_t* record);
 };
 
 /** Kernels in dependency order, and what each realised tensor-graph node became (a view of its buffer). */

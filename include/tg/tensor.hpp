@@ -432,6 +432,17 @@ class Tensor {
   static Tensor kaiming_uniform(const Shape& shape, double a = 0.01, DType dtype = dtypes::float32, const std::string& device = "");
   /** Kaiming/He normal: std sqrt(2 / (1 + a^2) / prod(shape[1:])). */
   static Tensor kaiming_normal(const Shape& shape, double a = 0.01, DType dtype = dtypes::float32, const std::string& device = "");
+  /** tinygrad's Tensor.const: a 0-d constant. Without a dtype it is weak (a whole number int, else float), as a
+   *  literal is: it takes the other operand's dtype in arithmetic. */
+  static Tensor const_(double b, std::optional<DType> dtype = std::nullopt);
+  /** tinygrad's ufix: a scalar as a 0-d constant of this tensor's dtype, on its device. */
+  Tensor ufix(double x) const;
+  /// tinygrad's ufix of a tensor: the tensor itself
+  Tensor ufix(const Tensor& x) const { return x; }
+  /** tinygrad's usum: this + others[0] + ... (OR for bool), broadcasting. */
+  Tensor usum(const std::vector<Tensor>& others) const;
+  /** tinygrad's uprod: this * others[0] * ... (AND for bool), broadcasting. */
+  Tensor uprod(const std::vector<Tensor>& others) const;
   /** Same shape and device, filled with a value (dtype defaults to this tensor's). */
   Tensor full_like(double value, std::optional<DType> dtype = std::nullopt) const;
   /// zeros of this shape and device (dtype defaults to this tensor's)

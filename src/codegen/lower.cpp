@@ -428,6 +428,24 @@ UOpRef add_ends(const UOpRef& sink) {
     if (!groups.count(out)) order.push_back(out);
     groups[out].push_back(st);
   }
+  // A store in fewer loops than another (an index check's hit record, which depends on the output's rows only)
+  // joins the other's loops: two END chains would close a shared range twice. It is repeated, with the same value.
+  auto less = [](const UOp* a, const UOp* b) { return range_id(a) < range_id(b); };
+  for (size_t i = 0; i < order.size();) {
+    size_t into = order.size();
+    for (size_t j = 0; j < order.size(); j++)
+      if (j != i && order[j].size() > order[i].size() &&
+          std::includes(order[j].begin(), order[j].end(), order[i].begin(), order[i].end(), less))
+        into = j;
+    if (into == order.size()) {
+      i++;
+      continue;
+    }
+    auto& dst = groups[order[into]];
+    dst.insert(dst.end(), groups[order[i]].begin(), groups[order[i]].end());
+    groups.erase(order[i]);
+    order.erase(order.begin() + std::ptrdiff_t(i));
+  }
   std::vector<UOpRef> srcs;
   for (const auto& out : order) {
     std::vector<UOpRef> e = groups[out];

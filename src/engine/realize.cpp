@@ -289,6 +289,23 @@ void set_kernel_compile_hook(std::function<void(const UOpRef& ast, const std::st
   compile_hook() = std::move(hook);
 }
 
+namespace {
+// A kernel's IndexCheck record: zeroed before the launch, read after it (a sync on an asynchronous device).
+struct IndexCheckRun {
+  Buffer* record;
+  explicit IndexCheckRun(Buffer* rec) : record(rec) {
+    static const int64_t no_hit[IndexCheck::kSlots] = {};
+    if (record) record->copyin(no_hit, sizeof(no_hit));
+  }
+  void after() const {
+    if (!record) return;
+    int64_t rec[IndexCheck::kSlots];
+    record->copyout(rec, sizeof(rec));
+    if (std::string m = IndexCheck::message(rec); !m.empty()) throw Error(m);
+  }
+};
+}  // namespace
+
 void jit_begin_capture(std::vector<JitItem>* sink) { g_capture = sink; }
 void jit_end_capture() { g_capture = nullptr; }
 
@@ -300,6 +317,7 @@ void jit_run(const JitItem& item, const std::vector<Buffer*>& bufs, const VarVal
   auto& r = *static_cast<Runner*>(item.runner.get());
   std::vector<void*> ptrs;
   for (Buffer* b : bufs) ptrs.push_back(b->ptr());
+  IndexCheckRun check(item.index_check ? bufs.back() : nullptr);
   if (profile::enabled()) [[unlikely]] {
     auto t0 = profile::Clock::now();
     launch(r, ptrs.data(), ptrs.size(), vals);
@@ -309,7 +327,30 @@ void jit_run(const JitItem& item, const std::vector<Buffer*>& bufs, const VarVal
     launch(r, ptrs.data(), ptrs.size(), vals);
   }
   g_kernels_run++;
+  check.after();
 }
+
+int64_t IndexCheck::code(const std::string& op) {
+  for (size_t i = 0; i < std::size(ops); i++)
+    if (op == ops[i]) return int64_t(i);
+  throw Error("[schedule] internal: no index check for op " + op);
+}
+
+std::string IndexCheck::message(const int64_t* record) {
+  if (record[0] <= 0) return "";
+  const char* op = size_t(record[0] - 1) < std::size(ops) ? ops[record[0] - 1] : "index";
+  return std::string("[") + op + "] index " + std::to_string(record[1]) + " is out of range for an axis of size " +
+         std::to_string(record[2]) + " (valid: 0 <= index < " + std::to_string(record[2]) +
+         (std::string(op) == "index_select" ? ", or -size <= index < 0" : "") + "; checked in the kernel)";
+}
+
+namespace {
+// A kernel's stores into bufs other than its IndexCheck record (the record is the last buffer).
+size_t n_outputs(const ScheduleItem& it) {
+  if (it.kind == ScheduleItem::Kind::Copy) return 1;
+  return it.index_check ? it.bufs.size() > 0 ? std::min(it.ast->nsrc(), it.bufs.size() - 1) : 0 : it.ast->nsrc();
+}
+}  // namespace
 
 void run_schedule(Schedule& s) {
   int dbg = debug_level();
@@ -338,7 +379,7 @@ void run_schedule(Schedule& s) {
   for (size_t i = 0; i < s.items.size(); i++) {
     ScheduleItem& it = s.items[i];
     if (g_capture)
-      g_capture->push_back(JitItem{runners[i], it.bufs, it.ast.get(), it.kind == ScheduleItem::Kind::Copy ? 1 : it.ast->nsrc()});
+      g_capture->push_back(JitItem{runners[i], it.bufs, it.ast.get(), n_outputs(it), it.index_check});
     if (it.kind == ScheduleItem::Kind::Copy) {
       auto c0 = profile::Clock::now();
       it.bufs[0]->copy_from(*it.bufs[1]);
@@ -354,8 +395,10 @@ void run_schedule(Schedule& s) {
     Runner& r = *runners[i];
     std::vector<void*> ptrs;
     for (auto& b : it.bufs) ptrs.push_back(b->ptr());
+    IndexCheckRun check(it.index_check ? it.bufs.back().get() : nullptr);
     auto t0 = std::chrono::steady_clock::now();
     launch(r, ptrs.data(), ptrs.size(), s.var_vals);
+    check.after();
     bool prof = profile::enabled();
     if (dbg >= 2 || prof) get_device(it.device).synchronize();
     auto t1 = std::chrono::steady_clock::now();

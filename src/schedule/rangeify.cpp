@@ -343,7 +343,7 @@ struct KernelBuilder {
       } else if (g.n->op == Ops::CONTIGUOUS || g.n->op == Ops::DETACH || g.n->op == Ops::ASSIGN) {
         v = vals[0];
       } else if (is_alu(g.n->op) || g.n->op == Ops::CAST || g.n->op == Ops::BITCAST) {
-        v = UOp::make(g.n->op, g.n->dtype, vals);
+        v = UOp::make(g.n->op, g.n->dtype, vals, g.n->arg);  // the arg: a compare's IndexCheck mark
       } else {
         throw Error(std::string("[schedule] cannot put ") + op_name(g.n->op) + " in a kernel");
       }
@@ -376,8 +376,10 @@ struct KernelBuilder {
 KernelAst rangeify(ScheduleCtx& ctx, const UOp* root) {
   KernelBuilder kb{ctx.shapes, ctx.realized, root, ctx.row_fused, {}, {}, 0, {}, ctx.knobs.simplify_valid, {root}};
   if (auto g = ctx.groups.find(root); g != ctx.groups.end()) kb.outputs = g->second;
-  UOpRef ast = kernel_ast_rules(kb.kernel_ast());
-  return {ast, std::move(kb.params), std::move(kb.not_hoisted)};
+  UOpRef built = kb.kernel_ast();
+  bool check = false;
+  UOpRef ast = kernel_ast_rules(built, int(kb.outputs.size() + kb.params.size()), &check);
+  return {ast, std::move(kb.params), std::move(kb.not_hoisted), check};
 }
 
 }  // namespace tg::sched

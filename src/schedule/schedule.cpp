@@ -144,6 +144,11 @@ bool run_rangeify(ScheduleCtx& c) {
         item.slots.push_back(value_slot(c, p));
         if (p->op == Ops::BUFFER) item.old_reads.push_back(int(item.slots.size() - 1));
       }
+      if (k.index_check) {  // the hit record: a slot of its own, after the parameters
+        item.slots.push_back(int(t.slots.size()));
+        t.slots.push_back({-1, item.device, dtypes::int64, IndexCheck::kSlots});
+        item.index_check = true;
+      }
     }
     t.items.push_back(std::move(item));
   }
@@ -323,6 +328,7 @@ Schedule create_schedule(std::span<const UOpRef> orig_roots) {
     si.kind = it.kind;
     si.ast = it.ast;
     si.device = it.device;
+    si.index_check = it.index_check;
     for (int sl : it.slots) si.bufs.push_back(buffer_of(slot_uop[size_t(sl)].get()));
     sched.items.push_back(std::move(si));
   }

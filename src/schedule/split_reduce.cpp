@@ -50,9 +50,20 @@ double numel(const Shape& s) {
   return n;
 }
 
+// A sum of where(index == arange, x, 0) whose compare is marked for an index check (IndexCheck): the kernel AST
+// stage folds it into one load per output (and checks the index there), so it is not split.
+bool checked_one_hot_sum(const UOp* u) {
+  const UOp* v = u->src(0);
+  while (v->op == Ops::CAST || v->op == Ops::DETACH) v = v->src(0);
+  if (v->op != Ops::WHERE) return false;
+  const UOp* c = v->src(0);
+  while (is_movement(c->op) || c->op == Ops::DETACH) c = c->src(0);
+  return c->op == Ops::CMPEQ && std::holds_alternative<std::vector<int64_t>>(c->arg);
+}
+
 // (.., n, ..) -> (.., d, n/d, ..) -> (d, .., n/d, ..): reduce the original axes (shifted by one), then d.
 UOpRef split_reduce(const UOp* u, SplitCtx& ctx) {
-  if (ctx.made.count(u)) return {};
+  if (ctx.made.count(u) || checked_one_hot_sum(u)) return {};
   const Shape& xs = ctx.shapes.of(u->src(0));
   const Shape& out = ctx.shapes.of(u);
   const auto& ra = std::get<ReduceArg>(u->arg);

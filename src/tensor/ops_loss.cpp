@@ -28,10 +28,12 @@ Tensor along(const Tensor& w, int64_t cdim, int64_t n) {
 }
 // Weighted NLL of class indices (without the smoothing term): per-sample loss and the weight of each sample.
 std::pair<Tensor, Tensor> nll_terms(const Tensor& logp, const Tensor& target, int64_t cdim, const std::optional<Tensor>& weight,
-                                    int64_t ignore_index) {
+                                    int64_t ignore_index, const char* op) {
   int64_t c = logp.shape()[size_t(cdim)];
   Tensor valid = target.ne(Tensor::full({}, double(ignore_index), dtypes::strong(target.dtype()), target.device()));
-  Tensor hot = target.unsqueeze(cdim).eq(arange_at(c, cdim, logp.ndim(), logp.device(), dtypes::strong(target.dtype())));
+  Tensor hot = mark_index_check(
+      target.unsqueeze(cdim).eq(arange_at(c, cdim, logp.ndim(), logp.device(), dtypes::strong(target.dtype()))), op,
+      ignore_index);
   Tensor w = weight ? along(weight->cast(logp.dtype()), cdim, logp.ndim()) : Tensor::ones({}, logp.dtype(), logp.device());
   Tensor wy = hot.where(w, const_like(logp, 0)).sum(cdim) * valid.cast(logp.dtype());  // weight of each sample
   Tensor nll = -hot.where(logp * w, const_like(logp, 0)).sum(cdim) * valid.cast(logp.dtype());
@@ -48,9 +50,8 @@ Tensor Tensor::nll_loss(const Tensor& target, const std::optional<Tensor>& weigh
   check_reduction(reduction, "nll_loss");
   if (!dtypes::is_int(target.dtype())) fail("nll_loss", "target must hold class indices (int), got " + target.dtype().name());
   int64_t cdim = class_dim_checked(*this, target, "nll_loss");
-  check_host_indices(target, 0, shape()[size_t(cdim)], ignore_index, "nll_loss", "class label");
   check_weight(weight, shape()[size_t(cdim)], "nll_loss");
-  auto [nll, wy] = nll_terms(to_float(*this), target, cdim, weight, ignore_index);
+  auto [nll, wy] = nll_terms(to_float(*this), target, cdim, weight, ignore_index, "nll_loss");
   if (reduction == "mean") return nll.sum() / wy.sum();
   return reduction == "sum" ? nll.sum() : nll;
 }
@@ -77,8 +78,7 @@ Tensor Tensor::cross_entropy(const Tensor& target, const std::string& reduction,
   }
   if (!dtypes::is_int(target.dtype())) fail("cross_entropy", "target must be class indices (int) or probabilities (float)");
   class_dim_checked(*this, target, "cross_entropy");
-  check_host_indices(target, 0, c, ignore_index, "cross_entropy", "class label");
-  auto [nll, wy] = nll_terms(logp, target, cdim, weight, ignore_index);
+  auto [nll, wy] = nll_terms(logp, target, cdim, weight, ignore_index, "cross_entropy");
   Tensor loss = nll;
   if (eps > 0) {
     Tensor valid = target.ne(Tensor::full({}, double(ignore_index), dtypes::strong(target.dtype()), device())).cast(logp.dtype());

@@ -1,6 +1,7 @@
 // Creation helpers, elementwise math, activations, comparisons, logical and bitwise ops: compositions of the
 // elementwise primitives (alu, cast, where) only.
 #include <cmath>
+#include <limits>
 
 #include "ops_util.hpp"
 
@@ -62,6 +63,23 @@ Tensor Tensor::kaiming_uniform(const Shape& shape, double a, DType dtype, const 
 Tensor Tensor::kaiming_normal(const Shape& shape, double a, DType dtype, const std::string& device) {
   double std = std::sqrt(2.0 / (1 + a * a) / prod_from(shape, 1, "kaiming_normal"));
   return normal(shape, 0.0, std, dtype, device);
+}
+
+Tensor Tensor::const_(double b, std::optional<DType> dtype) {
+  if (dtype) return full({}, b, *dtype);
+  if (b == std::trunc(b) && std::abs(b) <= double(std::numeric_limits<int32_t>::max())) return Tensor(int(b));
+  return Tensor(b);
+}
+Tensor Tensor::ufix(double x) const { return const_like(*this, x); }
+Tensor Tensor::usum(const std::vector<Tensor>& others) const {
+  Tensor r = *this;
+  for (const Tensor& o : others) r = dtypes::is_bool(dtype()) ? r.logical_or(o) : Tensor(r + o);
+  return r;
+}
+Tensor Tensor::uprod(const std::vector<Tensor>& others) const {
+  Tensor r = *this;
+  for (const Tensor& o : others) r = dtypes::is_bool(dtype()) ? r.logical_and(o) : Tensor(r * o);
+  return r;
 }
 
 Tensor Tensor::full_like(double value, std::optional<DType> dtype) const {

@@ -262,11 +262,10 @@ Tensor Tensor::gather(int64_t dim, const Tensor& index, CallLoc loc) const {
       fail("gather", "index " + shape_str(index.shape()) + " is larger than input " + shape_str(shape()) + " in dim " +
                          std::to_string(d));
   int64_t n = shape()[size_t(dim)];
-  check_host_indices(index, 0, n, std::nullopt, "gather", "index");
   auto r = full_range(index);
   r[size_t(dim)] = {0, n};
   Tensor x = shrink(r).unsqueeze(-1).transpose(-1, dim);  // (index dims with dim -> 1, n)
-  Tensor picked = one_hot_mask(index, n).where(x, const_like(*this, 0));
+  Tensor picked = one_hot_mask(index, n, "gather").where(x, const_like(*this, 0));
   return picked.sum(-1).cast(dtype());
 }
 
@@ -277,14 +276,13 @@ Tensor Tensor::index_select(int64_t dim, const Tensor& index, CallLoc loc) const
   if (ndim() == 0) fail("index_select", "needs at least 1 dim");
   dim = norm_dim(dim, ndim(), "index_select");
   int64_t n = shape()[size_t(dim)];
-  check_host_indices(index, -n, n, std::nullopt, "index_select", "index");
   Tensor idx = index.reshape({-1});
   int64_t k = idx.shape()[0];
   Tensor wrapped = (idx < 0).where(idx + const_like(idx, double(n)), idx);
   Shape ms(size_t(ndim() + 1), 1);
   ms[size_t(dim)] = k;
   ms[size_t(dim + 1)] = n;
-  Tensor mask = one_hot_mask(wrapped, n).reshape(ms);
+  Tensor mask = one_hot_mask(wrapped, n, "index_select").reshape(ms);
   return mask.where(unsqueeze(dim), const_like(*this, 0)).sum(dim + 1).cast(dtype());
 }
 

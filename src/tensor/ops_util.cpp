@@ -162,23 +162,21 @@ Tensor pad_last(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>&
   return x.pad(p, value);
 }
 
-Tensor one_hot_mask(const Tensor& index, int64_t n) {
+Tensor one_hot_mask(const Tensor& index, int64_t n, const char* checked_op, std::optional<int64_t> except) {
   Tensor idx = index.unsqueeze(-1);
-  return idx.eq(arange_at(n, idx.ndim() - 1, idx.ndim(), index.device(), dtypes::strong(index.dtype())));
+  Tensor m = idx.eq(arange_at(n, idx.ndim() - 1, idx.ndim(), index.device(), dtypes::strong(index.dtype())));
+  return checked_op ? mark_index_check(m, checked_op, except) : m;
 }
 
-void check_host_indices(const Tensor& index, int64_t lo, int64_t hi, std::optional<int64_t> except, const std::string& op,
-                        const std::string& what) {
-  // a realised buffer on a device whose memory the host reads in place (no copy, no sync)
-  if (!dtypes::is_int(index.dtype()) || index.numel() == 0 || !contiguous_buffer(index.uop().get())) return;
-  if (is_multi_device(index.device()) || !get_device(index.device()).allocator().host_memory()) return;
-  std::vector<double> v = index.to_doubles();
-  for (size_t i = 0; i < v.size(); i++) {
-    int64_t x = int64_t(v[i]);
-    if ((x < lo || x >= hi) && !(except && x == *except))
-      fail(op, what + " " + std::to_string(x) + " (element " + std::to_string(i) + " of " + shape_str(index.shape()) +
-                   ") is out of range [" + std::to_string(lo) + ", " + std::to_string(hi) + ")");
-  }
+Tensor mark_index_check(const Tensor& mask, const char* op, std::optional<int64_t> except) {
+  const UOp* u = mask.uop().get();
+  bool detached = u->op == Ops::DETACH;  // under NoGrad
+  if (detached) u = u->src(0);
+  if (u->op != Ops::CMPEQ) return mask;
+  std::vector<int64_t> mark{IndexCheck::code(op)};
+  if (except) mark.push_back(*except);
+  UOpRef c = UOp::make(Ops::CMPEQ, u->dtype, u->src(), mark);
+  return Tensor(detached ? UOp::make(Ops::DETACH, c->dtype, {c}) : c, mask.shape(), mask.device());
 }
 
 void check_reduction(const std::string& reduction, const std::string& op) {

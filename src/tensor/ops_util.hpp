@@ -47,13 +47,12 @@ Tensor pool_windows(const Tensor& x, const std::vector<int64_t>& k, const std::v
                     const std::vector<int64_t>& dilation, const std::string& op);
 /** Constant-pad the last pads.size() dims with (begin, end) pairs. */
 Tensor pad_last(const Tensor& x, const std::vector<std::pair<int64_t, int64_t>>& pads, double value = 0);
-/** (index == arange(n)) with the class axis appended last: (*index.shape, n) bool. */
-Tensor one_hot_mask(const Tensor& index, int64_t n);
-/** Throws a tg::Error naming `op` when an integer index tensor already realised in memory the host reads in place
- *  (the allocator's host_memory(): the CPU's) holds a value outside [lo, hi) other than `except`: one pass over
- *  values already on the host. A lazy index, or one on another device, is not read (that would cost a sync). */
-void check_host_indices(const Tensor& index, int64_t lo, int64_t hi, std::optional<int64_t> except, const std::string& op,
-                        const std::string& what);
+/** (index == arange(n)) with the class axis appended last: (*index.shape, n) bool. With checked_op, an index
+ *  outside [0, n) (other than except) makes the kernel that gathers with the mask throw (mark_index_check). */
+Tensor one_hot_mask(const Tensor& index, int64_t n, const char* checked_op = nullptr, std::optional<int64_t> except = {});
+/** The compare of a one-hot mask marked for IndexCheck: the kernel that folds the mask's sum into a load checks the
+ *  index there, on every device, lazy or not (see IndexCheck in tg/schedule.hpp). */
+Tensor mark_index_check(const Tensor& mask, const char* op, std::optional<int64_t> except = {});
 /** Apply a loss reduction: "mean", "sum" or "none". */
 Tensor reduce_loss(const Tensor& t, const std::string& reduction, const std::string& op);
 /** Throws unless reduction is one of "mean", "sum", "none". */

@@ -83,6 +83,7 @@ Accesses accesses(const UOpRef& ast) {
   Accesses a;
   for (const UOp* n : toposort(ast.get())) {
     if ((n->op != Ops::LOAD && n->op != Ops::STORE) || n->src(0)->op != Ops::INDEX) continue;
+    if (n->op == Ops::STORE && n->nsrc() == 3) continue;  // a gated store: an index check's hit record, no output
     const UOp* idx = n->src(0);
     if (idx->src(0)->op != Ops::PARAM) continue;
     (n->op == Ops::LOAD ? a.loads : a.stores).push_back(idx->src(1));
@@ -241,6 +242,44 @@ std::optional<std::vector<Opt>> heuristic_opts(const UOpRef& ast_in, const OptCo
       if (!depends_on(l, axes[i])) return true;
     return false;
   };
+  // 4. (run last; alone for a large body, below) Threads: the outermost output axis that divides evenly, for
+  //    kernels with enough work to pay for it. In a reduce kernel an input of 8 MiB or more that this split would
+  //    leave whole (every thread streams all of it again for each of its tiles: B of a 2048 matmul) is split
+  //    instead, on the outermost axis it depends on (N=2048: 1.23x; each core's cache then holds its part).
+  auto add_threads = [&] {
+    if (cfg.threads > 1 && work >= 32768) {
+      auto splits = [&](size_t i) { return size[i] >= cfg.threads && size[i] % cfg.threads == 0; };
+      std::optional<size_t> pick_axis;
+      for (size_t i = 0; i < n_out && !pick_axis; i++)
+        if (splits(i)) pick_axis = i;
+      if (pick_axis && reduce) {
+        const UOp* big = nullptr;
+        double big_bytes = 0;
+        for (size_t li = 0; li < acc.loads.size(); li++) {
+          const UOp* l = acc.loads[li];
+          double bytes = double(acc.load_bytes[li]);
+          for (const UOp* r : axes)
+            if (depends_on(l, r)) bytes *= double(range_size(r).value_or(1));
+          if (!depends_on(l, axes[*pick_axis]) && bytes >= double(8 << 20) && bytes > big_bytes) big = l, big_bytes = bytes;
+        }
+        if (big)
+          for (size_t i = 0; i < n_out; i++)
+            if (splits(i) && depends_on(big, axes[i])) {
+              pick_axis = i;
+              break;
+            }
+      }
+      if (pick_axis) opts.push_back({OptOp::THREAD, int(*pick_axis), cfg.threads});
+    }
+  };
+  // A body of more than 2,048 nodes (10,000 shifted views summed) gets threads only, no copies: UPCAST multiplies
+  // the body, and LLVM's register allocation and scheduling over 16 x 10,000 gated reads and adds grew
+  // superlinearly (60 s at 5,000 views).
+  if (toposort(ast.get()).size() > 2048) {
+    add_threads();
+    if (tile_rank > 0) return std::nullopt;
+    return opts;
+  }
   int w = std::max(4, cfg.vector_width);
   // Copies of an upcast output axis that no vector width divides (the SLP vectoriser packs them into vectors): the
   // largest divisor between w/2 and 2w (6625 classes -> 25 copies: a vector of 16, one of 8 and a scalar; 162 -> 18).
@@ -498,34 +537,7 @@ std::optional<std::vector<Opt>> heuristic_opts(const UOpRef& ast_in, const OptCo
       }
     }
   }
-  // 4. Threads: the outermost output axis that divides evenly, for kernels with enough work to pay for it. In a
-  //    reduce kernel an input of 8 MiB or more that this split would leave whole (every thread streams all of it
-  //    again for each of its tiles: B of a 2048 matmul) is split instead, on the outermost axis it depends on
-  //    (N=2048: 1.23x; each core's cache then holds its part).
-  if (cfg.threads > 1 && work >= 32768) {
-    auto splits = [&](size_t i) { return size[i] >= cfg.threads && size[i] % cfg.threads == 0; };
-    std::optional<size_t> pick_axis;
-    for (size_t i = 0; i < n_out && !pick_axis; i++)
-      if (splits(i)) pick_axis = i;
-    if (pick_axis && reduce) {
-      const UOp* big = nullptr;
-      double big_bytes = 0;
-      for (size_t li = 0; li < acc.loads.size(); li++) {
-        const UOp* l = acc.loads[li];
-        double bytes = double(acc.load_bytes[li]);
-        for (const UOp* r : axes)
-          if (depends_on(l, r)) bytes *= double(range_size(r).value_or(1));
-        if (!depends_on(l, axes[*pick_axis]) && bytes >= double(8 << 20) && bytes > big_bytes) big = l, big_bytes = bytes;
-      }
-      if (big)
-        for (size_t i = 0; i < n_out; i++)
-          if (splits(i) && depends_on(big, axes[i])) {
-            pick_axis = i;
-            break;
-          }
-    }
-    if (pick_axis) opts.push_back({OptOp::THREAD, int(*pick_axis), cfg.threads});
-  }
+  add_threads();
   if (tile_rank > 0 && !ranked) return std::nullopt;
   return opts;
 }

@@ -380,9 +380,17 @@ class LLVMEmitter {
         return;
       }
       case Ops::STORE: {
-        if (u->nsrc() != 2) throw Error("[render] LLVM IR: a gated STORE (work-group opts) is not supported");
         DType d = u->src(1)->dtype;
         std::string x = dtypes::is_bool(d) ? val("zext i1 " + s(1) + " to i8") : s(1);
+        if (u->nsrc() == 3) {  // gated (an index check's hit record): a branch around the store
+          if (u->src(2)->dtype.count != 1) throw Error("[render] LLVM IR: a STORE with a vector gate is not supported");
+          ins("br i1 " + s(2) + ", label %S" + id + ".then, label %S" + id + ".end");
+          label("S" + id + ".then");
+          ins("store " + mtype(d) + " " + x + ", ptr " + s(0));
+          ins("br label %S" + id + ".end");
+          label("S" + id + ".end");
+          return;
+        }
         ins("store " + mtype(d) + " " + x + ", ptr " + s(0));
         return;
       }
