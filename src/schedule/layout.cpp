@@ -192,19 +192,21 @@ bool has_reduce(const UOp* x) {
 
 // The input's side of a convolution's product with the input stored channels-last (`cl`), or materialised where
 // the window view would read it with a bounds test (padded) or recompute a reduce in it (a gather of the batch) at
-// every tap; null when neither applies. The window view of the copy, rebuilt.
+// every tap; null when neither applies (the view itself when `cl`: one input channel is already in channels-last
+// order, and a copy would only repeat it: mnist's first convolution). The window view of the copy, rebuilt.
 UOpRef input_copy(const UOp* xo, const ConvShape& cs, bool cl, LayoutCtx& c) {
   const int64_t lead[2] = {cs.n, cs.groups * cs.ci};
   std::vector<const UOp*> path;
   const UOp* x = view_base(xo, cs.nd + 2, lead, c, path);
   if (!x) return {};
-  if (cl) return rebuild(path, channels_last(UOpRef(x), cs.nd));
+  // one input channel: channels-last is NCHW's order, copied only where the NCHW rule below would copy it
+  if (cl && cs.groups * cs.ci > 1) return rebuild(path, channels_last(UOpRef(x), cs.nd));
   bool padded = false;
   if (x->op == Ops::PAD) {
     const auto& p = std::get<std::vector<int64_t>>(x->arg);
     padded = std::any_of(p.begin(), p.end(), [](int64_t v) { return v > 0; });
   }
-  if (!padded && !((is_alu(x->op) || x->op == Ops::CAST) && has_reduce(x))) return {};
+  if (!padded && !((is_alu(x->op) || x->op == Ops::CAST) && has_reduce(x))) return cl ? UOpRef(xo) : UOpRef{};
   return rebuild(path, UOp::make(Ops::CONTIGUOUS, x->dtype, {UOpRef(x)}));
 }
 
