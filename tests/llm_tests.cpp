@@ -604,6 +604,39 @@ TEST_CASE("GPT2 from safetensors: config.json or a head count, and errors naming
   std::filesystem::remove_all(dir);
 }
 
+TEST_CASE("GPT-2's KV cache is float16 by default (as Llama's), float32 on request: logits within float16 rounding of "
+          "the float32 cache's, prefill and decode") {
+  models::GPT2Config c;
+  c.dim = 32, c.n_layers = 2, c.n_heads = 4, c.hidden_dim = 128, c.vocab_size = 40, c.n_positions = 16, c.max_context = 16;
+  std::map<std::string, Tensor> w = llm_util::random_gpt2_weights(c, 7);
+  models::GPT2 half(c, w);
+  c.cache_dtype = dtypes::float32;
+  models::GPT2 full(c, w);
+  int64_t elems = 2 * c.n_layers * c.max_context * c.dim;
+  CHECK(half.config().cache_dtype == dtypes::float16);
+  CHECK(half.cache_bytes() == 2 * elems);
+  CHECK(full.cache_bytes() == 4 * elems);
+  // keys and values rounded to float16 (relative 2^-11) as they are written: the logits move by about that much
+  auto close = [](const std::vector<float>& got, const std::vector<float>& ref) {
+    REQUIRE(got.size() == ref.size());
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < ref.size(); i++)
+      worst = std::max(worst, double(std::fabs(got[i] - ref[i]))), scale = std::max(scale, double(std::fabs(ref[i])));
+    CHECK(worst > 0);  // the cache is float16: not the float32 result
+    CHECK(worst <= 2e-3 * scale);
+  };
+  std::vector<int32_t> toks = {3, 39, 0, 17, 22, 8, 30, 11, 5};
+  close(half.prefill(std::vector<int32_t>(toks.begin(), toks.begin() + 4)).to_vector<float>(),
+        full.prefill(std::vector<int32_t>(toks.begin(), toks.begin() + 4)).to_vector<float>());
+  for (int64_t t = 4; t < int64_t(toks.size()); t++) {
+    CAPTURE(t);
+    close(half.decode({toks[size_t(t)]}, t).to_vector<float>(), full.decode({toks[size_t(t)]}, t).to_vector<float>());
+  }
+  CHECK(half.decode_jit()->replaying());
+  c.cache_dtype = dtypes::int32;
+  CHECK(error_of([&] { models::GPT2(c, w); }).find("[gpt2] cache_dtype must be float16 or float32, got int32") != std::string::npos);
+}
+
 TEST_CASE("a character-level LLaMA trained by tg (autograd, AdamW) on the GPL's text writes that text again") {
   // corpus: the beginning of the GPL version 3 from Debian's base-files; the model: 2 layers of width 64 with a
   // window of 48 characters (examples/llm_train with smaller settings)
