@@ -37,7 +37,8 @@ uint64_t alloc_cache_rounds() { return uint64_t(getenv_int("TG_ALLOC_CACHE_ROUND
 }  // namespace
 
 void* Allocator::alloc(size_t bytes) {
-  alloc_cache_limit();  // a malformed TG_ALLOC_CACHE_MB surfaces here rather than in a destructor
+  alloc_cache_limit();  // a malformed TG_ALLOC_CACHE_MB (or _ROUNDS) surfaces here rather than in a destructor
+  alloc_cache_rounds();
   if (bytes > capacity())
     throw Error("[alloc] " + std::to_string(bytes) + " bytes is more than one allocation can hold (" +
                 std::to_string(capacity()) + " bytes)");
