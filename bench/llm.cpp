@@ -8,6 +8,8 @@
 // positions are written), and the bytes of tg's KV-cache write (each token's K and V rows, written in place).
 // Environment: LLM_DIM (512), LLM_LAYERS (8), LLM_HEADS (8), LLM_KV_HEADS (4), LLM_FFN (1536), LLM_CTX (512),
 // LLM_PROMPT (64), LLM_DECODE (32), LLM_TYPES (f32,q8_0,q4_0), LLM_REPS (3), THREADS (both libraries; default: every CPU),
+// LLM_MEMDIAG=1 (after the run: the allocator's cached bytes, and the resident set once they and glibc's free heap
+// are given back),
 // TG_NODE_MODULES (data/node/node_modules). On a busy machine llama.cpp's spinning thread barriers suffer more than
 // tg's pool: compare at THREADS=1 there (bench/run runs both).
 #include <malloc.h>
@@ -105,6 +107,14 @@ int main() {
       if (r > 0) per_tok.push_back(bench::ms_since(t0) / double(n_decode));
     }
     double rss_run = rss_bytes() - rss0;  // after the prompt and decode steps: the KV-cache rows written, kernels, buffers
+    if (getenv_int("LLM_MEMDIAG", 0)) {
+      double cached = double(get_device(default_device()).allocator().cached_bytes());
+      get_device(default_device()).allocator().clear_cache();
+      double rss_c = rss_bytes() - rss0;
+      malloc_trim(0);
+      std::fprintf(stderr, "memdiag %s: after run %.1f MB, allocator cache %.1f MB, after clear_cache %.1f MB, after malloc_trim %.1f MB\n",
+                   type.c_str(), rss_run / 1e6, cached / 1e6, rss_c / 1e6, (rss_bytes() - rss0) / 1e6);
+    }
     std::sort(per_tok.begin(), per_tok.end());
     double tg_decode = per_tok[per_tok.size() / 2];
     // llama.cpp

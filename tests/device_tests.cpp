@@ -146,6 +146,33 @@ TEST_CASE("the allocator cache is bounded by TG_ALLOC_CACHE_MB and evicts the le
   a.free(b3, kB);
 }
 
+TEST_CASE("a cached block no allocation takes again within TG_ALLOC_CACHE_ROUNDS rounds of launches is given back") {
+  ScopedEnv env("TG_ALLOC_CACHE_ROUNDS", "2");
+  CountingAllocator a;
+  void* p = a.alloc(1000);
+  void* q = a.alloc(2000);
+  CHECK(a.live_bytes() == 3000);
+  a.free(p, 1000);  // freed in round 0
+  a.end_round();    // round 1
+  a.free(q, 2000);  // freed in round 1
+  CHECK(a.live_bytes() == 0);
+  a.end_round();  // round 2: p is 2 rounds old, kept
+  CHECK(a.cached_bytes() == 3000);
+  a.end_round();  // round 3: p is 3 rounds old, given back
+  REQUIRE(a.raw_frees.size() == 1);
+  CHECK(a.raw_frees[0] == p);
+  CHECK(a.cached_bytes() == 2000);
+  void* r = a.alloc(2000);  // a block taken again leaves the cache and does not age
+  CHECK(r == q);
+  for (int i = 0; i < 5; i++) a.end_round();
+  CHECK(a.raw_frees.size() == 1);
+  a.free(r, 2000);
+  for (int i = 0; i < 3; i++) a.end_round();
+  CHECK(a.raw_frees.size() == 2);
+  CHECK(a.cached_bytes() == 0);
+  CHECK(a.raw_allocs == 2);
+}
+
 TEST_CASE("an unknown device is a tg::Error naming the known ones") {
   CHECK_THROWS_AS(get_device("NOPE"), Error);
   try {

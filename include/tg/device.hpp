@@ -5,6 +5,7 @@
 // several threads; a Buffer is not synchronised (the engine orders all work on it).
 #include "tg/config.hpp"
 
+#include <atomic>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -38,18 +39,28 @@ struct LaunchDims {
 };
 
 /** Raw memory of one device. Backends implement alloc_raw (nullptr when out of memory), free_raw and the copies;
- *  a backend's destructor must call clear_cache() (the base cannot call free_raw once the backend is gone). */
+ *  a backend's destructor must call clear_cache() (the base cannot call free_raw once the backend is gone).
+ *  Thread-safe. */
 class Allocator {
  public:
   virtual ~Allocator() = default;
   /** Memory for `bytes` bytes (reuses a cached freed block of the same size when there is one). */
   void* alloc(size_t bytes);
-  /** Return memory; it is kept in an LRU cache of freed blocks (bounded by TG_ALLOC_CACHE_MB, default 1024). */
+  /** Return memory; it is kept in an LRU cache of freed blocks (bounded by TG_ALLOC_CACHE_MB, default 1024, and
+   *  by age: see end_round). */
   void free(void* p, size_t bytes);
   /** Drop every cached freed block. */
   void clear_cache();
+  /** One round of launches on this device has ended (a realize's schedule, a TinyJit replay): cached blocks freed
+   *  more than TG_ALLOC_CACHE_ROUNDS rounds ago (default 16; 0: at the end of the round after) that no allocation
+   *  took again are given back to the device. A working set that repeats (a layer's buffers, a training step's)
+   *  is reused from the cache; buffers of a one-off computation (a long prompt's float32 weights and activations)
+   *  do not stay resident once it is over. */
+  void end_round();
   /// bytes held by freed blocks in the cache (not yet returned to the device)
   size_t cached_bytes() const;
+  /// bytes allocated through alloc and not freed yet
+  size_t live_bytes() const { return live_.load(std::memory_order_relaxed); }
   /// copies `bytes` from host memory into device memory `dst`
   virtual void copyin(void* dst, const void* host_src, size_t bytes) = 0;
   /// copies `bytes` of device memory `src` to host memory
@@ -70,10 +81,17 @@ class Allocator {
   virtual void free_raw(void* p, size_t bytes) = 0;
 
  private:
+  struct Cached {
+    size_t bytes;
+    void* p;
+    uint64_t round;  // round_ when it was freed
+  };
   mutable std::mutex mu_;
-  std::list<std::pair<size_t, void*>> lru_;  // most recently freed first
-  std::unordered_map<size_t, std::vector<std::list<std::pair<size_t, void*>>::iterator>> by_size_;
+  std::list<Cached> lru_;  // most recently freed first
+  std::unordered_map<size_t, std::vector<std::list<Cached>::iterator>> by_size_;
   size_t cached_ = 0;
+  uint64_t round_ = 0;
+  std::atomic<size_t> live_{0};
 };
 
 /** A loaded kernel. `bufs` are device pointers in PARAM order, `vars` the DEFINE_VAR values in order. */

@@ -75,6 +75,7 @@ class TinyJit {
   std::vector<JitItem> items_;
   std::vector<const Buffer*> input_bufs_;  // the inputs' buffers during the capture that is replayed
   std::vector<Tensor> outputs_;
+  std::vector<std::string> devices_;  // the devices the capture's buffers are on: a replay ends a round of each allocator
 };
 
 }  // namespace tg

@@ -32,10 +32,13 @@ namespace fs = std::filesystem;
 namespace {
 // Bytes of freed blocks kept for reuse (TG_ALLOC_CACHE_MB, default 1 GiB; 0 keeps none).
 size_t alloc_cache_limit() { return size_t(getenv_int("TG_ALLOC_CACHE_MB", 1024, 0, INT64_MAX >> 20)) << 20; }
+// Rounds a freed block stays cached without being taken again (TG_ALLOC_CACHE_ROUNDS, default 16).
+uint64_t alloc_cache_rounds() { return uint64_t(getenv_int("TG_ALLOC_CACHE_ROUNDS", 16, 0, INT64_MAX)); }
 }  // namespace
 
 void* Allocator::alloc(size_t bytes) {
-  alloc_cache_limit();  // a malformed TG_ALLOC_CACHE_MB surfaces here rather than in a destructor
+  alloc_cache_limit();  // a malformed TG_ALLOC_CACHE_MB (or _ROUNDS) surfaces here rather than in a destructor
+  alloc_cache_rounds();
   if (bytes > capacity())
     throw Error("[alloc] " + std::to_string(bytes) + " bytes is more than one allocation can hold (" +
                 std::to_string(capacity()) + " bytes)");
@@ -45,9 +48,10 @@ void* Allocator::alloc(size_t bytes) {
       auto lit = it->second.back();  // the most recently freed block of this size
       it->second.pop_back();
       if (it->second.empty()) by_size_.erase(it);
-      void* p = lit->second;
+      void* p = lit->p;
       lru_.erase(lit);
       cached_ -= bytes;
+      live_ += bytes;
       return p;
     }
   }
@@ -61,6 +65,7 @@ void* Allocator::alloc(size_t bytes) {
     p = alloc_raw(bytes);
   }
   if (!p) throw Error("[alloc] out of memory allocating " + std::to_string(bytes) + " bytes");
+  live_ += bytes;
   return p;
 }
 
@@ -71,6 +76,7 @@ void Allocator::copyin_at(void* dst, size_t offset, const void* host_src, size_t
 
 void Allocator::free(void* p, size_t bytes) {
   if (!p) return;
+  live_ -= bytes;
   size_t limit = 0;
   try {
     limit = alloc_cache_limit();
@@ -82,16 +88,16 @@ void Allocator::free(void* p, size_t bytes) {
     if (bytes > limit) {
       victims.emplace_back(bytes, p);
     } else {
-      lru_.emplace_front(bytes, p);
+      lru_.push_front(Cached{bytes, p, round_});
       by_size_[bytes].push_back(lru_.begin());
       cached_ += bytes;
       while (cached_ > limit) {  // evict the least recently freed; it is the oldest entry of its size
         auto last = std::prev(lru_.end());
-        auto it = by_size_.find(last->first);
+        auto it = by_size_.find(last->bytes);
         it->second.erase(it->second.begin());
         if (it->second.empty()) by_size_.erase(it);
-        cached_ -= last->first;
-        victims.push_back(*last);
+        cached_ -= last->bytes;
+        victims.emplace_back(last->bytes, last->p);
         lru_.erase(last);
       }
     }
@@ -99,15 +105,39 @@ void Allocator::free(void* p, size_t bytes) {
   for (auto& [n, q] : victims) free_raw(q, n);
 }
 
+void Allocator::end_round() {
+  uint64_t keep = 16;
+  try {
+    keep = alloc_cache_rounds();
+  } catch (const Error&) {  // a malformed setting: the default (the error surfaces where it can be thrown)
+  }
+  std::vector<std::pair<size_t, void*>> victims;
+  {
+    std::lock_guard lk(mu_);
+    round_++;
+    // the least recently freed are at the back: give back those older than `keep` rounds
+    while (!lru_.empty() && lru_.back().round + keep < round_) {
+      auto last = std::prev(lru_.end());
+      auto it = by_size_.find(last->bytes);
+      it->second.erase(it->second.begin());
+      if (it->second.empty()) by_size_.erase(it);
+      cached_ -= last->bytes;
+      victims.emplace_back(last->bytes, last->p);
+      lru_.erase(last);
+    }
+  }
+  for (auto& [n, q] : victims) free_raw(q, n);
+}
+
 void Allocator::clear_cache() {
-  std::list<std::pair<size_t, void*>> all;
+  std::list<Cached> all;
   {
     std::lock_guard lk(mu_);
     all.swap(lru_);
     by_size_.clear();
     cached_ = 0;
   }
-  for (auto& [n, q] : all) free_raw(q, n);
+  for (auto& c : all) free_raw(c.p, c.bytes);
 }
 
 size_t Allocator::cached_bytes() const {

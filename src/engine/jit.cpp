@@ -2,6 +2,7 @@
 #include "tg/jit.hpp"
 
 #include <algorithm>
+#include <set>
 #include <unordered_set>
 
 #include "tg/device.hpp"
@@ -134,6 +135,10 @@ std::vector<Tensor> TinyJit::operator()(const std::vector<Tensor>& in, const std
                     "branch on values, or change shapes?)");
     }
     items_ = std::move(items);
+    std::set<std::string> devices;
+    for (const JitItem& it : items_)
+      for (const auto& b : it.bufs) devices.insert(b->device());
+    devices_.assign(devices.begin(), devices.end());
     input_bufs_.clear();
     for (auto& t : inputs) input_bufs_.push_back(buffer_of(contiguous_buffer(t.uop().get())).get());
     outputs_ = out;
@@ -164,6 +169,7 @@ std::vector<Tensor> TinyJit::operator()(const std::vector<Tensor>& in, const std
     }
     jit_run(it, bufs, vals);
   }
+  for (const std::string& d : devices_) get_device(d).allocator().end_round();
   calls_++;
   // Symbolic outputs: the same buffers, their dims bound to this call's values.
   for (Tensor& t : outputs_)

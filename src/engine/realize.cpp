@@ -14,6 +14,7 @@
 #include <future>
 #include <list>
 #include <optional>
+#include <set>
 #include <mutex>
 #include <unordered_map>
 
@@ -306,6 +307,16 @@ struct IndexCheckRun {
 };
 }  // namespace
 
+namespace {
+// Each device the schedule used ends a round of its allocator (cached blocks left unused for long are given back).
+void end_rounds(const std::vector<ScheduleItem>& items) {
+  std::set<std::string> devices;
+  for (const auto& it : items)
+    for (const auto& b : it.bufs) devices.insert(b->device());
+  for (const std::string& d : devices) get_device(d).allocator().end_round();
+}
+}  // namespace
+
 void jit_begin_capture(std::vector<JitItem>* sink) { g_capture = sink; }
 void jit_end_capture() { g_capture = nullptr; }
 
@@ -415,6 +426,7 @@ void run_schedule(Schedule& s) {
                    r.kernel.flops / us / 1e3, r.kernel.mem_bytes / us / 1e3, vs.c_str());
     }
   }
+  end_rounds(s.items);
 }
 
 }  // namespace tg

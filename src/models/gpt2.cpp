@@ -96,11 +96,14 @@ GPT2::GPT2(GPT2Config cfg, std::map<std::string, Tensor> w, int64_t batch, int64
   if (find(w, layer(c.n_layers) + "ln_1.weight"))
     fail("the weights have more blocks than the " + std::to_string(c.n_layers) + " layers configured (" + layer(c.n_layers) + "ln_1.weight)");
   if (slots <= 0) fail("slots must be positive, got " + std::to_string(slots));
+  if (c.cache_dtype != dtypes::float16 && c.cache_dtype != dtypes::float32)
+    fail("cache_dtype must be float16 or float32, got " + c.cache_dtype.name());
   caches_.resize(size_t(slots));
   for (Cache& cache : caches_)
     for (int64_t i = 0; i < c.n_layers; i++) {
-      cache.k.push_back(Tensor::zeros({batch, c.max_context, c.n_heads, c.head_dim()}).contiguous().realize());
-      cache.v.push_back(Tensor::zeros({batch, c.max_context, c.n_heads, c.head_dim()}).contiguous().realize());
+      // unwritten (not zeros): each row is written before any step reads it, and untouched pages stay unallocated
+      cache.k.push_back(Tensor::empty({batch, c.max_context, c.n_heads, c.head_dim()}, c.cache_dtype).realize());
+      cache.v.push_back(Tensor::empty({batch, c.max_context, c.n_heads, c.head_dim()}, c.cache_dtype).realize());
     }
 }
 
@@ -116,7 +119,7 @@ std::map<std::string, Tensor> GPT2::load_weights(const std::string& path) {
 }
 
 std::unique_ptr<GPT2> GPT2::from_safetensors(const std::string& path, int64_t n_heads, int64_t max_context, int64_t batch,
-                                             int64_t slots) {
+                                             int64_t slots, DType cache_dtype) {
   std::map<std::string, Tensor> w = load_weights(path);
   double eps = 1e-5;
   std::filesystem::path cfg_path = std::filesystem::path(path).parent_path() / "config.json";
@@ -135,6 +138,7 @@ std::unique_ptr<GPT2> GPT2::from_safetensors(const std::string& path, int64_t n_
     }
   }
   GPT2Config c = GPT2Config::from_weights(w, path, n_heads, max_context, eps);
+  c.cache_dtype = cache_dtype;
   auto agree = [&](const char* key, const char* what, int64_t have) {
     if (j.is_object() && j.contains(key) && j.at(key).is_number_integer() && j.at(key).get<int64_t>() != have)
       fail(cfg_path.string() + ": \"" + key + "\" " + std::to_string(j.at(key).get<int64_t>()) + " differs from " + path + "'s " + what +
@@ -183,11 +187,15 @@ Tensor GPT2::forward(const Tensor& tokens, const sint& start, bool last_only, in
     Tensor& cv = kv.v[i];
     Tensor qkv = x.layer_norm({D}, l.ln1_w, l.ln1_b, c.norm_eps).matmul(l.attn_w) + l.attn_b;  // (B, T, 3D)
     auto part = [&](int64_t j) { return qkv.shrink({{0, B}, {0, T}, {j * D, (j + 1) * D}}).reshape({B, T, H, hd}); };
-    // rows start..start+T-1 of both caches written in place (assigns into views of their buffers)
-    Tensor q = part(0), kw = detail::cache_rows(ck, part(1), start), vw = detail::cache_rows(cv, part(2), start);
+    // rows start..start+T-1 of both caches written in place (assigns into views of their buffers), rounded to the
+    // cache's dtype
+    Tensor q = part(0), kw = detail::cache_rows(ck, part(1).cast(ck.dtype()), start),
+           vw = detail::cache_rows(cv, part(2).cast(cv.dtype()), start);
     Tensor::realize_all({&kw, &vw, &x});
     auto heads = [&](const Tensor& cache) {  // (B, H, L, hd) of positions 0..start+T-1
-      return cache.shrink({{sint(0), sint(B)}, {sint(0), L}, {sint(0), sint(H)}, {sint(0), sint(hd)}}).permute({0, 2, 1, 3});
+      return cache.shrink({{sint(0), sint(B)}, {sint(0), L}, {sint(0), sint(H)}, {sint(0), sint(hd)}})
+          .permute({0, 2, 1, 3})
+          .cast(dtypes::float32);
     };
     Tensor scores = q.permute({0, 2, 1, 3}).matmul(heads(ck).permute({0, 1, 3, 2})) * (1.0 / std::sqrt(double(hd)));
     if (T > 1) {
@@ -232,13 +240,14 @@ Tensor GPT2::decode(const std::vector<int32_t>& tokens, int64_t pos, int64_t slo
   return (*kv.jit)({tok}, {start_pos_.bind(pos)})[0];
 }
 
-void GPT2::reset() {
-  for (Cache& kv : caches_)
-    for (size_t i = 0; i < kv.k.size(); i++) {
-      kv.k[i].assign(Tensor::zeros(kv.k[i].shape()));
-      kv.v[i].assign(Tensor::zeros(kv.v[i].shape()));
-      Tensor::realize_all({&kv.k[i], &kv.v[i]});
-    }
+void GPT2::reset() {}  // the next sequence writes each row before it reads it
+
+int64_t GPT2::cache_bytes() const {
+  int64_t n = 0;
+  for (const Cache& kv : caches_)
+    for (size_t i = 0; i < kv.k.size(); i++)
+      for (const Tensor* t : {&kv.k[i], &kv.v[i]}) n += int64_t(buffer_of(contiguous_buffer(t->uop().get()))->nbytes());
+  return n;
 }
 
 }  // namespace tg::models

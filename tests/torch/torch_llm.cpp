@@ -228,7 +228,7 @@ TEST_CASE("GPT-2 from a Hugging Face-style safetensors file matches a libtorch r
   llm_util::write_random_gpt2(path, c, 11, "transformer.");
   std::map<std::string, torch::Tensor> tw;
   for (const auto& [name, t] : tg::models::GPT2::load_weights(path)) tw[name] = to_torch64(t.to(tg::default_device()));
-  auto gpt = tg::models::GPT2::from_safetensors(path, 0, 16);
+  auto gpt = tg::models::GPT2::from_safetensors(path, 0, 16, 1, 1, tg::dtypes::float32);  // a float32 cache (default float16)
   std::filesystem::remove_all(dir);
   DOCTEST_CHECK(gpt->config().n_heads == 4);
   DOCTEST_CHECK(gpt->config().n_layers == 3);

@@ -33,6 +33,8 @@ struct GPT2Config {
   int64_t max_context = 0;  ///< KV cache length, at most n_positions
   /// LayerNorm's epsilon
   double norm_eps = 1e-5;
+  /// the KV cache's dtype: float16 (llama.cpp's, as Llama's) or float32
+  DType cache_dtype = dtypes::float16;
   /// width of one attention head (dim / n_heads)
   int64_t head_dim() const { return dim / n_heads; }
   /** The sizes of the weights `w` (Hugging Face's names, prefix removed); n_heads and norm_eps as given,
@@ -49,9 +51,9 @@ class GPT2 {
    *  `slots` KV caches (sequences that coexist, each decoded by its own TinyJit). */
   GPT2(GPT2Config cfg, std::map<std::string, Tensor> weights, int64_t batch = 1, int64_t slots = 1);
   /** Load a safetensors file. n_heads 0 reads n_head (and layer_norm_epsilon) from a config.json beside the file; with
-   *  neither it is a tg::Error. max_context 0: n_positions. */
+   *  neither it is a tg::Error. max_context 0: n_positions. The KV cache is of cache_dtype (float16 or float32). */
   static std::unique_ptr<GPT2> from_safetensors(const std::string& path, int64_t n_heads = 0, int64_t max_context = 0,
-                                                int64_t batch = 1, int64_t slots = 1);
+                                                int64_t batch = 1, int64_t slots = 1, DType cache_dtype = dtypes::float16);
   /** The weights of a safetensors file by Hugging Face's names with the "transformer." prefix removed, as views of
    *  the mapped file (DISK); a tg::Error names the file when it cannot be read. */
   static std::map<std::string, Tensor> load_weights(const std::string& path);
@@ -69,8 +71,10 @@ class GPT2 {
   Tensor prefill(const std::vector<int32_t>& tokens, int64_t start_pos = 0, bool last_only = false, int64_t slot = 0);
   /** One decode step (one token per sequence) at `pos` through slot's TinyJit: logits (batch, vocab). */
   Tensor decode(const std::vector<int32_t>& tokens, int64_t pos, int64_t slot = 0);
-  /** Zero every slot's KV caches (new sequences). */
+  /** Start new sequences: nothing to clear (a step reads only rows its sequence wrote before), as Llama::reset. */
   void reset();
+  /** Bytes of every slot's KV caches at full context (of cache_dtype; pages of rows never written are not resident). */
+  int64_t cache_bytes() const;
   /** Slot's decode TinyJit; null before its first decode. */
   const TinyJit* decode_jit(int64_t slot = 0) const { return caches_.at(size_t(slot)).jit.get(); }
 
