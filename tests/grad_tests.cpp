@@ -181,6 +181,27 @@ TEST_CASE("a convolution's input gradient is a transposed convolution: one kerne
         }
 }
 
+TEST_CASE("a convolution's input gradient from autograd stores no window gradient") {
+  // Autograd's d/dx sums the window gradient (N, C, *o, *k) over the window view's repeats; the layout stage rewrites
+  // that sum into a transposed convolution (conv_input_grad), so no buffer of the window gradient's size is written.
+  struct Case {
+    int64_t stride, dilation, groups;
+  };
+  for (Case k : {Case{1, 1, 1}, Case{2, 1, 1}, Case{1, 2, 2}}) {
+    CAPTURE(k.stride);
+    CAPTURE(k.dilation);
+    CAPTURE(k.groups);
+    Tensor x = Tensor::rand({2, 4, 9, 9}).realize().requires_grad_(), w = Tensor::rand({2, 4 / k.groups, 3, 3}).realize();
+    Tensor y = x.conv2d(w, std::nullopt, k.stride, 1, k.dilation, k.groups);
+    Tensor g = Tensor::rand(y.shape()).realize();
+    Tensor gx = Tensor(y * g).sum().gradient({x})[0];
+    size_t window = size_t(2 * 4 * y.shape()[2] * y.shape()[3] * 9);
+    Schedule s = create_schedule(std::vector<UOpRef>{gx.uop()});
+    for (auto& it : s.items)
+      for (auto& b : it.bufs) CHECK(b->size() < window);
+  }
+}
+
 // ---------------------------------------------------------------- edges, as torch (issue 24)
 
 namespace {
