@@ -20,6 +20,7 @@ struct LayoutCtx {
   ShapeCache shapes;
   bool packed_matmul;                            // PACKED_MATMUL=0 turns the panelled matmul off
   bool channels_last;                            // CHANNELS_LAST=0 turns the channels-last convolution off
+  bool conv_input_grad;                          // CONV_INPUT_GRAD=0 leaves autograd's convolution input gradient as is
   std::unordered_map<std::string, bool> serial;  // device -> runs kernels with output loops in order (a CPU)
   std::vector<UOpRef> keep;
   NodeSet made;  // reduces a rule made: not rewritten again
@@ -364,6 +365,7 @@ std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> window_params
 }
 
 UOpRef conv_input_grad(const UOp* red, LayoutCtx& c) {
+  if (!c.conv_input_grad) return {};
   const auto& ra = std::get<ReduceArg>(red->arg);
   if (ra.op != Ops::ADD || red->sym()) return {};
   const UOp* r1 = red->src(0);  // W under the gradient's movement ops
@@ -448,7 +450,7 @@ const PatternMatcher& pm_layout() {
 }  // namespace
 
 std::vector<UOpRef> apply_layouts(std::span<const UOpRef> roots, const Knobs& knobs) {
-  LayoutCtx ctx{{}, knobs.packed_matmul, knobs.channels_last, {}, {}, {}};
+  LayoutCtx ctx{{}, knobs.packed_matmul, knobs.channels_last, knobs.conv_input_grad, {}, {}, {}};
   return rewrite_roots(roots, pm_layout(), &ctx, "layouts");
 }
 
