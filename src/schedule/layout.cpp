@@ -398,7 +398,7 @@ UOpRef conv_input_grad(const UOp* red, LayoutCtx& c) {
       for (const UOp* wu : reshape_chain(mul->src(size_t(1 - side)))) {
         if (c.shapes.of(gu) != gs || c.shapes.of(wu) != ws) continue;
         Tensor g(UOpRef(gu), gs, dev), w(UOpRef(wu), ws, dev);
-        for (auto& [st, dl] : params) {
+        for (auto& [st, dl] : params) try {
           Tensor v = detail::window_conv(detail::pool_windows(p, k, st, dl, "conv"), w, groups);
           const UOpRef targets[1] = {p.uop()};
           UOpRef gp = compute_gradient(v.uop(), g.uop(), targets, dev)[0];
@@ -410,6 +410,7 @@ UOpRef conv_input_grad(const UOp* red, LayoutCtx& c) {
           UOpRef out = g.conv_transpose(w, std::nullopt, st, 0, opd, groups, dl).reshape(rs).uop();
           c.keep.push_back(out);
           return out;
+        } catch (const Error&) {  // a view the Tensor ops refuse: not this gradient
         }
       }
   return {};
