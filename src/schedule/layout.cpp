@@ -328,11 +328,12 @@ UOpRef conv_weight_grad_layout(const UOp* red, LayoutCtx& c) {
 // for a placeholder input P. UOps are interned, so the same graph is the same node: the rule applies only where the
 // reduce is exactly that gradient, whoever wrote it.
 
-// The nodes of the RESHAPE chain under an operand (after its broadcast), top first.
+// The nodes of the RESHAPE (and CAST) chain under an operand (after its broadcast), top first.
 std::vector<const UOp*> reshape_chain(const UOp* u) {
   std::vector<const UOp*> out;
+  if (u->op == Ops::CAST) u = u->src(0);
   if (u->op == Ops::EXPAND) u = u->src(0);
-  for (out.push_back(u); u->op == Ops::RESHAPE; out.push_back(u)) u = u->src(0);
+  for (out.push_back(u); u->op == Ops::RESHAPE || u->op == Ops::CAST; out.push_back(u)) u = u->src(0);
   return out;
 }
 
@@ -368,10 +369,12 @@ UOpRef conv_input_grad(const UOp* red, LayoutCtx& c) {
   if (!c.conv_input_grad) return {};
   const auto& ra = std::get<ReduceArg>(red->arg);
   if (ra.op != Ops::ADD || red->sym()) return {};
-  const UOp* r1 = red->src(0);  // W under the gradient's movement ops
-  while (is_movement(r1->op) && r1->op != Ops::EXPAND && !r1->sym()) r1 = r1->src(0);
-  if (r1 == red->src(0) || r1->op != Ops::REDUCE_AXIS || r1->sym() || r1->src(0)->op != Ops::PERMUTE) return {};
-  const UOp* mul = r1->src(0)->src(0);  // (N, G, Co/G, *o, Ci/G, *k)
+  const UOp* r1 = red->src(0);  // W under the gradient's movement ops (and casts: float16 sums run in float32)
+  while (((is_movement(r1->op) && r1->op != Ops::EXPAND) || r1->op == Ops::CAST) && !r1->sym()) r1 = r1->src(0);
+  if (r1 == red->src(0) || r1->op != Ops::REDUCE_AXIS || r1->sym()) return {};
+  const UOp* pm = r1->src(0)->op == Ops::CAST ? r1->src(0)->src(0) : r1->src(0);
+  if (pm->op != Ops::PERMUTE) return {};
+  const UOp* mul = pm->src(0);  // (N, G, Co/G, *o, Ci/G, *k)
   if (std::get<ReduceArg>(r1->arg).op != Ops::ADD || mul->op != Ops::MUL || !dtypes::is_float(mul->dtype)) return {};
   const Shape& f = c.shapes.of(mul);
   if (f.size() < 6 || f.size() % 2) return {};
@@ -403,11 +406,11 @@ UOpRef conv_input_grad(const UOp* red, LayoutCtx& c) {
           const UOpRef targets[1] = {p.uop()};
           UOpRef gp = compute_gradient(v.uop(), g.uop(), targets, dev)[0];
           const UOp* x = gp.get();
-          while (x && x != red && x->op == Ops::RESHAPE) x = x->src(0);
+          while (x && x != red && (x->op == Ops::RESHAPE || x->op == Ops::CAST)) x = x->src(0);
           if (x != red) continue;
           std::vector<int64_t> opd;  // rows past the last window get no gradient
           for (size_t j = 0; j < nd; j++) opd.push_back(sp[j] - ((o[j] - 1) * st[j] + dl[j] * (k[j] - 1) + 1));
-          UOpRef out = g.conv_transpose(w, std::nullopt, st, 0, opd, groups, dl).reshape(rs).uop();
+          UOpRef out = g.conv_transpose(w, std::nullopt, st, 0, opd, groups, dl).cast(red->dtype).reshape(rs).uop();
           c.keep.push_back(out);
           return out;
         } catch (const Error&) {  // a view the Tensor ops refuse: not this gradient
