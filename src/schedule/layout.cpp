@@ -5,8 +5,12 @@
 #include "stages.hpp"
 
 #include <algorithm>
+#include <climits>
 #include <optional>
 #include <span>
+
+#include "../tensor/conv.hpp"
+#include "tg/gradient.hpp"
 
 namespace tg::sched {
 
@@ -16,6 +20,7 @@ struct LayoutCtx {
   ShapeCache shapes;
   bool packed_matmul;                            // PACKED_MATMUL=0 turns the panelled matmul off
   bool channels_last;                            // CHANNELS_LAST=0 turns the channels-last convolution off
+  bool conv_input_grad;                          // CONV_INPUT_GRAD=0 leaves autograd's convolution input gradient as is
   std::unordered_map<std::string, bool> serial;  // device -> runs kernels with output loops in order (a CPU)
   std::vector<UOpRef> keep;
   NodeSet made;  // reduces a rule made: not rewritten again
@@ -321,6 +326,113 @@ UOpRef conv_weight_grad_layout(const UOp* red, LayoutCtx& c) {
   return {};
 }
 
+// ---- the convolution's input gradient
+//
+// Autograd differentiates a convolution's window view (pool_windows: the input repeated, cut and reshaped so that
+// window element j of output o reads input o*s + j*d) into two sums: the window gradient W (N, C, *o, *k), the
+// output's gradient times the weight summed over Co, and the sum of W over the view's repeats of each input element
+// (the gradient of the repeat's EXPAND). The realize map computes W into a buffer (a reduce nested in another's loops
+// gets no register tile): k^nd times the input, written and read back (mnist's second convolution 10x slower than a
+// transposed convolution). For each input element i the repeats read exactly the (o, j) with o*s + j*d = i: the sum
+// is the gather form of the transposed convolution of the gradient with the weight, which is what the outer reduce
+// becomes; the convolution rules above then lay it out as any forward convolution.
+//
+// The pair is recognised by rebuilding it: from W's operands (the gradient g, the weight w) and each (stride,
+// dilation) that gives W's window count from the input's size, autograd's gradient of window_conv(pool_windows(P))
+// for a placeholder input P. UOps are interned, so the same graph is the same node: the rule applies only where the
+// reduce is exactly that gradient, whoever wrote it.
+
+// The nodes of the RESHAPE (and CAST) chain under an operand (after its broadcast), top first.
+std::vector<const UOp*> reshape_chain(const UOp* u) {
+  std::vector<const UOp*> out;
+  if (u->op == Ops::CAST) u = u->src(0);
+  if (u->op == Ops::EXPAND) u = u->src(0);
+  for (out.push_back(u); u->op == Ops::RESHAPE || u->op == Ops::CAST; out.push_back(u)) u = u->src(0);
+  return out;
+}
+
+// The (stride, dilation) pairs per spatial axis that give o windows of k over a (padded) size `in`, combined over the
+// axes (at most `cap` combinations; none where every axis has disjoint windows: that view has no repeat to sum).
+std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> window_params(const Shape& in, const Shape& k,
+                                                                                 const Shape& o, size_t cap) {
+  std::vector<std::vector<std::pair<int64_t, int64_t>>> axis(k.size());
+  for (size_t j = 0; j < k.size(); j++)
+    for (int64_t s = 1; s <= in[j]; s++)
+      for (int64_t d = 1; d <= in[j]; d++)
+        if (d * (k[j] - 1) + 1 <= in[j] && (in[j] - d * (k[j] - 1) + s - 1) / s == o[j]) axis[j].push_back({s, d});
+  std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> out{{{}, {}}};
+  for (size_t j = 0; j < k.size(); j++) {
+    std::vector<std::pair<std::vector<int64_t>, std::vector<int64_t>>> next;
+    for (auto& [st, dl] : out)
+      for (auto [s, d] : axis[j]) {
+        if (next.size() >= cap) return {};
+        next.push_back({st, dl});
+        next.back().first.push_back(s), next.back().second.push_back(d);
+      }
+    out = std::move(next);
+  }
+  std::erase_if(out, [&](const auto& p) {
+    for (size_t j = 0; j < k.size(); j++)
+      if (k[j] > p.first[j] || p.second[j] != 1) return false;
+    return true;
+  });
+  return out;
+}
+
+UOpRef conv_input_grad(const UOp* red, LayoutCtx& c) {
+  if (!c.conv_input_grad) return {};
+  const auto& ra = std::get<ReduceArg>(red->arg);
+  if (ra.op != Ops::ADD || red->sym()) return {};
+  const UOp* r1 = red->src(0);  // W under the gradient's movement ops (and casts: float16 sums run in float32)
+  while (((is_movement(r1->op) && r1->op != Ops::EXPAND) || r1->op == Ops::CAST) && !r1->sym()) r1 = r1->src(0);
+  if (r1 == red->src(0) || r1->op != Ops::REDUCE_AXIS || r1->sym()) return {};
+  const UOp* pm = r1->src(0)->op == Ops::CAST ? r1->src(0)->src(0) : r1->src(0);
+  if (pm->op != Ops::PERMUTE) return {};
+  const UOp* mul = pm->src(0);  // (N, G, Co/G, *o, Ci/G, *k)
+  if (std::get<ReduceArg>(r1->arg).op != Ops::ADD || mul->op != Ops::MUL || !dtypes::is_float(mul->dtype)) return {};
+  const Shape& f = c.shapes.of(mul);
+  if (f.size() < 6 || f.size() % 2) return {};
+  const size_t nd = (f.size() - 4) / 2;
+  const int64_t groups = f[1];
+  const Shape o(f.begin() + 3, f.begin() + int64_t(3 + nd)), k(f.begin() + int64_t(4 + nd), f.end());
+  Shape gs{f[0], groups * f[2]}, ws{groups * f[2], f[3 + nd]}, in;
+  gs.insert(gs.end(), o.begin(), o.end());
+  ws.insert(ws.end(), k.begin(), k.end());
+  const Shape& rs = c.shapes.of(red);  // the padded input's shape, with the repeat axes (size 1) between
+  for (size_t i = 0; i < rs.size(); i++)
+    if (std::find(ra.axes.begin(), ra.axes.end(), int64_t(i)) == ra.axes.end()) in.push_back(rs[i]);
+  if (in.size() != nd + 2 || in[0] != f[0] || in[1] != groups * f[3 + nd]) return {};
+  const Shape sp(in.begin() + 2, in.end());
+  auto params = window_params(sp, k, o, 64);
+  const std::string dev = device_of(red);
+  int64_t numel = 1;
+  for (int64_t d : in) numel *= d;
+  UOpRef hole = UOp::make(Ops::BUFFER, mul->dtype, {UOp::make(Ops::DEVICE, dtypes::void_, {}, dev)},
+                          std::vector<int64_t>{INT64_MIN / 2, numel});
+  Tensor p = Tensor(hole, {numel}, dev).reshape(in);
+  for (int side = 0; side < 2; side++)
+    for (const UOp* gu : reshape_chain(mul->src(size_t(side))))
+      for (const UOp* wu : reshape_chain(mul->src(size_t(1 - side)))) {
+        if (c.shapes.of(gu) != gs || c.shapes.of(wu) != ws) continue;
+        Tensor g(UOpRef(gu), gs, dev), w(UOpRef(wu), ws, dev);
+        for (auto& [st, dl] : params) try {
+          Tensor v = detail::window_conv(detail::pool_windows(p, k, st, dl, "conv"), w, groups);
+          const UOpRef targets[1] = {p.uop()};
+          UOpRef gp = compute_gradient(v.uop(), g.uop(), targets, dev)[0];
+          const UOp* x = gp.get();
+          while (x && x != red && (x->op == Ops::RESHAPE || x->op == Ops::CAST)) x = x->src(0);
+          if (x != red) continue;
+          std::vector<int64_t> opd;  // rows past the last window get no gradient
+          for (size_t j = 0; j < nd; j++) opd.push_back(sp[j] - ((o[j] - 1) * st[j] + dl[j] * (k[j] - 1) + 1));
+          UOpRef out = g.conv_transpose(w, std::nullopt, st, 0, opd, groups, dl).cast(red->dtype).reshape(rs).uop();
+          c.keep.push_back(out);
+          return out;
+        } catch (const Error&) {  // a view the Tensor ops refuse: not this gradient
+        }
+      }
+  return {};
+}
+
 // A shrink of a broadcast is a broadcast of the shrink: SHRINK(EXPAND(x)) -> EXPAND(SHRINK'(x)), where SHRINK' keeps
 // the broadcast axes whole (size 1) and shrinks the others as before. The multi stage gives each device its rows of
 // a replicated operand this way (a weight broadcast over a sharded batch); the rules below see the broadcast.
@@ -345,6 +457,7 @@ const PatternMatcher& pm_layout() {
   using namespace pat;
   static const PatternMatcher pm(table(
       rule(op_any<opset<Ops::SHRINK>>, [](auto& m) { return shrink_of_expand(m.root, m.template ctx<LayoutCtx>()); }),
+      rule(op_any<opset<Ops::REDUCE_AXIS>>, [](auto& m) { return conv_input_grad(m.root, m.template ctx<LayoutCtx>()); }),
       rule(op_any<opset<Ops::REDUCE_AXIS>>, [](auto& m) { return packed_matmul(m.root, m.template ctx<LayoutCtx>()); }),
       rule(op_any<opset<Ops::REDUCE_AXIS>>, [](auto& m) { return conv_layout(m.root, m.template ctx<LayoutCtx>()); }),
       rule(op_any<opset<Ops::REDUCE_AXIS>>,
@@ -355,7 +468,7 @@ const PatternMatcher& pm_layout() {
 }  // namespace
 
 std::vector<UOpRef> apply_layouts(std::span<const UOpRef> roots, const Knobs& knobs) {
-  LayoutCtx ctx{{}, knobs.packed_matmul, knobs.channels_last, {}, {}, {}};
+  LayoutCtx ctx{{}, knobs.packed_matmul, knobs.channels_last, knobs.conv_input_grad, {}, {}, {}};
   return rewrite_roots(roots, pm_layout(), &ctx, "layouts");
 }
 

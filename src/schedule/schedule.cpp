@@ -32,6 +32,7 @@ Knobs Knobs::from_env() {
   Knobs k;
   k.packed_matmul = getenv_int("PACKED_MATMUL", 1) != 0;
   k.channels_last = getenv_int("CHANNELS_LAST", 1) != 0;
+  k.conv_input_grad = getenv_int("CONV_INPUT_GRAD", 1) != 0;
   k.split_reduceop = getenv_int("SPLIT_REDUCEOP", 1) != 0;
   k.split_threshold = getenv_int("REDUCEOP_SPLIT_THRESHOLD", 16384, 1, INT64_MAX);
   k.fuse_rows = getenv_int("FUSE_REDUCE_ROWS", 1) != 0;
@@ -41,7 +42,8 @@ Knobs Knobs::from_env() {
 }
 
 std::string Knobs::key() const {
-  return std::string(packed_matmul ? "p" : "-") + (channels_last ? "c" : "-") + (split_reduceop ? "s" : "-") +
+  return std::string(packed_matmul ? "p" : "-") + (channels_last ? "c" : "-") + (conv_input_grad ? "g" : "-") +
+         (split_reduceop ? "s" : "-") +
          (fuse_rows ? "r" : "-") + (simplify_valid ? "v" : "-") + (multi_output ? "m" : "-") + std::to_string(split_threshold);
 }
 

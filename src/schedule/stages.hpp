@@ -64,6 +64,7 @@ struct Template {
 struct Knobs {
   bool packed_matmul = true;        // PACKED_MATMUL=0: no panelled matmul
   bool channels_last = true;        // CHANNELS_LAST=0: convolutions in NCHW on the CPU too
+  bool conv_input_grad = true;      // CONV_INPUT_GRAD=0: a convolution's input gradient as autograd writes it
   bool split_reduceop = true;       // SPLIT_REDUCEOP=0: no split reduce
   int64_t split_threshold = 16384;  // REDUCEOP_SPLIT_THRESHOLD: input/output ratio from which a reduce splits
   bool fuse_rows = true;            // FUSE_REDUCE_ROWS=0: no row fusion

@@ -1,10 +1,9 @@
 // nn functional: convolutions (sliding windows from movement ops, then multiply and sum, like tinygrad's
 // _pool), transposed convolutions, pools, norms, dropout, attention, embedding and interpolation.
 #include <algorithm>
-#include <atomic>
 #include <tuple>
 
-#include "ops_util.hpp"
+#include "conv.hpp"
 
 namespace tg {
 using namespace detail;
@@ -16,69 +15,16 @@ std::string conv_name(int64_t nd, const char* base) { return std::string(base) +
 
 // Convolution of x (N, C, *sp) with w (Cout, C/groups, *k) and any (even negative) padding pairs: the window view
 // of the padded input times the weight, summed over (C/groups, *k). How it is laid out in memory (channels-last on
-// the CPU, a materialised padded input) is the scheduler's choice (src/schedule/layout.cpp).
+// the CPU, a materialised padded input) is the scheduler's choice (src/schedule/layout.cpp). Both gradients come
+// from autograd (pm_gradient): the input's is the sum of the window gradient over the window view's repeats, which
+// the layout stage rewrites into the gather form of a transposed convolution (conv_input_grad in layout.cpp).
 Tensor conv_impl(const Tensor& x0, const Tensor& w, const std::optional<Tensor>& bias, const std::vector<int64_t>& st,
                  const Pads& pads, const std::vector<int64_t>& dl, int64_t groups, const std::string& op) {
   size_t nd = size_t(w.ndim() - 2);
-  int64_t bs = x0.shape()[0], cout = w.shape()[0], cin = w.shape()[1], rcout = cout / groups;
   std::vector<int64_t> k(w.shape().begin() + 2, w.shape().end());
-  std::vector<int64_t> key_pads;
-  for (auto& [a, b] : pads) key_pads.insert(key_pads.end(), {a, b});
-  std::string key = "conv st" + ints_str(st) + " pad" + ints_str(key_pads) + " dil" + ints_str(dl) + " g" + std::to_string(groups);
-  Tensor x = pool_windows(pad_last(x0, pads), k, st, dl, op);  // (N, C, *o, *k)
-  std::vector<int64_t> o(x.shape().begin() + 2, x.shape().begin() + 2 + int64_t(nd));
-  Shape s1{bs, groups, cin, 1}, s2{bs, groups, cin, rcout};
-  s1.insert(s1.end(), o.begin(), o.end());
-  s2.insert(s2.end(), o.begin(), o.end());
-  s1.insert(s1.end(), k.begin(), k.end());
-  s2.insert(s2.end(), k.begin(), k.end());
-  std::vector<int64_t> perm{0, 1, 3};
-  for (size_t i = 0; i < nd; i++) perm.push_back(int64_t(4 + i));
-  perm.push_back(2);
-  for (size_t i = 0; i < nd; i++) perm.push_back(int64_t(4 + nd + i));
-  x = x.reshape(s1).expand(s2).permute(perm);  // (N, G, Cout/G, *o, Cin/G, *k)
-  Shape ws{1, groups, rcout};
-  ws.insert(ws.end(), nd, 1);
-  ws.push_back(cin);
-  ws.insert(ws.end(), k.begin(), k.end());
-  std::vector<int64_t> red;
-  for (size_t i = 0; i <= nd; i++) red.push_back(-1 - int64_t(i));
-  Shape out{bs, cout};
-  out.insert(out.end(), o.begin(), o.end());
-  Tensor r = (x * w.reshape(ws)).sum(red).reshape(out);
-  // Backward: d/dx0 as a transposed convolution of the gradient (the same window-and-reduce kernel as a forward
-  // convolution; differentiating the window view instead sums the gradient's windows back over the input's
-  // repeats: 10x slower for mnist's second convolution, its (N, C, *o, *k) window gradient materialised), d/dw by
-  // differentiating the forward graph with respect to w only.
-  r = r.custom_gradient({x0, w}, key, [st, pads, dl, groups](const Tensor& g, const Tensor& value, const std::vector<Tensor>& in) {
-    const Tensor &xi = in[0], &wi = in[1];
-    size_t n = size_t(wi.ndim() - 2);
-    std::vector<int64_t> opd;
-    Pads undo;
-    for (size_t i = 0; i < n; i++) {
-      int64_t padded = xi.shape()[2 + i] + pads[i].first + pads[i].second;
-      int64_t used = (g.shape()[2 + i] - 1) * st[i] + dl[i] * (wi.shape()[2 + i] - 1) + 1;
-      opd.push_back(padded - used);  // rows the strided windows never reached get no gradient
-      undo.push_back({-pads[i].first, -pads[i].second});
-    }
-    Tensor gx = pad_last(g.conv_transpose(wi, std::nullopt, st, 0, opd, groups, dl), undo);
-    // d/dw with the input held constant: the input may itself depend on w (one weight in two stacked
-    // convolutions), and that path belongs to the outer gradient, through this convolution's gx. The input is
-    // a placeholder leaf while differentiating, then put back (the result still depends on it: second order)
-    static std::atomic<int64_t> next_id{0};
-    UOpRef dev = UOp::make(Ops::DEVICE, dtypes::void_, {}, xi.device());
-    UOpRef hole = UOp::make(Ops::BUFFER, xi.dtype(), {dev}, std::vector<int64_t>{INT64_MIN / 2 + next_id++, xi.numel()});
-    // (the forward's own view of the input where the gradient kept it: the two then share their copies of it)
-    UOpRef held = Tensor(hole, {xi.numel()}, xi.device()).reshape(xi.shape()).uop(), flat = xi.reshape({xi.numel()}).uop();
-    const UOp* xu = xi.uop().get();
-    Tensor fwd(substitute(value.uop(), [&](const UOp* u) { return u == xu ? held : UOpRef{}; }), value.shape(), value.device());
-    Tensor gwh = fwd.gradient({wi}, &g)[0];
-    Tensor gw(substitute(gwh.uop(), [&](const UOp* u) { return u == held.get() ? xi.uop() : u == hole.get() ? flat : UOpRef{}; }),
-              gwh.shape(), gwh.device());
-    return std::vector<std::optional<Tensor>>{gx.cast(xi.dtype()), gw};
-  });
+  Tensor r = window_conv(pool_windows(pad_last(x0, pads), k, st, dl, op), w, groups);
   if (!bias) return r;
-  Shape bsh{1, cout};
+  Shape bsh{1, w.shape()[0]};
   bsh.insert(bsh.end(), nd, 1);
   return r + bias->reshape(bsh);
 }
@@ -111,6 +57,32 @@ std::pair<Tensor, bool> batched(const Tensor& x, size_t nd, const std::string& o
                "-d input, got shape " + shape_str(x.shape()));
 }
 }  // namespace
+
+Tensor detail::window_conv(const Tensor& x, const Tensor& w, int64_t groups) {
+  size_t nd = size_t(w.ndim() - 2);
+  int64_t bs = x.shape()[0], cout = w.shape()[0], cin = w.shape()[1], rcout = cout / groups;
+  std::vector<int64_t> k(w.shape().begin() + 2, w.shape().end());
+  std::vector<int64_t> o(x.shape().begin() + 2, x.shape().begin() + 2 + int64_t(nd));
+  Shape s1{bs, groups, cin, 1}, s2{bs, groups, cin, rcout};
+  s1.insert(s1.end(), o.begin(), o.end());
+  s2.insert(s2.end(), o.begin(), o.end());
+  s1.insert(s1.end(), k.begin(), k.end());
+  s2.insert(s2.end(), k.begin(), k.end());
+  std::vector<int64_t> perm{0, 1, 3};
+  for (size_t i = 0; i < nd; i++) perm.push_back(int64_t(4 + i));
+  perm.push_back(2);
+  for (size_t i = 0; i < nd; i++) perm.push_back(int64_t(4 + nd + i));
+  Tensor xw = x.reshape(s1).expand(s2).permute(perm);  // (N, G, Cout/G, *o, Cin/G, *k)
+  Shape ws{1, groups, rcout};
+  ws.insert(ws.end(), nd, 1);
+  ws.push_back(cin);
+  ws.insert(ws.end(), k.begin(), k.end());
+  std::vector<int64_t> red;
+  for (size_t i = 0; i <= nd; i++) red.push_back(-1 - int64_t(i));
+  Shape out{bs, cout};
+  out.insert(out.end(), o.begin(), o.end());
+  return (xw * w.reshape(ws)).sum(red).reshape(out);
+}
 
 // ---------------------------------------------------------------- convolutions
 
