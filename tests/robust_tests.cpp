@@ -454,6 +454,18 @@ TEST_CASE("a negative index out of range is reported as passed, not as wrapped")
   CHECK(x.index_select(0, Tensor::from_vector(std::vector<int64_t>{-3})).to_vector<float>() == std::vector<float>{1, 2});
 }
 
+TEST_CASE("a one-hot mask computed into a buffer (a small table) is checked where it is stored") {
+  // a table of 3 rows: the realize map computes index_select's mask into a buffer and sums over it (no fold); the
+  // mask's kernel checks the index (it read 0 silently)
+  Tensor x = Tensor::arange(12).reshape({3, 4}).cast(dtypes::float32).realize();
+  CHECK(contains(error_of([&] { (void)x.index_select(0, Tensor::from_vector(std::vector<int64_t>{0, -5})).realize(); }),
+                 "[index_select] index -5 is out of range for an axis of size 3"));
+  CHECK(contains(error_of([&] { (void)x.gather(0, Tensor::from_vector(std::vector<int64_t>{0, 3, 1, 2}, {1, 4})).realize(); }),
+                 "[gather] index 3 is out of range for an axis of size 3"));
+  CHECK(x.index_select(0, Tensor::from_vector(std::vector<int64_t>{2, -3})).to_vector<float>() ==
+        std::vector<float>{8, 9, 10, 11, 0, 1, 2, 3});
+}
+
 TEST_CASE("several indices out of range: the error counts them and lists the first five as passed") {
   const int64_t R = 16, C = 64;
   std::vector<float> xv(size_t(R * C));

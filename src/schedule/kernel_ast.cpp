@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <unordered_set>
 
 namespace tg::sched {
 
@@ -214,11 +215,18 @@ UOpRef kernel_ast_rules(const UOpRef& ast, int check_param, bool* index_check, s
   KernelAstCtx ctx;
   UOpRef k = graph_rewrite(ast, pm_kernel_ast(), &ctx, false, "kernel ast");
   if (!ctx.folded) k = ast;  // a kernel with nothing to fold keeps its AST (and its cache keys) as built
-  // the marked compares of ops that write through their mask (scatter, index_put: no sum folds) are checked
-  // wherever the kernel evaluates them
+  // The marked compares of ops that write through their mask (scatter, index_put: no sum folds) are checked
+  // wherever the kernel evaluates them; those of the other ops where the kernel evaluates them outside any reduce:
+  // a mask computed into a buffer (the realize map's choice for a small table, x of 3 rows: E_2_3 then a reduce
+  // over it) is read by a sum that cannot fold, so its index is checked where the mask is stored.
+  std::unordered_set<const UOp*> under_reduce;
+  for (const UOp* u : toposort(k.get()))
+    if (u->op == Ops::REDUCE)
+      for (const UOp* v : toposort(u->src(0))) under_reduce.insert(v);
   for (const UOp* u : toposort(k.get())) {
     const auto* mark = u->op == Ops::CMPEQ ? std::get_if<std::vector<int64_t>>(&u->arg) : nullptr;
-    if (!mark || mark->empty() || !IndexCheck::op_of((*mark)[0]) || !IndexCheck::op_of((*mark)[0])->unfolded) continue;
+    if (!mark || mark->empty() || !IndexCheck::op_of((*mark)[0])) continue;
+    if (!IndexCheck::op_of((*mark)[0])->unfolded && under_reduce.count(u)) continue;
     if (const UOp* r = one_hot_range(u))
       if (auto chk = check_of(u, r, one_hot_index(u, r))) ctx.checks.push_back(*chk);
   }
