@@ -51,7 +51,8 @@ struct ScheduleItem {
  *  {code, except} (a value allowed outside the range, as ignore_index). The kernel-AST stage that folds the one-hot
  *  sum into a load also stores a hit, when the index is outside [0, n), into a 3-slot int64 record:
  *  {code + 1, the index, n}; for the ops that write through the mask (scatter, index_put: no sum to fold) every
- *  kernel that evaluates the marked compare stores the hit. run_schedule reads the records after the run (a run
+ *  kernel that evaluates the marked compare stores the hit, for the others a kernel that evaluates it outside any
+ *  reduce (a mask computed into a buffer, which the sum reading it cannot fold) does too. run_schedule reads the records after the run (a run
  *  stops at the first bad record before a kernel that writes existing state) and throws a tg::Error naming the op,
  *  the index as the user passed it, the axis size, and how many indices were out of range with the first few
  *  (found by a diagnostic kernel built from the same check, run only then). */
@@ -60,7 +61,7 @@ struct IndexCheck {
   struct Op {
     const char* name;  ///< the op, as the error names it
     bool wraps;        ///< negative indices count from the end (the front end adds n): a wrapped index is reported as passed
-    bool unfolded;     ///< checked wherever the compare is evaluated, not only where its sum folds into a load
+    bool unfolded;     ///< checked wherever the compare is evaluated (under a reduce too), not only where it folds
   };
   /// the ops that mark their index compares, by code
   static constexpr Op ops[] = {{"gather", false, false},       {"index_select", true, false}, {"nll_loss", false, false},
