@@ -181,7 +181,7 @@ int main(int argc, char** argv) {
     // correct predictions in a chunk of test images (eval mode); whole chunks replay, a smaller rest runs eagerly
     auto count_correct = [&](const std::vector<Tensor>& in) -> std::vector<Tensor> {
       model->train(false);
-      return {Tensor((*model)(spread(in[0])).argmax(1) == spread(in[1]).cast(dtypes::int64)).cast(dtypes::float32).sum()};  // exact below 2^24
+      return {((*model)(spread(in[0])).argmax(1) == spread(in[1]).cast(dtypes::int64)).cast(dtypes::float32).sum()};  // exact below 2^24
     };
     TinyJit test_chunk(count_correct);
     int64_t chunk = std::min<int64_t>(n_test, 1000);

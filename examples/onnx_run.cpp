@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
       for (int64_t d : vi.shape) s.push_back(d < 0 ? 1 : d);
       tg::DType d = *vi.dtype;
       Tensor t = tg::dtypes::is_float(d) ? Tensor::randn(s).cast(d)
-                 : tg::dtypes::is_bool(d) ? Tensor(Tensor::rand(s) < 0.5)
+                 : tg::dtypes::is_bool(d) ? (Tensor::rand(s) < 0.5)
                                           : Tensor::randint(0, 10, s).cast(d);
       inputs[vi.name] = Value::of(t);
     }

@@ -60,6 +60,19 @@ TEST_CASE("a reduce inside an output loop initialises its accumulator inside tha
   CHECK(depth == 0);       // every loop closed
 }
 
+TEST_CASE("a float reduce's accumulator update is one MULACC; an int reduce's is not") {
+  auto mulaccs = [](const CompiledKernel& k) {
+    int n = 0;
+    for (const UOp* u : k.program) n += u->op == Ops::MULACC;
+    return n;
+  };
+  Tensor a = Tensor::rand({4, 8}), b = Tensor::rand({8}), ai = Tensor::arange(32).reshape({4, 8}), bi = Tensor::arange(8);
+  Tensor::realize_all({&a, &b, &ai, &bi});
+  CHECK(mulaccs(lower_first((a * b).sum(1))) == 1);
+  CHECK(mulaccs(lower_first((ai * bi).sum(1))) == 0);
+  CHECK(mulaccs(lower_first(a * b + a)) == 0);  // an elementwise a * b + c keeps its two roundings
+}
+
 TEST_CASE("no index dtype reaches the renderer and PARAMs come first") {
   Tensor a = Tensor::ones({3, 5});
   a.realize();

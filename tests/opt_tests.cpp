@@ -335,6 +335,60 @@ TEST_CASE("a convolution's layout is a scheduler rule: channels-last on the CPU,
   CHECK(std::abs(yl[size_t(4 * 9 + 4)] - s) <= 1e-5 * (1 + std::abs(s)));
 }
 
+TEST_CASE("a depthwise convolution is channels-last on the CPU: vectors along the channels, NCHW's values") {
+  // groups = input channels (one per group), 2 output channels per group: pm_layout sums it in (N, *o, *k, G, Co/G)
+  // order from channels-last copies, so the kernel's innermost output axis is the 16 channels, which its store is
+  // contiguous in (in NCHW it is the output row). The values are NCHW's and the direct sum's.
+  const int64_t G = 8, H = 7, W = 9;
+  Tensor x = randn({1, G, H, W}, 31), w = randn({2 * G, 1, 3, 3}, 32);
+  x.realize(), w.realize();
+  auto conv = [&] { return x.conv2d(w, std::nullopt, 1, 1, 1, G); };
+  auto conv_kernel_axis = [&](const Tensor& y) {  // (innermost output axis size, the store's stride along it)
+    UOpRef root = y.uop();
+    Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+    for (auto& it : s.items) {
+      bool red = false;
+      const UOp* st = nullptr;
+      for (const UOp* u : toposort(it.ast.get())) {
+        red |= u->op == Ops::REDUCE;
+        if (u->op == Ops::STORE && u->src(0)->op == Ops::INDEX) st = u->src(0)->src(1);
+      }
+      if (!red || !st) continue;
+      auto axes = kernel_axes(it.ast);
+      const UOp* inner = nullptr;
+      for (const UOp* r : axes)
+        if (range_type(r) == AxisType::Loop || range_type(r) == AxisType::Global) inner = r;
+      REQUIRE(inner);
+      return std::pair{inner->src(0)->const_int(), index_coef(st, inner).value_or(-1)};
+    }
+    FAIL("no reduce kernel");
+    return std::pair<int64_t, int64_t>{0, 0};
+  };
+  std::vector<float> yl = conv().to_vector<float>(), yn;
+  std::pair<int64_t, int64_t> nchw;
+  {
+    ScopedEnv off("CHANNELS_LAST", "0");
+    yn = conv().to_vector<float>();
+    nchw = conv_kernel_axis(conv());
+  }
+  CHECK(nchw == std::pair<int64_t, int64_t>{W, 1});  // NCHW: along the output row
+  if (get_device(default_device()).renderer().grid_limits().threads == 0)
+    CHECK(conv_kernel_axis(conv()) == std::pair<int64_t, int64_t>{2 * G, 1});  // channels-last: along the channels
+  check_close(yl, yn, 1e-6f);
+  auto xv = x.to_vector<float>(), wv = w.to_vector<float>();
+  for (int64_t co : {0, 5, 15})
+    for (auto [h, ww] : {std::pair<int64_t, int64_t>{0, 0}, {3, 4}, {6, 8}}) {
+      double s = 0;
+      for (int64_t a = 0; a < 3; a++)
+        for (int64_t b = 0; b < 3; b++) {
+          int64_t ih = h + a - 1, iw = ww + b - 1;
+          if (ih >= 0 && ih < H && iw >= 0 && iw < W)
+            s += double(xv[size_t(((co / 2) * H + ih) * W + iw)]) * double(wv[size_t(co * 9 + a * 3 + b)]);
+        }
+      CHECK(std::abs(yl[size_t((co * H + h) * W + ww)] - s) <= 1e-5 * (1 + std::abs(s)));
+    }
+}
+
 TEST_CASE("on the CPU a lone UNROLL stays a Lane loop that LLVM is told to vectorise, with the same sums") {
   Tensor c = randn({12, 64}, 7);
   c.realize();

@@ -383,7 +383,16 @@ struct Server::Impl {
     return true;
   }
 
-  static void finish(Job& j, const std::string& reason, const std::string& error = "") {
+  // Ends a job: counted in /health's "finished" before its client is woken, so a client that has read the end of its
+  // answer and then asks /health sees it counted.
+  void finish(Job& j, const std::string& reason, const std::string& error = "") {
+    {
+      std::lock_guard<std::mutex> lk(mu);
+      finished[reason]++;
+    }
+    close_job(j, reason, error);
+  }
+  static void close_job(Job& j, const std::string& reason, const std::string& error) {
     j.text.push("", true);
     std::lock_guard<std::mutex> lk(j.m);
     if (std::string rest = j.text.take(true); !rest.empty()) j.ready.push_back(rest);
@@ -459,22 +468,20 @@ struct Server::Impl {
           finish(*s.job, "error", e.what());
         }
         if (over) {
-          std::string reason;
-          {
-            std::lock_guard<std::mutex> jl(s.job->m);
-            reason = s.job->finish_reason;
-          }
           s.job.reset();
           std::lock_guard<std::mutex> lk(mu);
           busy--;
-          finished[reason]++;
         }
       }
     }
     std::lock_guard<std::mutex> lk(mu);
+    auto stop = [&](Job& j) {
+      finished["error"]++;
+      close_job(j, "error", "the server is stopping");
+    };
     for (Slot& s : slots)
-      if (s.job) finish(*s.job, "error", "the server is stopping");
-    for (auto& j : queue) finish(*j, "error", "the server is stopping");
+      if (s.job) stop(*s.job);
+    for (auto& j : queue) stop(*j);
     queue.clear();
   }
 

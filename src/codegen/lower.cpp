@@ -354,12 +354,7 @@ UOpRef expand_reduces(UOpRef k) {
         for (size_t i = 0; i < ms.size(); i++) {
           UOpRef idx = UOp::make(Ops::INDEX, acc->dtype, {acc_in, lane ? lane : ci(int64_t(i))});
           UOpRef cur = UOp::make(Ops::LOAD, d, {idx});
-          UOpRef x = value_of(ms[i]);
-          // acc + a*b accumulates with one fused multiply-add (the reduce order already differs from a plain sum)
-          UOpRef upd = op == Ops::ADD && dtypes::is_float(d) && x->op == Ops::MUL
-                           ? UOp::make(Ops::MULACC, d, {x->src()[0], x->src()[1], cur})
-                           : UOp::make(op, d, {cur, x});
-          updates.push_back(UOp::make(Ops::STORE, dtypes::void_, {idx, upd}));
+          updates.push_back(UOp::make(Ops::STORE, dtypes::void_, {idx, UOp::make(op, d, {cur, value_of(ms[i])})}));
         }
         accs.push_back({acc, ms});
       }
@@ -456,6 +451,20 @@ UOpRef add_ends(const UOpRef& sink) {
     srcs.insert(srcs.end(), e.begin(), e.end());
   }
   return sink->replace_src(srcs);
+}
+
+// An accumulator's update acc = acc + a*b as one fused multiply-add (MULACC; the reduce order already differs from a
+// plain sum). Only register accumulators: a store into a buffer (an assign's out + a*b) keeps its two roundings.
+const PatternMatcher& pm_mulacc() {
+  using namespace pat;
+  static const PatternMatcher pm(table(rule(op<Ops::STORE>(x, op<Ops::ADD>(op<Ops::LOAD>(x), op<Ops::MUL>(y, z))), [](auto& m) -> UOpRef {
+    const UOp *idx = m[x], *sum = m.root->src(1);
+    if (!dtypes::is_float(sum->dtype) || idx->op != Ops::INDEX) return {};
+    const UOp* base = idx->src(0)->op == Ops::AFTER ? idx->src(0)->src(0) : idx->src(0);
+    if (base->op != Ops::DEFINE_REG) return {};
+    return UOp::make(Ops::STORE, dtypes::void_, {idx->ref(), UOp::make(Ops::MULACC, sum->dtype, {m[y]->ref(), m[z]->ref(), sum->src()[0]})});
+  })));
+  return pm;
 }
 
 struct IndexCtx {
@@ -625,6 +634,7 @@ const std::vector<LowerStage>& lowering_stages() {
       {"gpu dims", [](const UOpRef& k, LowerCtx& c) { return c.gpu() ? add_gpu_dims(k, c.lim, c.dims) : k; }},
       {"block long sums", [](const UOpRef& k, LowerCtx&) { return block_long_sums(k); }},
       {"expand reduces", [](const UOpRef& k, LowerCtx&) { return expand_reduces(k); }},
+      {"mulacc", [](const UOpRef& k, LowerCtx&) { return graph_rewrite(k, pm_mulacc(), nullptr, false, "mulacc"); }},
       {"fuse wmma accumulators", [](const UOpRef& k, LowerCtx&) { return fuse_wmma_accumulators(k); }},
       {"add ends", [](const UOpRef& k, LowerCtx&) { return add_ends(k); }},
       {"simplify after reduce", [](const UOpRef& k, LowerCtx&) { return simplify(k, "simplify after reduce"); }},

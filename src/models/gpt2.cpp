@@ -175,13 +175,13 @@ Tensor GPT2::forward(const Tensor& tokens, const sint& start, bool last_only, in
     fail("forward: positions " + start.str() + ".." + start.str() + "+" + std::to_string(T - 1) + " can reach " +
          std::to_string(start.max() + T - 1) + ", past the KV cache (max_context " + std::to_string(M) + ")");
   Tensor pos = wpe_.shrink({{start, start + T}, {sint(0), sint(D)}}).reshape({1, T, D});
-  Tensor x = Tensor(wte_.index_select(0, tokens.reshape({B * T})).reshape({B, T, D}) + pos);
+  Tensor x = wte_.index_select(0, tokens.reshape({B * T})).reshape({B, T, D}) + pos;
   sint L = start + T;
   for (size_t i = 0; i < layers_.size(); i++) {
     Layer& l = layers_[i];
     Tensor& ck = kv.k[i];
     Tensor& cv = kv.v[i];
-    Tensor qkv = Tensor(x.layer_norm({D}, l.ln1_w, l.ln1_b, c.norm_eps).matmul(l.attn_w) + l.attn_b);  // (B, T, 3D)
+    Tensor qkv = x.layer_norm({D}, l.ln1_w, l.ln1_b, c.norm_eps).matmul(l.attn_w) + l.attn_b;  // (B, T, 3D)
     auto part = [&](int64_t j) { return qkv.shrink({{0, B}, {0, T}, {j * D, (j + 1) * D}}).reshape({B, T, H, hd}); };
     // rows start..start+T-1 of both caches written in place (assigns into views of their buffers)
     Tensor q = part(0), kw = detail::cache_rows(ck, part(1), start), vw = detail::cache_rows(cv, part(2), start);
@@ -189,15 +189,15 @@ Tensor GPT2::forward(const Tensor& tokens, const sint& start, bool last_only, in
     auto heads = [&](const Tensor& cache) {  // (B, H, L, hd) of positions 0..start+T-1
       return cache.shrink({{sint(0), sint(B)}, {sint(0), L}, {sint(0), sint(H)}, {sint(0), sint(hd)}}).permute({0, 2, 1, 3});
     };
-    Tensor scores = Tensor(q.permute({0, 2, 1, 3}).matmul(heads(ck).permute({0, 1, 3, 2})) * (1.0 / std::sqrt(double(hd))));
+    Tensor scores = q.permute({0, 2, 1, 3}).matmul(heads(ck).permute({0, 1, 3, 2})) * (1.0 / std::sqrt(double(hd)));
     if (T > 1) {
       int64_t s = start.value();
-      scores = Tensor(scores + Tensor::full({T, s + T}, -std::numeric_limits<double>::infinity()).triu(s + 1));
+      scores = scores + Tensor::full({T, s + T}, -std::numeric_limits<double>::infinity()).triu(s + 1);
     }
     Tensor att = scores.softmax(-1).matmul(heads(cv)).permute({0, 2, 1, 3}).reshape({B, T, D});
-    x = Tensor(x + Tensor(att.matmul(l.proj_w) + l.proj_b));
-    Tensor f = Tensor(x.layer_norm({D}, l.ln2_w, l.ln2_b, c.norm_eps).matmul(l.fc_w) + l.fc_b).gelu("tanh");
-    x = Tensor(x + Tensor(f.matmul(l.fc_proj_w) + l.fc_proj_b));
+    x = x + (att.matmul(l.proj_w) + l.proj_b);
+    Tensor f = (x.layer_norm({D}, l.ln2_w, l.ln2_b, c.norm_eps).matmul(l.fc_w) + l.fc_b).gelu("tanh");
+    x = x + (f.matmul(l.fc_proj_w) + l.fc_proj_b);
   }
   if (last_only && T > 1) x = x.shrink({{0, B}, {T - 1, T}, {0, D}});
   return x.layer_norm({D}, lnf_w_, lnf_b_, c.norm_eps).matmul(head_.T());

@@ -193,7 +193,7 @@ Tensor rope(const Tensor& x, const Tensor& cos_t, const Tensor& sin_t, const sin
   Tensor s = sin_t.shrink({{start, start + T}, {sint(0), sint(h2)}}).reshape({1, T, 1, h2});
   if (halves) {
     Tensor x0 = x.shrink({{0, B}, {0, T}, {0, nh}, {0, h2}}), x1 = x.shrink({{0, B}, {0, T}, {0, nh}, {h2, hd}});
-    return cat({Tensor(x0 * c - x1 * s), Tensor(x0 * s + x1 * c)}, -1);
+    return cat({x0 * c - x1 * s, x0 * s + x1 * c}, -1);
   }
   Tensor xr = x.reshape({B, T, nh, h2, 2});
   Tensor x0 = xr.shrink({{0, B}, {0, T}, {0, nh}, {0, h2}, {0, 1}}).reshape({B, T, nh, h2});
@@ -208,21 +208,21 @@ Tensor rope(const Tensor& x, const Tensor& cos_t, const Tensor& sin_t, const sin
 // and the others weighted 0 (dense: for tiny expert counts; the selection stays elementwise and differentiable).
 Tensor swiglu_ffn(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, const Tensor& w_down, const std::optional<Tensor>& router,
                   int64_t k) {
-  if (!router) return Tensor(x.matmul(w_gate.T()).silu() * x.matmul(w_up.T())).matmul(w_down.T());
+  if (!router) return (x.matmul(w_gate.T()).silu() * x.matmul(w_up.T())).matmul(w_down.T());
   int64_t B = x.shape()[0], T = x.shape()[1], D = x.shape()[2], E = router->shape()[0], N = B * T;
   Tensor logits = x.reshape({N, D}).matmul(router->T());  // (N, E)
   // rank of expert i = #experts j with a larger logit, or an equal one and j < i; expert i is taken when rank < k
   Tensor li = logits.reshape({N, E, 1}), lj = logits.reshape({N, 1, E});
-  Tensor j_first = Tensor(Tensor::arange(E).reshape({1, E}) < Tensor::arange(E).reshape({E, 1})).reshape({1, E, E});
-  Tensor ahead = Tensor(lj > li).logical_or(Tensor(lj == li).logical_and(j_first));
-  Tensor taken = Tensor(ahead.cast(dtypes::int32).sum(2) < Tensor(int(k)));  // (N, E)
+  Tensor j_first = (Tensor::arange(E).reshape({1, E}) < Tensor::arange(E).reshape({E, 1})).reshape({1, E, E});
+  Tensor ahead = (lj > li).logical_or((lj == li).logical_and(j_first));
+  Tensor taken = ahead.cast(dtypes::int32).sum(2) < Tensor(int(k));  // (N, E)
   Tensor m = logits.max(1, true).detach();
-  Tensor e = taken.where(Tensor(logits - m).exp(), Tensor(0.0f));
-  Tensor weight = Tensor(e / e.sum(1, true)).reshape({N, E, 1, 1});
+  Tensor e = taken.where((logits - m).exp(), Tensor(0.0f));
+  Tensor weight = (e / e.sum(1, true)).reshape({N, E, 1, 1});
   Tensor xs = x.reshape({N, 1, 1, D});
-  Tensor h = Tensor(xs.matmul(w_gate.permute({0, 2, 1})).silu() * xs.matmul(w_up.permute({0, 2, 1})));  // (N, E, 1, hidden)
+  Tensor h = xs.matmul(w_gate.permute({0, 2, 1})).silu() * xs.matmul(w_up.permute({0, 2, 1}));  // (N, E, 1, hidden)
   Tensor y = h.matmul(w_down.permute({0, 2, 1}));                                                   // (N, E, 1, D)
-  return Tensor(y * weight).sum(1).reshape({B, T, D});
+  return (y * weight).sum(1).reshape({B, T, D});
 }
 
 }  // namespace
@@ -253,7 +253,7 @@ Tensor llama_logits(const LlamaConfig& c, const std::map<std::string, Tensor>& w
     Tensor h = x.rms_norm({D}, W(p + "attn_norm.weight", {D}), c.norm_eps);
     auto proj = [&](const char* name, int64_t heads) {
       Tensor y = h.matmul(W(p + name + ".weight", {heads * hd, D}).T());
-      if (c.qkv_bias()) y = Tensor(y + W(p + name + ".bias", {heads * hd}));
+      if (c.qkv_bias()) y = y + W(p + name + ".bias", {heads * hd});
       return y.reshape({B, T, heads, hd});
     };
     Tensor q = rope(proj("attn_q", H), cos_t, sin_t, sint(0), T, c.rope_halves()).permute({0, 2, 1, 3});  // (B, H, T, hd)
@@ -262,17 +262,17 @@ Tensor llama_logits(const LlamaConfig& c, const std::map<std::string, Tensor>& w
     };
     Tensor k = kv_heads(rope(proj("attn_k", KVH), cos_t, sin_t, sint(0), T, c.rope_halves()));
     Tensor v = kv_heads(proj("attn_v", KVH));
-    Tensor s = Tensor(Tensor(q.matmul(k.permute({0, 1, 3, 2})) * (1.0 / std::sqrt(double(hd)))) + mask);
+    Tensor s = (q.matmul(k.permute({0, 1, 3, 2})) * (1.0 / std::sqrt(double(hd)))) + mask;
     Tensor o = s.softmax(-1).matmul(v).permute({0, 2, 1, 3}).reshape({B, T, D});
-    x = Tensor(x + o.matmul(W(p + "attn_output.weight", {D, D}).T()));
+    x = x + o.matmul(W(p + "attn_output.weight", {D, D}).T());
     Tensor n = x.rms_norm({D}, W(p + "ffn_norm.weight", {D}), c.norm_eps);
     int64_t E = c.n_experts, F = c.hidden_dim;
     if (E > 0)
-      x = Tensor(x + swiglu_ffn(n, W(p + "ffn_gate_exps.weight", {E, F, D}), W(p + "ffn_up_exps.weight", {E, F, D}),
-                                W(p + "ffn_down_exps.weight", {E, D, F}), W(p + "ffn_gate_inp.weight", {E, D}), c.n_experts_used));
+      x = x + swiglu_ffn(n, W(p + "ffn_gate_exps.weight", {E, F, D}), W(p + "ffn_up_exps.weight", {E, F, D}),
+                                W(p + "ffn_down_exps.weight", {E, D, F}), W(p + "ffn_gate_inp.weight", {E, D}), c.n_experts_used);
     else
-      x = Tensor(x + swiglu_ffn(n, W(p + "ffn_gate.weight", {F, D}), W(p + "ffn_up.weight", {F, D}), W(p + "ffn_down.weight", {D, F}),
-                                std::nullopt, 0));
+      x = x + swiglu_ffn(n, W(p + "ffn_gate.weight", {F, D}), W(p + "ffn_up.weight", {F, D}), W(p + "ffn_down.weight", {D, F}),
+                                std::nullopt, 0);
   }
   auto out = w.count("output.weight") ? W("output.weight", {c.vocab_size, D}) : W("token_embd.weight", {c.vocab_size, D});
   return x.rms_norm({D}, W("output_norm.weight", {D}), c.norm_eps).matmul(out.T());
@@ -290,7 +290,7 @@ Tensor Llama::attention(Layer& l, Tensor& ck, Tensor& cv, Tensor& resid, const s
   int64_t B = batch_, H = c.n_heads, KVH = c.n_kv_heads, hd = c.head_dim(), rep = H / KVH;
   auto proj = [&](const Tensor& w, const std::optional<Tensor>& b, int64_t heads) {
     Tensor y = x.matmul(w.T());
-    return (b ? Tensor(y + *b) : y).reshape({B, T, heads, hd});
+    return (b ? (y + *b) : y).reshape({B, T, heads, hd});
   };
   Tensor q = rope(proj(l.wq, l.bq, H), rope_cos_, rope_sin_, start, T, c.rope_halves());
   Tensor k = rope(proj(l.wk, l.bk, KVH), rope_cos_, rope_sin_, start, T, c.rope_halves());
@@ -310,10 +310,10 @@ Tensor Llama::attention(Layer& l, Tensor& ck, Tensor& cv, Tensor& resid, const s
   };
   Tensor keys = heads(ck), vals = heads(cv);
   Tensor qh = q.permute({0, 2, 1, 3}).reshape({B, KVH, rep, T, hd});
-  Tensor scores = Tensor(qh.matmul(keys.permute({0, 1, 2, 4, 3})) * (1.0 / std::sqrt(double(hd))));
+  Tensor scores = qh.matmul(keys.permute({0, 1, 2, 4, 3})) * (1.0 / std::sqrt(double(hd)));
   if (T > 1) {
     int64_t s = start.value();
-    scores = Tensor(scores + Tensor::full({T, s + T}, -std::numeric_limits<double>::infinity()).triu(s + 1));
+    scores = scores + Tensor::full({T, s + T}, -std::numeric_limits<double>::infinity()).triu(s + 1);
   }
   Tensor out = scores.softmax(-1).matmul(vals).reshape({B, H, T, hd}).permute({0, 2, 1, 3}).reshape({B, T, H * hd});
   return out.matmul(l.wo.T());
@@ -334,9 +334,9 @@ Tensor Llama::forward(const Tensor& tokens, const sint& start, bool last_only, i
   Tensor x = (tok_embd_type_ == "f32" ? rows : nn::ggml_dequantize(rows, tok_embd_type_)).reshape({B, T, D});
   for (size_t i = 0; i < layers_.size(); i++) {
     Layer& l = layers_[i];
-    Tensor h = Tensor(x + attention(l, kv.k[i], kv.v[i], x, start, T));
+    Tensor h = x + attention(l, kv.k[i], kv.v[i], x, start, T);
     Tensor n = h.rms_norm({D}, l.ffn_norm, c.norm_eps);
-    x = Tensor(h + swiglu_ffn(n, l.w_gate, l.w_up, l.w_down, l.router, c.n_experts_used));
+    x = h + swiglu_ffn(n, l.w_gate, l.w_up, l.w_down, l.router, c.n_experts_used);
   }
   if (last_only && T > 1) x = x.shrink({{0, B}, {T - 1, T}, {0, D}});
   return x.rms_norm({D}, output_norm_, c.norm_eps).matmul(output_.T());

@@ -176,14 +176,14 @@ Optimizer::Step LARS::compute_step(const std::vector<Tensor>& ps, const std::vec
       Tensor r1 = p.square().sum().sqrt(), r2 = g.square().sum().sqrt();
       r = guarded_ratio(r1, r2, (r1 * tcoef_) / (r2 + r1 * wd_));
     }
-    auto scale = [&](const Tensor& x) { return r ? Tensor(x * *r * lr) : Tensor(x * lr); };
+    auto scale = [&](const Tensor& x) { return r ? (x * *r * lr) : (x * lr); };
     if (pre_wd_ && wd_ > 0) g = g + p * wd_;
     if (classic_) g = scale(g);  // classic momentum: lr inside the buffer
     if (momentum_ != 0) {
       Tensor& b = buf_[i];
       b.assign(b * momentum_ + g);
       s.state.push_back(b);
-      g = nesterov_ ? Tensor(g + b * momentum_) : b;
+      g = nesterov_ ? (g + b * momentum_) : b;
     }
     if (ns_steps_ > 0) g = newton_schulz(g.reshape({g.shape()[0], -1}), ns_steps_, ns_coef_).reshape(p.shape());
     if (!classic_) g = scale(g);

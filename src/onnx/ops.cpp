@@ -771,7 +771,7 @@ Vals op_gemm(Ctx& c) {
   if (alpha != 1) r = r * like(r, alpha);
   if (c.has(2)) {
     Tensor cc = c.t(2).cast(r.dtype());
-    r = r + (beta != 1 ? Tensor(cc * like(cc, beta)) : cc);
+    r = r + (beta != 1 ? (cc * like(cc, beta)) : cc);
   }
   return one(r);
 }

@@ -228,7 +228,7 @@ Tensor apply_taps(const Tensor& x, int64_t axis, const Taps& t, double extrapola
       std::vector<float> wf(t.w[k].begin(), t.w[k].end());
       g = g * Tensor::from_vector(wf, ws).cast(fd);
     }
-    acc = k == 0 ? g : Tensor(acc + g);
+    acc = k == 0 ? g : (acc + g);
   }
   if (std::any_of(t.outside.begin(), t.outside.end(), [](bool b) { return b; })) {
     std::vector<bool> m(t.outside.begin(), t.outside.end());
@@ -403,7 +403,7 @@ Vals op_momentum(Ctx& c) {
     Tensor x = c.t(2 + i), g = c.t(2 + n + i), v = c.t(2 + 2 * n + i);
     Tensor greg = x * norm + g;
     Tensor vn = v * alpha + greg * badj;
-    Tensor xn = nesterov ? Tensor(x - (greg + vn * alpha) * r) : Tensor(x - vn * r);
+    Tensor xn = nesterov ? (x - (greg + vn * alpha) * r) : (x - vn * r);
     xs.push_back(Value::of(xn.cast(x.dtype())));
     vs.push_back(Value::of(vn.cast(v.dtype())));
   }

@@ -54,7 +54,7 @@ Vals op_grid_sample(Ctx& c) {
   Tensor Xf = X.cast(dtypes::float32);
   auto coord = [&](int64_t k) { return grid.slice({Slice::all(), Slice::all(), Slice::all(), Slice::index(k)}).squeeze(-1); };
   auto unnorm = [&](const Tensor& g, int64_t size) {
-    return ac ? Tensor((g + 1.0) / 2.0 * double(size - 1)) : Tensor(((g + 1.0) * double(size) - 1.0) / 2.0);
+    return ac ? ((g + 1.0) / 2.0 * double(size - 1)) : (((g + 1.0) * double(size) - 1.0) / 2.0);
   };
   auto source = [&](const Tensor& g, int64_t size) {
     Tensor x = unnorm(g, size);
@@ -80,9 +80,9 @@ Vals op_grid_sample(Ctx& c) {
       for (int dy = 0; dy < 2; dy++)
         for (int dx = 0; dx < 2; dx++) {
           Tensor iy = y0 + double(dy), ix = x0 + double(dx);
-          Tensor w = (dy ? ty : Tensor(1.0 - ty)) * (dx ? tx : Tensor(1.0 - tx));
+          Tensor w = (dy ? ty : (1.0 - ty)) * (dx ? tx : (1.0 - tx));
           Tensor v = pixels(Xf, iy, ix, inside(iy, ix)) * w.unsqueeze(1);
-          out = out ? Tensor(*out + v) : v;
+          out = out ? (*out + v) : v;
         }
     }
   } else if (mode == "bicubic") {
@@ -100,7 +100,7 @@ Vals op_grid_sample(Ctx& c) {
         std::optional<Tensor> valid;
         if (pad == "zeros") valid = inside(iy, ix);
         Tensor v = pixels(Xf, iy, ix, valid) * (wy[size_t(dy)] * wx[size_t(dx)]).unsqueeze(1);
-        out = out ? Tensor(*out + v) : v;
+        out = out ? (*out + v) : v;
       }
   } else {
     c.error("mode '" + mode + "' is not supported");

@@ -192,29 +192,40 @@ bool has_reduce(const UOp* x) {
 
 // The input's side of a convolution's product with the input stored channels-last (`cl`), or materialised where
 // the window view would read it with a bounds test (padded) or recompute a reduce in it (a gather of the batch) at
-// every tap; null when neither applies. The window view of the copy, rebuilt.
+// every tap; null when neither applies (the view itself when `cl`: one input channel is already in channels-last
+// order, and a copy would only repeat it: mnist's first convolution). The window view of the copy, rebuilt.
 UOpRef input_copy(const UOp* xo, const ConvShape& cs, bool cl, LayoutCtx& c) {
   const int64_t lead[2] = {cs.n, cs.groups * cs.ci};
   std::vector<const UOp*> path;
   const UOp* x = view_base(xo, cs.nd + 2, lead, c, path);
   if (!x) return {};
-  if (cl) return rebuild(path, channels_last(UOpRef(x), cs.nd));
+  // one input channel: channels-last is NCHW's order, copied only where the NCHW rule below would copy it
+  if (cl && cs.groups * cs.ci > 1) return rebuild(path, channels_last(UOpRef(x), cs.nd));
   bool padded = false;
   if (x->op == Ops::PAD) {
     const auto& p = std::get<std::vector<int64_t>>(x->arg);
     padded = std::any_of(p.begin(), p.end(), [](int64_t v) { return v > 0; });
   }
-  if (!padded && !((is_alu(x->op) || x->op == Ops::CAST) && has_reduce(x))) return {};
+  if (!padded && !((is_alu(x->op) || x->op == Ops::CAST) && has_reduce(x))) return cl ? UOpRef(xo) : UOpRef{};
   return rebuild(path, UOp::make(Ops::CONTIGUOUS, x->dtype, {UOpRef(x)}));
 }
 
-// The forward convolution (the reduce over Ci and *k) with many input channels on a serial (CPU) device is computed
+// The forward convolution (the reduce over Ci and *k) with many input or output channels on a serial (CPU) device is computed
 // channels-last, as a matmul of N*o rows and Co columns over Ci*k: the padded input is copied once into
 // (N, *sp, Ci) order and the weight into (*k, Ci, Co); each input value is broadcast against a vector of output
 // channels, rows of output positions share the weight vectors (a register tile), and the result is computed in
 // (N, *o, Co) order and read back as (N, Co, *o). In NCHW the only vector axis is the output row (mnist's 6-wide
-// rows: 24-26 GFLOPS in DEBUG=2). Otherwise a padded input is materialised: the window loads are then plain (no
+// rows: 24-26 GFLOPS in DEBUG=2). A stem with 3 input channels and 16 output channels is such a matmul too (K = 27):
+// its vectors are the output channels, and its result is stored channels-last for the depthwise convolution that
+// reads it (PaddleOCR det's stem, fused into the next convolution's padding in NCHW: 4.6 GFLOPS, 12% of det's time).
+// Otherwise a padded input is materialised: the window loads are then plain (no
 // bounds test per element), which costs one copy of the input and lets the kernel vectorise.
+// A depthwise convolution (one input channel per group, many groups) is channels-last too: its vectors run along
+// the channels, which its input, weight and output are all contiguous in, and the chains of MobileNet-style blocks
+// (pointwise -> depthwise -> pointwise) then keep one layout: the padded copy between a channels-last pointwise
+// result and the depthwise convolution is a contiguous copy instead of a transpose with a bounds test per element
+// (PaddleOCR rec's E_240_16_84, 12% of its time). The product (N, G, Co/G, *o, Ci/G, *k) is summed in
+// (N, *o, *k, Ci/G, G, Co/G) order: the output's channels G x Co/G are the inner axes, in NCHW's channel order.
 UOpRef conv_layout(const UOp* red, LayoutCtx& c) {
   auto cs = conv_shape(red, c, false);
   if (!cs) return {};
@@ -228,15 +239,17 @@ UOpRef conv_layout(const UOp* red, LayoutCtx& c) {
     bool bcast = ws[0] == 1 && ws[2] == cs->co;
     for (size_t i = 0; i < nd; i++) bcast = bcast && ws[3 + i] == 1;
     if (!bcast) continue;
-    Shape wshape{cs->co, cs->ci};
+    Shape wshape{cs->groups * cs->co, cs->ci};
     wshape.insert(wshape.end(), cs->full.begin() + int64_t(4 + nd), cs->full.end());
     std::vector<const UOp*> wpath;
-    const bool cl = c.channels_last && cs->groups == 1 && cs->ci >= 16 && c.serial_device(device_of(red));
+    const bool many = cs->groups == 1 ? cs->ci >= 16 || cs->co >= 16 : cs->ci == 1 && cs->groups * cs->co >= 16;
+    const bool cl = c.channels_last && many && c.serial_device(device_of(red));
     const UOp* w = cl ? view_base(wo, nd + 2, wshape, c, wpath) : nullptr;
     UOpRef xs = input_copy(xo, *cs, cl && w, c);
     if (!xs) return {};
     if (!cl || !w) return c.made_reduce(UOp::make(Ops::REDUCE_AXIS, red->dtype, {xs->alu(Ops::MUL, UOpRef(wo))}, red->arg));
-    // channels-last: the weight stored as (*k, Ci, Co), the product (N, *o, *k, Ci, Co) summed over (*k, Ci)
+    // channels-last: the weight stored as (*k, Ci/G, Co), the product (N, *o, *k, Ci/G, G, Co/G) summed over
+    // (*k, Ci/G), its last two axes merged into the output channels
     std::vector<int64_t> wperm;
     for (size_t i = 0; i < nd; i++) wperm.push_back(int64_t(2 + i));
     wperm.push_back(1), wperm.push_back(0);
@@ -244,16 +257,17 @@ UOpRef conv_layout(const UOp* red, LayoutCtx& c) {
     std::vector<int64_t> perm{0}, red_axes, back{0, int64_t(nd) + 1};
     for (size_t i = 0; i < nd; i++) perm.push_back(int64_t(3 + i));
     for (size_t i = 0; i < nd; i++) perm.push_back(int64_t(4 + nd + i));
-    perm.push_back(int64_t(3 + nd)), perm.push_back(2), perm.push_back(1);
+    perm.push_back(int64_t(3 + nd)), perm.push_back(1), perm.push_back(2);
     for (size_t i = 0; i <= nd; i++) red_axes.push_back(int64_t(1 + nd + i));
     for (size_t i = 0; i < nd; i++) back.push_back(int64_t(1 + i));
-    Shape ps;  // (N, *o, *k, Ci, Co)
-    for (size_t i = 0; i + 1 < perm.size(); i++) ps.push_back(cs->full[size_t(perm[i])]);
+    Shape ps;  // (N, *o, *k, Ci/G, Co)
+    for (size_t i = 0; i + 2 < perm.size(); i++) ps.push_back(cs->full[size_t(perm[i])]);
+    ps.push_back(cs->groups * cs->co);
     UOpRef r = c.made_reduce(
         UOp::make(Ops::REDUCE_AXIS, red->dtype, {mov(Ops::RESHAPE, mov(Ops::PERMUTE, prod, perm), ps)}, ReduceArg{Ops::ADD, red_axes}));
     Shape os{cs->n};  // (N, *o, Co)
     os.insert(os.end(), cs->full.begin() + 3, cs->full.begin() + int64_t(3 + nd));
-    os.push_back(cs->co);
+    os.push_back(cs->groups * cs->co);
     UOpRef out = mov(Ops::PERMUTE, mov(Ops::RESHAPE, UOp::make(Ops::CONTIGUOUS, red->dtype, {r}), os), back);
     return mov(Ops::RESHAPE, out, c.shapes.of(red));
   }

@@ -192,7 +192,7 @@ Tensor einsum(const std::string& formula_in, const std::vector<Tensor>& operands
       rs.push_back(p == std::string::npos ? 1 : x.shape()[p]);
     }
     x = x.reshape(rs);
-    prod = i == 0 ? x : Tensor(prod * x);
+    prod = i == 0 ? x : (prod * x);
   }
   std::vector<int64_t> red;
   std::string kept;

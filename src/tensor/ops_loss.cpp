@@ -70,8 +70,8 @@ Tensor Tensor::cross_entropy(const Tensor& target, const std::string& reduction,
   if (dtypes::is_float(target.dtype())) {  // class probabilities
     if (target.shape() != shape())
       fail("cross_entropy", "probability target " + shape_str(target.shape()) + " must match input " + shape_str(shape()));
-    Tensor y = eps > 0 ? Tensor(target * (1 - eps) + eps / double(c)) : target;
-    Tensor t = weight ? Tensor(logp * y * along(*weight, cdim, ndim())) : Tensor(logp * y);
+    Tensor y = eps > 0 ? (target * (1 - eps) + eps / double(c)) : target;
+    Tensor t = weight ? (logp * y * along(*weight, cdim, ndim())) : (logp * y);
     Tensor loss = -t.sum(cdim);
     if (reduction == "mean") return loss.sum() / double(std::max<int64_t>(1, numel() / std::max<int64_t>(c, 1)));
     return reduction == "sum" ? loss.sum() : loss;
@@ -82,7 +82,7 @@ Tensor Tensor::cross_entropy(const Tensor& target, const std::string& reduction,
   Tensor loss = nll;
   if (eps > 0) {
     Tensor valid = target.ne(Tensor::full({}, double(ignore_index), dtypes::strong(target.dtype()), device())).cast(logp.dtype());
-    Tensor lw = weight ? Tensor(logp * along(*weight, cdim, ndim())) : logp;
+    Tensor lw = weight ? (logp * along(*weight, cdim, ndim())) : logp;
     Tensor smooth = -lw.sum(cdim) * valid;
     loss = nll * (1 - eps) + smooth * (eps / double(c));
   }

@@ -73,12 +73,12 @@ Tensor Tensor::const_(double b, std::optional<DType> dtype) {
 Tensor Tensor::ufix(double x) const { return const_like(*this, x); }
 Tensor Tensor::usum(const std::vector<Tensor>& others) const {
   Tensor r = *this;
-  for (const Tensor& o : others) r = dtypes::is_bool(dtype()) ? r.logical_or(o) : Tensor(r + o);
+  for (const Tensor& o : others) r = dtypes::is_bool(dtype()) ? r.logical_or(o) : (r + o);
   return r;
 }
 Tensor Tensor::uprod(const std::vector<Tensor>& others) const {
   Tensor r = *this;
-  for (const Tensor& o : others) r = dtypes::is_bool(dtype()) ? r.logical_and(o) : Tensor(r * o);
+  for (const Tensor& o : others) r = dtypes::is_bool(dtype()) ? r.logical_and(o) : (r * o);
   return r;
 }
 
@@ -196,7 +196,7 @@ Tensor integer_pow(const Tensor& x, int64_t e) {
   bool have = false;
   for (int64_t k = n; k > 0; k >>= 1) {
     if (k & 1) {
-      r = have ? Tensor(r * base) : base;
+      r = have ? (r * base) : base;
       have = true;
     }
     if (k > 1) base = base * base;
@@ -446,7 +446,7 @@ Tensor Tensor::isclose(const Tensor& b, double rtol, double atol, bool equal_nan
   if (!dtypes::is_float(d)) return same;  // integers: close only when equal (as torch for tolerances below 1)
   Tensor x = cast(d), y = b.cast(d);
   Tensor close = same | (x.isfinite() & y.isfinite() & ((x - y).abs() <= (y.abs() * rtol + atol)));
-  return equal_nan ? Tensor(close | (x.isnan() & y.isnan())) : close;
+  return equal_nan ? (close | (x.isnan() & y.isnan())) : close;
 }
 
 Tensor Tensor::allclose(const Tensor& b, double rtol, double atol, bool equal_nan) const {

@@ -494,7 +494,8 @@ AdvMask adv_mask(const Tensor& x, const std::vector<int64_t>& dims, const std::v
     Tensor e = t.reshape(ts).expand(pre);
     int64_t pos = dims[k] + nbig;
     Tensor m = mark_index_check(e.eq(arange_at(n, pos, int64_t(pre.size()), x.device(), dtypes::strong(t.dtype()))), op);
-    mask = k == 0 ? m : Tensor(mask & m);
+    if (k == 0) mask = m;
+    else mask = mask & m;
   }
   bool adjacent = true;
   for (size_t k = 1; k < dims.size(); k++) adjacent &= dims[k] == dims[k - 1] + 1;
@@ -600,7 +601,7 @@ Tensor Tensor::set_slice(const std::vector<Slice>& sl, const Tensor& value) cons
     Shape ms(size_t(ndim()), 1);
     ms[size_t(d)] = n;
     Tensor md = Tensor::from_vector(m, {n}, device()).reshape(ms);
-    mask = d == 0 ? md : Tensor(mask & md);
+    mask = d == 0 ? md : (mask & md);
   }
   vb = vb.flip(flips).pad(pads);
   return mask.where(vb, *this);

@@ -556,7 +556,7 @@ Tensor Tensor::rms_norm(const std::vector<int64_t>& normalized_shape, const std:
                           : out == dtypes::bfloat16 ? 0x1p-7
                                                     : 0x1p-23);
   Tensor y = x * ((x * x).mean(axes, true) + e).rsqrt();
-  return (weight ? Tensor(y * *weight) : y).cast(out);
+  return (weight ? (y * *weight) : y).cast(out);
 }
 
 // ---------------------------------------------------------------- dropout, attention, embedding, interpolate
@@ -614,7 +614,7 @@ Tensor Tensor::scaled_dot_product_attention(const Tensor& key, const Tensor& val
       Shape bs = broadcast_shape(qk.shape(), mask->shape(), op);
       if (bs != qk.shape()) fail(op, "attn_mask " + shape_str(mask->shape()) + " does not broadcast to the scores " + shape_str(qk.shape()));
     }
-    qk = dtypes::is_bool(mask->dtype()) ? mask->where(qk, -INFINITY) : Tensor(qk + *mask);
+    qk = dtypes::is_bool(mask->dtype()) ? mask->where(qk, -INFINITY) : (qk + *mask);
   }
   Tensor attn = qk.softmax(-1);
   if (dropout_p > 0) attn = attn.dropout(dropout_p, true);
@@ -753,7 +753,7 @@ Tensor Tensor::batchnorm(const std::optional<Tensor>& weight, const std::optiona
   Tensor x = *this - at_c(mean);
   if (weight) x = x * at_c(*weight);
   Tensor r = x * at_c(invstd);
-  return bias ? Tensor(r + at_c(*bias)) : r;
+  return bias ? (r + at_c(*bias)) : r;
 }
 
 }  // namespace tg

@@ -213,7 +213,7 @@ void compare_exchange(Tensor& x, Tensor& idx, int64_t d, bool descending, int64_
   Tensor ahead = descending ? a.gt(b) : a.lt(b), same = a.eq(b);
   if (dtypes::is_float(x.dtype())) {
     Tensor na = a.isnan(), nb = b.isnan();
-    ahead = ahead | (descending ? Tensor(na & nb.logical_not()) : Tensor(nb & na.logical_not()));
+    ahead = ahead | (descending ? (na & nb.logical_not()) : (nb & na.logical_not()));
     same = same | (na & nb);
   }
   Tensor lim = Tensor::full({}, double(n), dtypes::int64, x.device());

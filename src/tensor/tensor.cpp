@@ -559,7 +559,7 @@ Tensor safe_divmod(Ops op, const Tensor& a, const Tensor& b, const std::string& 
   // numpy; torch raises on the CPU), INT_MIN / -1 wraps to INT_MIN (as torch). The kernel divides by 1 where the
   // divisor is 0 or -1, so no kernel divides by zero (undefined in C and LLVM; x86 traps) or overflows.
   bool sgn = !dtypes::is_unsigned(a.dtype());
-  Tensor zero = b == 0, bad = sgn ? Tensor(zero | (b == -1)) : zero;
+  Tensor zero = b == 0, bad = sgn ? (zero | (b == -1)) : zero;
   Tensor d = bad.where(1, b);
   Tensor q(UOp::make(op, a.dtype(), {a.uop(), d.uop()}), a.max_shape(), dev);  // a / 1 = a, a % 1 = 0
   if (op == Ops::MOD) return q;

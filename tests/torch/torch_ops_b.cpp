@@ -149,6 +149,14 @@ std::vector<Case> nn_cases() {
                   [](TH& x) { return torch::conv1d(x[0], x[1], {}, 1, 2); }).tol(kSum, kSum));
   c.push_back(op2("conv2d_depthwise", {F({1, 3, 5, 6}), F({3, 1, 3, 3})}, [](TG& x) { return x[0].conv2d(x[1], {}, 1, 0, 1, 3); },
                   [](TH& x) { return torch::conv2d(x[0], x[1], {}, 1, at::IntArrayRef{0}, 1, 3); }).tol(kSum, kSum));
+  // 16+ channels: the channels-last depthwise convolution (one input channel per group; with 2 outputs per group
+  // too), and a 3-channel stem with 16 outputs (the channels-last matmul over 27 taps)
+  c.push_back(op2("conv2d_depthwise_wide", {F({2, 16, 7, 6}), F({16, 1, 3, 3}), F({16})}, [](TG& x) { return x[0].conv2d(x[1], x[2], 1, 1, 1, 16); },
+                  [](TH& x) { return torch::conv2d(x[0], x[1], x[2], 1, 1, 1, 16); }).tol(kSum, kSum));
+  c.push_back(op2("conv2d_depthwise_mult_strided", {F({1, 8, 9, 7}), F({16, 1, 5, 5})}, [](TG& x) { return x[0].conv2d(x[1], {}, 2, 2, 1, 8); },
+                  [](TH& x) { return torch::conv2d(x[0], x[1], {}, 2, 2, 1, 8); }).tol(kSum, kSum));
+  c.push_back(op2("conv2d_stem_wide_cout", {F({2, 3, 9, 8}), F({16, 3, 3, 3}), F({16})}, [](TG& x) { return x[0].conv2d(x[1], x[2], 2, 1); },
+                  [](TH& x) { return torch::conv2d(x[0], x[1], x[2], 2, 1); }).tol(kSum, kSum));
   c.push_back(op2("conv2d_same", {F({1, 2, 6, 5}), F({3, 2, 4, 3})}, [](TG& x) { return x[0].conv2d(x[1], {}, 1, "same", {2, 1}); },
                   [](TH& x) { return torch::conv2d(x[0], x[1], {}, 1, "same", {2, 1}); }).tol(kSum, kSum));
   c.push_back(op2("conv2d_valid", {F({1, 2, 6, 5}), F({3, 2, 2, 2})}, [](TG& x) { return x[0].conv2d(x[1], {}, 1, "valid"); },

@@ -210,112 +210,108 @@ OptConfig opt_config(const Device& dev) {
 
 namespace {
 
-// The heuristic with the register tile of the given rank (0: the best by its load model); nullopt when the kernel
-// has fewer tiles than that.
-std::optional<std::vector<Opt>> heuristic_opts(const UOpRef& ast_in, const OptConfig& cfg, size_t tile_rank) {
-  // Index expressions are read for strides: simplified first (a no-op on lower_kernel's already simplified AST).
-  UOpRef ast = graph_rewrite(ast_in, symbolic(), nullptr, false, "simplify for opts");
-  auto axes = kernel_axes(ast);
-  size_t n_out = size_t(std::count_if(axes.begin(), axes.end(), [](const UOp* r) { return is_out(range_type(r)); }));
-  std::vector<int64_t> size(axes.size(), 0);  // current sizes (0: symbolic, never split)
+// The heuristic's state while it picks one kernel's opts: the kernel's axes, their sizes as split so far, its loads
+// and store, and the opts so far. Each step below reads what the earlier ones chose (the vectorised axis, the copies).
+struct Heuristic {
+  const OptConfig& cfg;
+  size_t tile_rank;
+  UOpRef ast;
+  std::vector<const UOp*> axes;
+  size_t n_out = 0;
+  std::vector<int64_t> size;  // current sizes (0: symbolic, never split)
   double work = 1;
-  for (size_t i = 0; i < axes.size(); i++) {
-    size[i] = range_size(axes[i]).value_or(0);
-    work *= double(std::max<int64_t>(size[i], 1));
-  }
-  Accesses acc = accesses(ast);
-  if (acc.stores.size() != 1) {  // multi-output kernels keep their plain loops
-    if (tile_rank > 0) return std::nullopt;
-    return std::vector<Opt>{};
-  }
-  const UOp* st = acc.stores[0];
-  bool reduce = n_out < axes.size();
+  Accesses acc;
+  const UOp* st = nullptr;
+  bool reduce = false;
   std::vector<Opt> opts;
   int64_t upcast = 1;
-  auto pick = [&](int64_t n, std::initializer_list<int64_t> amts) -> int64_t {
+  int w = 4;
+  int vec = -1;            // the vectorised axis (UPCAST of an output axis or UNROLL of a reduce axis)
+  int64_t vec_amt = 1;     // its amount (the vector width used)
+  bool short_vec = false;  // vec is a short output axis unrolled whole, no vector
+  bool rows = false;       // a row kernel (step "row lanes")
+  bool ranked = false;     // the register tile was chosen by rank (step 2)
+
+  Heuristic(const UOpRef& ast_in, const OptConfig& c, size_t rank) : cfg(c), tile_rank(rank) {
+    // Index expressions are read for strides: simplified first (a no-op on lower_kernel's already simplified AST).
+    ast = graph_rewrite(ast_in, symbolic(), nullptr, false, "simplify for opts");
+    axes = kernel_axes(ast);
+    n_out = size_t(std::count_if(axes.begin(), axes.end(), [](const UOp* r) { return is_out(range_type(r)); }));
+    size.assign(axes.size(), 0);
+    for (size_t i = 0; i < axes.size(); i++) {
+      size[i] = range_size(axes[i]).value_or(0);
+      work *= double(std::max<int64_t>(size[i], 1));
+    }
+    acc = accesses(ast);
+    reduce = n_out < axes.size();
+    w = std::max(4, cfg.vector_width);
+  }
+
+  static int64_t pick(int64_t n, std::initializer_list<int64_t> amts) {
     for (int64_t a : amts)
       if (n > 0 && n % a == 0 && n / a >= 1) return a;
     return 0;
-  };
-  auto shares = [&](size_t i) {  // some load does not depend on the axis: upcasting it reuses that load
+  }
+  // some load does not depend on the axis: upcasting it reuses that load
+  bool shares(size_t i) const {
     for (const UOp* l : acc.loads)
       if (!depends_on(l, axes[i])) return true;
     return false;
-  };
-  // 4. (run last; alone for a large body, below) Threads: the outermost output axis that divides evenly, for
-  //    kernels with enough work to pay for it. In a reduce kernel an input of 8 MiB or more that this split would
-  //    leave whole (every thread streams all of it again for each of its tiles: B of a 2048 matmul) is split
-  //    instead, on the outermost axis it depends on (N=2048: 1.23x; each core's cache then holds its part).
-  auto add_threads = [&] {
-    if (cfg.threads > 1 && work >= 32768) {
-      auto splits = [&](size_t i) { return size[i] >= cfg.threads && size[i] % cfg.threads == 0; };
-      std::optional<size_t> pick_axis;
-      for (size_t i = 0; i < n_out && !pick_axis; i++)
-        if (splits(i)) pick_axis = i;
-      if (pick_axis && reduce) {
-        const UOp* big = nullptr;
-        double big_bytes = 0;
-        for (size_t li = 0; li < acc.loads.size(); li++) {
-          const UOp* l = acc.loads[li];
-          double bytes = double(acc.load_bytes[li]);
-          for (const UOp* r : axes)
-            if (depends_on(l, r)) bytes *= double(range_size(r).value_or(1));
-          if (!depends_on(l, axes[*pick_axis]) && bytes >= double(8 << 20) && bytes > big_bytes) big = l, big_bytes = bytes;
-        }
-        if (big)
-          for (size_t i = 0; i < n_out; i++)
-            if (splits(i) && depends_on(big, axes[i])) {
-              pick_axis = i;
-              break;
-            }
-      }
-      if (pick_axis) opts.push_back({OptOp::THREAD, int(*pick_axis), cfg.threads});
-    }
-  };
-  // A body of more than 2,048 nodes (10,000 shifted views summed) gets threads only, no copies: UPCAST multiplies
-  // the body, and LLVM's register allocation and scheduling over 16 x 10,000 gated reads and adds grew
-  // superlinearly (60 s at 5,000 views).
-  if (toposort(ast.get()).size() > 2048) {
-    add_threads();
-    if (tile_rank > 0) return std::nullopt;
-    return opts;
   }
-  int w = std::max(4, cfg.vector_width);
   // Copies of an upcast output axis that no vector width divides (the SLP vectoriser packs them into vectors): the
   // largest divisor between w/2 and 2w (6625 classes -> 25 copies: a vector of 16, one of 8 and a scalar; 162 -> 18).
-  auto odd_amount = [&](int64_t n) -> int64_t {
+  int64_t odd_amount(int64_t n) const {
     for (int64_t d = 2 * w; d >= w / 2; d--)
       if (n > d && n % d == 0) return d;
     return 0;
-  };
-  auto vector_amount = [&](int64_t n) -> int64_t {
+  }
+  int64_t vector_amount(int64_t n) const {
     int64_t a = pick(n, {int64_t(w), int64_t(w / 2), 4});
     return a ? a : odd_amount(n);
-  };
-  // 1. The output axis the store is contiguous in: vectorised stores (and loads, where they are contiguous too).
-  int vec = -1;  // the vectorised axis (UPCAST of an output axis or UNROLL of a reduce axis)
-  int64_t vec_amt = 1;     // its amount (the vector width used)
-  bool short_vec = false;  // vec is a short output axis unrolled whole, no vector
-  for (size_t i = 0; i < n_out; i++) {
-    auto c = index_coef(st, axes[i]);
-    if (c && *c == 1 && size[i] > 1) vec = int(i);
   }
-  // In a reduce kernel the copies must not gather: every load inside the reduce loop that depends on the axis is
-  // contiguous in it (a row reduction's output axis strides its input by the row length).
-  auto no_gather = [&](size_t i) {
-    for (const UOp* l : acc.loads) {
-      bool inner = false;
-      for (size_t j = n_out; j < axes.size(); j++) inner |= depends_on(l, axes[j]);
-      auto c = index_coef(l, axes[i]);
-      if (inner && depends_on(l, axes[i]) && !(c && *c == 1)) return false;
+  // every load depending on axis i is contiguous in it (and `any`: some load depends on it)
+  bool loads_contiguous(size_t i, bool* any = nullptr) const {
+    bool all = true, some = false;
+    for (const UOp* l : acc.loads)
+      if (depends_on(l, axes[i])) {
+        auto c = index_coef(l, axes[i]);
+        some = true;
+        all &= c && *c == 1;
+      }
+    if (any) *any = some;
+    return all;
+  }
+  void split(OptOp op, size_t i, int64_t a) {
+    opts.push_back({op, int(i), a});
+    size[i] /= a;
+  }
+
+  // 1. The output axis the store is contiguous in: vectorised stores (and loads, where they are contiguous too).
+  void store_vectors() {
+    for (size_t i = 0; i < n_out; i++) {
+      auto c = index_coef(st, axes[i]);
+      if (c && *c == 1 && size[i] > 1) vec = int(i);
     }
-    return true;
-  };
-  if (vec >= 0 && (!reduce || (no_gather(size_t(vec)) && (shares(size_t(vec)) || [&] {
-                                 for (const UOp* l : acc.loads)
-                                   if (auto c = index_coef(l, axes[size_t(vec)]); c && *c == 1) return true;
-                                 return false;
-                               }())))) {
+    // In a reduce kernel the copies must not gather: every load inside the reduce loop that depends on the axis is
+    // contiguous in it (a row reduction's output axis strides its input by the row length).
+    auto no_gather = [&](size_t i) {
+      for (const UOp* l : acc.loads) {
+        bool inner = false;
+        for (size_t j = n_out; j < axes.size(); j++) inner |= depends_on(l, axes[j]);
+        auto c = index_coef(l, axes[i]);
+        if (inner && depends_on(l, axes[i]) && !(c && *c == 1)) return false;
+      }
+      return true;
+    };
+    auto some_contiguous = [&](size_t i) {
+      for (const UOp* l : acc.loads)
+        if (auto c = index_coef(l, axes[i]); c && *c == 1) return true;
+      return false;
+    };
+    if (vec < 0 || (reduce && !(no_gather(size_t(vec)) && (shares(size_t(vec)) || some_contiguous(size_t(vec)))))) {
+      vec = -1;
+      return;
+    }
     // an axis of w/2..2w elements is taken whole (20 = a vector of 16 and one of 4: a 5x5 conv's 20-wide output rows
     // run 2-3x faster than in vectors of 4), a longer one in vectors of w (or w/2, 4). An odd divisor only in a
     // reduce kernel, whose loads were checked above; an elementwise kernel's odd store axis may gather its loads
@@ -326,17 +322,15 @@ std::optional<std::vector<Opt>> heuristic_opts(const UOpRef& ast_in, const OptCo
     // a short axis that no vector width divides (a 5x5 or 3x3 kernel's width) is unrolled whole in reduce kernels,
     // as copies rather than a vector (a reduce axis may still give the vectors, step 1b)
     if (!a && reduce && size[size_t(vec)] > 1 && size[size_t(vec)] <= 8) a = size[size_t(vec)], short_vec = true;
-    if (a) {
-      opts.push_back({OptOp::UPCAST, vec, a});
-      size[size_t(vec)] /= a;
-      upcast *= a;
-      vec_amt = a;
-    } else {
+    if (!a) {
       vec = -1;
+      return;
     }
-  } else {
-    vec = -1;
+    split(OptOp::UPCAST, size_t(vec), a);
+    upcast *= a;
+    vec_amt = a;
   }
+
   // 1c. An elementwise kernel whose store axis takes no vector (a padded output's odd rows: 322 = 320 + 2 for the
   //     next convolution's padding; 6625 classes): vectors (or copies of an odd divisor) along the output axis that
   //     the load bytes favour most. Each load weighs its element size times the elements it reads (the sizes of
@@ -345,7 +339,8 @@ std::optional<std::vector<Opt>> heuristic_opts(const UOpRef& ast_in, const OptCo
   //     NCHW order, its channels 32 floats apart along the row) then loads whole cache lines instead of one float
   //     per line (PaddleOCR det's E_32_322_322, 36 ms); a softmax's last kernel over 6625 classes reads its rows
   //     along the classes, not 40 rows at once with the per-row max and sum.
-  if (!reduce && vec < 0) {
+  void load_vectors() {
+    if (reduce || vec >= 0) return;
     double best = 0;
     for (size_t i = 0; i < n_out; i++) {
       if (!vector_amount(size[i])) continue;
@@ -363,33 +358,25 @@ std::optional<std::vector<Opt>> heuristic_opts(const UOpRef& ast_in, const OptCo
     }
     if (vec >= 0) {
       int64_t a = vector_amount(size[size_t(vec)]);
-      opts.push_back({OptOp::UPCAST, vec, a});
-      size[size_t(vec)] /= a;
+      split(OptOp::UPCAST, size_t(vec), a);
       upcast *= a;
       vec_amt = a;
     }
   }
+
   // A row kernel (the scheduler's row fusion: softmax, layernorm): some reduce is computed once per row, outside
   // the output loops inside it. Every reduce axis the loads are contiguous in gets vector lanes; no register tile
   // (the loads of a row are not shared between rows).
-  bool rows = false;
-  for (const UOp* n : toposort(ast.get()))
-    if (n->op == Ops::REDUCE)
-      for (size_t i = 0; i < n_out; i++) rows |= depends_on(st, axes[i]) && !depends_on(n, axes[i]);
-  if (rows) {
-    for (size_t i = n_out; i < axes.size(); i++) {
-      bool all_contiguous = true;
-      for (const UOp* l : acc.loads)
-        if (depends_on(l, axes[i])) {
-          auto c = index_coef(l, axes[i]);
-          all_contiguous &= c && *c == 1;
-        }
-      if (int64_t a = all_contiguous ? pick(size[i], {int64_t(2 * w), int64_t(w), int64_t(w / 2), 4}) : 0) {
-        opts.push_back({OptOp::UNROLL, int(i), a});
-        size[i] /= a;
-      }
-    }
+  void row_lanes() {
+    for (const UOp* n : toposort(ast.get()))
+      if (n->op == Ops::REDUCE)
+        for (size_t i = 0; i < n_out; i++) rows |= depends_on(st, axes[i]) && !depends_on(n, axes[i]);
+    if (!rows) return;
+    for (size_t i = n_out; i < axes.size(); i++)
+      if (int64_t a = loads_contiguous(i) ? pick(size[i], {int64_t(2 * w), int64_t(w), int64_t(w / 2), 4}) : 0)
+        split(OptOp::UNROLL, i, a);
   }
+
   // 1b. A reduce kernel with no vectorised output axis (a convolution's weight gradient: the output is the small
   //     kernel; a batch norm's per-channel variance): vector accumulators along a reduce axis that every load
   //     depending on it is contiguous in (UNROLL: one partial sum per lane, combined after the loop). Every REDUCE
@@ -398,7 +385,8 @@ std::optional<std::vector<Opt>> heuristic_opts(const UOpRef& ast_in, const OptCo
   //     relative error of 1.5e-5 against 6e-8 for libtorch's, and no vectors). Only the first when a short output
   //     axis was unrolled into copies: each copy's REDUCEs get lane loops of their own (ONNX GridSample's kernel,
   //     6 copies x 4 REDUCEs, went past the linearizer's limit, then 128 loops).
-  if (reduce && !rows && (vec < 0 || short_vec)) {
+  void reduce_lanes() {
+    if (!reduce || rows || (vec >= 0 && !short_vec)) return;
     bool first = true;
     int given = 0;  // at most 4 REDUCEs get lanes (each is ~5 lane loops: init, update, halving combine)
     for (const UOp* n : toposort(ast.get())) {
@@ -407,17 +395,11 @@ std::optional<std::vector<Opt>> heuristic_opts(const UOpRef& ast_in, const OptCo
         if (std::find_if(n->src().begin() + 1, n->src().end(), [&](const UOpRef& r) { return r.get() == axes[i]; }) ==
             n->src().end())
           continue;  // not this REDUCE's axis
-        bool all_contiguous = true, any = false;
-        for (const UOp* l : acc.loads)
-          if (depends_on(l, axes[i])) {
-            auto c = index_coef(l, axes[i]);
-            any = true;
-            all_contiguous &= c && *c == 1;
-          }
+        bool any = false;
+        bool all_contiguous = loads_contiguous(i, &any);
         int64_t a = any && all_contiguous ? pick(size[i], {int64_t(2 * w), int64_t(w), int64_t(w / 2), 4}) : 0;
         if (a) {
-          opts.push_back({OptOp::UNROLL, int(i), a});
-          size[i] /= a;
+          split(OptOp::UNROLL, i, a);
           if (first) upcast *= a, vec = int(i), vec_amt = a, first = false;
           given++;
           break;
@@ -425,12 +407,14 @@ std::optional<std::vector<Opt>> heuristic_opts(const UOpRef& ast_in, const OptCo
       }
     }
   }
-  bool ranked = false;  // the register tile was chosen by rank (step 2)
+
   // 2. Reduce kernels: a register tile over output axes whose loads are shared (matmul and conv shaped): the one
   //    with the fewest loads per accumulator (a load is repeated for every copy of the axes it depends on; one
   //    contiguous along the vectorised axis is one vector load per vector; one contiguous along a reduce loop
-  //    counts a quarter: the next iterations find its cache line loaded).
-  if (reduce && !rows) {
+  //    counts a quarter: the next iterations find its cache line loaded). False when the kernel has fewer tiles
+  //    than the rank asked for.
+  bool register_tile() {
+    if (!reduce || rows) return true;
     std::vector<int64_t> amt(axes.size(), 1);
     if (vec >= 0) amt[size_t(vec)] = vec_amt;
     // loads per accumulator of a tile: amounts `am` per axis (am[vec] includes the vector itself)
@@ -476,15 +460,15 @@ std::optional<std::vector<Opt>> heuristic_opts(const UOpRef& ast_in, const OptCo
     for (size_t i = 0; i < n_out; i++)
       if (shares(i) && size[i] > 1) cand.push_back(i);
     auto strides_of = [&](const std::vector<int64_t>& am) {
-      double st = 0;
+      double s = 0;
       for (size_t i : cand)
         if (am[i] > (int(i) == vec ? vec_amt : 1))
           for (const UOp* l : acc.loads)
             if (depends_on(l, axes[i])) {
               auto c = index_coef(l, axes[i]);
-              st += c ? double(std::llabs(*c)) : 1e18;
+              s += c ? double(std::llabs(*c)) : 1e18;
             }
-      return st;
+      return s;
     };
     using Key = std::tuple<double, double, double>;
     std::vector<std::pair<Key, std::vector<int64_t>>> tiles{{Key{loads_per_acc(amt), 0, -double(upcast)}, amt}};
@@ -506,7 +490,7 @@ std::optional<std::vector<Opt>> heuristic_opts(const UOpRef& ast_in, const OptCo
     visit(0, upcast);
     // ranked by the key (ties: the order of enumeration); BEAM seeds its search with the first few
     std::stable_sort(tiles.begin(), tiles.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    if (tile_rank >= tiles.size()) return std::nullopt;
+    if (tile_rank >= tiles.size()) return false;
     ranked = true;
     const std::vector<int64_t>& best_am = tiles[tile_rank].second;
     // opts: the other axes by decreasing amount, then the vectorised axis's widening
@@ -517,8 +501,7 @@ std::optional<std::vector<Opt>> heuristic_opts(const UOpRef& ast_in, const OptCo
     if (vec >= 0 && size_t(vec) < n_out && best_am[size_t(vec)] != amt[size_t(vec)]) order.emplace_back(0, size_t(vec));
     for (auto [neg, i] : order) {
       int64_t a = best_am[i] / amt[i];
-      opts.push_back({OptOp::UPCAST, int(i), a});
-      size[i] /= a;
+      split(OptOp::UPCAST, i, a);
       upcast *= a;
       amt[i] = best_am[i];
     }
@@ -528,18 +511,72 @@ std::optional<std::vector<Opt>> heuristic_opts(const UOpRef& ast_in, const OptCo
         bool contiguous = false;
         for (const UOp* l : acc.loads)
           if (auto c = index_coef(l, axes[i]); c && *c == 1) contiguous = true;
-        int64_t a = contiguous ? pick(size[i], {int64_t(w), int64_t(w / 2), 4}) : 0;
-        if (a) {
-          opts.push_back({OptOp::UNROLL, int(i), a});
-          size[i] /= a;
+        if (int64_t a = contiguous ? pick(size[i], {int64_t(w), int64_t(w / 2), 4}) : 0) {
+          split(OptOp::UNROLL, i, a);
           break;
         }
       }
     }
+    return true;
   }
-  add_threads();
-  if (tile_rank > 0 && !ranked) return std::nullopt;
-  return opts;
+
+  // 4. (run last; alone for a large body) Threads: the outermost output axis that divides evenly, for kernels with
+  //    enough work to pay for it. In a reduce kernel an input of 8 MiB or more that this split would leave whole
+  //    (every thread streams all of it again for each of its tiles: B of a 2048 matmul) is split instead, on the
+  //    outermost axis it depends on (N=2048: 1.23x; each core's cache then holds its part).
+  void threads() {
+    if (cfg.threads <= 1 || work < 32768) return;
+    auto splits = [&](size_t i) { return size[i] >= cfg.threads && size[i] % cfg.threads == 0; };
+    std::optional<size_t> pick_axis;
+    for (size_t i = 0; i < n_out && !pick_axis; i++)
+      if (splits(i)) pick_axis = i;
+    if (pick_axis && reduce) {
+      const UOp* big = nullptr;
+      double big_bytes = 0;
+      for (size_t li = 0; li < acc.loads.size(); li++) {
+        const UOp* l = acc.loads[li];
+        double bytes = double(acc.load_bytes[li]);
+        for (const UOp* r : axes)
+          if (depends_on(l, r)) bytes *= double(range_size(r).value_or(1));
+        if (!depends_on(l, axes[*pick_axis]) && bytes >= double(8 << 20) && bytes > big_bytes) big = l, big_bytes = bytes;
+      }
+      if (big)
+        for (size_t i = 0; i < n_out; i++)
+          if (splits(i) && depends_on(big, axes[i])) {
+            pick_axis = i;
+            break;
+          }
+    }
+    if (pick_axis) opts.push_back({OptOp::THREAD, int(*pick_axis), cfg.threads});
+  }
+};
+
+// The heuristic with the register tile of the given rank (0: the best by its load model); nullopt when the kernel
+// has fewer tiles than that. Its steps, in order: vectors along the store, else along the loads (elementwise),
+// lanes for row kernels and for reduces without a vector, the register tile, threads.
+std::optional<std::vector<Opt>> heuristic_opts(const UOpRef& ast_in, const OptConfig& cfg, size_t tile_rank) {
+  Heuristic h(ast_in, cfg, tile_rank);
+  if (h.acc.stores.size() != 1) {  // multi-output kernels keep their plain loops
+    if (tile_rank > 0) return std::nullopt;
+    return std::vector<Opt>{};
+  }
+  h.st = h.acc.stores[0];
+  // A body of more than 2,048 nodes (10,000 shifted views summed) gets threads only, no copies: UPCAST multiplies
+  // the body, and LLVM's register allocation and scheduling over 16 x 10,000 gated reads and adds grew
+  // superlinearly (60 s at 5,000 views).
+  if (toposort(h.ast.get()).size() > 2048) {
+    h.threads();
+    if (tile_rank > 0) return std::nullopt;
+    return h.opts;
+  }
+  h.store_vectors();
+  h.load_vectors();
+  h.row_lanes();
+  h.reduce_lanes();
+  if (!h.register_tile()) return std::nullopt;
+  h.threads();
+  if (tile_rank > 0 && !h.ranked) return std::nullopt;
+  return h.opts;
 }
 
 }  // namespace
