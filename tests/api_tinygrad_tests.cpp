@@ -330,6 +330,24 @@ TEST_CASE("clone keeps its value after the original is assigned; replace, to_, d
   CHECK(d.const_like(5).to_vector<uint16_t>() == std::vector<uint16_t>{5, 5});
 }
 
+TEST_CASE("clone(device) copies onto that device, clone(own device) is a clone; isinf(detect_*) on ints; topk(sorted)") {
+  Tensor x = Tensor::from_vector(std::vector<float>{1, 2, 3}).realize();
+  Tensor other = x.clone("CPU:1");
+  CHECK(other.device() == "CPU:1");
+  Tensor same = x.clone(x.device());
+  x.assign(Tensor::zeros({3}));
+  CHECK(other.to_vector<float>() == std::vector<float>{1, 2, 3});
+  CHECK(same.to_vector<float>() == std::vector<float>{1, 2, 3});
+  CHECK(same.device() == x.device());
+  CHECK(Tensor::from_vector(std::vector<int32_t>{1, 2}).isinf(true, true).to_vector<bool>() == std::vector<bool>{false, false});
+  TensorOf<float> f(Tensor::from_vector(std::vector<float>{-INFINITY, 1}));  // the typed handle keeps the overloads
+  CHECK(f.isinf(false, true).to_vector<bool>() == std::vector<bool>{true, false});
+  CHECK(f.softmax(0, dtypes::float64).dtype() == dtypes::float64);
+  // topk(sorted=false) may return any order (torch); tg's is sorted either way
+  Tensor v = Tensor::from_vector(std::vector<float>{3, 1, 4, 1, 5});
+  CHECK(v.topk(2, 0, true, false).first.to_vector<float>() == std::vector<float>{5, 4});
+}
+
 TEST_CASE("contiguous_backward, sequential, layernorm, batchnorm and enable_gqa") {
   Tensor x = Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, {2, 2}).requires_grad_();
   Tensor y = x.contiguous_backward().sequential({[](const Tensor& t) { return t * 2.0; }, [](const Tensor& t) { return t + 1.0; }});

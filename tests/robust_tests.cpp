@@ -346,7 +346,7 @@ TEST_CASE("class labels and gather/index_select indices out of range in a buffer
   CHECK(contains(error_of([&] { (void)x.gather(1, Tensor::from_vector(std::vector<int64_t>{0, 2, 1, 1}, {2, 2})).realize(); }),
                  "[gather] index 2 is out of range for an axis of size 2"));
   CHECK(contains(error_of([&] { (void)x.index_select(0, Tensor::from_vector(std::vector<int32_t>{-3})).realize(); }),
-                 "[index_select] index -1 is out of range"));  // -3 + 2: negative indices count from the end
+                 "[index_select] index -3 is out of range"));  // as passed (the kernel sees -3 + 2)
   CHECK(x.index_select(0, Tensor::from_vector(std::vector<int32_t>{-1})).to_vector<float>() == std::vector<float>{3, 4});
   // an axis long enough for the sum to be split (REDUCEOP_SPLIT_THRESHOLD) still folds into a checked load
   Tensor rows = Tensor::ones({20000, 2});
@@ -360,9 +360,11 @@ TEST_CASE("an index out of range computed in the graph is caught by the kernel t
   // realize throws (on every device: the cl and nvrtc suites run this file too).
   Tensor x = Tensor::from_vector(std::vector<float>{1, 2, 3, 4}, {2, 2});
   Tensor one = Tensor::from_vector(std::vector<int64_t>{0, 1, 1, 0}, {2, 2});
-  CHECK(error_of([&] { (void)x.gather(1, one + 1).to_vector<float>(); }) ==
-        "[gather] index 2 is out of range for an axis of size 2 (valid: 0 <= index < 2; checked in the kernel)");
-  CHECK(contains(error_of([&] { (void)x.gather(1, one - 1).realize(); }), "[gather] index -1 is out of range"));
+  CHECK(error_of([&] { (void)x.gather(1, one + 1).to_vector<float>(); }) ==  // {1, 2, 2, 1}
+        "[gather] 2 indices are out of range for an axis of size 2 (valid: 0 <= index < 2; checked in the kernel); the "
+        "first 2: 2, 2");
+  CHECK(contains(error_of([&] { (void)x.gather(1, one - 1).realize(); }), "[gather] 2 indices are out of range for an "
+                 "axis of size 2 (valid: 0 <= index < 2; checked in the kernel); the first 2: -1, -1"));
   CHECK(x.gather(1, one * 1).to_vector<float>() == std::vector<float>{1, 2, 4, 3});  // in range: the values
   Tensor i1 = Tensor::from_vector(std::vector<int32_t>{1, -1});
   CHECK(contains(error_of([&] { (void)x.index_select(0, (i1 + 1) * 2).realize(); }),  // {4, 0}
@@ -442,6 +444,99 @@ TEST_CASE("a TinyJit replay checks the indices of the kernels it replays") {
                  "[index_select] index 9 is out of range for an axis of size 4"));
   auto out = jit({Tensor::from_vector(std::vector<int32_t>{3, 0})});  // the next replay starts from a clean record
   CHECK(out[0].to_vector<float>() == std::vector<float>{6, 7, 0, 1});
+}
+
+TEST_CASE("a negative index out of range is reported as passed, not as wrapped") {
+  // index_select and advanced indexing count negative indices from the end (the kernel checks index + n)
+  Tensor x = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {3, 2});
+  CHECK(error_of([&] { (void)x.index_select(0, Tensor::from_vector(std::vector<int64_t>{0, -4})).realize(); }) ==
+        "[index_select] index -4 is out of range for an axis of size 3 (valid: 0 <= index < 3, or -size <= index < 0; "
+        "checked in the kernel)");
+  Tensor lazy = Tensor::from_vector(std::vector<int32_t>{1, 2});
+  CHECK(contains(error_of([&] { (void)x.index_select(0, lazy - 9).realize(); }), "the first 2: -8, -7"));
+  CHECK(contains(error_of([&] { (void)x[Tensor::from_vector(std::vector<int32_t>{-7})].realize(); }),
+                 "[index] index -7 is out of range for an axis of size 3"));
+  CHECK(x.index_select(0, Tensor::from_vector(std::vector<int64_t>{-3})).to_vector<float>() == std::vector<float>{1, 2});
+}
+
+TEST_CASE("a one-hot mask computed into a buffer (a small table) is checked where it is stored") {
+  // a table of 3 rows: the realize map computes index_select's mask into a buffer and sums over it (no fold); the
+  // mask's kernel checks the index (it read 0 silently)
+  Tensor x = Tensor::arange(12).reshape({3, 4}).cast(dtypes::float32).realize();
+  CHECK(contains(error_of([&] { (void)x.index_select(0, Tensor::from_vector(std::vector<int64_t>{0, -5})).realize(); }),
+                 "[index_select] index -5 is out of range for an axis of size 3"));
+  CHECK(contains(error_of([&] { (void)x.gather(0, Tensor::from_vector(std::vector<int64_t>{0, 3, 1, 2}, {1, 4})).realize(); }),
+                 "[gather] index 3 is out of range for an axis of size 3"));
+  CHECK(x.index_select(0, Tensor::from_vector(std::vector<int64_t>{2, -3})).to_vector<float>() ==
+        std::vector<float>{8, 9, 10, 11, 0, 1, 2, 3});
+}
+
+TEST_CASE("several indices out of range: the error counts them and lists the first five as passed") {
+  const int64_t R = 16, C = 64;
+  std::vector<float> xv(size_t(R * C));
+  std::vector<int32_t> iv(size_t(R * C));
+  for (size_t i = 0; i < xv.size(); i++) xv[i] = float(i), iv[i] = int32_t(i % size_t(C));
+  for (int64_t k = 0; k < 7; k++) iv[size_t(k * 100 + 3)] = int32_t(C + k);  // 7 bad, in row-major order
+  iv[size_t(R * C - 1)] = -2;
+  Tensor x = Tensor::from_vector(xv, {R, C});
+  CHECK(error_of([&] { (void)x.gather(1, Tensor::from_vector(iv, {R, C})).realize(); }) ==
+        "[gather] 8 indices are out of range for an axis of size 64 (valid: 0 <= index < 64; checked in the kernel); "
+        "the first 5: 64, 65, 66, 67, 68");
+  // lazy indices, a wrapping op (as passed), and a loss whose labels are summed over the batch in the kernel
+  Tensor i = Tensor::from_vector(std::vector<int32_t>{0, 1, 2, 3});
+  CHECK(error_of([&] { (void)x.index_select(0, i * 9 - 40).realize(); }) ==  // -13 counts from the end
+        "[index_select] 3 indices are out of range for an axis of size 16 (valid: 0 <= index < 16, or -size <= index < 0; "
+        "checked in the kernel); the first 3: -40, -31, -22");
+  Tensor logits = Tensor::zeros({4, 3});
+  CHECK(contains(error_of([&] { (void)logits.cross_entropy(i.cast(dtypes::int64) * 2).item<float>(); }),
+                 "[cross_entropy] 2 indices are out of range for an axis of size 3 (valid: 0 <= index < 3; checked in "
+                 "the kernel); the first 2: 4, 6"));
+}
+
+TEST_CASE("advanced indexing checks its index tensors in the kernel, one or several, lazy or not") {
+  Tensor x = Tensor::arange(12).reshape({3, 4}).cast(dtypes::float32);
+  Tensor r = Tensor::from_vector(std::vector<int64_t>{2, 0, -1});
+  Tensor c = Tensor::from_vector(std::vector<int64_t>{1, 3, 0});
+  CHECK(x[r].to_vector<float>() == std::vector<float>{8, 9, 10, 11, 0, 1, 2, 3, 8, 9, 10, 11});
+  CHECK(x[{r, c}].to_vector<float>() == std::vector<float>{9, 3, 8});  // two index tensors: one indexed load
+  CHECK(contains(error_of([&] { (void)x[Tensor::from_vector(std::vector<int64_t>{1, 3})].realize(); }),
+                 "[index] index 3 is out of range for an axis of size 3"));
+  CHECK(contains(error_of([&] { (void)x[{r, c + 4}].realize(); }), "[index] 3 indices are out of range for an axis of size 4"));
+  CHECK(contains(error_of([&] { (void)x[{Slice::all(), c * 2}].realize(); }), "[index] index 6 is out of range for an axis of size 4"));
+  // index_put writes through the mask: checked where the kernel evaluates it
+  CHECK(contains(error_of([&] { (void)x.index_put({Tensor::from_vector(std::vector<int64_t>{4})}, Tensor::ones({4})).realize(); }),
+                 "[index_put] index 4 is out of range for an axis of size 3"));
+  std::vector<float> put = x.index_put({r}, Tensor::zeros({4})).to_vector<float>();
+  CHECK(put == std::vector<float>{0, 0, 0, 0, 4, 5, 6, 7, 0, 0, 0, 0});
+}
+
+TEST_CASE("scatter and scatter_reduce check their indices in the kernel") {
+  Tensor self = Tensor::zeros({2, 3});
+  Tensor src = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
+  Tensor ok = Tensor::from_vector(std::vector<int64_t>{2, 0, 1, 1, 2, 0}, {2, 3});
+  CHECK(self.scatter(1, ok, src).to_vector<float>() == std::vector<float>{2, 3, 1, 6, 4, 5});
+  Tensor bad = Tensor::from_vector(std::vector<int64_t>{2, 0, 3, 1, 2, 0}, {2, 3});
+  CHECK(error_of([&] { (void)self.scatter(1, bad, src).realize(); }) ==
+        "[scatter] index 3 is out of range for an axis of size 3 (valid: 0 <= index < 3; checked in the kernel)");
+  CHECK(contains(error_of([&] { (void)self.scatter(1, ok - 1, 7.0).realize(); }), "[scatter] 2 indices are out of range"));
+  CHECK(contains(error_of([&] { (void)self.scatter_reduce(1, bad, src, "sum").realize(); }),
+                 "[scatter_reduce] index 3 is out of range for an axis of size 3"));
+  CHECK(self.scatter_reduce(1, ok, src, "sum").to_vector<float>() == std::vector<float>{2, 3, 1, 6, 4, 5});
+}
+
+TEST_CASE("a bad index stops a realize before it writes existing state") {
+  // the records are read after the run, but before a kernel that writes a buffer that existed before it (an assign;
+  // a kernel that gathers and assigns in one has written when its record is read: its bad lanes read 0)
+  Tensor w = Tensor::from_vector(std::vector<float>{1, 2}).realize();
+  std::shared_ptr<Buffer> wb = buffer_of(contiguous_buffer(w.uop().get()));
+  Tensor x = Tensor::from_vector(std::vector<float>{10, 20, 30});
+  Tensor bad = Tensor::from_vector(std::vector<int32_t>{0, 3});
+  w.assign(w + x.index_select(0, bad).contiguous());  // two kernels: the checked gather, then the assign
+  CHECK(contains(error_of([&] { w.realize(); }), "[index_select] index 3"));
+  float now[2] = {0, 0};
+  wb->copyout(now, sizeof now);  // the assign's kernel did not run
+  CHECK(now[0] == 1);
+  CHECK(now[1] == 2);
 }
 
 TEST_CASE("optimizer updates from schedule_step() that were never realised are realised by the next call") {

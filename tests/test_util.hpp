@@ -1,5 +1,8 @@
 #pragma once
 // Helpers shared by the test suites.
+#include <unistd.h>
+
+#include <cstdio>
 #include <string>
 
 #include "tg/error.hpp"
@@ -19,6 +22,33 @@ std::string error_of(F&& f) {
     return m;
   }
   return "";
+}
+
+/** What `f` writes to stderr (file descriptor 2) while it runs; stderr is restored even if `f` throws. */
+template <class F>
+std::string stderr_of(F&& f) {
+  std::fflush(stderr);
+  FILE* cap = std::tmpfile();
+  if (!cap) return "<no temporary file>";
+  int saved = dup(2);
+  dup2(fileno(cap), 2);
+  struct Restore {
+    int saved;
+    ~Restore() {
+      std::fflush(stderr);
+      dup2(saved, 2);
+      close(saved);
+    }
+  };
+  {
+    Restore r{saved};
+    f();
+  }
+  std::rewind(cap);
+  std::string out;
+  for (int ch; (ch = std::fgetc(cap)) != EOF;) out += char(ch);
+  std::fclose(cap);
+  return out;
 }
 
 }  // namespace tg::test

@@ -13,6 +13,7 @@
 #include <memory>
 #include <vector>
 
+#include "tg/schedule.hpp"
 #include "tg/tensor.hpp"
 
 namespace tg {
@@ -26,6 +27,34 @@ struct JitItem {
   const void* key = nullptr;     ///< identifies the kernel (its AST), for comparing captures
   size_t outputs = 1;            ///< bufs[0, outputs) are written
   bool index_check = false;      ///< bufs.back() is the kernel's IndexCheck record (schedule.hpp): a replay checks it
+  bool writes_existing = false;  ///< it writes state that existed before its schedule (ScheduleItem::writes_existing)
+  std::vector<IndexDiag> index_diags;  ///< its index checks' diagnostic kernels
+};
+
+/** The index checks of the kernels of one run (IndexCheck in schedule.hpp): each record is zeroed before the run
+ *  (arm) and read after it with the others (flush: one host sync on an asynchronous device), or earlier: before a
+ *  kernel that writes state that existed before the run, or that overwrites a buffer a checked kernel read (its
+ *  diagnostic kernel, run after a hit, reads them again). flush throws the first hit as a tg::Error.
+ *  Not thread-safe: one per run. */
+class IndexChecks {
+ public:
+  /// zeroes the record of a checked kernel that will run on bufs (the record last)
+  static void arm(const std::vector<Buffer*>& bufs);
+  /// a checked kernel was launched on bufs (outputs first, the record last) on device
+  void launched(std::vector<Buffer*> bufs, size_t n_out, std::string device, const std::vector<IndexDiag>* diags);
+  /// before launching a kernel on bufs: reads the pending records now if it must (see the class comment)
+  void before(const std::vector<Buffer*>& bufs, size_t n_out, bool writes_existing, const VarVals& vals);
+  /// reads the pending records; throws for the first that recorded a hit (counting them with its diagnostic kernels)
+  void flush(const VarVals& vals);
+
+ private:
+  struct Pending {
+    std::vector<Buffer*> bufs;
+    size_t n_out;
+    std::string device;
+    const std::vector<IndexDiag>* diags;
+  };
+  std::vector<Pending> pending_;
 };
 /** Start / stop recording every item run_schedule executes on this thread. */
 void jit_begin_capture(std::vector<JitItem>* sink);
@@ -38,7 +67,7 @@ void jit_note_host_read(const Buffer* b);
  *  replay calls it before overwriting them, so a tensor keeps the value it had when it was defined. */
 void realize_readers_of(const std::vector<const Buffer*>& written);
 /** Run one captured item on these buffers (same count and sizes as captured). */
-void jit_run(const JitItem& item, const std::vector<Buffer*>& bufs, const VarVals& vals = {});
+void jit_run(const JitItem& item, const std::vector<Buffer*>& bufs, const VarVals& vals = {}, IndexChecks* checks = nullptr);
 
 /** Wraps a step function of tensors. Inputs must keep their shapes and dtypes across calls; a symbolic dim (see
  *  tg/variable.hpp) may take another value on each call, and so may the bound Variables passed beside the inputs:

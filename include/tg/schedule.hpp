@@ -5,6 +5,7 @@
 #include "tg/config.hpp"
 
 #include <functional>
+#include <iterator>
 #include <memory>
 #include <span>
 #include <string>
@@ -14,6 +15,16 @@
 #include "tg/uop.hpp"
 
 namespace tg {
+
+/** An index check as a kernel of its own (see IndexCheck): the check's expressions over the checked kernel's
+ *  inputs, storing, for every point of the check's loops, the index where it is out of range and INT64_MIN
+ *  elsewhere into an int64 buffer of `size` elements. Run only after its kernel recorded a hit, to count them. */
+struct IndexDiag {
+  int64_t code = 0;  ///< the checking op (IndexCheck::ops)
+  UOpRef ast;        ///< SINK of one STORE into PARAM 0
+  int64_t size = 0;  ///< elements of its output
+  std::vector<int> params;  ///< PARAM 1.. are these buffers of the checked kernel (positions in its bufs)
+};
 
 /** One unit of work: a kernel (ast = SINK of STOREs into PARAM 0.., see codegen.hpp) or a COPY between buffers. */
 struct ScheduleItem {
@@ -25,25 +36,50 @@ struct ScheduleItem {
   std::vector<std::shared_ptr<Buffer>> bufs;   ///< outputs first
   /// the name of the device that runs it
   std::string device;
-  /// the kernel checks indices in range: bufs.back() is its hit record (see IndexCheck), zeroed before the launch
-  /// and read after it
+  /// the kernel checks indices in range: bufs.back() is its hit record (see IndexCheck), zeroed before the run and
+  /// read after it (with the run's other records, before any later kernel writes a buffer that existed before)
   bool index_check = false;
+  /// it writes a buffer that existed before this schedule (an assign's target): the index checks of the kernels
+  /// before it are read first, so a bad index stops the run before it changes any state
+  bool writes_existing = false;
+  /// the diagnostic kernels of its index checks
+  std::vector<IndexDiag> index_diags;
 };
 
 /** Indices checked in the kernel. An op whose index tensor must lie in [0, n) (gather, index_select, nll_loss,
- *  cross_entropy) marks the compare of its one-hot mask: CMPEQ with arg {code} or {code, except} (a value allowed
- *  outside the range, as ignore_index). The kernel-AST stage that folds the one-hot sum into a load also stores a
- *  hit, when the index is outside [0, n), into a 3-slot int64 record: {code + 1, the index, n}. run_schedule reads
- *  the record after the kernel and throws a tg::Error naming the op, the index and the axis size. */
+ *  cross_entropy, advanced indexing, scatter) marks the compare of its one-hot mask: CMPEQ with arg {code} or
+ *  {code, except} (a value allowed outside the range, as ignore_index). The kernel-AST stage that folds the one-hot
+ *  sum into a load also stores a hit, when the index is outside [0, n), into a 3-slot int64 record:
+ *  {code + 1, the index, n}; for the ops that write through the mask (scatter, index_put: no sum to fold) every
+ *  kernel that evaluates the marked compare stores the hit, for the others a kernel that evaluates it outside any
+ *  reduce (a mask computed into a buffer, which the sum reading it cannot fold) does too. run_schedule reads the records after the run (a run
+ *  stops at the first bad record before a kernel that writes existing state) and throws a tg::Error naming the op,
+ *  the index as the user passed it, the axis size, and how many indices were out of range with the first few
+ *  (found by a diagnostic kernel built from the same check, run only then). */
 struct IndexCheck {
+  /** An op that marks its index compare. */
+  struct Op {
+    const char* name;  ///< the op, as the error names it
+    bool wraps;        ///< negative indices count from the end (the front end adds n): a wrapped index is reported as passed
+    bool unfolded;     ///< checked wherever the compare is evaluated (under a reduce too), not only where it folds
+  };
   /// the ops that mark their index compares, by code
-  static constexpr const char* ops[] = {"gather", "index_select", "nll_loss", "cross_entropy"};
+  static constexpr Op ops[] = {{"gather", false, false},       {"index_select", true, false}, {"nll_loss", false, false},
+                               {"cross_entropy", false, false}, {"index", true, true},         {"index_put", true, true},
+                               {"scatter", false, true},        {"scatter_reduce", false, true}};
   /// slots of the hit record
   static constexpr int64_t kSlots = 3;
   /// the code of op (an entry of ops); throws for another name
   static int64_t code(const std::string& op);
-  /// the error a nonzero record describes, or "" for a zero record
-  static std::string message(const int64_t* record);
+  /// the op of a code (null for an unknown one)
+  static const Op* op_of(int64_t code) { return code >= 0 && size_t(code) < std::size(ops) ? &ops[code] : nullptr; }
+  /// the index the user passed for a checked one (a wrapping op's negative index had n added: still negative)
+  static int64_t as_passed(int64_t code, int64_t index, int64_t n) {
+    return op_of(code) && op_of(code)->wraps && index < 0 ? index - n : index;
+  }
+  /** The error a nonzero record describes, or "" for a zero record; `bad` lists the out-of-range indices as
+   *  checked (all of them, or empty when only the record is known). */
+  static std::string message(const int64_t* record, const std::vector<int64_t>& bad = {});
 };
 
 /** Kernels in dependency order, and what each realised tensor-graph node became (a view of its buffer). */

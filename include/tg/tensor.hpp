@@ -399,12 +399,16 @@ class Tensor {
   Tensor prod(std::vector<int64_t> axes = {}, bool keepdim = false, CallLoc loc = CallLoc::current()) const;
   /// product over one axis
   Tensor prod(int64_t axis, bool keepdim = false, CallLoc loc = CallLoc::current()) const { return prod(std::vector<int64_t>{axis}, keepdim, loc); }
+  /** The product accumulated and returned in `dtype` (torch's and tinygrad's prod(dtype=)): the input is cast first. */
+  Tensor prod(std::vector<int64_t> axes, bool keepdim, DType dtype, CallLoc loc = CallLoc::current()) const;
   /// mean over `axes` (all when empty); ints give float
   Tensor mean(std::vector<int64_t> axes = {}, bool keepdim = false, CallLoc loc = CallLoc::current()) const;
   /// mean over one axis
   Tensor mean(int64_t axis, bool keepdim = false, CallLoc loc = CallLoc::current()) const { return mean(std::vector<int64_t>{axis}, keepdim, loc); }
   /// exp(x) / sum(exp(x)) along axis, computed stably (max subtracted)
   Tensor softmax(int64_t axis = -1, CallLoc loc = CallLoc::current()) const;
+  /** softmax computed and returned in `dtype` (torch's and tinygrad's softmax(dtype=)): the input is cast first. */
+  Tensor softmax(int64_t axis, DType dtype, CallLoc loc = CallLoc::current()) const;
 
   /// the values in a buffer of their own, row-major (a copy kernel unless already so)
   Tensor contiguous() const;
@@ -520,6 +524,8 @@ class Tensor {
   Tensor isnan() const;
   /// whether an element is +-inf
   Tensor isinf() const;
+  /** Whether an element is +inf (detect_positive) or -inf (detect_negative), as tinygrad's isinf. */
+  Tensor isinf(bool detect_positive, bool detect_negative) const;
   /// whether an element is neither inf nor NaN
   Tensor isfinite() const;
 
@@ -550,6 +556,8 @@ class Tensor {
   Tensor softsign() const;
   /// relu6(x + 3) / 6
   Tensor hardsigmoid() const;
+  /** clamp(alpha x + beta, 0, 1) (tinygrad's hardsigmoid; alpha 1/6, beta 0.5 is torch's). */
+  Tensor hardsigmoid(double alpha, double beta) const;
   /// x * relu6(x + 3) / 6
   Tensor hardswish() const;
   /// clamp(x, min_val, max_val)
@@ -668,8 +676,12 @@ class Tensor {
   Tensor logcumsumexp(int64_t axis = 0) const;
   /// log(softmax(x)) along axis, computed stably
   Tensor log_softmax(int64_t axis = -1, CallLoc loc = CallLoc::current()) const;
+  /** log_softmax computed and returned in `dtype` (torch's and tinygrad's log_softmax(dtype=)). */
+  Tensor log_softmax(int64_t axis, DType dtype, CallLoc loc = CallLoc::current()) const;
   /// softmax(-x) along axis
   Tensor softmin(int64_t axis = -1) const;
+  /// softmin computed and returned in `dtype`
+  Tensor softmin(int64_t axis, DType dtype) const { return cast(dtype).softmin(axis); }
   /** Sorted values and their original indices (int64), stable (equal values keep their order; NaN sorts as the
    *  largest value, like torch). Values by a bitonic network (O(n log^2 n) compare-exchanges, tinygrad's); indices
    *  by matching each sorted value to the input positions holding it. */
@@ -678,14 +690,26 @@ class Tensor {
   Tensor argsort(int64_t dim = -1, bool descending = false) const;
   /** The k largest (or smallest) values along dim, sorted, and their indices. */
   std::pair<Tensor, Tensor> topk(int64_t k, int64_t dim = -1, bool largest = true) const;
+  /** topk with torch's and tinygrad's `sorted` flag: false lets the order be any (tg returns it sorted either way). */
+  std::pair<Tensor, Tensor> topk(int64_t k, int64_t dim, bool largest, bool sorted) const {
+    (void)sorted;
+    return topk(k, dim, largest);
+  }
 
   // ---- linear algebra (ops_linalg.cpp)
   /** torch.matmul: 1-D/1-D dot, matrix-vector, and batched matmul with broadcasting of the batch dims. */
   Tensor matmul(const Tensor& b, CallLoc loc = CallLoc::current()) const;
   /// matmul(b)
   Tensor dot(const Tensor& b, CallLoc loc = CallLoc::current()) const { return matmul(b, loc); }
+  /** matmul computed and returned in `dtype` (tinygrad's matmul(dtype=): e.g. float16 operands accumulated in
+   *  float32): both operands are cast first, so the products are exact in a wider dtype. */
+  Tensor matmul(const Tensor& b, DType dtype, CallLoc loc = CallLoc::current()) const;
+  /// matmul(b, dtype)
+  Tensor dot(const Tensor& b, DType dtype, CallLoc loc = CallLoc::current()) const { return matmul(b, dtype, loc); }
   /** x @ weight.T + bias with weight (out_features, in_features), like torch.nn.functional.linear. */
   Tensor linear(const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt, CallLoc loc = CallLoc::current()) const;
+  /** linear computed and returned in `dtype` (tinygrad's linear(dtype=)). */
+  Tensor linear(const Tensor& weight, const std::optional<Tensor>& bias, DType dtype, CallLoc loc = CallLoc::current()) const;
 
   // ---- nn functional (ops_nn.cpp); layouts are torch's (N, C, *spatial)
   /** N-d convolution (the number of spatial dims comes from the weight); padding_mode: "zeros", "reflect",
@@ -794,6 +818,8 @@ class Tensor {
   std::vector<uint8_t> data(CallLoc loc = CallLoc::current()) const;
   /** A copy in a buffer of its own (later assigns to this tensor do not change it); gradients flow through. */
   Tensor clone() const;
+  /** A copy on `device` (tinygrad's clone(device=)); the same device gives clone(). */
+  Tensor clone(const std::string& device) const;
   /** Same shape and device, uninitialised (dtype defaults to this tensor's). */
   Tensor empty_like(std::optional<DType> dtype = std::nullopt) const;
   /** An uninitialised tensor (tinygrad's invalids: empty() whose values no kernel may rely on). */
@@ -884,8 +910,9 @@ class Tensor {
   Tensor batchnorm(const std::optional<Tensor>& weight, const std::optional<Tensor>& bias, const Tensor& mean,
                    const Tensor& invstd) const;
   /** binary_crossentropy_with_logits under tinygrad's name. */
-  Tensor binary_crossentropy_logits(const Tensor& target, const std::string& reduction = "mean") const {
-    return binary_crossentropy_with_logits(target, reduction);
+  Tensor binary_crossentropy_logits(const Tensor& target, const std::string& reduction = "mean",
+                                    const std::optional<Tensor>& pos_weight = std::nullopt) const {
+    return binary_crossentropy_with_logits(target, reduction, pos_weight);
   }
 
   // ---- autograd (symbolic: gradients are UOp graphs built by the rule table in gradient.hpp)
@@ -1234,6 +1261,11 @@ class TensorOf : public Tensor {
   Same contiguous() const { return Same(Tensor::contiguous()); }
   Same detach() const { return Same(Tensor::detach()); }
   Same clone() const { return Same(Tensor::clone()); }
+  // the overloads with a dtype or device stay visible next to the typed ones
+  using Tensor::clone;
+  using Tensor::isinf;
+  using Tensor::log_softmax;
+  using Tensor::softmax;
   Same to(const std::string& device, CallLoc loc = CallLoc::current()) const { return Same(Tensor::to(device, loc)); }
   ///@}
 

@@ -158,17 +158,19 @@ std::vector<Tensor> TinyJit::operator()(const std::vector<Tensor>& in, const std
       written.push_back(b);
     }
   realize_readers_of(written);
-  std::vector<Buffer*> bufs;
-  for (const JitItem& it : items_) {
-    bufs.clear();
-    for (auto& b : it.bufs) {
+  std::vector<std::vector<Buffer*>> bufs(items_.size());
+  IndexChecks checks;  // the replay's index checks, read together after it (or before it changes state)
+  for (size_t i = 0; i < items_.size(); i++) {
+    for (auto& b : items_[i].bufs) {
       Buffer* use = b.get();
       for (size_t k = 0; k < input_bufs_.size(); k++)
         if (input_bufs_[k] == b.get()) use = now[k].get();
-      bufs.push_back(use);
+      bufs[i].push_back(use);
     }
-    jit_run(it, bufs, vals);
+    if (items_[i].index_check) IndexChecks::arm(bufs[i]);
   }
+  for (size_t i = 0; i < items_.size(); i++) jit_run(items_[i], bufs[i], vals, &checks);
+  checks.flush(vals);
   for (const std::string& d : devices_) get_device(d).allocator().end_round();
   calls_++;
   // Symbolic outputs: the same buffers, their dims bound to this call's values.

@@ -291,21 +291,65 @@ void set_kernel_compile_hook(std::function<void(const UOpRef& ast, const std::st
 }
 
 namespace {
-// A kernel's IndexCheck record: zeroed before the launch, read after it (a sync on an asynchronous device).
-struct IndexCheckRun {
-  Buffer* record;
-  explicit IndexCheckRun(Buffer* rec) : record(rec) {
-    static const int64_t no_hit[IndexCheck::kSlots] = {};
-    if (record) record->copyin(no_hit, sizeof(no_hit));
-  }
-  void after() const {
-    if (!record) return;
-    int64_t rec[IndexCheck::kSlots];
-    record->copyout(rec, sizeof(rec));
-    if (std::string m = IndexCheck::message(rec); !m.empty()) throw Error(m);
-  }
-};
+// Runs a checked kernel's diagnostic (IndexDiag) on the buffers it ran on: the out-of-range indices as checked, in
+// the order of the check's loops.
+std::vector<int64_t> run_index_diag(const IndexDiag& d, const std::vector<Buffer*>& bufs, const std::string& device,
+                                    const VarVals& vals) {
+  auto out = std::make_shared<Buffer>(device, dtypes::int64, size_t(d.size));
+  ScheduleItem it;
+  it.ast = d.ast;
+  it.device = device;
+  it.bufs.push_back(out);
+  for (int k : d.params) it.bufs.emplace_back(std::shared_ptr<Buffer>{}, bufs[size_t(k)]);  // not owned
+  std::shared_ptr<Runner> r = kernel_cache().get(d.ast.get(), device);
+  if (!r) kernel_cache().put(d.ast, device, r = compile_item(it));
+  std::vector<void*> ptrs;
+  for (auto& b : it.bufs) ptrs.push_back(b->ptr());
+  launch(*r, ptrs.data(), ptrs.size(), vals);
+  std::vector<int64_t> all(size_t(d.size)), bad;
+  out->copyout(all.data(), all.size() * sizeof(int64_t));
+  for (int64_t v : all)
+    if (v != INT64_MIN) bad.push_back(v);
+  return bad;
+}
 }  // namespace
+
+void IndexChecks::arm(const std::vector<Buffer*>& bufs) {
+  static const int64_t no_hit[IndexCheck::kSlots] = {};
+  bufs.back()->copyin(no_hit, sizeof(no_hit));
+}
+
+void IndexChecks::launched(std::vector<Buffer*> bufs, size_t n_out, std::string device,
+                           const std::vector<IndexDiag>* diags) {
+  pending_.push_back({std::move(bufs), n_out, std::move(device), diags});
+}
+
+void IndexChecks::before(const std::vector<Buffer*>& bufs, size_t n_out, bool writes_existing, const VarVals& vals) {
+  if (pending_.empty()) return;
+  bool now = writes_existing;  // a bad index stops the run before it changes state that existed before it
+  for (size_t k = 0; k < n_out && !now; k++)  // a diagnostic kernel reads what its checked kernel read
+    for (const Pending& p : pending_)
+      for (size_t j = p.n_out; j + 1 < p.bufs.size(); j++) now |= p.bufs[j] == bufs[k];
+  if (now) flush(vals);
+}
+
+void IndexChecks::flush(const VarVals& vals) {
+  std::vector<Pending> pending = std::move(pending_);
+  pending_.clear();
+  for (const Pending& p : pending) {
+    int64_t rec[IndexCheck::kSlots];
+    p.bufs.back()->copyout(rec, sizeof(rec));
+    if (rec[0] <= 0) continue;
+    std::vector<int64_t> bad;  // every out-of-range index of the op that hit (its diagnostic kernels)
+    if (p.diags)
+      for (const IndexDiag& d : *p.diags)
+        if (d.code + 1 == rec[0]) {
+          std::vector<int64_t> b = run_index_diag(d, p.bufs, p.device, vals);
+          bad.insert(bad.end(), b.begin(), b.end());
+        }
+    throw Error(IndexCheck::message(rec, bad));
+  }
+}
 
 namespace {
 // Each device the schedule used ends a round of its allocator (cached blocks left unused for long are given back).
@@ -320,7 +364,10 @@ void end_rounds(const std::vector<ScheduleItem>& items) {
 void jit_begin_capture(std::vector<JitItem>* sink) { g_capture = sink; }
 void jit_end_capture() { g_capture = nullptr; }
 
-void jit_run(const JitItem& item, const std::vector<Buffer*>& bufs, const VarVals& vals) {
+void jit_run(const JitItem& item, const std::vector<Buffer*>& bufs, const VarVals& vals, IndexChecks* checks) {
+  IndexChecks own;  // without a caller's: checked right after this launch
+  IndexChecks& ch = checks ? *checks : own;
+  ch.before(bufs, item.outputs, item.writes_existing, vals);
   if (!item.runner) {  // a copy
     bufs[0]->copy_from(*bufs[1]);
     return;
@@ -328,7 +375,10 @@ void jit_run(const JitItem& item, const std::vector<Buffer*>& bufs, const VarVal
   auto& r = *static_cast<Runner*>(item.runner.get());
   std::vector<void*> ptrs;
   for (Buffer* b : bufs) ptrs.push_back(b->ptr());
-  IndexCheckRun check(item.index_check ? bufs.back() : nullptr);
+  if (item.index_check) {
+    if (!checks) IndexChecks::arm(bufs);
+    ch.launched(bufs, item.outputs, r.device, &item.index_diags);
+  }
   if (profile::enabled()) [[unlikely]] {
     auto t0 = profile::Clock::now();
     launch(r, ptrs.data(), ptrs.size(), vals);
@@ -338,21 +388,29 @@ void jit_run(const JitItem& item, const std::vector<Buffer*>& bufs, const VarVal
     launch(r, ptrs.data(), ptrs.size(), vals);
   }
   g_kernels_run++;
-  check.after();
+  if (!checks) own.flush(vals);
 }
 
 int64_t IndexCheck::code(const std::string& op) {
   for (size_t i = 0; i < std::size(ops); i++)
-    if (op == ops[i]) return int64_t(i);
+    if (op == ops[i].name) return int64_t(i);
   throw Error("[schedule] internal: no index check for op " + op);
 }
 
-std::string IndexCheck::message(const int64_t* record) {
+std::string IndexCheck::message(const int64_t* record, const std::vector<int64_t>& bad) {
   if (record[0] <= 0) return "";
-  const char* op = size_t(record[0] - 1) < std::size(ops) ? ops[record[0] - 1] : "index";
-  return std::string("[") + op + "] index " + std::to_string(record[1]) + " is out of range for an axis of size " +
-         std::to_string(record[2]) + " (valid: 0 <= index < " + std::to_string(record[2]) +
-         (std::string(op) == "index_select" ? ", or -size <= index < 0" : "") + "; checked in the kernel)";
+  int64_t code = record[0] - 1, n = record[2];
+  const char* op = op_of(code) ? op_of(code)->name : "index";
+  bool wraps = op_of(code) && op_of(code)->wraps;
+  std::string range = "(valid: 0 <= index < " + std::to_string(n) + (wraps ? ", or -size <= index < 0" : "") +
+                      "; checked in the kernel)";
+  if (bad.size() <= 1)
+    return std::string("[") + op + "] index " + std::to_string(as_passed(code, record[1], n)) +
+           " is out of range for an axis of size " + std::to_string(n) + " " + range;
+  std::string first;
+  for (size_t i = 0; i < bad.size() && i < 5; i++) first += (i ? ", " : "") + std::to_string(as_passed(code, bad[i], n));
+  return std::string("[") + op + "] " + std::to_string(bad.size()) + " indices are out of range for an axis of size " +
+         std::to_string(n) + " " + range + "; the first " + std::to_string(std::min<size_t>(bad.size(), 5)) + ": " + first;
 }
 
 namespace {
@@ -386,11 +444,20 @@ void run_schedule(Schedule& s) {
     runners[missing[0]] = compile_item(s.items[missing[0]]);
   }
   for (size_t i : missing) kernel_cache().put(s.items[i].ast, s.items[i].device, runners[i]);
-  // 2. Run in order.
+  // 2. Run in order. The index checks' records are zeroed first and read together after the run (one host sync),
+  // or earlier where a kernel would change existing state or what a checked kernel read (IndexChecks).
+  IndexChecks checks;
+  std::vector<std::vector<Buffer*>> raw(s.items.size());
+  for (size_t i = 0; i < s.items.size(); i++) {
+    for (auto& b : s.items[i].bufs) raw[i].push_back(b.get());
+    if (s.items[i].index_check) IndexChecks::arm(raw[i]);
+  }
   for (size_t i = 0; i < s.items.size(); i++) {
     ScheduleItem& it = s.items[i];
     if (g_capture)
-      g_capture->push_back(JitItem{runners[i], it.bufs, it.ast.get(), n_outputs(it), it.index_check});
+      g_capture->push_back(JitItem{runners[i], it.bufs, it.ast.get(), n_outputs(it), it.index_check,
+                                   it.writes_existing, it.index_diags});
+    checks.before(raw[i], n_outputs(it), it.writes_existing, s.var_vals);
     if (it.kind == ScheduleItem::Kind::Copy) {
       auto c0 = profile::Clock::now();
       it.bufs[0]->copy_from(*it.bufs[1]);
@@ -406,10 +473,9 @@ void run_schedule(Schedule& s) {
     Runner& r = *runners[i];
     std::vector<void*> ptrs;
     for (auto& b : it.bufs) ptrs.push_back(b->ptr());
-    IndexCheckRun check(it.index_check ? it.bufs.back().get() : nullptr);
     auto t0 = std::chrono::steady_clock::now();
     launch(r, ptrs.data(), ptrs.size(), s.var_vals);
-    check.after();
+    if (it.index_check) checks.launched(raw[i], n_outputs(it), it.device, &it.index_diags);
     bool prof = profile::enabled();
     if (dbg >= 2 || prof) get_device(it.device).synchronize();
     auto t1 = std::chrono::steady_clock::now();
@@ -426,6 +492,7 @@ void run_schedule(Schedule& s) {
                    r.kernel.flops / us / 1e3, r.kernel.mem_bytes / us / 1e3, vs.c_str());
     }
   }
+  checks.flush(s.var_vals);
   end_rounds(s.items);
 }
 

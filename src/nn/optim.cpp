@@ -6,6 +6,7 @@
 #include <optional>
 #include <string>
 
+#include "tg/multi.hpp"
 #include "tg/schedule.hpp"
 
 namespace tg::nn::optim {
@@ -67,8 +68,8 @@ std::vector<Tensor> Optimizer::new_state() const {
 std::vector<Tensor> Optimizer::schedule_step() {
   NoGrad ng;
   std::vector<Tensor*> unrealised;
-  for (auto& t : pending_)
-    if (!contiguous_buffer(t.uop().get())) unrealised.push_back(&t);
+  for (auto& t : pending_)  // realised: a buffer, or on several devices (sharded parameters) a buffer on each
+    if (!contiguous_buffer(t.uop().get()) && !detail::multi_realized(t.uop().get())) unrealised.push_back(&t);
   if (!unrealised.empty()) {
     if (!warned_)
       std::fprintf(stderr, "tg: warning: [optimizer] schedule_step() was called again before the updates of the last call "

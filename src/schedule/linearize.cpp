@@ -119,8 +119,9 @@ void plan_memory(ScheduleCtx& ctx) {
         }
       }
     }
-    for (int sl : t.items[i].slots)
-      if (sl >= n_inputs && !exposed[size_t(sl)] && last_use[size_t(sl)] == i && remap[size_t(sl)] == sl &&
+    const std::vector<int>& ss = t.items[i].slots;
+    for (int sl : ss)  // an index check's record is read after the run (IndexCheck): never reused
+      if (!(t.items[i].index_check && sl == ss.back()) && sl >= n_inputs && !exposed[size_t(sl)] && last_use[size_t(sl)] == i && remap[size_t(sl)] == sl &&
           std::find(free_slots.begin(), free_slots.end(), sl) == free_slots.end())
         free_slots.push_back(sl);
   }

@@ -378,8 +378,9 @@ KernelAst rangeify(ScheduleCtx& ctx, const UOp* root) {
   if (auto g = ctx.groups.find(root); g != ctx.groups.end()) kb.outputs = g->second;
   UOpRef built = kb.kernel_ast();
   bool check = false;
-  UOpRef ast = kernel_ast_rules(built, int(kb.outputs.size() + kb.params.size()), &check);
-  return {ast, std::move(kb.params), std::move(kb.not_hoisted), check};
+  std::vector<IndexDiag> diags;
+  UOpRef ast = kernel_ast_rules(built, int(kb.outputs.size() + kb.params.size()), &check, &diags);
+  return {ast, std::move(kb.params), std::move(kb.not_hoisted), check, std::move(diags)};
 }
 
 }  // namespace tg::sched

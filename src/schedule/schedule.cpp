@@ -150,6 +150,7 @@ bool run_rangeify(ScheduleCtx& c) {
         item.slots.push_back(int(t.slots.size()));
         t.slots.push_back({-1, item.device, dtypes::int64, IndexCheck::kSlots});
         item.index_check = true;
+        item.diags = std::move(k.diags);
       }
     }
     t.items.push_back(std::move(item));
@@ -331,6 +332,9 @@ Schedule create_schedule(std::span<const UOpRef> orig_roots) {
     si.ast = it.ast;
     si.device = it.device;
     si.index_check = it.index_check;
+    si.index_diags = it.diags;
+    for (int k = 0; k < it.n_out && k < int(it.slots.size()); k++)
+      si.writes_existing |= t->slots[size_t(it.slots[size_t(k)])].input >= 0;
     for (int sl : it.slots) si.bufs.push_back(buffer_of(slot_uop[size_t(sl)].get()));
     sched.items.push_back(std::move(si));
   }

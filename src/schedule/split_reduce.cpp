@@ -56,9 +56,15 @@ bool checked_one_hot_sum(const UOp* u) {
   const UOp* v = u->src(0);
   while (v->op == Ops::CAST || v->op == Ops::DETACH) v = v->src(0);
   if (v->op != Ops::WHERE) return false;
-  const UOp* c = v->src(0);
-  while (is_movement(c->op) || c->op == Ops::DETACH) c = c->src(0);
-  return c->op == Ops::CMPEQ && std::holds_alternative<std::vector<int64_t>>(c->arg);
+  std::vector<const UOp*> stack{v->src(0)};  // the condition's conjuncts (advanced indexing ANDs one per index)
+  while (!stack.empty()) {
+    const UOp* c = stack.back();
+    stack.pop_back();
+    while (is_movement(c->op) || c->op == Ops::DETACH) c = c->src(0);
+    if (c->op == Ops::AND) stack.push_back(c->src(0)), stack.push_back(c->src(1));
+    else if (c->op == Ops::CMPEQ && std::holds_alternative<std::vector<int64_t>>(c->arg)) return true;
+  }
+  return false;
 }
 
 // (.., n, ..) -> (.., d, n/d, ..) -> (d, .., n/d, ..): reduce the original axes (shifted by one), then d.

@@ -52,6 +52,7 @@ struct Template {
     std::vector<int> old_reads;  // positions in slots read through their BUFFER node: the contents before this schedule
     int n_out = 1;               // slots[0, n_out) are written
     bool index_check = false;    // slots.back() is the kernel's IndexCheck record
+    std::vector<IndexDiag> diags;  // its checks as diagnostic kernels
   };
   std::vector<Slot> slots;
   std::vector<Item> items;
@@ -127,11 +128,13 @@ struct KernelAst {
   std::vector<const UOp*> params;
   std::vector<const UOp*> not_hoisted;
   bool index_check = false;  // PARAM params.size() + outputs is the kernel's IndexCheck record
+  std::vector<IndexDiag> diags;  // its checks as diagnostic kernels (IndexCheck)
 };
 KernelAst rangeify(ScheduleCtx& ctx, const UOp* root);
 /** The kernel AST stage after rangeify: pm_kernel_ast (one-hot sums become indexed loads). A fold of a marked
- *  compare also stores the IndexCheck record, PARAM check_param, and sets *index_check. */
-UOpRef kernel_ast_rules(const UOpRef& ast, int check_param, bool* index_check);
+ *  compare (or, for the ops IndexCheck checks unfolded, the compare itself) also stores the IndexCheck record,
+ *  PARAM check_param, sets *index_check and adds each check's diagnostic kernel to *diags. */
+UOpRef kernel_ast_rules(const UOpRef& ast, int check_param, bool* index_check, std::vector<IndexDiag>* diags = nullptr);
 /** order: kernels after those whose results they read, in-place writes after the readers of the old contents. */
 void order_items(ScheduleCtx& ctx);
 /** plan memory: an intermediate buffer whose last reader has run is reused by a later one of its kind. */

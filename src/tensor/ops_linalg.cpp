@@ -50,6 +50,18 @@ Tensor Tensor::matmul(const Tensor& b, CallLoc loc) const {
   return (x * w).sum(-1).cast(out);
 }
 
+Tensor Tensor::matmul(const Tensor& b, DType dtype, CallLoc loc) const {
+  CallSite site(loc);
+  return cast(dtype).matmul(b.cast(dtype)).cast(dtype);
+}
+
+Tensor Tensor::linear(const Tensor& weight, const std::optional<Tensor>& bias, DType dtype, CallLoc loc) const {
+  CallSite site(loc);
+  std::optional<Tensor> b;
+  if (bias) b = bias->cast(dtype);
+  return cast(dtype).linear(weight.cast(dtype), b).cast(dtype);
+}
+
 Tensor Tensor::linear(const Tensor& weight, const std::optional<Tensor>& bias, CallLoc loc) const {
   CallSite site(loc);
   if (weight.ndim() < 1 || weight.ndim() > 2)

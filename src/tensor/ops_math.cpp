@@ -282,6 +282,12 @@ Tensor Tensor::isinf() const {
   if (!dtypes::is_float(dtype())) return full_like(0, dtypes::bool_);
   return (*this == INFINITY) | (*this == -INFINITY);
 }
+Tensor Tensor::isinf(bool detect_positive, bool detect_negative) const {
+  if (!dtypes::is_float(dtype()) || (!detect_positive && !detect_negative)) return full_like(0, dtypes::bool_);
+  if (!detect_negative) return *this == INFINITY;
+  if (!detect_positive) return *this == -INFINITY;
+  return isinf();
+}
 Tensor Tensor::isfinite() const {
   if (!dtypes::is_float(dtype())) return full_like(1, dtypes::bool_);
   return (isinf() | isnan()).logical_not();
@@ -325,6 +331,10 @@ Tensor Tensor::softplus(double beta, double threshold) const {
 }
 Tensor Tensor::softsign() const { return *this / (1.0 + abs()); }
 Tensor Tensor::hardsigmoid() const { return (*this + 3.0).relu6() / 6.0; }
+Tensor Tensor::hardsigmoid(double alpha, double beta) const {
+  Tensor y = *this * alpha + beta;
+  return y.relu() - (y - 1.0).relu();  // clamp(y, 0, 1) with tinygrad's gradient (0 outside, alpha inside)
+}
 Tensor Tensor::hardswish() const { return *this * (*this + 3.0).relu6() / 6.0; }
 Tensor Tensor::hardtanh(double min_val, double max_val) const {
   if (min_val > max_val) fail("hardtanh", "min_val " + std::to_string(min_val) + " > max_val " + std::to_string(max_val));

@@ -306,7 +306,7 @@ std::pair<Tensor, Tensor> pre_scatter(const Tensor& self, int64_t& dim, const Te
   Shape es = s.shape();
   es.push_back(n);
   s = s.unsqueeze(-1).expand(es).transpose(-1, dim);
-  Tensor mask = one_hot_mask(index, n).transpose(-1, dim);
+  Tensor mask = one_hot_mask(index, n, op).transpose(-1, dim);
   std::vector<std::pair<int64_t, int64_t>> p;
   for (int64_t d = 0; d < self.ndim(); d++) p.push_back({0, self.shape()[size_t(d)] - s.shape()[size_t(d)]});
   p.push_back({0, 0});
@@ -493,8 +493,9 @@ AdvMask adv_mask(const Tensor& x, const std::vector<int64_t>& dims, const std::v
     ts.insert(ts.end(), size_t(x.ndim() - d0), 1);
     Tensor e = t.reshape(ts).expand(pre);
     int64_t pos = dims[k] + nbig;
-    Tensor m = e.eq(arange_at(n, pos, int64_t(pre.size()), x.device(), dtypes::strong(t.dtype())));
-    mask = k == 0 ? m : (mask & m);
+    Tensor m = mark_index_check(e.eq(arange_at(n, pos, int64_t(pre.size()), x.device(), dtypes::strong(t.dtype()))), op);
+    if (k == 0) mask = m;
+    else mask = mask & m;
   }
   bool adjacent = true;
   for (size_t k = 1; k < dims.size(); k++) adjacent &= dims[k] == dims[k - 1] + 1;

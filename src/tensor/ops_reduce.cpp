@@ -190,6 +190,10 @@ Tensor Tensor::log_softmax(int64_t axis, CallLoc loc) const {
   Tensor m = x - x.max(axis, true).detach();
   return (m - m.exp().sum(axis, true).log()).cast(out);
 }
+Tensor Tensor::log_softmax(int64_t axis, DType dtype, CallLoc loc) const {
+  CallSite site(loc);
+  return cast(dtype).log_softmax(axis).cast(dtype);
+}
 Tensor Tensor::softmin(int64_t axis) const { return to_float(*this).neg().softmax(axis); }
 
 // ---------------------------------------------------------------- sort, topk

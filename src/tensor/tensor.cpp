@@ -779,6 +779,10 @@ Tensor Tensor::contiguous() const {
 Tensor Tensor::clone() const {
   return Tensor(UOp::make(Ops::CONTIGUOUS, dtype(), {uop()}, g_next_contiguous++), max_shape(), device());
 }
+Tensor Tensor::clone(const std::string& dev) const {
+  Tensor t = to(dev);  // another device: a copy already
+  return t.uop() == uop() ? clone() : t;
+}
 Tensor Tensor::detach() const { return Tensor(UOp::make(Ops::DETACH, dtype(), {uop()}), max_shape(), device()); }
 
 // ---------------------------------------------------------------- movement
@@ -1207,6 +1211,10 @@ Tensor Tensor::prod(std::vector<int64_t> axes, bool keepdim, CallLoc loc) const 
   Tensor r = cast(acc).reduce(Ops::MUL, std::move(axes), keepdim, "prod");
   return dtypes::is_float(dtype()) ? r.cast(dtypes::strong(dtype())) : r;
 }
+Tensor Tensor::prod(std::vector<int64_t> axes, bool keepdim, DType dtype, CallLoc loc) const {
+  CallSite site(loc);
+  return cast(dtype).prod(std::move(axes), keepdim).cast(dtype);
+}
 Tensor Tensor::max(std::vector<int64_t> axes, bool keepdim, CallLoc loc) const {
   CallSite site(loc); return reduce(Ops::MAX, std::move(axes), keepdim, "max"); }
 Tensor Tensor::min(std::vector<int64_t> axes, bool keepdim, CallLoc loc) const {
@@ -1240,6 +1248,11 @@ Tensor Tensor::softmax(int64_t axis, CallLoc loc) const {
   Tensor x = detail::to_opmath(*this);
   Tensor m = (x - x.max(axis, true)).exp();
   return (m * m.sum(axis, true).reciprocal()).cast(out);
+}
+
+Tensor Tensor::softmax(int64_t axis, DType dtype, CallLoc loc) const {
+  CallSite site(loc);
+  return cast(dtype).softmax(axis).cast(dtype);
 }
 
 // ---------------------------------------------------------------- realize, read back, devices

@@ -171,6 +171,44 @@ std::vector<Case> api_cases() {
                   [](TH& x) { return torch::linalg_svdvals(x[0]); }).tol(1e-7, 1e-7));
   c.push_back(op2("svd_S_wide_batched", {D({2, 3, 5})}, [](TG& x) { return std::get<1>(x[0].svd(false)); },
                   [](TH& x) { return torch::linalg_svdvals(x[0]); }).tol(1e-7, 1e-7));
+  // options of tinygrad's signatures: prod/softmax/log_softmax/softmin/matmul/linear(dtype=), isinf(detect_*),
+  // hardsigmoid(alpha, beta), binary_crossentropy_logits(pos_weight=) (a float16 case computed in
+  // float32 is rounded to float16 at the end, as the harness compares float16 inputs in float16)
+  c.push_back(op2("prod_dtype_f64", {F({4, 5}, 0.5, 1.5)}, [](TG& x) { return x[0].prod({1}, false, tg::dtypes::float64); },
+                  [](TH& x) { return x[0].prod(1, false, torch::kFloat64); }));
+  c.push_back(op2("prod_dtype_int64", {I({3, 4}, -5, 5, int32)}, [](TG& x) { return x[0].prod({0}, true, int64); },
+                  [](TH& x) { return x[0].prod(0, true, torch::kInt64); }));
+  c.push_back(op2("softmax_dtype_f64", {F({3, 7})}, [](TG& x) { return x[0].softmax(1, tg::dtypes::float64); },
+                  [](TH& x) { return torch::softmax(x[0], 1, torch::kFloat64); }));
+  c.push_back(op2("softmax_dtype_half_in_f32", {H({3, 7})}, [](TG& x) { return x[0].softmax(-1, tg::dtypes::float32).cast(tg::dtypes::float16); },
+                  [](TH& x) { return torch::softmax(x[0], -1, torch::kFloat32); }).tol(kSum, kSum));
+  c.push_back(op2("log_softmax_dtype_f64", {F({3, 7})}, [](TG& x) { return x[0].log_softmax(0, tg::dtypes::float64); },
+                  [](TH& x) { return torch::log_softmax(x[0], 0, torch::kFloat64); }));
+  c.push_back(op2("softmin_dtype_f64", {F({3, 7})}, [](TG& x) { return x[0].softmin(1, tg::dtypes::float64); },
+                  [](TH& x) { return torch::softmax(-x[0].to(torch::kFloat64), 1); }));
+  for (auto d : {tg::dtypes::float32, tg::dtypes::float64}) {
+    std::string t = d == tg::dtypes::float32 ? "" : "_f64";
+    Values infs = [](const tg::Shape&, std::mt19937&) { return std::vector<double>{1, INFINITY, -INFINITY, NAN, -2, INFINITY}; };
+    c.push_back(op2("isinf_positive" + t, {V({6}, d, infs)}, [](TG& x) { return x[0].isinf(true, false); },
+                    [](TH& x) { return torch::isposinf(x[0]); }).fwd_only());
+    c.push_back(op2("isinf_negative" + t, {V({6}, d, infs)}, [](TG& x) { return x[0].isinf(false, true); },
+                    [](TH& x) { return torch::isneginf(x[0]); }).fwd_only());
+    c.push_back(op2("isinf_neither" + t, {V({6}, d, infs)}, [](TG& x) { return x[0].isinf(false, false); },
+                    [](TH& x) { return torch::zeros_like(x[0], torch::kBool); }).fwd_only());
+    c.push_back(op2("hardsigmoid_alpha_beta" + t, {In{{4, 6}, d, -6, 6, true, {}}}, [](TG& x) { return x[0].hardsigmoid(0.3, 0.4); },
+                    [](TH& x) { return torch::clamp(x[0] * 0.3 + 0.4, 0, 1); }));
+  }
+  c.push_back(op2("matmul_dtype_half_in_f32", {H({4, 9}), H({9, 3})}, [](TG& x) { return x[0].matmul(x[1], tg::dtypes::float32).cast(tg::dtypes::float16); },
+                  [](TH& x) { return torch::matmul(x[0].to(torch::kFloat32), x[1].to(torch::kFloat32)); }).tol(kSum, kSum));
+  c.push_back(op2("dot_dtype_f64", {F({2, 3, 5}), F({5, 4})}, [](TG& x) { return x[0].dot(x[1], tg::dtypes::float64); },
+                  [](TH& x) { return torch::matmul(x[0].to(torch::kFloat64), x[1].to(torch::kFloat64)); }));
+  c.push_back(op2("linear_dtype_half_in_f32", {H({3, 8}), H({5, 8}), H({5})},
+                  [](TG& x) { return x[0].linear(x[1], x[2], tg::dtypes::float32).cast(tg::dtypes::float16); },
+                  [](TH& x) { return F_::linear(x[0].to(torch::kFloat32), x[1].to(torch::kFloat32), x[2].to(torch::kFloat32)); })
+                  .tol(kSum, kSum));
+  c.push_back(op2("bce_logits_pos_weight", {F({3, 4}, -6, 6), C({3, 4}, 0, 1), C({4}, 0.5, 3)},
+                  [](TG& x) { return x[0].binary_crossentropy_logits(x[1], "mean", x[2]); },
+                  [](TH& x) { return torch::binary_cross_entropy_with_logits(x[0], x[1], {}, x[2]); }).tol(kSum, kSum));
   return c;
 }
 
