@@ -91,6 +91,8 @@ class Allocator {
   std::unordered_map<size_t, std::vector<std::list<Cached>::iterator>> by_size_;
   size_t cached_ = 0;
   uint64_t round_ = 0;
+  /// takes the least recently freed cached block out of the cache into `victims` (the caller holds mu_)
+  void evict_oldest(std::vector<std::pair<size_t, void*>>& victims);
   std::atomic<size_t> live_{0};
 };
 

@@ -91,18 +91,21 @@ void Allocator::free(void* p, size_t bytes) {
       lru_.push_front(Cached{bytes, p, round_});
       by_size_[bytes].push_back(lru_.begin());
       cached_ += bytes;
-      while (cached_ > limit) {  // evict the least recently freed; it is the oldest entry of its size
-        auto last = std::prev(lru_.end());
-        auto it = by_size_.find(last->bytes);
-        it->second.erase(it->second.begin());
-        if (it->second.empty()) by_size_.erase(it);
-        cached_ -= last->bytes;
-        victims.emplace_back(last->bytes, last->p);
-        lru_.erase(last);
-      }
+      while (cached_ > limit) evict_oldest(victims);
     }
   }
   for (auto& [n, q] : victims) free_raw(q, n);
+}
+
+// The least recently freed block is the oldest entry of its size.
+void Allocator::evict_oldest(std::vector<std::pair<size_t, void*>>& victims) {
+  auto last = std::prev(lru_.end());
+  auto it = by_size_.find(last->bytes);
+  it->second.erase(it->second.begin());
+  if (it->second.empty()) by_size_.erase(it);
+  cached_ -= last->bytes;
+  victims.emplace_back(last->bytes, last->p);
+  lru_.erase(last);
 }
 
 void Allocator::end_round() {
@@ -116,15 +119,7 @@ void Allocator::end_round() {
     std::lock_guard lk(mu_);
     round_++;
     // the least recently freed are at the back: give back those older than `keep` rounds
-    while (!lru_.empty() && lru_.back().round + keep < round_) {
-      auto last = std::prev(lru_.end());
-      auto it = by_size_.find(last->bytes);
-      it->second.erase(it->second.begin());
-      if (it->second.empty()) by_size_.erase(it);
-      cached_ -= last->bytes;
-      victims.emplace_back(last->bytes, last->p);
-      lru_.erase(last);
-    }
+    while (!lru_.empty() && lru_.back().round + keep < round_) evict_oldest(victims);
   }
   for (auto& [n, q] : victims) free_raw(q, n);
 }
