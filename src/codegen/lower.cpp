@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <functional>
 #include <map>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -168,6 +169,124 @@ UOpRef reuse_row_values(const UOpRef& k) {
     }
   }
   return k;
+}
+
+// A factor of a float sum's terms that does not move with its inner terms multiplies once per group of them, not per
+// term (a quantised weight's block scale, constant over the block's 32 weights):
+// REDUCE(a * s, outer..., inner...) -> REDUCE(s * REDUCE(a, inner...), outer...), s independent of `inner`, which
+// is (1) the longest suffix of the sum's loops that s does not read (loops nest in source order: the inner sum's
+// stay innermost), and (2) of each unrolled range u that s does not read and that is longer than a vector (`lanes`),
+// the part above the vector: u = t * lanes + l, the copies t summed inside, l kept (each lane keeps its own inner
+// sum: no horizontal sum per block; q4_0's lane l sums byte l's two nibbles). Applied only where s reads an outer
+// loop and the inner sum has 2 terms or more. FACTOR_REDUCE=0 turns it off.
+UOpRef factor_reduce_invariants(const UOpRef& k, int64_t lanes) {
+  constexpr int64_t kMaxCopies = 8;  // an inner loop of at most this many terms is summed as copies
+  if (!getenv_int("FACTOR_REDUCE", 1) || lanes < 1) return k;
+  int64_t next_id = 0;
+  for (const UOp* n : toposort(k.get()))
+    if (n->op == Ops::RANGE) next_id = std::max(next_id, range_id(n) + 1);
+  auto size_of = [](const UOp* r) { return r->src(0)->op == Ops::CONST ? r->src(0)->const_int() : 0; };
+  std::vector<std::pair<const UOp*, UOpRef>> repl;
+  std::vector<UOpRef> keep;  // fresh RANGEs
+  for (const UOp* n : toposort(k.get())) {
+    if (n->op != Ops::REDUCE || Ops(std::get<int64_t>(n->arg)) != Ops::ADD || !dtypes::is_float(n->dtype) || n->dtype.count != 1)
+      continue;
+    bool nested = false;  // sums of sums are left as they are
+    for (const UOp* e : toposort(n->src(0))) nested |= e->op == Ops::REDUCE;
+    if (nested) continue;
+    std::vector<const UOp*> loops, unrolls;
+    for (size_t i = 1; i < n->nsrc(); i++) {
+      const UOp* r = n->src(i);
+      if (r->op != Ops::RANGE || size_of(r) == 1) continue;
+      if (range_type(r) == AxisType::Reduce) loops.push_back(r);
+      if (range_type(r) == AxisType::Unroll && size_of(r) > lanes && size_of(r) % lanes == 0) unrolls.push_back(r);
+    }
+    std::vector<const UOp*> factors, stack{n->src(0)};
+    while (!stack.empty()) {
+      const UOp* e = stack.back();
+      stack.pop_back();
+      if (e->op == Ops::MUL && e->dtype == n->dtype) stack.insert(stack.end(), {e->src(1), e->src(0)});
+      else factors.push_back(e);
+    }
+    if (factors.size() < 2) continue;
+    // s: the factors that read no unroll in `unrolls` and no loop from `cut` on, the outermost cut where s reads a loop
+    std::vector<std::vector<bool>> reads(factors.size());
+    for (size_t i = 0; i < factors.size(); i++)
+      for (const UOp* r : loops) reads[i].push_back(depends_on(factors[i], r));
+    std::vector<bool> reads_unroll;
+    for (const UOp* f : factors) {
+      bool u = false;
+      for (const UOp* r : unrolls) u |= depends_on(f, r);
+      reads_unroll.push_back(u);
+    }
+    auto invariant = [&](size_t i, size_t cut) {
+      if (reads_unroll[i]) return false;
+      for (size_t j = cut; j < loops.size(); j++)
+        if (reads[i][j]) return false;
+      return true;
+    };
+    std::optional<size_t> pick;
+    for (size_t cut = 0; cut <= loops.size() && !pick; cut++) {
+      bool any = false, rest = false;
+      for (size_t i = 0; i < factors.size(); i++) {
+        if (!invariant(i, cut)) rest = true;
+        else
+          for (size_t j = 0; j < cut; j++) any |= reads[i][j];
+      }
+      int64_t terms = 1;
+      for (size_t j = cut; j < loops.size(); j++) terms *= std::max<int64_t>(size_of(loops[j]), 2);
+      for (const UOp* u : unrolls) terms *= size_of(u) / lanes;
+      if (any && rest && terms >= 2) pick = cut;
+    }
+    if (!pick) continue;
+    UOpRef a, sc;
+    auto times = [](UOpRef& p, const UOp* f) { p = p ? p->alu(Ops::MUL, UOpRef(f)) : UOpRef(f); };
+    for (size_t i = 0; i < factors.size(); i++) times(invariant(i, *pick) ? sc : a, factors[i]);
+    // the unrolled ranges' parts above the vector, and inner loops of few terms: copies of a, summed
+    int64_t loop_terms = 1;
+    for (size_t j = *pick; j < loops.size(); j++) loop_terms *= size_of(loops[j]) > 0 ? size_of(loops[j]) : kMaxCopies + 1;
+    bool copy_loops = loop_terms <= kMaxCopies;
+    std::vector<std::pair<const UOp*, UOpRef>> kept;  // u -> its lane part
+    std::vector<UOpRef> parts{a};
+    auto copies = [&](const UOp* r, int64_t count, auto at) {
+      std::vector<UOpRef> next;
+      for (const UOpRef& p : parts)
+        for (int64_t t = 0; t < count; t++) next.push_back(substitute(p, {{r, at(t)}}));
+      parts = std::move(next);
+    };
+    for (const UOp* u : unrolls) {
+      UOpRef l = UOp::range(ci(lanes), next_id++, AxisType::Unroll);
+      keep.push_back(l);
+      kept.emplace_back(u, l);
+      copies(u, size_of(u) / lanes, [&](int64_t t) { return ci(t * lanes)->alu(Ops::ADD, l); });
+    }
+    if (copy_loops)
+      for (size_t j = *pick; j < loops.size(); j++) copies(loops[j], size_of(loops[j]), [](int64_t t) { return ci(t); });
+    // summed in order, each product fused into the sum (as an accumulator's update: pm_mulacc)
+    UOpRef inner = parts[0];
+    for (size_t i = 1; i < parts.size(); i++)
+      inner = parts[i]->op == Ops::MUL ? UOp::make(Ops::MULACC, n->dtype, {parts[i]->src()[0], parts[i]->src()[1], inner})
+                                       : inner->alu(Ops::ADD, parts[i]);
+    if (!copy_loops) {
+      // an inner loop inside the outer sum's unrolled copies would keep them from being one vector of lanes
+      bool unrolled = false;
+      for (size_t i = 1; i < n->nsrc(); i++)
+        unrolled |= n->src(i)->op == Ops::RANGE && range_type(n->src(i)) == AxisType::Unroll && size_of(n->src(i)) > 1;
+      if (unrolled) continue;
+      std::vector<UOpRef> is{inner};
+      for (size_t j = *pick; j < loops.size(); j++) is.emplace_back(loops[j]);
+      inner = UOp::make(Ops::REDUCE, n->dtype, is, n->arg);
+    }
+    std::vector<UOpRef> os{sc->alu(Ops::MUL, inner)};
+    for (size_t i = 1; i < n->nsrc(); i++) {
+      const UOp* r = n->src(i);
+      if (std::find(loops.begin() + std::ptrdiff_t(*pick), loops.end(), r) != loops.end()) continue;
+      auto it = std::find_if(kept.begin(), kept.end(), [&](const auto& p) { return p.first == r; });
+      os.push_back(it == kept.end() ? UOpRef(r) : it->second);
+    }
+    repl.emplace_back(n, UOp::make(Ops::REDUCE, n->dtype, os, n->arg));
+  }
+  return repl.empty() ? k : substitute(k, repl);
 }
 
 // Float sums over many terms with few accumulators (a batch norm's statistics: one per channel, or 16 vectorised
@@ -627,6 +746,7 @@ const std::vector<LowerStage>& lowering_stages() {
       {"simplify", [](const UOpRef& k, LowerCtx&) { return simplify(k, "simplify"); }},
       {"split ranges", [](const UOpRef& k, LowerCtx&) { return split_ranges(k); }},
       {"apply opts", do_apply_opts},
+      {"factor reduce invariants", [](const UOpRef& k, LowerCtx& c) { return c.gpu() ? k : factor_reduce_invariants(k, c.opt.config.vector_width); }},
       {"expand upcasts", [](const UOpRef& k, LowerCtx& c) { return expand_upcasts(k, c.renderer.vector_lanes()); }},
       {"simplify after opts", [](const UOpRef& k, LowerCtx&) { return simplify(k, "simplify after opts"); }},
       {"reuse row values", [](const UOpRef& k, LowerCtx& c) { return c.gpu() ? k : reuse_row_values(k); }},
