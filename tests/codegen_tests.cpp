@@ -8,6 +8,7 @@
 #include "scoped_env.hpp"
 #include "tg/codegen.hpp"
 #include "tg/device.hpp"
+#include "tg/nn/state.hpp"
 #include "tg/schedule.hpp"
 #include "tg/tensor.hpp"
 
@@ -212,4 +213,53 @@ TEST_CASE("softmax's row kernel computes exp once per element, bit-identical to 
     }
     CHECK(once == twice);
   }
+}
+
+TEST_CASE("a quantised block's scale multiplies once per block and lane, not per weight (q8_0, q4_0 matvec)") {
+  // y = x @ W.T with W read from its blocks (d * q, q4_0: d * (q - 8)): the scale d is constant over a block's 32
+  // weights, so factor_reduce_invariants sums x * q over each lane's weights of the block first and multiplies by d
+  // once (REDUCE(x * q * d, kb, k) -> REDUCE(d * (x*q + x*q), kb, lane)). Counted as float ops through the loops'
+  // trip counts (the heuristic's opts, the CPU renderer); an f32 matvec (no such factor) lowers to the same program.
+  const int64_t N = 64, K = 256;
+  std::mt19937 gen{7};
+  auto lowered = [](const Tensor& t) {
+    UOpRef root = t.uop();
+    Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+    REQUIRE(s.items.size() == 1);
+    return lower_kernel(s.items.back().ast, "k", get_device("CPU").renderer(), LowerOptions{});
+  };
+  for (auto [type, bytes] : {std::pair<std::string, int64_t>{"q8_0", 34}, {"q4_0", 18}}) {
+    CAPTURE(type);
+    std::vector<uint8_t> blocks(size_t(N * K / 32 * bytes));
+    for (auto& b : blocks) b = uint8_t(gen());
+    for (size_t b = 0; b < blocks.size(); b += size_t(bytes)) blocks[b + 1] = uint8_t(0x18 + gen() % 9);  // 2^-9..2^-7
+    Tensor w = Tensor::from_vector(blocks, {N, K / 32, bytes}).realize();
+    Tensor::manual_seed(3);
+    Tensor x = Tensor::randn({1, K}).realize();
+    Tensor y = x.matmul(nn::ggml_dequantize(w, type).reshape({N, K}).T());
+    double factored = lowered(y).flops, plain = 0;
+    {
+      ScopedEnv off("FACTOR_REDUCE", "0");
+      plain = lowered(y).flops;
+    }
+    MESSAGE(type << ": float ops " << plain << " -> " << factored);
+    CHECK(factored <= plain - double(N * K) / 4);  // at least one op in 4 weights saved (16 lanes: one in 2)
+    // the values, against a float64 sum on the host
+    std::vector<float> got = y.to_vector<float>(), xs = x.to_vector<float>();
+    for (int64_t j = 0; j < N; j++) {
+      double want = 0, mag = 0;
+      for (int64_t k = 0; k < K; k++) {
+        const uint8_t* blk = &blocks[size_t((j * K / 32 + k / 32) * bytes)];
+        uint16_t h = uint16_t(blk[0] | blk[1] << 8);
+        double d = std::ldexp(1.0 + (h & 1023) / 1024.0, ((h >> 10) & 31) - 15);
+        int q = type == "q8_0" ? int(int8_t(blk[2 + k % 32])) : (k % 32 < 16 ? blk[2 + k % 16] & 15 : blk[2 + k % 16] >> 4) - 8;
+        want += double(xs[size_t(k)]) * d * q, mag += std::fabs(double(xs[size_t(k)]) * d * q);
+      }
+      CHECK(std::fabs(double(got[size_t(j)]) - want) <= 2e-7 * mag);
+    }
+  }
+  Tensor wf = Tensor::randn({N, K}).realize(), xf = Tensor::randn({1, K}).realize();
+  std::string on = lowered(xf.matmul(wf.T())).src;
+  ScopedEnv off("FACTOR_REDUCE", "0");
+  CHECK(lowered(xf.matmul(wf.T())).src == on);
 }
