@@ -444,23 +444,30 @@ Tensor ggml_dequantize(const Tensor& raw, const std::string& type) {
   }
   if (type == "q6_K") {  // y = d * sc[i/16] * (q - 32), q = 4 low bits from ql, 2 high bits from qh
     need(210);
-    Shape s = raw.shape();
-    s.back() = 2;
-    Shape sl = s, sh = s, s16 = raw.shape();
-    sl.push_back(64), sh.push_back(32), s16.back() = 16;
-    // within each half of 128: element 32g + l takes ql[32(g%2) + l] >> 4(g/2) and (qh[l] >> 2g) & 3
-    Tensor lo = merge_last(unpack(cols(raw, 0, 128).reshape(sl), 4));     // (..., 2, 128)
-    Tensor hi = merge_last(unpack(cols(raw, 128, 192).reshape(sh), 2));   // (..., 2, 128)
-    Tensor q = merge_last(lo.bitwise_or(hi.lshift(Tensor(4).cast(dtypes::uint8)))).cast(dtypes::float32) - 32.0;  // (..., 256)
-    Shape e16 = s16;
-    e16.push_back(16);
-    Shape u16 = s16;
-    u16.push_back(1);
-    Tensor sc = merge_last(cols(raw, 192, 208).bitcast(dtypes::int8).cast(dtypes::float32).reshape(u16).expand(e16));
+    // within each half of 128: element 32g + l takes ql[32(g%2) + l] >> 4(g/2) and (qh[l] >> 2g) & 3, written as
+    // (..., half, g, l) with every byte index linear in half, g and l (a kernel's loops stay plain)
+    auto shape = [&](std::initializer_list<int64_t> tail) {
+      Shape s = raw.shape();
+      s.pop_back();
+      s.insert(s.end(), tail);
+      return s;
+    };
+    int64_t nd = raw.ndim() - 1;  // the blocks' axis and those before it
+    // ql (..., half 2, g%2 2, l 32) -> unpack: (..., half, g%2, g/2, l) -> (..., half, g/2, g%2, l) = (..., half, g, l)
+    std::vector<int64_t> perm;
+    for (int64_t a = 0; a <= nd; a++) perm.push_back(a);
+    perm.insert(perm.end(), {nd + 2, nd + 1, nd + 3});
+    Tensor lo = unpack(cols(raw, 0, 128).reshape(shape({2, 2, 32})), 4).permute(perm).reshape(shape({2, 4, 32}));
+    Tensor hi = unpack(cols(raw, 128, 192).reshape(shape({2, 32})), 2);  // (..., half, g, l)
+    Tensor q = lo.bitwise_or(hi.lshift(Tensor(4).cast(dtypes::uint8))).cast(dtypes::float32) - 32.0;  // (..., 2, 4, 32)
+    // sc[i/16], i = 128 half + 32 g + l: (..., half, g, l/16 2, 1)
+    Tensor sc = cols(raw, 192, 208).bitcast(dtypes::int8).cast(dtypes::float32).reshape(shape({2, 4, 2, 1}));
+    Tensor d = f16_at(raw, 208).reshape(shape({1, 1, 1, 1}));
+    Tensor y = (d * sc) * q.reshape(shape({2, 4, 2, 16}));
     Shape out = raw.shape();
     out.pop_back();
     out.back() *= 256;
-    return merge_last((f16_at(raw, 208) * sc) * q).reshape(out);
+    return y.reshape(out);
   }
   throw Error("[ggml_dequantize] unknown type '" + type + "' (f32, f16, bf16, q8_0, q4_0, q4_1, q4_K, q5_K, q6_K)");
 }
