@@ -182,11 +182,37 @@ UOpRef split_ranges(const UOpRef& ast) {
     int64_t c = 0;
     for (const UOp* n : toposort(k.get())) {
       if (n->op == Ops::RANGE) max_id = std::max(max_id, range_id(n));
-      if (r || n->op != Ops::MOD || n->src(0)->op != Ops::RANGE || n->src(1)->op != Ops::CONST) continue;
-      const UOp* x = n->src(0);
-      auto size = range_size(x);
+      if (r || (n->op != Ops::MOD && n->op != Ops::IDIV) || n->src(1)->op != Ops::CONST) continue;
       int64_t m = n->src(1)->const_int();
-      if (range_type(x) == AxisType::Reduce && size && m > 1 && m < *size && *size % m == 0) r = x, c = m;
+      if (n->src(0)->op == Ops::RANGE) {  // r % m, r // m (q6_K's scale of each 16 weights: sc[l // 16])
+        const UOp* x = n->src(0);
+        auto size = range_size(x);
+        if (range_type(x) == AxisType::Reduce && size && m > 1 && m < *size && *size % m == 0) r = x, c = m;
+        continue;
+      }
+      // (rest + x * k) % m (or // m) with 0 <= rest < k and k | m: x splits by m / k, and the MOD (IDIV) folds away
+      // ((l + 32 g) % 64, l < 32: q6_K's bytes of the low nibbles)
+      std::vector<const UOp*> terms, stack{n->src(0)};
+      while (!stack.empty()) {
+        const UOp* e = stack.back();
+        stack.pop_back();
+        if (e->op == Ops::ADD) stack.insert(stack.end(), {e->src(0), e->src(1)});
+        else terms.push_back(e);
+      }
+      for (const UOp* t : terms) {
+        const UOp* x = t->op == Ops::RANGE ? t : nullptr;
+        int64_t kx = 1;
+        if (t->op == Ops::MUL && t->src(1)->op == Ops::CONST && t->src(0)->op == Ops::RANGE) x = t->src(0), kx = t->src(1)->const_int();
+        if (!x || range_type(x) != AxisType::Reduce || kx <= 0 || m % kx != 0) continue;
+        auto size = range_size(x);
+        int64_t f = m / kx, lo = 0, hi = 0;
+        for (const UOp* o : terms)
+          if (o != t) lo += o->vmin(), hi += o->vmax();
+        if (size && f > 1 && f < *size && *size % f == 0 && lo >= 0 && hi < kx) {
+          r = x, c = f;
+          break;
+        }
+      }
     }
     if (!r) return k;
     UOpRef outer = UOp::range(ci(*range_size(r) / c), range_id(r), AxisType::Reduce);
