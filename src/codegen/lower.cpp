@@ -178,7 +178,8 @@ UOpRef reuse_row_values(const UOpRef& k) {
 // stay innermost), and (2) of each unrolled range u that s does not read and that is longer than a vector (`lanes`),
 // the part above the vector: u = t * lanes + l, the copies t summed inside, l kept (each lane keeps its own inner
 // sum: no horizontal sum per block; q4_0's lane l sums byte l's two nibbles). Applied only where s reads an outer
-// loop and the inner sum has 2 terms or more. FACTOR_REDUCE=0 turns it off.
+// loop and the inner sum has 2 terms or more. CPU only (a GPU's grouped reduces are left as they are);
+// FACTOR_REDUCE=0 turns it off.
 UOpRef factor_reduce_invariants(const UOpRef& k, int64_t lanes) {
   constexpr int64_t kMaxCopies = 8;  // an inner loop of at most this many terms is summed as copies
   if (!getenv_int("FACTOR_REDUCE", 1) || lanes < 1) return k;
