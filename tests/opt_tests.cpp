@@ -610,3 +610,21 @@ TEST_CASE("a gather reads only the rows it picks: index and gather collapse thei
       for (size_t j = 0; j < 256; j++) CHECK(yv[r * 256 + j] == xv[size_t(rows[r]) * 256 + j]);
   }
 }
+
+TEST_CASE("DEBUG=2's work estimate counts a matmul's multiply-adds as two flops each (its GFLOPS match the benchmark's)") {
+  Tensor a = randn({64, 48}, 5), b = randn({48, 96}, 6);
+  a.realize(), b.realize();
+  Kern k = last_kernel(a.matmul(b));
+  for (int w : {16, 8}) {  // register tiles of AVX-512 and AVX2 (every term one MULACC), and no tile at all
+    OptConfig cfg{1, w};
+    cfg.vector_registers = w == 16 ? 32 : 16;
+    for (bool noopt : {false, true}) {
+      std::vector<Opt> opts = noopt ? std::vector<Opt>{} : hand_coded_optimizations(k.ast, cfg);
+      LowerOptions lo;
+      lo.opts = &opts;
+      lo.config = cfg;
+      CompiledKernel ck = lower_kernel(k.ast, "flops_k", get_device("CPU").renderer(), lo);
+      CHECK(ck.flops == 2.0 * 64 * 48 * 96);
+    }
+  }
+}
