@@ -207,6 +207,26 @@ TEST_CASE("a large CPU matmul packs B into 32-column panels: the same values as 
   CHECK(kernels_run() - b1 == 1);
 }
 
+TEST_CASE("B is packed from half the machine model's per-core L2 on (the other half holds A's rows and C)") {
+  // B of K x n floats just past half the L2 the CPU device reads (sysfs; 2 MiB when unknown), and one at half: the
+  // first is packed (3 kernels), the second read in place (1). Both are far below the fixed 4 MiB of before.
+  int64_t l2 = get_device("CPU").machine().l2_bytes;
+  if (l2 <= 0) l2 = int64_t(2) << 20;
+  const int64_t K = 256, half_n = l2 / 2 / (K * 4);
+  REQUIRE(half_n % 32 == 0);
+  for (auto [n, kernels] : {std::pair<int64_t, size_t>{half_n + 32, 3}, {half_n, 1}}) {
+    CAPTURE(n);
+    Tensor a = randn({64, K}, 31), b = randn({K, n}, 32);
+    a.realize(), b.realize();
+    size_t before = kernels_run();
+    Tensor c = a.matmul(b);
+    c.realize();
+    CHECK(kernels_run() - before == kernels);
+    ScopedEnv off("PACKED_MATMUL", "0");
+    CHECK(c.to_vector<float>() == a.matmul(b).to_vector<float>());  // the sum over k in the same order
+  }
+}
+
 TEST_CASE("a prompt-sized matmul (32+ rows of A) packs B too: a quantised weight is dequantised straight into the panels") {
   // x (rows, 512) times a q8_0 weight (2048, 512) transposed: B is 4 MiB of float32. From 4 row tiles of 8 on, the
   // plain kernel would stream B from memory once per tile; one pass of the packing kernel reads the blocks instead.
