@@ -208,15 +208,21 @@ TEST_CASE("a large CPU matmul packs B into 32-column panels: the same values as 
 }
 
 TEST_CASE("B is packed from half the machine model's per-core L2 on (the other half holds A's rows and C)") {
-  // B of K x n floats just past half the L2 the CPU device reads (sysfs; 2 MiB when unknown), and one at half: the
-  // first is packed (3 kernels), the second read in place (1). Both are far below the fixed 4 MiB of before.
+  // With 256 rows of A, a B of K x n floats just past half the L2 the CPU device reads (sysfs; 2 MiB when unknown),
+  // and one at half: the first is packed (3 kernels), the second read in place (1). Both are below 4 MiB, from which
+  // B is packed with 32 rows and more; with fewer than 256 rows the smaller B is read in place.
   int64_t l2 = get_device("CPU").machine().l2_bytes;
   if (l2 <= 0) l2 = int64_t(2) << 20;
   const int64_t K = 256, half_n = l2 / 2 / (K * 4);
   REQUIRE(half_n % 32 == 0);
-  for (auto [n, kernels] : {std::pair<int64_t, size_t>{half_n + 32, 3}, {half_n, 1}}) {
+  struct Case {
+    int64_t m, n;
+    size_t kernels;
+  };
+  for (auto [m, n, kernels] : {Case{256, half_n + 32, 3}, Case{256, half_n, 1}, Case{128, half_n + 32, 1}}) {
+    CAPTURE(m);
     CAPTURE(n);
-    Tensor a = randn({64, K}, 31), b = randn({K, n}, 32);
+    Tensor a = randn({m, K}, 31), b = randn({K, n}, 32);
     a.realize(), b.realize();
     size_t before = kernels_run();
     Tensor c = a.matmul(b);
