@@ -207,6 +207,33 @@ TEST_CASE("a large CPU matmul packs B into 32-column panels: the same values as 
   CHECK(kernels_run() - b1 == 1);
 }
 
+TEST_CASE("BEAM's seeds include 12-accumulator AVX2 tiles of 3 rows (8 FMA chains keep 7/8 of the FMA units busy)") {
+  // the packed product of (384, 256) x (256, 2048) (B of 2 MiB, past half of any L2 seen): 384 rows = 3 x 128
+  OptConfig avx2{1, 8};
+  avx2.vector_registers = 16;
+  Tensor a = Tensor::rand({384, 256}), b = Tensor::rand({256, 2048});
+  a.realize(), b.realize();
+  UOpRef root = a.matmul(b).uop();
+  Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+  REQUIRE(s.items.size() == 3);  // pack B, the product in panels, back to row-major
+  UOpRef k = split_ranges(graph_rewrite(s.items[1].ast, symbolic(), nullptr, false, "s"));
+  auto tile_of = [](const std::vector<Opt>& opts) {
+    std::map<int, int64_t> t;
+    for (const Opt& o : opts)
+      if (o.op == OptOp::UPCAST) t[o.axis] = t.count(o.axis) ? t[o.axis] * o.amt : o.amt;
+    std::vector<int64_t> v;
+    for (auto& [ax, amt] : t) v.push_back(amt);
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  auto alts = hand_coded_alternatives(k, avx2, 4);
+  REQUIRE(alts.size() >= 2);
+  CHECK(alts[0] == hand_coded_optimizations(k, avx2));
+  CHECK(tile_of(alts[0]) == std::vector<int64_t>{2, 32});  // the heuristic: 8 accumulators
+  CHECK(tile_of(alts[1]) == std::vector<int64_t>{3, 32});  // the first seed: 12
+  for (const auto& o : alts) CHECK(tile_of(o).back() * tile_of(o).front() <= 12 * 8);
+}
+
 TEST_CASE("B is packed from half the machine model's per-core L2 on (the other half holds A's rows and C)") {
   // With 256 rows of A, a B of K x n floats just past half the L2 the CPU device reads (sysfs; 2 MiB when unknown),
   // and one at half: the first is packed (3 kernels), the second read in place (1). Both are below 4 MiB, from which
