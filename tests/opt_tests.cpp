@@ -207,6 +207,59 @@ TEST_CASE("a large CPU matmul packs B into 32-column panels: the same values as 
   CHECK(kernels_run() - b1 == 1);
 }
 
+TEST_CASE("BEAM's seeds include 12-accumulator AVX2 tiles of 3 rows (8 FMA chains keep 7/8 of the FMA units busy)") {
+  // the packed product of (384, 256) x (256, 2048) (B of 2 MiB, past half of any L2 seen): 384 rows = 3 x 128
+  OptConfig avx2{1, 8};
+  avx2.vector_registers = 16;
+  Tensor a = Tensor::rand({384, 256}), b = Tensor::rand({256, 2048});
+  a.realize(), b.realize();
+  UOpRef root = a.matmul(b).uop();
+  Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+  REQUIRE(s.items.size() == 3);  // pack B, the product in panels, back to row-major
+  UOpRef k = split_ranges(graph_rewrite(s.items[1].ast, symbolic(), nullptr, false, "s"));
+  auto tile_of = [](const std::vector<Opt>& opts) {
+    std::map<int, int64_t> t;
+    for (const Opt& o : opts)
+      if (o.op == OptOp::UPCAST) t[o.axis] = t.count(o.axis) ? t[o.axis] * o.amt : o.amt;
+    std::vector<int64_t> v;
+    for (auto& [ax, amt] : t) v.push_back(amt);
+    std::sort(v.begin(), v.end());
+    return v;
+  };
+  auto alts = hand_coded_alternatives(k, avx2, 4);
+  REQUIRE(alts.size() >= 2);
+  CHECK(alts[0] == hand_coded_optimizations(k, avx2));
+  CHECK(tile_of(alts[0]) == std::vector<int64_t>{2, 32});  // the heuristic: 8 accumulators
+  CHECK(tile_of(alts[1]) == std::vector<int64_t>{3, 32});  // the first seed: 12
+  for (const auto& o : alts) CHECK(tile_of(o).back() * tile_of(o).front() <= 12 * 8);
+}
+
+TEST_CASE("B is packed from half the machine model's per-core L2 on (the other half holds A's rows and C)") {
+  // With 256 rows of A, a B of K x n floats just past half the L2 the CPU device reads (sysfs; 2 MiB when unknown),
+  // and one at half: the first is packed (3 kernels), the second read in place (1). Both are below 4 MiB, from which
+  // B is packed with 32 rows and more; with fewer than 256 rows the smaller B is read in place.
+  int64_t l2 = get_device("CPU").machine().l2_bytes;
+  if (l2 <= 0) l2 = int64_t(2) << 20;
+  const int64_t K = 256, half_n = l2 / 2 / (K * 4);
+  REQUIRE(half_n % 32 == 0);
+  struct Case {
+    int64_t m, n;
+    size_t kernels;
+  };
+  for (auto [m, n, kernels] : {Case{256, half_n + 32, 3}, Case{256, half_n, 1}, Case{128, half_n + 32, 1}}) {
+    CAPTURE(m);
+    CAPTURE(n);
+    Tensor a = randn({m, K}, 31), b = randn({K, n}, 32);
+    a.realize(), b.realize();
+    size_t before = kernels_run();
+    Tensor c = a.matmul(b);
+    c.realize();
+    CHECK(kernels_run() - before == kernels);
+    ScopedEnv off("PACKED_MATMUL", "0");
+    CHECK(c.to_vector<float>() == a.matmul(b).to_vector<float>());  // the sum over k in the same order
+  }
+}
+
 TEST_CASE("a prompt-sized matmul (32+ rows of A) packs B too: a quantised weight is dequantised straight into the panels") {
   // x (rows, 512) times a q8_0 weight (2048, 512) transposed: B is 4 MiB of float32. From 4 row tiles of 8 on, the
   // plain kernel would stream B from memory once per tile; one pass of the packing kernel reads the blocks instead.
@@ -608,5 +661,23 @@ TEST_CASE("a gather reads only the rows it picks: index and gather collapse thei
     auto yv = y.to_vector<float>();
     for (size_t r = 0; r < 8; r++)
       for (size_t j = 0; j < 256; j++) CHECK(yv[r * 256 + j] == xv[size_t(rows[r]) * 256 + j]);
+  }
+}
+
+TEST_CASE("DEBUG=2's work estimate counts a matmul's multiply-adds as two flops each (its GFLOPS match the benchmark's)") {
+  Tensor a = randn({64, 48}, 5), b = randn({48, 96}, 6);
+  a.realize(), b.realize();
+  Kern k = last_kernel(a.matmul(b));
+  for (int w : {16, 8}) {  // register tiles of AVX-512 and AVX2 (every term one MULACC), and no tile at all
+    OptConfig cfg{1, w};
+    cfg.vector_registers = w == 16 ? 32 : 16;
+    for (bool noopt : {false, true}) {
+      std::vector<Opt> opts = noopt ? std::vector<Opt>{} : hand_coded_optimizations(k.ast, cfg);
+      LowerOptions lo;
+      lo.opts = &opts;
+      lo.config = cfg;
+      CompiledKernel ck = lower_kernel(k.ast, "flops_k", get_device("CPU").renderer(), lo);
+      CHECK(ck.flops == 2.0 * 64 * 48 * 96);
+    }
   }
 }

@@ -462,6 +462,26 @@ TEST_CASE("BEAM actions are legal and within the upcast limit; opt lists round-t
   CHECK(expanded_size(up) > int64_t(toposort(up.get()).size()));
   CHECK(expanded_size(up) < 4 * int64_t(toposort(up.get()).size()));  // the A loads do not depend on it
   CHECK(beam_actions(base, {}, OptConfig{1, 16}).size() < acts.size());  // one thread: no THREAD actions
+  // AVX2 (16 registers of 8 floats): no action makes more copies than 15 registers hold; from the heuristic's 2x8
+  // rows-by-vector tile, doubling the rows (32 floats) is an action, multiplying them by 8 (128) is not
+  OptConfig avx2{1, 8};
+  avx2.vector_registers = 16;
+  CHECK(beam_upcast_limit(avx2) == 120);
+  CHECK(beam_upcast_limit(cfg) == 256);
+  std::vector<Opt> tile{{OptOp::UPCAST, 1, 8}, {OptOp::UPCAST, 0, 2}};
+  UOpRef tiled = base;
+  for (const Opt& o : tile) tiled = apply_opt(tiled, o);
+  bool rows2 = false, rows8 = false;
+  for (auto& [opts, k] : beam_actions(tiled, tile, avx2)) {
+    CHECK(upcast_size(k) <= 120);
+    rows2 |= opts.back() == Opt{OptOp::UPCAST, 0, 2};
+    rows8 |= opts.back() == Opt{OptOp::UPCAST, 0, 8};
+  }
+  CHECK(rows2);
+  CHECK_FALSE(rows8);
+  bool rows8_avx512 = false;
+  for (auto& [opts, k] : beam_actions(tiled, tile, cfg)) rows8_avx512 |= opts.back() == Opt{OptOp::UPCAST, 0, 8};
+  CHECK(rows8_avx512);
   CHECK(opts_to_text({Opt{OptOp::UPCAST, 1, 16}, Opt{OptOp::THREAD, 0, 2}}) == "UPCAST 1 16; THREAD 0 2");
   CHECK(opts_from_text("")->empty());
   for (const char* bad : {"UPCAST", "UPCAST 1", "UPCAST 1 16 7", "upcast 1 16", "UPCAST -1 2", "UPCAST 1 2;", "UPCAST 1 2;UNROLL 0 2"})

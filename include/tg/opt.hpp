@@ -82,7 +82,8 @@ UOpRef split_ranges(const UOpRef& ast);
 std::vector<Opt> hand_coded_optimizations(const UOpRef& ast, const OptConfig& cfg);
 
 /** The heuristic's opts with its n best register tiles (by its load model; the first is hand_coded_optimizations'
- *  choice), distinct, fewer where the kernel has fewer tiles: the seeds of BEAM's search. */
+ *  choice, the others from a wider space: rows of 3 and 6, accumulators in up to three quarters of the vector
+ *  registers), distinct, fewer where the kernel has fewer tiles: the seeds of BEAM's search. */
 std::vector<std::vector<Opt>> hand_coded_alternatives(const UOpRef& ast, const OptConfig& cfg, size_t n);
 
 /** The default opts for a GPU kernel: TC for fitting half matmuls (when the renderer has tensor cores), GROUP

@@ -123,6 +123,10 @@ std::vector<std::pair<std::vector<Opt>, UOpRef>> beam_actions(const UOpRef& ast,
 /** Upcast copies of a kernel with opts applied: the product of its UPCAST and UNROLL range sizes (BEAM: <= 256). */
 int64_t upcast_size(const UOpRef& applied);
 
+/** The most upcast copies a BEAM action may make: 256, and on a CPU fewer than its vector registers hold (all but
+ *  one of them: AVX2's 16 x 8 floats give 120, AVX-512's 32 x 16 leave 256). */
+int64_t beam_upcast_limit(const OptConfig& cfg);
+
 /** Nodes the expander makes of a kernel with opts applied (each node once per combination of the UPCAST/UNROLL
  *  ranges it depends on): BEAM's bound on code size, which is what compile time grows with. */
 int64_t expanded_size(const UOpRef& applied);

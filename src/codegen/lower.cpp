@@ -822,10 +822,12 @@ CompiledKernel lower_kernel(const UOpRef& ast, const std::string& name, Renderer
     } else if (u->op == Ops::END) {
       if (!stack.empty()) mult = stack.back(), stack.pop_back();
     } else if (is_alu(u->op) && !dtypes::is_int(u->dtype)) {
-      ck.flops += mult;
+      // a MULACC is a multiply and an add (as tinygrad counts it); a vector op one per lane
+      ck.flops += mult * (u->op == Ops::MULACC ? 2 : 1) * std::max(1, int(u->dtype.count));
     } else if ((u->op == Ops::LOAD || u->op == Ops::STORE) && u->src(0)->src(0)->op == Ops::PARAM) {
       const UOp* p = u->src(0)->src(0);
-      ck.mem_bytes += mult * double(p->dtype.base().scalar_type().itemsize());
+      int lanes = std::max(1, int((u->op == Ops::LOAD ? u->dtype : u->src(1)->dtype).count));
+      ck.mem_bytes += mult * double(p->dtype.base().scalar_type().itemsize()) * lanes;
     }
   }
   ck.flops *= ck.threads;

@@ -30,10 +30,15 @@ struct LayoutCtx {
     keep.push_back(r);
     return r;
   }
+  std::unordered_map<std::string, int64_t> l2;   // device -> per-core L2 bytes of its machine model (0: unknown)
   bool serial_device(const std::string& d) {
     if (auto it = serial.find(d); it != serial.end()) return it->second;
     Device& dev = get_device(d);
     return serial[d] = dev.runs_kernels() && dev.renderer().grid_limits().threads == 0;
+  }
+  int64_t l2_bytes(const std::string& d) {
+    if (auto it = l2.find(d); it != l2.end()) return it->second;
+    return l2[d] = get_device(d).machine().l2_bytes;
   }
 };
 
@@ -46,13 +51,15 @@ UOpRef mov(Ops op, const UOpRef& x, std::vector<int64_t> arg) { return UOp::make
 // Bp[j/32][k][j%32], then permuted back. One panel (K x 128 bytes) stays in L2 while every row tile of A streams
 // past it; B read in place has a row stride of N floats, so its column tiles alias in the cache sets and each row
 // tile streamed all of B from memory again (N=4096: 105 -> 329 GFLOPS, bench/matmul). The sum over k runs in the
-// same order as the plain kernel's: the same values. Packing copies B once (B at least 4 MiB: past L2); the plain
+// same order as the plain kernel's: the same values. Packing copies B once (B at least 4 MiB, or past half the
+// machine model's per-core L2 with 256 rows of A: 2 MiB on Emerald Rapids, 1 MiB on Zen 5, 512 KiB on Zen 3); the plain
 // kernel streams all of B from memory again for each tile of 8 rows of A, so the copy pays from 4 row tiles on
 // (m >= 32: a LLaMA prefill's (64, 2048) x (2048, 5632) product 136 -> 26 ms, (128, 1024) x (1024, 1024) 7.4 -> 2.1 ms;
 // at 8 rows, one tile, the copy is pure cost: 17 -> 26 ms). A B computed by the kernel that packs it (a quantised
 // weight dequantised from its blocks) is dequantised once, straight into the panels.
 UOpRef packed_matmul(const UOp* red, LayoutCtx& c) {
-  constexpr int64_t P = 32, kPackMinRows = 32;
+  constexpr int64_t P = 32, kPackMinRows = 32, kPackMinRowsNearB = 256, kFarB = int64_t(4) << 20,
+                    kUnknownL2 = int64_t(2) << 20;
   const auto& ra = std::get<ReduceArg>(red->arg);
   const UOp* mul = red->src(0);
   if (!c.packed_matmul || ra.op != Ops::ADD || ra.axes.size() != 1 || mul->op != Ops::MUL ||
@@ -86,8 +93,14 @@ UOpRef packed_matmul(const UOp* red, LayoutCtx& c) {
       if (as[size_t(jn)] != 1 || as[size_t(im)] != m || as[size_t(r)] != k || bs[size_t(im)] != 1 ||
           bs[size_t(jn)] != n || bs[size_t(r)] != k || m == 1 || n == 1)
         continue;
-      if (n % P || m < kPackMinRows || k * n * 4 < (int64_t(4) << 20)) return {};
+      if (n % P || m < kPackMinRows) return {};
       if (!c.serial_device(device_of(red))) return {};  // GPUs tile in the kernel
+      // B of 4 MiB or more: from 32 rows on. A smaller B past half the per-core L2 of the machine model (unknown:
+      // 2 MiB; the other half is for A's row tiles and C streaming past it): from 256 rows on, where the copy pays on
+      // Zen 5 (1 MiB L2, 1 thread: (512,512)x(512,512) packed 0.90-0.96x the plain time, (256,768)x(768,768) 0.76x;
+      // from 32 to 128 rows 1.05-1.28x: the plain kernel reads such a B from L3 fast enough).
+      const int64_t l2 = c.l2_bytes(device_of(red)), bytes = k * n * 4;
+      if (bytes < kFarB && (bytes <= (l2 > 0 ? l2 : kUnknownL2) / 2 || m < kPackMinRowsNearB)) return {};
       std::vector<int64_t> perm{im, jn, r}, inv(3);
       for (int64_t i = 0; i < 3; i++) inv[size_t(perm[size_t(i)])] = i;
       bool same = perm == std::vector<int64_t>{0, 1, 2};

@@ -478,7 +478,17 @@ struct Heuristic {
     // gradient: 5x4 copies of 4 lanes at 1.7x 5x8x2 scalar copies.
     const int64_t regs = cfg.vector_registers;
     const int64_t vec_regs = (vec_amt + w - 1) / w;  // registers one copy of the vector takes
-    const int64_t max_acc = vec < 0 ? 16 : vec_amt < w ? regs * 3 / 4 * vec_amt : regs / 2 / vec_regs * vec_amt;
+    const int64_t half_acc = vec < 0 ? 16 : vec_amt < w ? regs * 3 / 4 * vec_amt : regs / 2 / vec_regs * vec_amt;
+    // BEAM's seeds (ranks from 1) come from a wider space: row amounts of 3 and 6 too, and accumulators of full
+    // vectors in up to three quarters of the registers (at most 256 copies). Half of AVX2's 16 ymm is 8 accumulators,
+    // 8 FMA chains: 98 of the 111 GFLOPS one Zen 5 core reaches with 12 (a chain of dependent FMAs per register);
+    // a 1536 matmul's 3 rows x 4 vectors then ran at 1.00-1.01x OpenBLAS, 2 rows x 4 vectors at 0.87-0.88x, but 6
+    // rows x 2 vectors at 0.44x: the search times what the load model cannot tell apart). Rank 0 stays the
+    // heuristic's choice.
+    const bool wide = tile_rank > 0;
+    const int64_t max_acc = wide && vec >= 0 && vec_amt >= w
+                                ? std::max(half_acc, std::min<int64_t>(regs * 3 / 4 / vec_regs * vec_amt, 256))
+                                : half_acc;
     // Every tile within max_acc (amounts 1, 2, 4, 8 on each output axis whose loads are shared; the vectorised
     // axis may widen by 2 or 4: several vectors of it share the other operand's broadcast); the fewest loads per
     // accumulator wins, ties by the smaller strides of the split axes (nearby addresses), then the bigger tile.
@@ -506,8 +516,8 @@ struct Heuristic {
       }
       size_t i = cand[k];
       bool v = int(i) == vec;
-      for (int64_t a : {1, 2, 4, 8}) {
-        if ((v && a > 4) || size[i] % a != 0 || total * a > max_acc) continue;
+      for (int64_t a : {1, 2, 3, 4, 6, 8}) {
+        if ((v && a > 4) || (a % 3 == 0 && (v || !wide)) || size[i] % a != 0 || total * a > max_acc) continue;
         am[i] = amt[i] * a;
         visit(k + 1, total * a);
       }
@@ -516,9 +526,10 @@ struct Heuristic {
     visit(0, upcast);
     // ranked by the key (ties: the order of enumeration); BEAM seeds its search with the first few
     std::stable_sort(tiles.begin(), tiles.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-    if (tile_rank >= tiles.size()) return false;
+    const size_t at = wide ? tile_rank - 1 : tile_rank;  // the wide space's best is the first seed after rank 0
+    if (at >= tiles.size()) return false;
     ranked = true;
-    const std::vector<int64_t>& best_am = tiles[tile_rank].second;
+    const std::vector<int64_t>& best_am = tiles[at].second;
     // opts: the other axes by decreasing amount, then the vectorised axis's widening
     std::vector<std::pair<int64_t, size_t>> order;
     for (size_t i : cand)
@@ -613,7 +624,7 @@ std::vector<Opt> hand_coded_optimizations(const UOpRef& ast, const OptConfig& cf
 
 std::vector<std::vector<Opt>> hand_coded_alternatives(const UOpRef& ast, const OptConfig& cfg, size_t n) {
   std::vector<std::vector<Opt>> out;
-  for (size_t r = 0; r < n; r++) {
+  for (size_t r = 0; out.size() < n; r++) {  // ranks until n distinct (the wide space holds rank 0's tile too)
     auto o = heuristic_opts(ast, cfg, r);
     if (!o) break;
     if (std::find(out.begin(), out.end(), *o) == out.end()) out.push_back(std::move(*o));

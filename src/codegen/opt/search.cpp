@@ -194,6 +194,15 @@ std::optional<std::vector<int64_t>> beam_amounts(OptOp op, const OptConfig& cfg)
   return std::nullopt;
 }
 
+// A CPU's copies live in its vector registers: a tile of more floats than all but one of them hold spills (AVX2's
+// 16 ymm: 128 floats, 16 accumulators with no register left for the operands; at N=1024 a 4x32 tile ran 1.1-1.3x,
+// an 8x32 one 1.7-8x the time of the 2x32 one, and timing such candidates took most of a search's 15 s). AVX-512's
+// 32 zmm hold 512 floats: the limit stays tinygrad's 256. GPUs: 256.
+int64_t beam_upcast_limit(const OptConfig& cfg) {
+  if (cfg.local_threads > 0 || cfg.vector_registers < 2 || cfg.vector_width < 1) return kMaxUpcast;
+  return std::min<int64_t>(kMaxUpcast, int64_t(cfg.vector_registers - 1) * cfg.vector_width);
+}
+
 int64_t upcast_size(const UOpRef& applied) {
   int64_t n = 1;
   for (const UOp* u : toposort(applied.get()))
@@ -206,6 +215,7 @@ std::vector<std::pair<std::vector<Opt>, UOpRef>> beam_actions(const UOpRef& appl
                                                               const OptConfig& cfg) {
   std::vector<std::pair<std::vector<Opt>, UOpRef>> out;
   std::vector<const UOp*> axes = kernel_axes(applied);
+  const int64_t limit = beam_upcast_limit(cfg);
   for (int v = 0; v < 256; v++) {
     auto amts = beam_amounts(OptOp(v), cfg);
     if (!amts) continue;
@@ -222,7 +232,7 @@ std::vector<std::pair<std::vector<Opt>, UOpRef>> beam_actions(const UOpRef& appl
         } catch (const OptError&) {
           continue;
         }
-        if (upcast_size(k) > kMaxUpcast || expanded_size(k) > kMaxExpanded) continue;
+        if (upcast_size(k) > limit || expanded_size(k) > kMaxExpanded) continue;
         std::vector<Opt> next = opts;
         next.push_back(o);
         out.emplace_back(std::move(next), k);
