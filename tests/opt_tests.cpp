@@ -415,6 +415,37 @@ TEST_CASE("on the CPU a lone UNROLL stays a Lane loop that LLVM is told to vecto
   }
 }
 
+TEST_CASE("on the CPU a padded 24-channel row is a Lane loop in vectors of 8, not 24 copies with a branch per load") {
+  // A channels-last batch norm + ReLU written into the next depthwise convolution's padding (PaddleOCR cls's
+  // E_14_98_24): the per-channel loads are gated by the padding's bounds. As 24 copies each gated load was a branch
+  // of its own and the row ran scalar (77 us); a Lane loop of 24 is vectorised by LLVM 8 wide.
+  Tensor x = randn({12, 96, 24}, 11), sc = randn({24}, 12), sh = randn({24}, 13);
+  x.realize(), sc.realize(), sh.realize();
+  Kern k = last_kernel(Tensor(x * sc + sh).relu().pad({{1, 1}, {1, 1}, {0, 0}}));
+  auto opts = hand_coded_optimizations(k.ast, OptConfig{1, 16});
+  REQUIRE(!opts.empty());
+  CHECK(opts[0] == Opt{OptOp::UPCAST, 2, 24});
+  LowerOptions lo;
+  lo.opts = &opts;
+  lo.config = OptConfig{1, 16};
+  CompiledKernel ck = lower_kernel(k.ast, "lane_pad", get_device("CPU").renderer(), lo);
+  CHECK(ck.src.find("llvm.loop.vectorize.width\", i32 8}") != std::string::npos);
+  size_t branches = 0;
+  for (size_t at = ck.src.find(".load,"); at != std::string::npos; at = ck.src.find(".load,", at + 1)) branches++;
+  CHECK(branches <= 3);  // one per gated load of the loop body (x, scale, shift), not 3 x 24
+  // exact: the same float ops per element as the plain loops
+  CHECK(run_with(k, opts, 1) == run_with(k, {}, 1));
+  std::vector<float> xv = x.to_vector<float>(), sv = sc.to_vector<float>(), hv = sh.to_vector<float>(), got = run_with(k, opts, 1);
+  REQUIRE(got.size() == size_t(14 * 98 * 24));
+  for (int64_t y = 0; y < 14; y++)
+    for (int64_t xx = 0; xx < 98; xx++)
+      for (int64_t c = 0; c < 24; c++) {
+        bool in = y >= 1 && y <= 12 && xx >= 1 && xx <= 96;
+        float want = in ? std::max(0.0f, xv[size_t(((y - 1) * 96 + xx - 1) * 24 + c)] * sv[size_t(c)] + hv[size_t(c)]) : 0.0f;
+        CHECK(got[size_t((y * 98 + xx) * 24 + c)] == want);
+      }
+}
+
 TEST_CASE("heuristic: a row reduction reading a per-row value is not upcast along the rows (no gathers)") {
   // sum((x - mean)^2) over rows: the output axis strides x by the row length; only the mean is contiguous in it.
   Tensor x = randn({64, 256}, 4);
