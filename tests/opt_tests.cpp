@@ -70,6 +70,29 @@ void check_close(const std::vector<float>& a, const std::vector<float>& b, float
   for (size_t i = 0; i < a.size(); i++) REQUIRE(std::abs(a[i] - b[i]) <= tol * (1 + std::abs(b[i])));
 }
 
+// The first reduce kernel of y's schedule: (its innermost output axis's size, the store's stride along it).
+std::pair<int64_t, int64_t> reduce_kernel_axis(const Tensor& y) {
+  UOpRef root = y.uop();
+  Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+  for (auto& it : s.items) {
+    bool red = false;
+    const UOp* st = nullptr;
+    for (const UOp* u : toposort(it.ast.get())) {
+      red |= u->op == Ops::REDUCE;
+      if (u->op == Ops::STORE && u->src(0)->op == Ops::INDEX) st = u->src(0)->src(1);
+    }
+    if (!red || !st) continue;
+    auto axes = kernel_axes(it.ast);
+    const UOp* inner = nullptr;
+    for (const UOp* r : axes)
+      if (range_type(r) == AxisType::Loop || range_type(r) == AxisType::Global) inner = r;
+    REQUIRE(inner);
+    return std::pair{inner->src(0)->const_int(), index_coef(st, inner).value_or(-1)};
+  }
+  FAIL("no reduce kernel");
+  return std::pair<int64_t, int64_t>{0, 0};
+}
+
 }  // namespace
 
 TEST_CASE("apply_opt refuses opts that do not apply, naming the opt and the reason") {
@@ -396,37 +419,16 @@ TEST_CASE("a depthwise convolution is channels-last on the CPU: vectors along th
   Tensor x = randn({1, G, H, W}, 31), w = randn({2 * G, 1, 3, 3}, 32);
   x.realize(), w.realize();
   auto conv = [&] { return x.conv2d(w, std::nullopt, 1, 1, 1, G); };
-  auto conv_kernel_axis = [&](const Tensor& y) {  // (innermost output axis size, the store's stride along it)
-    UOpRef root = y.uop();
-    Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
-    for (auto& it : s.items) {
-      bool red = false;
-      const UOp* st = nullptr;
-      for (const UOp* u : toposort(it.ast.get())) {
-        red |= u->op == Ops::REDUCE;
-        if (u->op == Ops::STORE && u->src(0)->op == Ops::INDEX) st = u->src(0)->src(1);
-      }
-      if (!red || !st) continue;
-      auto axes = kernel_axes(it.ast);
-      const UOp* inner = nullptr;
-      for (const UOp* r : axes)
-        if (range_type(r) == AxisType::Loop || range_type(r) == AxisType::Global) inner = r;
-      REQUIRE(inner);
-      return std::pair{inner->src(0)->const_int(), index_coef(st, inner).value_or(-1)};
-    }
-    FAIL("no reduce kernel");
-    return std::pair<int64_t, int64_t>{0, 0};
-  };
   std::vector<float> yl = conv().to_vector<float>(), yn;
   std::pair<int64_t, int64_t> nchw;
   {
     ScopedEnv off("CHANNELS_LAST", "0");
     yn = conv().to_vector<float>();
-    nchw = conv_kernel_axis(conv());
+    nchw = reduce_kernel_axis(conv());
   }
   CHECK(nchw == std::pair<int64_t, int64_t>{W, 1});  // NCHW: along the output row
   if (get_device(default_device()).renderer().grid_limits().threads == 0)
-    CHECK(conv_kernel_axis(conv()) == std::pair<int64_t, int64_t>{2 * G, 1});  // channels-last: along the channels
+    CHECK(reduce_kernel_axis(conv()) == std::pair<int64_t, int64_t>{2 * G, 1});  // channels-last: along the channels
   check_close(yl, yn, 1e-6f);
   auto xv = x.to_vector<float>(), wv = w.to_vector<float>();
   for (int64_t co : {0, 5, 15})
@@ -439,6 +441,40 @@ TEST_CASE("a depthwise convolution is channels-last on the CPU: vectors along th
             s += double(xv[size_t(((co / 2) * H + ih) * W + iw)]) * double(wv[size_t(co * 9 + a * 3 + b)]);
         }
       CHECK(std::abs(yl[size_t((co * H + h) * W + ww)] - s) <= 1e-5 * (1 + std::abs(s)));
+    }
+}
+
+TEST_CASE("a stem convolution with 3 input and 8 output channels is channels-last on the CPU: vectors along the channels") {
+  // PaddleOCR cls's stem (3x3, stride 2, 3 -> 8 channels): in NCHW its vectors ran along the output row, whose
+  // stride-2 window loads gather (r_8_24_96, 79 us of cls's ~800); channels-last it is a matmul over 27 taps with the
+  // 8 output channels as the vector (9.5 us). The values are NCHW's and the direct sum's.
+  const int64_t H = 10, W = 14;
+  Tensor x = randn({1, 3, H, W}, 41), w = randn({8, 3, 3, 3}, 42);
+  x.realize(), w.realize();
+  auto conv = [&] { return x.conv2d(w, std::nullopt, 2, 1); };
+  std::vector<float> yl = conv().to_vector<float>(), yn;
+  std::pair<int64_t, int64_t> nchw;
+  {
+    ScopedEnv off("CHANNELS_LAST", "0");
+    yn = conv().to_vector<float>();
+    nchw = reduce_kernel_axis(conv());
+  }
+  CHECK(nchw == std::pair<int64_t, int64_t>{W / 2, 1});  // NCHW: along the output row
+  if (get_device(default_device()).renderer().grid_limits().threads == 0)
+    CHECK(reduce_kernel_axis(conv()) == std::pair<int64_t, int64_t>{8, 1});  // channels-last: along the channels
+  check_close(yl, yn, 1e-6f);
+  auto xv = x.to_vector<float>(), wv = w.to_vector<float>();
+  for (int64_t co : {0, 3, 7})
+    for (auto [h, ww] : {std::pair<int64_t, int64_t>{0, 0}, {2, 3}, {4, 6}}) {
+      double s = 0;
+      for (int64_t c = 0; c < 3; c++)
+        for (int64_t a = 0; a < 3; a++)
+          for (int64_t b = 0; b < 3; b++) {
+            int64_t ih = 2 * h + a - 1, iw = 2 * ww + b - 1;
+            if (ih >= 0 && ih < H && iw >= 0 && iw < W)
+              s += double(xv[size_t((c * H + ih) * W + iw)]) * double(wv[size_t(((co * 3 + c) * 3 + a) * 3 + b)]);
+          }
+      CHECK(std::abs(yl[size_t((co * (H / 2) + h) * (W / 2) + ww)] - s) <= 1e-5 * (1 + std::abs(s)));
     }
 }
 
@@ -466,6 +502,37 @@ TEST_CASE("on the CPU a lone UNROLL stays a Lane loop that LLVM is told to vecto
       for (size_t i = 0; i < w / 2; i++) part[i] = part[i] + part[i + w / 2];
     CHECK(got[size_t(r)] == part[0]);
   }
+}
+
+TEST_CASE("on the CPU a padded 24-channel row is a Lane loop in vectors of 8, not 24 copies with a branch per load") {
+  // A channels-last batch norm + ReLU written into the next depthwise convolution's padding (PaddleOCR cls's
+  // E_14_98_24): the per-channel loads are gated by the padding's bounds. As 24 copies each gated load was a branch
+  // of its own and the row ran scalar (77 us); a Lane loop of 24 is vectorised by LLVM 8 wide.
+  Tensor x = randn({12, 96, 24}, 11), sc = randn({24}, 12), sh = randn({24}, 13);
+  x.realize(), sc.realize(), sh.realize();
+  Kern k = last_kernel(Tensor(x * sc + sh).relu().pad({{1, 1}, {1, 1}, {0, 0}}));
+  auto opts = hand_coded_optimizations(k.ast, OptConfig{1, 16});
+  REQUIRE(!opts.empty());
+  CHECK(opts[0] == Opt{OptOp::UPCAST, 2, 24});
+  LowerOptions lo;
+  lo.opts = &opts;
+  lo.config = OptConfig{1, 16};
+  CompiledKernel ck = lower_kernel(k.ast, "lane_pad", get_device("CPU").renderer(), lo);
+  CHECK(ck.src.find("llvm.loop.vectorize.width\", i32 8}") != std::string::npos);
+  size_t branches = 0;
+  for (size_t at = ck.src.find(".load,"); at != std::string::npos; at = ck.src.find(".load,", at + 1)) branches++;
+  CHECK(branches <= 3);  // one per gated load of the loop body (x, scale, shift), not 3 x 24
+  // exact: the same float ops per element as the plain loops
+  CHECK(run_with(k, opts, 1) == run_with(k, {}, 1));
+  std::vector<float> xv = x.to_vector<float>(), sv = sc.to_vector<float>(), hv = sh.to_vector<float>(), got = run_with(k, opts, 1);
+  REQUIRE(got.size() == size_t(14 * 98 * 24));
+  for (int64_t y = 0; y < 14; y++)
+    for (int64_t xx = 0; xx < 98; xx++)
+      for (int64_t c = 0; c < 24; c++) {
+        bool in = y >= 1 && y <= 12 && xx >= 1 && xx <= 96;
+        float want = in ? std::max(0.0f, xv[size_t(((y - 1) * 96 + xx - 1) * 24 + c)] * sv[size_t(c)] + hv[size_t(c)]) : 0.0f;
+        CHECK(got[size_t((y * 98 + xx) * 24 + c)] == want);
+      }
 }
 
 TEST_CASE("heuristic: a row reduction reading a per-row value is not upcast along the rows (no gathers)") {

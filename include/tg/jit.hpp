@@ -93,6 +93,10 @@ class TinyJit {
   /** Whether a capture read a value computed from the inputs on the host (the call threw: such a function cannot be
    *  replayed; run it without the JIT). */
   bool reads_inputs_on_host() const { return reads_inputs_; }
+  /** Buffers the step reads that no one changes between calls (a model's weights): kernels computing only from them
+   *  (a weight's layout copy) run in the capture and are not replayed; their results stay in the capture's buffers.
+   *  Set before the third call. */
+  void set_constant_buffers(std::vector<const Buffer*> bufs) { constants_ = std::move(bufs); }
 
  private:
   std::vector<Tensor> run_capture(const std::vector<Tensor>& inputs, const std::vector<sint>& vars, std::vector<JitItem>& items);
@@ -105,6 +109,9 @@ class TinyJit {
   std::vector<const Buffer*> input_bufs_;  // the inputs' buffers during the capture that is replayed
   std::vector<Tensor> outputs_;
   std::vector<std::string> devices_;  // the devices the capture's buffers are on: a replay ends a round of each allocator
+  std::vector<const Buffer*> constants_;  // set_constant_buffers
+  std::vector<std::vector<std::shared_ptr<Buffer>>> held_;  // the buffers of the items drop_constant_items dropped
+  void drop_constant_items();
 };
 
 }  // namespace tg

@@ -101,6 +101,10 @@ constexpr bool has_no_dtype(Ops o) {
  *  independent accumulators (an UNROLL the expander kept as a loop for the renderer to vectorise). */
 enum class AxisType : uint8_t { Loop, Global, Local, Reduce, Upcast, Unroll, Group, Outer, Lane };
 
+/** The vector width a renderer asks for a Lane loop of `n` iterations: the largest power of two dividing n (the
+ *  compilers take only powers of two; 24 lanes run as 3 vectors of 8). */
+inline int64_t lane_vector_width(int64_t n) { return n > 0 ? n & -n : 1; }
+
 /** Argument of a REDUCE_AXIS: the reduce op and the axes. */
 struct ReduceArg {
   /// the reduction: ADD, MUL or MAX

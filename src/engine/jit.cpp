@@ -88,6 +88,46 @@ std::vector<Tensor> TinyJit::run_capture(const std::vector<Tensor>& inputs, cons
   return out;
 }
 
+// The items that compute only from constant buffers (set_constant_buffers) or from such items' results: a replay
+// would compute the same values again. Each is run once more here into a buffer of its own (the memory planner may
+// have handed its output to a later kernel), which the items after it read until that buffer is written again, and
+// is not replayed.
+void TinyJit::drop_constant_items() {
+  if (constants_.empty() || !var_names_.empty()) return;  // a kernel with variables computes per call
+  std::unordered_set<const Buffer*> constant(constants_.begin(), constants_.end());
+  for (const Buffer* b : input_bufs_) constant.erase(b);
+  std::unordered_map<const Buffer*, std::shared_ptr<Buffer>> renamed;  // a dropped item's output -> its own buffer
+  std::vector<JitItem> kept;
+  for (JitItem& it : items_) {
+    const size_t n_out = std::min(it.outputs, it.bufs.size());
+    for (size_t k = n_out; k < it.bufs.size(); k++)
+      if (auto r = renamed.find(it.bufs[k].get()); r != renamed.end()) it.bufs[k] = r->second;
+    bool fixed = !it.index_check && !it.writes_existing && n_out > 0 && n_out < it.bufs.size();
+    for (size_t k = 0; k < it.bufs.size() && fixed; k++) {
+      const Buffer* b = it.bufs[k].get();
+      fixed = k < n_out ? !constant.count(b) && std::find(input_bufs_.begin(), input_bufs_.end(), b) == input_bufs_.end()
+                        : constant.count(b) > 0;
+    }
+    if (!fixed) {
+      for (size_t k = 0; k < n_out; k++) renamed.erase(it.bufs[k].get());  // written again: later reads see this
+      kept.push_back(std::move(it));
+      continue;
+    }
+    for (size_t k = 0; k < n_out; k++) {
+      const Buffer& b = *it.bufs[k];
+      auto own = std::make_shared<Buffer>(b.device(), b.dtype(), b.size());
+      renamed[it.bufs[k].get()] = own;
+      it.bufs[k] = own;
+      constant.insert(own.get());
+    }
+    std::vector<Buffer*> raw;
+    for (auto& b : it.bufs) raw.push_back(b.get());
+    jit_run(it, raw, {}, nullptr);
+    held_.push_back(std::move(it.bufs));  // the results stay allocated
+  }
+  items_ = std::move(kept);
+}
+
 std::vector<Tensor> TinyJit::operator()(const std::vector<Tensor>& in, const std::vector<sint>& vars) {
   std::vector<Tensor> inputs = in;
   // Inputs are realised buffers; their shapes and dtypes are fixed by the first call.
@@ -141,6 +181,7 @@ std::vector<Tensor> TinyJit::operator()(const std::vector<Tensor>& in, const std
     devices_.assign(devices.begin(), devices.end());
     input_bufs_.clear();
     for (auto& t : inputs) input_bufs_.push_back(buffer_of(contiguous_buffer(t.uop().get())).get());
+    if (calls_ == 2) drop_constant_items();
     outputs_ = out;
     calls_++;
     return out;

@@ -47,6 +47,8 @@ struct Model::Impl {
   pb::ModelProto proto;
   std::map<std::string, int64_t> opsets;
   std::map<std::string, Tensor> initializers;
+  // The main graph's Constant nodes with a tensor value, read once by load (like the initializers, not per run)
+  std::map<const pb::NodeProto*, Value> constants;
   std::vector<ValueInfo> inputs, outputs;
   std::map<std::string, std::string> kinds;  // declared kind of each graph input/output
   mutable std::mutex jits_mu;

@@ -257,6 +257,7 @@ Tensor selu(const Tensor& x, double alpha, double gamma) {
 // ---------------------------------------------------------------- constants and shapes
 
 Vals op_constant(Ctx& c) {
+  if (auto it = c.model.constants.find(&c.node); it != c.model.constants.end()) return {it->second};  // read by load
   if (const auto* a = c.attr("value")) return {value_of_proto(a->t(), c.model.name, c.model.base_dir)};
   if (const auto* a = c.attr("value_float")) return one(Tensor::full({}, a->f(), dtypes::float32));
   if (const auto* a = c.attr("value_int")) return one(int64s({a->i()}, {}));

@@ -248,6 +248,19 @@ std::map<std::string, Value> Model::run(const std::map<std::string, Value>& inpu
       return ts;
     });
   }
+  if (rj->jit->calls() == 2) {
+    // The initializers (not overridden: such runs are eager) and Constant nodes' values are the same every run:
+    // kernels computing only from them (layout copies of the weights) run in the capture, not in replays.
+    std::vector<const Buffer*> weights;
+    auto add = [&](const Tensor& t) {
+      if (const UOp* b = contiguous_buffer(t.uop().get()))
+        if (auto buf = buffer_of(b)) weights.push_back(buf.get());
+    };
+    for (const auto& [k, t] : m.initializers) add(t);
+    for (const auto& [n, v] : m.constants)
+      if (v.kind == Value::Kind::Tensor) add(v.tensor);
+    rj->jit->set_constant_buffers(std::move(weights));
+  }
   std::vector<Tensor> outs;
   try {
     outs = (*rj->jit)(ins);

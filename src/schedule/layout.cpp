@@ -236,6 +236,8 @@ UOpRef input_copy(const UOp* xo, const ConvShape& cs, bool cl, LayoutCtx& c) {
 // rows: 24-26 GFLOPS in DEBUG=2). A stem with 3 input channels and 16 output channels is such a matmul too (K = 27):
 // its vectors are the output channels, and its result is stored channels-last for the depthwise convolution that
 // reads it (PaddleOCR det's stem, fused into the next convolution's padding in NCHW: 4.6 GFLOPS, 12% of det's time).
+// "Many" is 8 or more (half an AVX-512 vector, a whole AVX2 one): PaddleOCR cls's blocks have 8 channels, and its
+// stem (3 -> 8, stride 2) ran in NCHW along stride-2 output rows whose window loads gather (79 us; 9.5 us channels-last).
 // Otherwise a padded input is materialised: the window loads are then plain (no
 // bounds test per element), which costs one copy of the input and lets the kernel vectorise.
 // A depthwise convolution (one input channel per group, many groups) is channels-last too: its vectors run along
@@ -260,7 +262,7 @@ UOpRef conv_layout(const UOp* red, LayoutCtx& c) {
     Shape wshape{cs->groups * cs->co, cs->ci};
     wshape.insert(wshape.end(), cs->full.begin() + int64_t(4 + nd), cs->full.end());
     std::vector<const UOp*> wpath;
-    const bool many = cs->groups == 1 ? cs->ci >= 16 || cs->co >= 16 : cs->ci == 1 && cs->groups * cs->co >= 16;
+    const bool many = cs->groups == 1 ? cs->ci >= 8 || cs->co >= 8 : cs->ci == 1 && cs->groups * cs->co >= 8;
     const bool cl = c.channels_last && many && c.serial_device(device_of(red));
     const UOp* w = cl ? view_base(wo, nd + 2, wshape, c, wpath) : nullptr;
     UOpRef xs = input_copy(xo, *cs, cl && w, c);

@@ -7,9 +7,13 @@
 #include <filesystem>
 #include <functional>
 #include <fstream>
+#include <random>
 #include <string>
+#include <tuple>
 
 #include "../../src/onnx/onnx_impl.hpp"
+#include "../scoped_env.hpp"
+#include "tg/device.hpp"
 #include "tg/schedule.hpp"
 
 using tg::DType, tg::Error, tg::Shape, tg::Tensor;
@@ -323,6 +327,68 @@ TEST_CASE("repeated runs of one input signature replay the captured kernels; eac
     auto out = m.run({{"a", tgx::Value::of(Tensor::from_vector<float>({1, 2, 3}, {1, 3}))},
                       {"b", tgx::Value::of(Tensor::from_vector<float>({3, 4, float(i)}, {1, 3}))}});
     CHECK(out.at("c").tensor.to_vector<float>() == std::vector<float>{3, 8, 3.f * float(i)});
+  }
+}
+
+TEST_CASE("replays do not recompute what depends only on weights: Constant nodes are read once, their layout copies run once") {
+  // y = Conv(Conv(x, W1), W2), both weights Constant nodes of one shape: on the CPU each is copied into the
+  // channels-last layout by a kernel of its own, whose buffer the memory planner hands from W1's copy to W2's. The
+  // replays launch neither copy, and their values are the eager run's on every call, exactly.
+  pb::ModelProto mp;
+  mp.set_ir_version(8);
+  auto* os = mp.add_opset_import();
+  os->set_domain("");
+  os->set_version(13);
+  auto* g = mp.mutable_graph();
+  g->set_name("g");
+  *g->add_input() = tensor_info("x", pb::TensorProto::FLOAT, {1, 16, 6, 6});
+  *g->add_output() = tensor_info("y", pb::TensorProto::FLOAT, {});
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-0.2f, 0.2f);
+  for (const char* w : {"w1", "w2"}) {
+    auto* c = g->add_node();
+    c->set_op_type("Constant");
+    c->add_output(w);
+    auto* a = c->add_attribute();
+    a->set_name("value");
+    a->set_type(pb::AttributeProto::TENSOR);
+    auto* t = a->mutable_t();
+    t->set_data_type(pb::TensorProto::FLOAT);
+    for (int64_t d : {16, 16, 3, 3}) t->add_dims(d);
+    for (int i = 0; i < 16 * 16 * 9; i++) t->add_float_data(u(rng));
+  }
+  for (auto [in, w, out] : {std::tuple{"x", "w1", "h"}, std::tuple{"h", "w2", "y"}}) {
+    auto* n = g->add_node();
+    n->set_op_type("Conv");
+    n->add_input(in), n->add_input(w), n->add_output(out);
+    auto* p = n->add_attribute();
+    p->set_name("pads");
+    p->set_type(pb::AttributeProto::INTS);
+    for (int k = 0; k < 4; k++) p->add_ints(1);
+  }
+  tgx::Model m = parse(mp);
+  auto input = [&](int i) {
+    std::vector<float> v(16 * 36);
+    for (size_t k = 0; k < v.size(); k++) v[k] = float((int(k) * 7 + i * 13) % 23) / 23.0f - 0.5f;
+    return Tensor::from_vector(v, {1, 16, 6, 6});
+  };
+  std::vector<size_t> launched;
+  for (int i = 0; i < 6; i++) {
+    CAPTURE(i);
+    Tensor x = input(i).realize();
+    size_t k0 = tg::kernels_run();
+    std::vector<float> got = m.run({{"x", tgx::Value::of(x)}}).at("y").tensor.to_vector<float>();
+    launched.push_back(tg::kernels_run() - k0);
+    std::vector<float> want;
+    {
+      ScopedEnv eager("ONNX_JIT", "0");
+      want = m.run({{"x", tgx::Value::of(x)}}).at("y").tensor.to_vector<float>();
+    }
+    CHECK(got == want);
+  }
+  if (tg::get_device(tg::default_device()).renderer().grid_limits().threads == 0) {
+    CHECK(launched[3] + 2 == launched[0]);  // the two weight copies are not replayed
+    CHECK(launched[5] == launched[3]);
   }
 }
 

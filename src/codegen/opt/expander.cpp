@@ -146,8 +146,9 @@ UOpRef lanes_from_unrolls(const UOpRef& ast) {
   }
   // The UPCAST every store is contiguous in, when no REDUCE depends on it (an elementwise kernel, the output loop
   // of a row kernel), every memory access is contiguous in it or does not use it, no gate depends on it and its
-  // size is a power of two: an innermost Lane loop around the stores (SLP left a softmax's output loop as 16
-  // scalar exps). Index arithmetic that is not linear in it (a pool's gradient, with divisions and gates) stays
+  // size is a power of two or a multiple of 8 (run as vectors of lane_vector_width): an innermost Lane loop around
+  // the stores (SLP left a softmax's output loop as 16 scalar exps, and a padded 24-channel row as 24 branches, one
+  // per gated load). Index arithmetic that is not linear in it (a pool's gradient, with divisions and gates) stays
   // with copies, where each copy's index folds to constants (as a Lane loop it is computed per lane at run time).
   {
     std::vector<const UOp*> reduces, upcasts, indexes, gates;
@@ -162,7 +163,7 @@ UOpRef lanes_from_unrolls(const UOpRef& ast) {
     int found = 0;
     for (const UOp* u : upcasts) {
       int64_t n = u->src(0)->const_int();
-      bool ok = !ast->src().empty() && (n & (n - 1)) == 0;
+      bool ok = !ast->src().empty() && ((n & (n - 1)) == 0 || lane_vector_width(n) >= 8);
       for (const UOpRef& st : ast->src()) {
         auto c = st->op == Ops::STORE ? index_coef(st->src(0)->src(1), u) : std::nullopt;
         ok &= c && *c == 1;

@@ -272,7 +272,7 @@ std::string CStyleRenderer::render(const std::string& name, const std::vector<co
         // Lane loops (see expand_upcasts): the C dialect asks clang to vectorise them across the lanes (not to
         // unroll them first: a short loop unrolled is left scalar).
         if (vector_lanes() && range_type(u) == AxisType::Lane && u->src(0)->is_const())
-          line("#pragma clang loop vectorize(enable) vectorize_width(" + std::to_string(u->src(0)->const_int()) +
+          line("#pragma clang loop vectorize(enable) vectorize_width(" + std::to_string(lane_vector_width(u->src(0)->const_int())) +
                ") interleave_count(1) unroll(disable)");
         line("for (" + lang_.type(u->dtype) + " " + r[u] + " = 0; " + r[u] + " < " + s(0) + "; " + r[u] + "++) {");
         depth++;

@@ -417,7 +417,7 @@ class LLVMEmitter {
           // not unrolled first (the full unroll of a short loop runs before the vectoriser, which then sees none).
           std::string md = "!" + std::to_string(meta_.size() + 1);
           meta_.push_back(md + " = distinct !{" + md + ", !{!\"llvm.loop.vectorize.enable\", i1 true}, " +
-                          "!{!\"llvm.loop.vectorize.width\", i32 " + std::to_string(rng->src(0)->const_int()) +
+                          "!{!\"llvm.loop.vectorize.width\", i32 " + std::to_string(lane_vector_width(rng->src(0)->const_int())) +
                           "}, !{!\"llvm.loop.interleave.count\", i32 1}, !{!\"llvm.loop.unroll.disable\"}}");
           ins("br label %" + L + ".hdr, !llvm.loop " + md);
         } else {
