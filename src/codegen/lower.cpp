@@ -178,11 +178,13 @@ UOpRef reuse_row_values(const UOpRef& k) {
 // stay innermost), and (2) of each unrolled range u that s does not read and that is longer than a vector (`lanes`),
 // the part above the vector: u = t * lanes + l, the copies t summed inside, l kept (each lane keeps its own inner
 // sum: no horizontal sum per block; q4_0's lane l sums byte l's two nibbles). Applied only where s reads an outer
-// loop and the inner sum has 2 terms or more. CPU only (a GPU's grouped reduces are left as they are);
-// FACTOR_REDUCE=0 turns it off.
+// loop and the inner sum has 2 terms or more. CPU only (a GPU's grouped reduces are left as they are). Off unless
+// FACTOR_REDUCE=1: on by default it moved beautiful_mnist's weights after 3 Adam steps on two MPI ranks 3.4e-4 (of the
+// largest value) from one process's, against 2.2e-5 without it (tests/multi_mnist.sh); which sum's rounding Adam
+// amplifies there is not found yet.
 UOpRef factor_reduce_invariants(const UOpRef& k, int64_t lanes) {
   constexpr int64_t kMaxCopies = 8;  // an inner loop of at most this many terms is summed as copies
-  if (!getenv_int("FACTOR_REDUCE", 1) || lanes < 1) return k;
+  if (!getenv_int("FACTOR_REDUCE", 0) || lanes < 1) return k;
   int64_t next_id = 0;
   for (const UOp* n : toposort(k.get()))
     if (n->op == Ops::RANGE) next_id = std::max(next_id, range_id(n) + 1);
