@@ -228,7 +228,9 @@ TEST_CASE("a quantised block's scale multiplies once per block and lane, not per
     REQUIRE(s.items.size() == 1);
     return lower_kernel(s.items.back().ast, "k", get_device("CPU").renderer(), LowerOptions{});
   };
-  for (auto [type, bytes] : {std::pair<std::string, int64_t>{"q8_0", 34}, {"q4_0", 18}}) {
+  for (const auto& type_bytes : {std::pair<std::string, int64_t>{"q8_0", 34}, {"q4_0", 18}}) {
+    const std::string& type = type_bytes.first;  // not a structured binding: clang before 16 cannot capture one
+    const int64_t bytes = type_bytes.second;
     CAPTURE(type);
     std::vector<uint8_t> blocks(size_t(N * K / 32 * bytes));
     for (auto& b : blocks) b = uint8_t(gen());
