@@ -269,7 +269,9 @@ TEST_CASE("B is packed from half the machine model's per-core L2 on (the other h
     int64_t m, n;
     size_t kernels;
   };
-  for (auto [m, n, kernels] : {Case{256, half_n + 32, 3}, Case{256, half_n, 1}, Case{128, half_n + 32, 1}}) {
+  for (const Case& tc : {Case{256, half_n + 32, 3}, Case{256, half_n, 1}, Case{128, half_n + 32, 1}}) {
+    const int64_t m = tc.m, n = tc.n;  // not a structured binding: clang before 16 cannot capture one
+    const size_t kernels = tc.kernels;
     CAPTURE(m);
     CAPTURE(n);
     Tensor a = randn({m, K}, 31), b = randn({K, n}, 32);
