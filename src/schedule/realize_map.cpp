@@ -19,6 +19,7 @@ struct RealizeCtx {
   bool fuse_rows;
   std::unordered_map<std::string, bool> serial;  // device -> its output loops run in order
   std::unordered_map<const UOp*, bool> has_reduce;  // an unrealised reduce lies below (within the kernel)
+  std::unordered_map<const UOp*, int> layout_copies;  // value -> CONTIGUOUS copies of views of it
   // the node being visited
   bool hr = false;     // its value carries an unrealised reduce
   bool inner = false;  // an unrealised reduce lies below it
@@ -138,6 +139,16 @@ inline Ctx& ctx_of(auto& m) { return m.template ctx<Ctx>(); }
 const PatternMatcher& pm_realize_map() {
   using namespace pat;
   static const PatternMatcher pm(table(
+      // A computed value copied into two layouts (the layout stage's copies: a convolution's output gradient
+      // stored channels-last for the weight gradient, and padded and channels-last for the input gradient's
+      // transposed convolution) is computed once, and both copies read it: each copy recomputing it (a pool's
+      // backward with its index arithmetic) cost 17% of an mnist step.
+      rule(op_any<alu_ops | opset<Ops::CAST>>, [](auto& m) -> UOpRef {
+        Ctx& c = ctx_of(m);
+        if (auto it = c.layout_copies.find(m.root); it != c.layout_copies.end() && it->second > 1)
+          c.s.realized.insert(m.root);
+        return {};
+      }),
       // contiguous, copies and in-place writes are buffers by definition
       rule(op_any<opset<Ops::CONTIGUOUS, Ops::COPY, Ops::ASSIGN>>, [](auto& m) -> UOpRef {
         ctx_of(m).s.realized.insert(m.root);
@@ -206,22 +217,6 @@ const PatternMatcher& pm_realize_map() {
   return pm;
 }
 
-// A computed value copied into two layouts (the layout stage's copies: a convolution's output gradient stored
-// channels-last for the weight gradient, and padded and channels-last for the input gradient's transposed
-// convolution) is computed once, and both copies read it: each copy recomputing it (a pool's backward with its
-// index arithmetic) cost 17% of an mnist step. A copy is a CONTIGUOUS of a view of the value.
-void copied_once(ScheduleCtx& s) {
-  std::unordered_map<const UOp*, NodeSet> copies;
-  for (const UOp* u : s.topo) {
-    if (u->op != Ops::CONTIGUOUS || !is_movement(u->src(0)->op)) continue;
-    const UOp* v = u->src(0);
-    while (is_movement(v->op)) v = v->src(0);
-    if (is_alu(v->op) || v->op == Ops::CAST) copies[v].insert(u);
-  }
-  for (auto& [v, cps] : copies)
-    if (cps.size() > 1) s.realized.insert(v);
-}
-
 }  // namespace
 
 void realize_map(ScheduleCtx& s) {
@@ -229,8 +224,13 @@ void realize_map(ScheduleCtx& s) {
   s.row_fused.clear();
   for (auto& r : s.roots)  // the roots are the results
     if (!contiguous_buffer(r.get())) s.realized.insert(r.get());
-  RealizeCtx c{s, s.knobs.fuse_rows, {}, {}};
-  copied_once(s);
+  RealizeCtx c{s, s.knobs.fuse_rows, {}, {}, {}};
+  for (const UOp* u : s.topo) {  // the layout copies: a CONTIGUOUS of a view of a computed value
+    if (u->op != Ops::CONTIGUOUS || !is_movement(u->src(0)->op)) continue;
+    const UOp* v = u->src(0);
+    while (is_movement(v->op)) v = v->src(0);
+    c.layout_copies[v]++;
+  }
   graph_visit(s.topo, pm_realize_map(), &c, "realize map");
   if (debug_level() >= 5) {
     std::fprintf(stderr, "--- schedule: realize map (%zu realised, %zu row-fused)\n", s.realized.size(), s.row_fused.size());
