@@ -167,6 +167,30 @@ void bench_conv() {
   report("conv2d forward+backward", "conv2d_fwdbwd_n128", tg_fb, th_fb);
 }
 
+// The input gradient of a convolution whose windows do not overlap (1x1; 2x2 stride 2, a downsampling or patchify
+// layer): no window is summed over repeats, so the gradient is one product of the output's gradient and the weight.
+void bench_conv_dx(int64_t n, int64_t ci, int64_t co, int64_t hw, int64_t k, int64_t stride) {
+  torch::manual_seed(3);
+  torch::Tensor hx = torch::rand({n, ci, hw, hw}).requires_grad_(), hw_ = (torch::rand({co, ci, k, k}) - 0.5);
+  int64_t oh = (hw - k) / stride + 1;
+  torch::Tensor hseed = torch::randn({n, co, oh, oh});
+  tg::Tensor tx = to_tg(hx.detach()).requires_grad_(), tw = to_tg(hw_), tseed = to_tg(hseed);
+  auto dx = [&] { return tx.conv2d(tw, std::nullopt, stride).gradient({tx}, &tseed)[0]; };
+  torch::Tensor hdx = torch::autograd::grad({torch::conv2d(hx, hw_, {}, stride)}, {hx}, {hseed})[0];
+  char what[96], json[64];
+  std::snprintf(what, sizeof what, "conv2d %lldx%lld s%lld d/dx", (long long)k, (long long)k, (long long)stride);
+  std::snprintf(json, sizeof json, "conv2d_dx_k%lld_s%lld", (long long)k, (long long)stride);
+  std::printf("%s N=%lld %lld->%lld %lldx%lld: max |dx| difference %.2e\n", what, (long long)n, (long long)ci,
+              (long long)co, (long long)hw, (long long)hw, max_diff(dx(), hdx));
+  double tg_ms = median_ms([&] { dx().realize(); }, 5);
+  torch::Tensor xd = hx.detach();  // libtorch's input-gradient kernel alone (no forward)
+  double th_ms = median_ms([&] {
+    at::convolution_backward(hseed, xd, hw_, c10::nullopt, {stride, stride}, {0, 0}, {1, 1}, false, {0, 0}, 1,
+                             {true, false, false});
+  });
+  report(what, json, tg_ms, th_ms);
+}
+
 void bench_bmm() {
   const int64_t B = 32, N = 256;
   torch::manual_seed(2);
@@ -233,15 +257,21 @@ void bench_gpt2_block() {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   // the peer on as many threads as tg (every core, or THREADS=N; libtorch's default here is 1 intra-op thread)
   torch::set_num_threads(bench::tg_threads());
   std::printf("libtorch %s, %d intra-op threads; tg on CPU; %ld cores\n", TORCH_VERSION, torch::get_num_threads(),
               sysconf(_SC_NPROCESSORS_ONLN));
   bench::LoadReport load;
-  bench_mlp();
-  bench_conv();
-  bench_bmm();
-  bench_gpt2_block();
+  // `torch_compare [CASE...]`: only the cases named (mlp, conv, conv_dx, bmm, gpt2)
+  auto want = [&](const char* c) { return argc < 2 || std::find_if(argv + 1, argv + argc, [&](const char* a) { return std::string(a) == c; }) != argv + argc; };
+  if (want("mlp")) bench_mlp();
+  if (want("conv")) bench_conv();
+  if (want("conv_dx")) {
+    bench_conv_dx(64, 128, 128, 28, 1, 1);
+    bench_conv_dx(64, 64, 128, 56, 2, 2);
+  }
+  if (want("bmm")) bench_bmm();
+  if (want("gpt2")) bench_gpt2_block();
   return 0;
 }
