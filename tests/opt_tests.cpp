@@ -594,6 +594,39 @@ TEST_CASE("heuristic: an elementwise kernel whose store axis takes no vector is 
   CHECK(want[size_t((5 * 34 + 0) * 34 + 7)] == 0.0f);  // the padding
 }
 
+TEST_CASE("heuristic: a 2x2 stride-2 convolution's input gradient gets split loops and vectors along the gradient's rows") {
+  // dx[n, c, 2i + a, 2j + b] = sum_o g[n, o, i, j] w[o, c, a, b]: the windows do not overlap, so the kernel stores
+  // (n, c, h, w) and reads g at (h // 2, w // 2), w at (h % 2, w % 2). Split ranges turn h and w into (i, a) and
+  // (j, b) loops with affine indices; the store is contiguous only along b (2 wide, copies), g along j: vectors of j.
+  const int64_t N = 2, C = 8, O = 16, H = 16;
+  Tensor x = randn({N, C, H, H}, 41).requires_grad_(), w = randn({O, C, 2, 2}, 42), g = randn({N, O, H / 2, H / 2}, 43);
+  x.realize(), w.realize(), g.realize();
+  Tensor dx = x.conv2d(w, std::nullopt, 2).gradient({x}, &g)[0];
+  Kern k = last_kernel(dx);
+  UOpRef split = split_ranges(simplify(k.ast));
+  size_t loops = 0;
+  for (const UOp* r : kernel_axes(split)) loops += range_type(r) == AxisType::Loop;
+  CHECK(loops == 6);  // n, c, i, a, j, b
+  auto opts = hand_coded_optimizations(split, OptConfig{1, 16});
+  CAPTURE(opts.size());
+  CHECK(std::find(opts.begin(), opts.end(), Opt{OptOp::UPCAST, 4, 8}) != opts.end());  // j, all 8 of it
+  std::vector<float> got = run_with(k, opts), plain = run_with(k, {});
+  check_close(got, plain, 1e-6f);
+  auto xv = dx.to_vector<float>(), gv = g.to_vector<float>(), wv = w.to_vector<float>();
+  for (int64_t n = 0; n < N; n++)
+    for (int64_t c : {0, 7})
+      for (int64_t h : {0, 5, 15})
+        for (int64_t ww : {0, 6, 15}) {
+          double s = 0;
+          for (int64_t o = 0; o < O; o++)
+            s += double(gv[size_t(((n * O + o) * (H / 2) + h / 2) * (H / 2) + ww / 2)]) *
+                 double(wv[size_t(((o * C + c) * 2 + h % 2) * 2 + ww % 2)]);
+          size_t at = size_t(((n * C + c) * H + h) * H + ww);
+          CHECK(std::abs(got[at] - s) <= 1e-5 * (1 + std::abs(s)));
+          CHECK(std::abs(xv[at] - s) <= 1e-5 * (1 + std::abs(s)));
+        }
+}
+
 TEST_CASE("every opt list computes what the plain loops compute") {
   // matmul with sizes that divide 16, 8, 4 and 2 differently; a row sum; a full sum; an elementwise kernel.
   Tensor a = randn({24, 40}, 5), b = randn({40, 32}, 6), c = randn({12, 64}, 7);

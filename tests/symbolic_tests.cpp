@@ -135,6 +135,23 @@ TEST_CASE("div/mod from bounds, nesting and variable divisors") {
   CHECK(simplify(x->alu(Ops::IDIV, ci(0))) == x->alu(Ops::IDIV, ci(0)));  // never folded
 }
 
+TEST_CASE("a sum split at a factor of the divisor: (56h + w)//112 is h//2 for w < 56, and its % keeps every value") {
+  auto h = var("h", 0, 55), w = var("w", 0, 55);
+  auto n = h->alu(Ops::MUL, ci(56))->alu(Ops::ADD, w);
+  UOpRef q = simplify(n->alu(Ops::IDIV, ci(112))), m = simplify(n->alu(Ops::MOD, ci(112)));
+  CHECK(q == h->alu(Ops::IDIV, ci(2)));
+  for (int64_t hv = 0; hv < 56; hv++)
+    for (int64_t wv = 0; wv < 56; wv += 5) {
+      auto at = [&](const UOpRef& e) {
+        return folded_int(simplify(substitute(e, [&](const UOp* u) { return u == h.get() ? ci(hv) : u == w.get() ? ci(wv) : UOpRef{}; })));
+      };
+      CHECK(at(q) == (56 * hv + wv) / 112);
+      CHECK(at(m) == (56 * hv + wv) % 112);
+    }
+  auto w2 = var("w2", 0, 56);  // the rest may reach the factor: no split
+  CHECK(simplify(h->alu(Ops::MUL, ci(56))->alu(Ops::ADD, w2)->alu(Ops::IDIV, ci(112))) != h->alu(Ops::IDIV, ci(2)));
+}
+
 TEST_CASE("symbolic_simple folds and applies identities but keeps the order of terms") {
   auto a = var("a", 0, 9), b = var("b", 0, 9);
   auto e = b->alu(Ops::ADD, a)->alu(Ops::MUL, ci(2)->alu(Ops::SUB, ci(1)));

@@ -411,6 +411,34 @@ UOpRef divmod_gcd(const UOp* r, const Linear& L, i128 c) {
   UOpRef res = M->alu(Ops::MOD, cg)->alu(Ops::MUL, cst(d, g));
   return km == 0 ? res : res->alu(Ops::ADD, cst(d, km));
 }
+
+// Split at a factor: num = g*A + B where g divides c, g divides every factor in A and 0 <= B < g (the rest), A >= 0:
+// num//c = A//(c/g) and num%c = (A%(c/g))*g + B ((56h + w)//112 with w < 56 is h//2: the row index of a view that
+// reshapes (h, w) windows of a 2-wide stride back to the image).
+UOpRef divmod_split(const UOp* r, const Linear& L, i128 c) {
+  DType d = r->dtype;
+  i128 best = 0;
+  for (auto& t : L.terms) {
+    i128 g = t.f;
+    if (g <= 1 || g <= best || c % g != 0) continue;
+    i128 alo = 0, blo = 0, bhi = 0;
+    for (auto& u : L.terms) {
+      if (u.f % g == 0) alo += Term{u.base, u.f / g}.lo();
+      else blo += u.lo(), bhi += u.hi();
+    }
+    i128 kq = fdiv_floor(L.k, g), kr = L.k - kq * g;
+    if (alo + kq >= 0 && blo + kr >= 0 && bhi + kr < g) best = g;
+  }
+  if (!best) return {};
+  const i128 g = best;
+  i128 kq = fdiv_floor(L.k, g), kr = L.k - kq * g;
+  std::vector<std::pair<const UOp*, i128>> as, bs;
+  for (auto& u : L.terms) (u.f % g == 0 ? as : bs).push_back({u.base, u.f % g == 0 ? u.f / g : u.f});
+  UOpRef A = build(d, as, kq), m = cst(d, c / g);
+  if (r->op == Ops::IDIV) return c == g ? A : A->alu(Ops::IDIV, m);
+  UOpRef hi = (c == g ? cst(d, 0) : A->alu(Ops::MOD, m)->alu(Ops::MUL, cst(d, g)));
+  return bs.empty() && kr == 0 ? hi : hi->alu(Ops::ADD, build(d, bs, kr));
+}
 }  // namespace
 
 UOpRef divmod_const(const UOp* r) {
@@ -423,6 +451,7 @@ UOpRef divmod_const(const UOp* r) {
   if (!linear(num, L)) return {};
   if (UOpRef res = divmod_full(r, L, c)) return res;
   if (UOpRef res = divmod_factor(r, L, c)) return res;
+  if (UOpRef res = divmod_split(r, L, c)) return res;
   return divmod_gcd(r, L, c);
 }
 

@@ -174,6 +174,45 @@ UOpRef apply_opt(const UOpRef& ast, const Opt& opt) {
   return split_range(ast, r, repl, outer, inner);
 }
 
+namespace {
+
+// An output loop x read as x // f and x % f (one f, dividing its size; its other uses become affine in the two new
+// loops), as tinygrad's split ranges: the view of a computed value reshaped back into windows that do not overlap
+// (the input gradient of a 2x2 stride-2 convolution stores (n, c, 2 oh + a, 2 ow + b)). Splitting it into x // f and
+// x % f loops leaves affine indices, so the heuristic sees which loads are contiguous along which loop.
+std::pair<const UOp*, int64_t> loop_split(const UOpRef& k) {
+  std::unordered_map<const UOp*, int64_t> f;  // loop -> its divisor (0: two different ones)
+  for (const UOp* n : toposort(k.get()))
+    for (size_t i = 0; i < n->nsrc(); i++) {
+      const UOp* x = n->src(i);
+      if (x->op != Ops::RANGE || range_type(x) != AxisType::Loop) continue;
+      if (i != 0 || (n->op != Ops::IDIV && n->op != Ops::MOD) || n->src(1)->op != Ops::CONST) continue;
+      int64_t m = n->src(1)->const_int();
+      auto [it, fresh] = f.try_emplace(x, m);
+      if (!fresh && it->second != m) it->second = 0;
+    }
+  for (auto [x, m] : f) {
+    auto size = range_size(x);
+    if (m > 1 && size && m < *size && *size % m == 0) return {x, m};
+  }
+  return {nullptr, 0};
+}
+
+// x (an output loop) becomes x // f and x % f, adjacent in the loop order: the later output loops' ids move up one.
+UOpRef split_loop(const UOpRef& k, const UOp* x, int64_t f) {
+  const int64_t id = range_id(x);
+  std::vector<std::pair<const UOp*, UOpRef>> map;
+  for (const UOp* n : toposort(k.get()))
+    if (n->op == Ops::RANGE && n != x && is_out(range_type(n)) && range_id(n) > id)
+      map.push_back({n, UOp::range(UOpRef(n->src()[0]), range_id(n) + 1, range_type(n))});
+  UOpRef outer = UOp::range(ci(*range_size(x) / f), id, AxisType::Loop);
+  UOpRef inner = UOp::range(ci(f), id + 1, AxisType::Loop);
+  map.push_back({x, outer->alu(Ops::MUL, ci(f))->alu(Ops::ADD, inner)});
+  return graph_rewrite(substitute(k, map), symbolic(), nullptr, false, "split ranges");
+}
+
+}  // namespace
+
 UOpRef split_ranges(const UOpRef& ast) {
   UOpRef k = ast;
   for (int round = 0; round < 8; round++) {
@@ -214,7 +253,13 @@ UOpRef split_ranges(const UOpRef& ast) {
         }
       }
     }
-    if (!r) return k;
+    if (!r) {
+      if (auto [x, f] = loop_split(k); x) {  // an output loop read only as x // f and x % f
+        k = split_loop(k, x, f);
+        continue;
+      }
+      return k;
+    }
     UOpRef outer = UOp::range(ci(*range_size(r) / c), range_id(r), AxisType::Reduce);
     UOpRef inner = UOp::range(ci(c), max_id + 1, AxisType::Reduce);
     // (in the same order: outer * c + inner runs r's values in order)
@@ -355,6 +400,28 @@ struct Heuristic {
     split(OptOp::UPCAST, size_t(vec), a);
     upcast *= a;
     vec_amt = a;
+    if (short_vec) load_axis_vectors();
+  }
+
+  // 1a. A reduce kernel whose store axis is short, unrolled into copies: vectors along another output axis that
+  //     every load depending on it is contiguous in, inside the reduce loop. The input gradient of a 2x2 stride-2
+  //     convolution, split into (n, c, oh, a, ow, b) loops, stores along b (2 wide) and reads the output's gradient
+  //     contiguously along ow: vectors of ow, strided stores (few: one per output, after the reduce), against
+  //     scalar copies of (c, ow) tiles.
+  void load_axis_vectors() {
+    for (size_t i = 0; i < n_out; i++) {
+      if (int(i) == vec || size[i] <= 1) continue;
+      bool any = false, inner = false;
+      if (!loads_contiguous(i, &any) || !any) continue;
+      for (const UOp* l : acc.loads)
+        for (size_t j = n_out; j < axes.size() && !inner; j++) inner = depends_on(l, axes[i]) && depends_on(l, axes[j]);
+      int64_t a = inner ? pick(size[i], {int64_t(w), int64_t(w / 2), 4}) : 0;
+      if (!a) continue;
+      split(OptOp::UPCAST, i, a);
+      upcast *= a;
+      vec = int(i), vec_amt = a, short_vec = false;
+      return;
+    }
   }
 
   // 1c. An elementwise kernel whose store axis takes no vector (a padded output's odd rows: 322 = 320 + 2 for the
