@@ -536,6 +536,8 @@ TEST_CASE("opt_config sizes the optimiser from the device's machine model") {
   CHECK(c.vector_width == m.vector_bits / 32);
   CHECK(c.vector_registers == m.vector_registers);
   CHECK(c.l2_bytes == m.l2_bytes);
+  // FMA chains: (latency + 1) x FMAs per cycle (Zen 5's zmm in LLVM's model: (4 + 1) x 1; Haswell's ymm: (5 + 1) x 2)
+  CHECK(c.fma_chains == int(std::lround((m.fma_latency + 1) * m.fma_per_cycle)));
 }
 
 TEST_CASE("TG_PROCESS_REPLAY records each compiled kernel's key, opts and source as a JSON line") {
