@@ -368,6 +368,38 @@ TEST_CASE("B is packed from half the machine model's per-core L2 on (the other h
   }
 }
 
+TEST_CASE("a panelled matmul whose A is past 8 L2s runs in M blocks of at most 4 L2s (each panel meets one block)") {
+  // (8192, 1024) x (1024, 2048): A is 32 MiB, past 8 of any L2 seen; each block of mc rows (mc x 1024 floats within 4
+  // L2s) meets every panel before the next block: the product's output axes are (blocks, panels, mc, 32)
+  int64_t l2 = get_device("CPU").machine().l2_bytes;
+  if (l2 <= 0) l2 = int64_t(2) << 20;
+  auto product_axes = [](int64_t m, int64_t k, int64_t n) {
+    UOpRef root = Tensor::rand({m, k}).matmul(Tensor::rand({k, n})).uop();
+    Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+    for (auto& it : s.items) {
+      bool red = false;
+      for (const UOp* u : toposort(it.ast.get())) red |= u->op == Ops::REDUCE;
+      if (!red) continue;
+      std::vector<int64_t> out;
+      for (const UOp* r : kernel_axes(it.ast))
+        if (range_type(r) != AxisType::Reduce) out.push_back(r->src(0)->const_int());
+      return out;
+    }
+    FAIL("no product kernel");
+    return std::vector<int64_t>{};
+  };
+  auto big = product_axes(8192, 1024, 2048);
+  REQUIRE(big.size() == 4);
+  CHECK(big[0] >= 2);
+  CHECK(big[1] == 2048 / 32);
+  CHECK(big[0] * big[2] == 8192);
+  CHECK(big[2] % 8 == 0);
+  CHECK(big[2] * 1024 * 4 <= 4 * l2);
+  CHECK(big[3] == 32);
+  // A of 4 MiB (at most 8 L2s): one block, the panels outermost
+  CHECK(product_axes(1024, 1024, 2048) == std::vector<int64_t>{2048 / 32, 1024, 32});
+}
+
 TEST_CASE("a prompt-sized matmul (32+ rows of A) packs B too: a quantised weight is dequantised straight into the panels") {
   // x (rows, 512) times a q8_0 weight (2048, 512) transposed: B is 4 MiB of float32. From 4 row tiles of 8 on, the
   // plain kernel would stream B from memory once per tile; one pass of the packing kernel reads the blocks instead.
