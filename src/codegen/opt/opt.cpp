@@ -504,7 +504,8 @@ struct Heuristic {
     // FMA chains: each accumulator register is a chain of dependent FMAs, and the pipes idle unless about latency x
     // FMAs-per-cycle chains are in flight (cfg.fma_chains: LLVM's scheduling model of the CPU, plus slack). Where half
     // the registers hold fewer (AVX2's 8 of 16 ymm, against 10 for Zen's 4 cycles x 2 pipes, 12 for Haswell's 5 x 2),
-    // the heuristic takes the wide space too and ranks first the tiles with enough chains: on Zen 5 with TG_CPU=haswell
+    // the heuristic takes the wide space too (rows of 3, not 6: a 32 x 256^3 batched matmul's 6 x 2 tile took 20.7 ms,
+    // its 8 x 1 one 12.2 ms) and ranks first the tiles with enough chains: on Zen 5 with TG_CPU=haswell
     // 8 chains gave 98 of the 111 GFLOPS one core reaches with 12, and a 1536 matmul's 3 rows x 4 vectors ran at 1.00x
     // OpenBLAS against 0.87x for 2 x 4. AVX-512's 16 of 32 zmm are above every CPU's need.
     const bool full_vec = vec >= 0 && vec_amt >= w;
@@ -549,7 +550,8 @@ struct Heuristic {
       size_t i = cand[k];
       bool v = int(i) == vec;
       for (int64_t a : {1, 2, 3, 4, 6, 8}) {
-        if ((v && a > 4) || (a % 3 == 0 && (v || !(wide || latency_bound))) || !fits(i, a) || total * a > max_acc) continue;
+        if ((v && a > 4) || (a % 3 == 0 && (v || !(wide || (latency_bound && a == 3)))) || !fits(i, a) || total * a > max_acc)
+          continue;
         am[i] = amt[i] * a;
         visit(k + 1, total * a);
       }
