@@ -476,10 +476,19 @@ TEST_CASE("the CPU machine model comes from LLVM's target info for the host or T
   CHECK(hm.vector_bits == 256);
   CHECK(hm.vector_registers == 16);
   CHECK(to_string(hm).find("haswell (TG_CPU): AVX2+FMA, 256-bit x 16 vector registers") == 0);
+  // the vector FMA from LLVM's scheduling model of the CPU: Haswell's VFMADD231PS ymm, 5 cycles, two per cycle
+  CHECK(hm.fma_source == "LLVM sched model");
+  CHECK(hm.fma_latency == 5);
+  CHECK(hm.fma_per_cycle == 2);
+  CHECK(to_string(hm).find("FMA latency 5 x 2/cycle (LLVM sched model)") != std::string::npos);
+  MachineModel z3 = cpu::machine_model_of(cpu::resolve_cpu_target("znver3", &zen3), 1);
+  CHECK(z3.fma_latency == 4);  // Zen 3: 4 cycles, two per cycle
+  CHECK(z3.fma_per_cycle == 2);
 
   MachineModel v2 = cpu::machine_model_of(cpu::resolve_cpu_target("x86-64-v2", &zen3), 1);
   CHECK(v2.isa == "SSE4.2");
   CHECK(v2.vector_bits == 128);
+  CHECK(v2.fma_source == "default");  // no FMA instruction: nothing read
 
   // an AVX-512 CPU on a host without AVX-512, an unknown name: tg::EnvError naming the value and what is expected
   auto msg = [&](const std::string& cpu) {
@@ -508,6 +517,8 @@ TEST_CASE("the CPU machine model comes from LLVM's target info for the host or T
   CHECK(sk.isa == "AVX-512");
   CHECK(sk.vector_bits == 512);
   CHECK(sk.vector_registers == 32);
+  CHECK(sk.fma_latency == 4);  // VFMADD231PS zmm on Skylake-SP: 4 cycles, two per cycle (ports 0 and 5)
+  CHECK(sk.fma_per_cycle == 2);
   // LLVM's own preference kept by a feature after the name: the model says what the code uses
   cpu::CpuTarget pref = cpu::resolve_cpu_target("skylake-avx512,+prefer-256-bit", &all);
   CHECK(pref.features.find("-prefer-256-bit") == std::string::npos);
@@ -525,6 +536,8 @@ TEST_CASE("opt_config sizes the optimiser from the device's machine model") {
   CHECK(c.vector_width == m.vector_bits / 32);
   CHECK(c.vector_registers == m.vector_registers);
   CHECK(c.l2_bytes == m.l2_bytes);
+  // FMA chains: (latency + 1) x FMAs per cycle (Zen 5's zmm in LLVM's model: (4 + 1) x 1; Haswell's ymm: (5 + 1) x 2)
+  CHECK(c.fma_chains == int(std::lround((m.fma_latency + 1) * m.fma_per_cycle)));
 }
 
 TEST_CASE("TG_PROCESS_REPLAY records each compiled kernel's key, opts and source as a JSON line") {

@@ -170,7 +170,8 @@ TEST_CASE("the heuristic gives a matmul a register tile, vectorised along the co
   REQUIRE(!bo.empty());
   CHECK(bo.back() == Opt{OptOp::THREAD, 1, 2});
   // B packed into panels of 32 columns: a tile 32 columns wide reads each panel row whole per k step, so B streams
-  // like A: AVX2 takes 2 rows x 4 vectors (2 broadcasts + 4 loads per 8 FMAs) over 8 rows x 1 vector (8 + 1)
+  // like A: AVX2 takes 3 rows x 4 vectors (3 broadcasts + 4 loads per 12 FMAs; the 10 FMA chains of OptConfig's
+  // default 4-cycle, 2-pipe FMA need 12 accumulators) over 8 rows x 1 vector (8 + 1 per 8); 256 rows padded to 258
   Tensor pa = Tensor::rand({256, 512}), pb = Tensor::rand({512, 2048});
   pa.realize(), pb.realize();
   UOpRef root = pa.matmul(pb).uop();
@@ -184,7 +185,8 @@ TEST_CASE("the heuristic gives a matmul a register tile, vectorised along the co
   std::vector<int64_t> amounts;
   for (auto& [ax, a] : tile) amounts.push_back(a);
   std::sort(amounts.begin(), amounts.end());
-  CHECK(amounts == std::vector<int64_t>{2, 32});
+  CHECK(amounts == std::vector<int64_t>{3, 32});
+  CHECK(std::count(po.begin(), po.end(), Opt{OptOp::PADTO, 1, 3}) == 1);
   // AVX-512 keeps 8 rows x 2 vectors there
   amounts.clear(), tile.clear();
   for (const Opt& o : hand_coded_optimizations(packed.ast, OptConfig{2, 16}))
@@ -230,31 +232,118 @@ TEST_CASE("a large CPU matmul packs B into 32-column panels: the same values as 
   CHECK(kernels_run() - b1 == 1);
 }
 
-TEST_CASE("BEAM's seeds include 12-accumulator AVX2 tiles of 3 rows (8 FMA chains keep 7/8 of the FMA units busy)") {
-  // the packed product of (384, 256) x (256, 2048) (B of 2 MiB, past half of any L2 seen): 384 rows = 3 x 128
-  OptConfig avx2{1, 8};
-  avx2.vector_registers = 16;
-  Tensor a = Tensor::rand({384, 256}), b = Tensor::rand({256, 2048});
+namespace {
+
+// The register tiles (sorted amounts per axis) of an opt list.
+std::vector<int64_t> tile_of(const std::vector<Opt>& opts) {
+  std::map<int, int64_t> t;
+  for (const Opt& o : opts)
+    if (o.op == OptOp::UPCAST) t[o.axis] = t.count(o.axis) ? t[o.axis] * o.amt : o.amt;
+  std::vector<int64_t> v;
+  for (auto& [ax, amt] : t) v.push_back(amt);
+  std::sort(v.begin(), v.end());
+  return v;
+}
+
+// The packed product's kernel (the second of pack B, the product in panels, back to row-major) of (m, k) x (k, n).
+UOpRef packed_kernel(int64_t m, int64_t k, int64_t n) {
+  Tensor a = Tensor::rand({m, k}), b = Tensor::rand({k, n});
   a.realize(), b.realize();
   UOpRef root = a.matmul(b).uop();
   Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
-  REQUIRE(s.items.size() == 3);  // pack B, the product in panels, back to row-major
-  UOpRef k = split_ranges(graph_rewrite(s.items[1].ast, symbolic(), nullptr, false, "s"));
-  auto tile_of = [](const std::vector<Opt>& opts) {
-    std::map<int, int64_t> t;
-    for (const Opt& o : opts)
-      if (o.op == OptOp::UPCAST) t[o.axis] = t.count(o.axis) ? t[o.axis] * o.amt : o.amt;
-    std::vector<int64_t> v;
-    for (auto& [ax, amt] : t) v.push_back(amt);
-    std::sort(v.begin(), v.end());
-    return v;
-  };
+  REQUIRE(s.items.size() == 3);
+  return split_ranges(graph_rewrite(s.items[1].ast, symbolic(), nullptr, false, "s"));
+}
+
+}  // namespace
+
+TEST_CASE("the AVX2 tile holds the FMA chains the machine model's FMA needs: 3 rows x 4 vectors, not 2 x 4") {
+  // (384, 256) x (256, 2048): B of 2 MiB, past half of any L2 seen, packed; 384 rows = 3 x 128. OptConfig's FMA is
+  // (4 + 1) x 2 = 10 chains (Zen 3/4/5's ymm FMA: 4 cycles, 2 per cycle): 12 accumulators, where half the 16 ymm (8,
+  // 2 x 4: 0.87x OpenBLAS on Zen 5 at N=1536, against 1.00x for 3 x 4) leave the pipes 2 short.
+  OptConfig avx2{1, 8};
+  avx2.vector_registers = 16;
+  REQUIRE(avx2.fma_chains == 10);
+  UOpRef k = packed_kernel(384, 256, 2048);
+  auto o = hand_coded_optimizations(k, avx2);
+  CHECK(tile_of(o) == std::vector<int64_t>{3, 32});
+  CHECK(std::none_of(o.begin(), o.end(), [](const Opt& x) { return x.op == OptOp::PADTO; }));  // 3 divides 384
+  // Haswell's 5-cycle FMA (12 chains) too; an FMA that 8 chains keep busy ((3 + 1) x 2) keeps half the registers
+  avx2.fma_chains = 12;
+  CHECK(tile_of(hand_coded_optimizations(k, avx2)) == std::vector<int64_t>{3, 32});
+  avx2.fma_chains = 8;
+  CHECK(tile_of(hand_coded_optimizations(k, avx2)) == std::vector<int64_t>{2, 32});
+  avx2.fma_chains = 10;
+  // AVX-512's 16 of 32 zmm are chains enough for any FMA seen (Zen 5's zmm in LLVM's model: 4 cycles x 1 = 5 chains;
+  // Skylake-SP's 4 x 2 = 10): its 8 x 2 tile stays
+  OptConfig avx512{1, 16};
+  for (int chains : {5, 10}) {
+    avx512.fma_chains = chains;
+    CHECK(tile_of(hand_coded_optimizations(k, avx512)) == std::vector<int64_t>{8, 32});
+  }
+  // BEAM's seeds: the heuristic's first, then others from the wide space, none past 12 accumulator registers
   auto alts = hand_coded_alternatives(k, avx2, 4);
   REQUIRE(alts.size() >= 2);
   CHECK(alts[0] == hand_coded_optimizations(k, avx2));
-  CHECK(tile_of(alts[0]) == std::vector<int64_t>{2, 32});  // the heuristic: 8 accumulators
-  CHECK(tile_of(alts[1]) == std::vector<int64_t>{3, 32});  // the first seed: 12
-  for (const auto& o : alts) CHECK(tile_of(o).back() * tile_of(o).front() <= 12 * 8);
+  for (const auto& a : alts) CHECK(tile_of(a).back() * tile_of(a).front() <= 12 * 8);
+}
+
+TEST_CASE("rows of 3 that do not divide a long axis are padded (PADTO): 1024 rows in 342 tiles, the same values") {
+  OptConfig avx2{2, 8};
+  avx2.vector_registers = 16;
+  // the heuristic: 1024 rows of A rounded up to 1026 (2 recomputed, 0.2%), then the 3-row tile
+  UOpRef k = packed_kernel(1024, 256, 2048);
+  auto o = hand_coded_optimizations(k, avx2);
+  CHECK(tile_of(o) == std::vector<int64_t>{3, 32});
+  auto pad = std::find(o.begin(), o.end(), Opt{OptOp::PADTO, 1, 3});
+  REQUIRE(pad != o.end());
+  CHECK(*(pad + 1) == Opt{OptOp::UPCAST, 1, 3});
+  // B read in place (256 x 256, not packed): 3 rows x 4 vectors too, not 6 x 2 (fewer loads in the load model, but a
+  // 32 x 256^3 batched matmul ran 20.7 ms with it against 12.2 ms for main's 8 x 1)
+  Tensor p = randn({256, 256}, 14), q = randn({256, 256}, 15);
+  p.realize(), q.realize();
+  auto plain_tile = hand_coded_optimizations(last_kernel(p.matmul(q)).ast, avx2);
+  CHECK(tile_of(plain_tile) == std::vector<int64_t>{3, 32});
+  // a short axis is not padded (64 rows: 2 of 66 recomputed, past 1/64): the 64 x 48 x 96 product keeps a divisor
+  Tensor a = randn({64, 48}, 3), b = randn({48, 96}, 4);
+  a.realize(), b.realize();
+  auto small = hand_coded_optimizations(last_kernel(a.matmul(b)).ast, avx2);
+  CHECK(std::none_of(small.begin(), small.end(), [](const Opt& x) { return x.op == OptOp::PADTO; }));
+  // the padded kernel computes the plain loops' values exactly (each element's sum in the same order), with threads
+  // over the padded axis too
+  Tensor x = randn({130, 64}, 11), y = randn({64, 64}, 12);
+  x.realize(), y.realize();
+  Kern mm = last_kernel(x.matmul(y));
+  std::vector<float> plain = run_with(mm, {});
+  using O = Opt;
+  for (auto opts : std::vector<std::vector<Opt>>{
+           {O{OptOp::UPCAST, 1, 8}, O{OptOp::PADTO, 0, 3}, O{OptOp::UPCAST, 0, 3}, O{OptOp::UPCAST, 1, 4}},
+           {O{OptOp::UPCAST, 1, 8}, O{OptOp::PADTO, 0, 3}, O{OptOp::UPCAST, 0, 3}, O{OptOp::THREAD, 0, 2}},
+           {O{OptOp::PADTO, 0, 4}, O{OptOp::UPCAST, 0, 4}, O{OptOp::THREAD, 1, 2}}}) {
+    CAPTURE(opts.size());
+    CHECK(run_with(mm, opts) == plain);
+  }
+  // refused: an axis the amount divides, a reduce axis
+  auto msg = [](const UOpRef& ast, Opt op) {
+    try {
+      apply_opt(ast, op);
+    } catch (const OptError& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  CHECK(msg(mm.ast, {OptOp::PADTO, 1, 8}).find("already a multiple of 8") != std::string::npos);
+  CHECK(msg(mm.ast, {OptOp::PADTO, 2, 3}).find("needs an output axis") != std::string::npos);
+  // an in-place update (its kernel reads the buffer it stores through another parameter): the padding's copies
+  // store nothing, so the last row is updated once
+  Tensor w = randn({130, 64}, 13), w2 = randn({130, 64}, 13);
+  w.realize(), w2.realize();
+  w.assign(Tensor(w * 2 + x.matmul(y)));
+  Kern inplace = last_kernel(w);
+  REQUIRE(!inplace.bufs.empty());
+  CHECK(std::count(inplace.bufs.begin(), inplace.bufs.end(), inplace.bufs[0]) == 2);  // it stores what it reads
+  std::vector<float> want = Tensor(w2 * 2 + x.matmul(y)).to_vector<float>();
+  check_close(run_with(inplace, {O{OptOp::UPCAST, 1, 8}, O{OptOp::PADTO, 0, 3}, O{OptOp::UPCAST, 0, 3}}), want, 64 * 1.2e-7f);
 }
 
 TEST_CASE("B is packed from half the machine model's per-core L2 on (the other half holds A's rows and C)") {
@@ -283,6 +372,38 @@ TEST_CASE("B is packed from half the machine model's per-core L2 on (the other h
     ScopedEnv off("PACKED_MATMUL", "0");
     CHECK(c.to_vector<float>() == a.matmul(b).to_vector<float>());  // the sum over k in the same order
   }
+}
+
+TEST_CASE("a panelled matmul whose A is past 8 L2s runs in M blocks of at most 4 L2s (each panel meets one block)") {
+  // (8192, 1024) x (1024, 2048): A is 32 MiB, past 8 of any L2 seen; each block of mc rows (mc x 1024 floats within 4
+  // L2s) meets every panel before the next block: the product's output axes are (blocks, panels, mc, 32)
+  int64_t l2 = get_device("CPU").machine().l2_bytes;
+  if (l2 <= 0) l2 = int64_t(2) << 20;
+  auto product_axes = [](int64_t m, int64_t k, int64_t n) {
+    UOpRef root = Tensor::rand({m, k}).matmul(Tensor::rand({k, n})).uop();
+    Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+    for (auto& it : s.items) {
+      bool red = false;
+      for (const UOp* u : toposort(it.ast.get())) red |= u->op == Ops::REDUCE;
+      if (!red) continue;
+      std::vector<int64_t> out;
+      for (const UOp* r : kernel_axes(it.ast))
+        if (range_type(r) != AxisType::Reduce) out.push_back(r->src(0)->const_int());
+      return out;
+    }
+    FAIL("no product kernel");
+    return std::vector<int64_t>{};
+  };
+  auto big = product_axes(8192, 1024, 2048);
+  REQUIRE(big.size() == 4);
+  CHECK(big[0] >= 2);
+  CHECK(big[1] == 2048 / 32);
+  CHECK(big[0] * big[2] == 8192);
+  CHECK(big[2] % 8 == 0);
+  CHECK(big[2] * 1024 * 4 <= 4 * l2);
+  CHECK(big[3] == 32);
+  // A of 4 MiB (at most 8 L2s): one block, the panels outermost
+  CHECK(product_axes(1024, 1024, 2048) == std::vector<int64_t>{2048 / 32, 1024, 32});
 }
 
 TEST_CASE("a prompt-sized matmul (32+ rows of A) packs B too: a quantised weight is dequantised straight into the panels") {

@@ -1,6 +1,7 @@
 // The CPU kernels are compiled for, and the machine model the optimiser reads: the host's CPU as LLVM names it, or
 // the one TG_CPU names (so an AVX-512 machine builds, tests and times the AVX2 code paths); vector width and register
-// count from LLVM's target transform info for that CPU; cache sizes from sysfs, else from glibc (cpuid).
+// count from LLVM's target transform info for that CPU; the vector FMA's latency and throughput from LLVM's scheduling
+// model for it; cache sizes from sysfs, else from glibc (cpuid).
 #include <unistd.h>
 
 #include <llvm/ADT/StringMap.h>
@@ -10,6 +11,8 @@
 #include <llvm/IR/Instructions.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/Module.h>
+#include <llvm/MC/MCInstrInfo.h>
+#include <llvm/MC/MCSchedule.h>
 #include <llvm/MC/MCSubtargetInfo.h>
 #include <llvm/MC/TargetRegistry.h>
 #include <llvm/Support/TargetSelect.h>
@@ -156,6 +159,34 @@ std::string isa_words(const std::string& features) {
   return "scalar";
 }
 
+// The latency and issue rate of a vector FMA of `bits` from LLVM's scheduling model of the CPU (the tables LLVM's
+// instruction scheduler and llvm-mca use; e.g. znver3/znver4/znver5 ymm: 4 cycles, 0.5 reciprocal throughput;
+// haswell 5 and 0.5; the AVX-512 parts' zmm form on znver4/5 and sapphirerapids 4 and 1.0). Left at the defaults
+// when the CPU has no FMA or no per-instruction model (LLVM's generic AArch64 CPUs).
+void read_fma(MachineModel& m, const llvm::Target& t, const CpuTarget& c) {
+  const bool x86 = c.triple.starts_with("x86_64") || c.triple.starts_with("i686") || c.triple.starts_with("i386");
+  const char* name = nullptr;
+  if (x86 && ("," + c.features + ",").find(",+fma,") != std::string::npos)
+    name = m.vector_bits >= 512 ? "VFMADD231PSZr" : m.vector_bits >= 256 ? "VFMADD231PSYr" : "VFMADD231PSr";
+  else if (c.triple.starts_with("aarch64") || c.triple.starts_with("arm64"))
+    name = "FMLAv4f32";
+  if (!name) return;
+  std::unique_ptr<llvm::MCSubtargetInfo> sti(t.createMCSubtargetInfo(c.triple, c.cpu, c.features));
+  std::unique_ptr<llvm::MCInstrInfo> mii(t.createMCInstrInfo());
+  if (!sti || !mii || !sti->getSchedModel().hasInstrSchedModel()) return;
+  const llvm::MCSchedModel& sm = sti->getSchedModel();
+  for (unsigned op = 0; op < mii->getNumOpcodes(); op++) {
+    if (mii->getName(op) != name) continue;
+    const llvm::MCSchedClassDesc* d = sm.getSchedClassDesc(mii->get(op).getSchedClass());
+    if (!d || !d->isValid() || d->isVariant()) return;
+    int lat = llvm::MCSchedModel::computeInstrLatency(*sti, *d);
+    double rthru = llvm::MCSchedModel::getReciprocalThroughput(*sti, *d);
+    if (lat < 1 || lat > 64 || !(rthru > 0) || rthru > 16) return;
+    m.fma_latency = lat, m.fma_per_cycle = 1.0 / rthru, m.fma_source = "LLVM sched model";
+    return;
+  }
+}
+
 }  // namespace
 
 CpuTarget resolve_cpu_target(const std::string& tg_cpu, const std::map<std::string, bool>* host_features) {
@@ -233,6 +264,7 @@ MachineModel machine_model_of(const CpuTarget& c, int cores) {
   }
   if (m.vector_bits < 128) m.vector_bits = 128;  // no SIMD: the tile model still wants a width of 4 floats
   if (m.vector_registers < 8) m.vector_registers = 16;
+  if (target) read_fma(m, *target, c);
   read_caches(m);
   return m;
 }

@@ -157,9 +157,17 @@ struct MachineModel {
   ///@}
   std::string cache_source;     ///< "sysfs", "cpuid" (glibc), or "" when unknown
   int cores = 1;                ///< parallel calls of one kernel (THREADS overrides)
+  /// a vector FMA of the width above (x86 VFMADD231PS, AArch64 FMLA): cycles from issue to result, and how many
+  /// issue per cycle (the reciprocal of LLVM's reciprocal throughput: the FMA pipes). A register tile needs about
+  /// latency x per-cycle independent accumulators (chains of dependent FMAs) to keep the pipes busy.
+  ///@{
+  int fma_latency = 4;
+  double fma_per_cycle = 2;
+  ///@}
+  std::string fma_source = "default";  ///< "LLVM sched model" (of the CPU above) or "default" (nothing read)
 };
-/** One line: "znver3 (host): AVX2+FMA, 256-bit x 16 vector registers, L1d 32 KiB, L2 512 KiB, L3 32 MiB (sysfs), 2
- *  cores". */
+/** One line: "znver3 (host): AVX2+FMA, 256-bit x 16 vector registers, FMA latency 4 x 2/cycle (LLVM sched model),
+ *  L1d 32 KiB, L2 512 KiB, L3 32 MiB (sysfs), 2 cores". */
 std::string to_string(const MachineModel& m);
 
 /** A device: a name ("CPU", "CL:1", ...) and its four parts. */

@@ -5,6 +5,9 @@
 //   UPCAST  an output axis: the inner part is unrolled into amt copies (a register tile; LLVM vectorises the
 //           copies into SIMD instructions), so loads that do not depend on it are shared between the copies.
 //   UNROLL  a reduce axis: amt independent accumulators, combined after the loop (vectorisable reductions).
+//   PADTO   an output axis of n rounded up to a multiple of amt (before an UPCAST of amt that does not divide n): its
+//           uses read min(r, n-1) (the padding recomputes the last element, from memory in bounds) and its stores are
+//           gated by r < n (the padding stores nothing): no tail loop, no gate inside the reduce loops.
 //   THREAD  an output axis split across the CPU's threads: the outer part becomes the kernel variable
 //           `core_id` (0..amt-1) and the program runs amt times in parallel, one call per core.
 // GPU renderers only (src/codegen/opt/gpu.cpp):
@@ -31,8 +34,9 @@
 
 namespace tg {
 
-/// What an Opt does: UPCAST/UNROLL (vectorise, unroll), THREAD (CPU cores), LOCAL/GROUP/GROUPTOP (GPU groups), TC, SWAP.
-enum class OptOp : uint8_t { UPCAST, UNROLL, THREAD, LOCAL, GROUP, GROUPTOP, TC, SWAP };
+/// What an Opt does: UPCAST/UNROLL (vectorise, unroll), THREAD (CPU cores), LOCAL/GROUP/GROUPTOP (GPU groups), TC, SWAP,
+/// PADTO (round an output axis up).
+enum class OptOp : uint8_t { UPCAST, UNROLL, THREAD, LOCAL, GROUP, GROUPTOP, TC, SWAP, PADTO };
 
 /// One kernel optimisation: an op applied to an axis with an amount (tinygrad's Opt).
 struct Opt {
@@ -60,6 +64,9 @@ struct OptConfig {
   bool tensor_cores = false;  ///< GPU: the renderer has TC (CUDA mma.sync)
   int vector_registers = 32;  ///< how many vector registers (AVX-512: 32, AVX2: 16); register tiles fit in them
   int64_t l2_bytes = 0;       ///< per-core L2 cache (0: unknown)
+  /// independent FMA chains (vector accumulators) a register tile needs to keep the FMA pipes busy: (latency + 1) x
+  /// FMAs per cycle of the machine model (one cycle of slack per pipe: a late operand load does not idle it)
+  int fma_chains = 10;
 };
 
 /** The OptConfig of a device: threads, vector width and registers, caches from Device::machine(). */

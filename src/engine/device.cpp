@@ -223,6 +223,9 @@ std::string to_string(const MachineModel& m) {
   };
   std::string s = m.cpu + " (" + m.source + "): " + (m.isa.empty() ? "" : m.isa + ", ") + std::to_string(m.vector_bits) +
                   "-bit x " + std::to_string(m.vector_registers) + " vector registers";
+  char fma[96];
+  std::snprintf(fma, sizeof fma, ", FMA latency %d x %g/cycle (%s)", m.fma_latency, m.fma_per_cycle, m.fma_source.c_str());
+  s += fma;
   if (m.l1d_bytes || m.l2_bytes || m.l3_bytes)
     s += ", L1d " + size(m.l1d_bytes) + ", L2 " + size(m.l2_bytes) + ", L3 " + size(m.l3_bytes) + " (" + m.cache_source + ")";
   return s + ", " + std::to_string(m.cores) + (m.cores == 1 ? " core" : " cores");

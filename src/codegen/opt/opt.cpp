@@ -1,5 +1,6 @@
 // Kernel optimisations as axis-type changes (shift_to), and the hand-coded heuristic that picks them.
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <unordered_map>
@@ -98,7 +99,7 @@ int64_t range_id(const UOp* r) { return std::get<std::vector<int64_t>>(r->arg)[0
 AxisType range_type(const UOp* r) { return static_cast<AxisType>(std::get<std::vector<int64_t>>(r->arg)[1]); }
 
 std::string to_string(const Opt& o) {
-  static const char* names[] = {"UPCAST", "UNROLL", "THREAD", "LOCAL", "GROUP", "GROUPTOP", "TC", "SWAP"};
+  static const char* names[] = {"UPCAST", "UNROLL", "THREAD", "LOCAL", "GROUP", "GROUPTOP", "TC", "SWAP", "PADTO"};
   const char* n = names[size_t(o.op)];
   return std::string("Opt(") + n + ", axis=" + std::to_string(o.axis) + ", amt=" + std::to_string(o.amt) + ")";
 }
@@ -147,6 +148,21 @@ UOpRef apply_opt(const UOpRef& ast, const Opt& opt) {
   auto n = range_size(r);
   if (!n) return fail("the axis has a symbolic size");
   if (opt.amt < 2) return fail("the amount must be at least 2");
+  if (opt.op == OptOp::PADTO) {  // r of n -> r' of n rounded up to amt: loads read min(r', n-1), stores gated by r' < n
+    if (*n % opt.amt == 0) return fail("the axis size " + std::to_string(*n) + " is already a multiple of " + std::to_string(opt.amt));
+    if (*n < opt.amt) return fail("the axis size " + std::to_string(*n) + " is below the amount");
+    UOpRef nr = UOp::range(ci((*n + opt.amt - 1) / opt.amt * opt.amt), range_id(r), range_type(r));
+    UOpRef valid = nr->alu(Ops::CMPLT, ci(*n));
+    UOpRef k = substitute(ast, {{r, valid->alu(Ops::WHERE, nr, ci(*n - 1))}});
+    // (the padding's copies never store: a kernel that reads the buffer it stores, an in-place update, reads it as
+    // before; a store already gated, an index check's hit record, gets both gates)
+    std::vector<std::pair<const UOp*, UOpRef>> gated;
+    for (const UOp* u : toposort(k.get()))
+      if (u->op == Ops::STORE && depends_on(u->src(0), nr.get()))
+        gated.emplace_back(u, UOp::make(Ops::STORE, u->dtype, {UOpRef(u->src(0)), UOpRef(u->src(1)),
+                                                                u->nsrc() == 3 ? valid->alu(Ops::AND, UOpRef(u->src(2))) : valid}));
+    return substitute(k, gated);
+  }
   if (*n % opt.amt != 0)
     return fail("the axis size " + std::to_string(*n) + " is not divisible by " + std::to_string(opt.amt));
   int64_t max_id = 0;
@@ -276,6 +292,7 @@ OptConfig opt_config(const Device& dev) {
   c.vector_width = std::max(4, m.vector_bits / 32);
   c.vector_registers = std::max(8, m.vector_registers);
   c.l2_bytes = m.l2_bytes;
+  c.fma_chains = std::max(1, int(std::lround((m.fma_latency + 1) * m.fma_per_cycle)));
   return c;
 }
 
@@ -547,15 +564,30 @@ struct Heuristic {
     const int64_t vec_regs = (vec_amt + w - 1) / w;  // registers one copy of the vector takes
     const int64_t half_acc = vec < 0 ? 16 : vec_amt < w ? regs * 3 / 4 * vec_amt : regs / 2 / vec_regs * vec_amt;
     // BEAM's seeds (ranks from 1) come from a wider space: row amounts of 3 and 6 too, and accumulators of full
-    // vectors in up to three quarters of the registers (at most 256 copies). Half of AVX2's 16 ymm is 8 accumulators,
-    // 8 FMA chains: 98 of the 111 GFLOPS one Zen 5 core reaches with 12 (a chain of dependent FMAs per register);
-    // a 1536 matmul's 3 rows x 4 vectors then ran at 1.00-1.01x OpenBLAS, 2 rows x 4 vectors at 0.87-0.88x, but 6
-    // rows x 2 vectors at 0.44x: the search times what the load model cannot tell apart). Rank 0 stays the
+    // vectors in up to three quarters of the registers (at most 256 copies): the search times what the load model
+    // cannot tell apart (a 1536 matmul's 6 rows x 2 vectors ran at 0.44x OpenBLAS, 3 x 4 at 1.00x). Rank 0 stays the
     // heuristic's choice.
     const bool wide = tile_rank > 0;
-    const int64_t max_acc = wide && vec >= 0 && vec_amt >= w
+    // FMA chains: each accumulator register is a chain of dependent FMAs, and the pipes idle unless about latency x
+    // FMAs-per-cycle chains are in flight (cfg.fma_chains: LLVM's scheduling model of the CPU, plus slack). Where half
+    // the registers hold fewer (AVX2's 8 of 16 ymm, against 10 for Zen's 4 cycles x 2 pipes, 12 for Haswell's 5 x 2),
+    // the heuristic takes the wide space too (rows of 3, not 6: a 32 x 256^3 batched matmul's 6 x 2 tile took 20.7 ms,
+    // its 8 x 1 one 12.2 ms) and ranks first the tiles with enough chains: on Zen 5 with TG_CPU=haswell
+    // 8 chains gave 98 of the 111 GFLOPS one core reaches with 12, and a 1536 matmul's 3 rows x 4 vectors ran at 1.00x
+    // OpenBLAS against 0.87x for 2 x 4. AVX-512's 16 of 32 zmm are above every CPU's need.
+    const bool full_vec = vec >= 0 && vec_amt >= w;
+    const bool latency_bound = full_vec && regs / 2 < cfg.fma_chains;
+    const int64_t max_acc = (wide || latency_bound) && full_vec
                                 ? std::max(half_acc, std::min<int64_t>(regs * 3 / 4 / vec_regs * vec_amt, 256))
                                 : half_acc;
+    auto short_of_chains = [&](int64_t total) {
+      return latency_bound && total / vec_amt * vec_regs < cfg.fma_chains ? 1.0 : 0.0;
+    };
+    // rows of 3 that do not divide a long axis: PADTO rounds it up (at most 1/64 of the axis recomputed: 1024 rows in
+    // 342 tiles of 3, 256 in 86)
+    auto fits = [&](size_t i, int64_t a) {
+      return size[i] % a == 0 || (a % 3 == 0 && int(i) != vec && (size[i] + a - 1) / a * a - size[i] <= size[i] / 64);
+    };
     // Every tile within max_acc (amounts 1, 2, 4, 8 on each output axis whose loads are shared; the vectorised
     // axis may widen by 2 or 4: several vectors of it share the other operand's broadcast); the fewest loads per
     // accumulator wins, ties by the smaller strides of the split axes (nearby addresses), then the bigger tile.
@@ -573,18 +605,20 @@ struct Heuristic {
             }
       return s;
     };
-    using Key = std::tuple<double, double, double>;
-    std::vector<std::pair<Key, std::vector<int64_t>>> tiles{{Key{loads_per_acc(amt), 0, -double(upcast)}, amt}};
+    using Key = std::tuple<double, double, double, double>;
+    std::vector<std::pair<Key, std::vector<int64_t>>> tiles{
+        {Key{short_of_chains(upcast), loads_per_acc(amt), 0, -double(upcast)}, amt}};
     std::vector<int64_t> am = amt;
     std::function<void(size_t, int64_t)> visit = [&](size_t k, int64_t total) {
       if (k == cand.size()) {
-        if (am != amt) tiles.emplace_back(Key{loads_per_acc(am), strides_of(am), -double(total)}, am);
+        if (am != amt) tiles.emplace_back(Key{short_of_chains(total), loads_per_acc(am), strides_of(am), -double(total)}, am);
         return;
       }
       size_t i = cand[k];
       bool v = int(i) == vec;
       for (int64_t a : {1, 2, 3, 4, 6, 8}) {
-        if ((v && a > 4) || (a % 3 == 0 && (v || !wide)) || size[i] % a != 0 || total * a > max_acc) continue;
+        if ((v && a > 4) || (a % 3 == 0 && (v || !(wide || (latency_bound && a == 3)))) || !fits(i, a) || total * a > max_acc)
+          continue;
         am[i] = amt[i] * a;
         visit(k + 1, total * a);
       }
@@ -605,6 +639,7 @@ struct Heuristic {
     if (vec >= 0 && size_t(vec) < n_out && best_am[size_t(vec)] != amt[size_t(vec)]) order.emplace_back(0, size_t(vec));
     for (auto [neg, i] : order) {
       int64_t a = best_am[i] / amt[i];
+      if (size[i] % a) opts.push_back({OptOp::PADTO, int(i), a}), size[i] = (size[i] + a - 1) / a * a;
       split(OptOp::UPCAST, i, a);
       upcast *= a;
       amt[i] = best_am[i];
