@@ -127,7 +127,7 @@ int main(int argc, char** argv) {
       continue;
     }
     double tg_ms = bench::median_ms([&] { run(m); }, 7, 60);
-    std::printf("%s %s: tg %.1f ms, ONNX Runtime %.1f ms (tg/ORT %.2fx); first run tg %.0f ms (%zu kernels lowered), "
+    std::printf("%s %s: tg %.2f ms, ONNX Runtime %.2f ms (tg/ORT %.2fx); first run tg %.0f ms (%zu kernels lowered), "
                 "ORT %.0f ms; max |diff| %.2g\n",
                 c.name, dims.c_str(), tg_ms, ort_ms, tg_ms / ort_ms, tg_first, lowered, ort_first, max_diff);
     char extra[256];

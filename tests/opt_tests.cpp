@@ -126,7 +126,8 @@ TEST_CASE("a kernel of thousands of shifted views is not copied by UPCAST (its b
     return y;
   };
   auto opts = hand_coded_optimizations(last_kernel(shifted_sum(300)).ast, OptConfig{2, 16});
-  CHECK(opts.empty());  // threads only, and 4096 elements are too few for them
+  // threads only (300 gated loads and adds per element, about 20 us: each thread's part is worth a split)
+  CHECK(opts == std::vector<Opt>{Opt{OptOp::THREAD, 0, 2}});
   // the same shifts over and over: 64 distinct reads, 3,000 adds
   Tensor s = Tensor::arange(64).cast(dtypes::float32).realize(), y = s;
   for (int i = 1; i <= 3000; i++) y = y + s.pad({{i % 64, 0}}).shrink({{0, 64}});
@@ -140,18 +141,24 @@ TEST_CASE("the heuristic gives a matmul a register tile, vectorised along the co
   a.realize(), b.realize();
   Kern k = last_kernel(a.matmul(b));
   auto opts = hand_coded_optimizations(k.ast, OptConfig{2, 16});
-  REQUIRE(opts.size() == 4);
+  REQUIRE(opts.size() == 3);  // 0.6 MFLOP (about 6 us on one core): too little to split across threads
   CHECK(opts[0] == Opt{OptOp::UPCAST, 1, 16});  // the store's contiguous axis, one AVX-512 vector
   CHECK(opts[1] == Opt{OptOp::UPCAST, 0, 8});   // rows share the B loads
   CHECK(opts[2] == Opt{OptOp::UPCAST, 1, 2});   // two vectors share each A broadcast: 16 accumulator registers
-  CHECK(opts[3].op == OptOp::THREAD);
-  CHECK(hand_coded_optimizations(k.ast, OptConfig{1, 16}).size() == 3);  // one thread: no split
+  CHECK(hand_coded_optimizations(k.ast, OptConfig{1, 16}) == opts);
+  // 4x the rows and columns (9.4 MFLOP): the same tile, and its rows split across the threads
+  Tensor a4 = randn({256, 48}, 3), b4 = randn({48, 384}, 4);
+  a4.realize(), b4.realize();
+  auto o4 = hand_coded_optimizations(last_kernel(a4.matmul(b4)).ast, OptConfig{2, 16});
+  REQUIRE(o4.size() == 4);
+  CHECK(std::vector<Opt>(o4.begin(), o4.begin() + 3) == opts);
+  CHECK(o4[3] == Opt{OptOp::THREAD, 0, 2});
   // AVX2 (8 floats x 16 registers): 8 accumulator registers of the 16, 8 rows x 1 vector (B's rows are 96 floats
   // apart: only A's loads stream along k)
   OptConfig avx2{2, 8};
   avx2.vector_registers = 16;
   auto o2 = hand_coded_optimizations(k.ast, avx2);
-  REQUIRE(o2.size() == 3);
+  REQUIRE(o2.size() == 2);
   CHECK(o2[0] == Opt{OptOp::UPCAST, 1, 8});
   CHECK(o2[1] == Opt{OptOp::UPCAST, 0, 8});
   // the next-best tiles, for BEAM's seeds: distinct, the first being the heuristic's
@@ -902,5 +909,47 @@ TEST_CASE("DEBUG=2's work estimate counts a matmul's multiply-adds as two flops 
       CompiledKernel ck = lower_kernel(k.ast, "flops_k", get_device("CPU").renderer(), lo);
       CHECK(ck.flops == 2.0 * 64 * 48 * 96);
     }
+  }
+}
+
+TEST_CASE("THREAD splits a kernel only where each thread's part outlasts waking a worker (vector operations, not iterations)") {
+  auto threads_of = [](const Tensor& t, int n, size_t from_end = 0) {
+    UOpRef root = t.uop();
+    Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+    REQUIRE(s.items.size() > from_end);
+    for (const Opt& o : hand_coded_optimizations(s.items[s.items.size() - 1 - from_end].ast, OptConfig{n, 16}))
+      if (o.op == OptOp::THREAD) return o.amt;
+    return int64_t(1);
+  };
+  auto hard_swish = [](const Tensor& x) { return x * (x * (1.f / 6) + 0.5f).clip(0.f, 1.f); };
+  // PaddleOCR's angle classifier's E_14_98_24: a hard-swish of 14x98x24 (33k) elements, 2-4 us on one Zen 5 core
+  // (iterations >= 32768 split it before; with the worker not running it took 6x its time)
+  Tensor small = randn({14, 98, 24}, 7).realize();
+  CHECK(threads_of(hard_swish(small), 2) == 1);
+  // 32x that: each thread's part is about 10 us or more
+  Tensor big = randn({14 * 32, 98, 24}, 8).realize();
+  CHECK(threads_of(hard_swish(big), 2) == 2);
+  CHECK(threads_of(hard_swish(big), 1) == 1);
+  // more threads need more work: each part keeps the same minimum
+  CHECK(threads_of(hard_swish(randn({14 * 16, 98, 24}, 9).realize()), 2) == 2);
+  CHECK(threads_of(hard_swish(randn({14 * 16, 98, 24}, 9).realize()), 8) == 1);
+  // a reduce counts its multiply-adds: a 1x1 convolution of 96 -> 96 channels over 10x20 pixels (1.8M, about 35 us)
+  // splits; over 2x20 pixels it does not (channels-last on the CPU: the convolution is the kernel before the
+  // output's layout copy)
+  const size_t conv_at = tg::get_device(tg::default_device()).renderer().grid_limits().threads == 0 ? 1 : 0;
+  for (auto [h, want] : {std::pair{10, 2}, std::pair{2, 1}}) {
+    CAPTURE(h);
+    Tensor x = randn({1, 96, h, 20}, 10).realize(), w = randn({96, 96, 1, 1}, 11).realize();
+    CHECK(threads_of(x.conv2d(w), 2, conv_at) == want);
+    // (h = 10: its tile leaves 5 x 5 x 3 of the output axes, none even: the rows are reserved for the threads
+    // first) run on this machine's threads, the values of a 1x1 convolution
+    std::vector<float> got = x.conv2d(w).to_vector<float>(), xs = x.to_vector<float>(), ws = w.to_vector<float>();
+    const size_t px = size_t(h) * 20;
+    for (size_t co = 0; co < 96; co++)
+      for (size_t p = 0; p < px; p++) {
+        double ref = 0;
+        for (size_t ci = 0; ci < 96; ci++) ref += double(ws[co * 96 + ci]) * xs[ci * px + p];
+        REQUIRE(std::abs(got[co * px + p] - ref) <= 1e-4 * (1 + std::abs(ref)));
+      }
   }
 }

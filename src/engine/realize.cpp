@@ -487,6 +487,7 @@ void run_schedule(Schedule& s) {
       for (auto& name : r.kernel.var_names)
         for (auto& [k, x] : s.var_vals)
           if (k == name) vs += " " + k + "=" + std::to_string(x);
+      if (r.kernel.core_var >= 0) vs += " threads=" + std::to_string(r.kernel.threads);  // a THREAD split's parts
       std::fprintf(stderr, "*** %-6s %4zu %-24s arg %2zu mem %8.4f GB tm %10.2fus %9.2f GFLOPS %8.2f GB/s%s\n",
                    it.device.c_str(), n, r.kernel.name.c_str(), it.bufs.size(), r.kernel.mem_bytes / 1e9, us,
                    r.kernel.flops / us / 1e3, r.kernel.mem_bytes / us / 1e3, vs.c_str());

@@ -304,6 +304,7 @@ Model Model::parse(const void* data, size_t size, const std::string& name, const
     if (n.op_type() == "Constant" && (n.domain().empty() || n.domain() == "ai.onnx"))
       for (const auto& a : n.attribute())
         if (a.name() == "value" && a.has_t()) impl->constants[&n] = value_of_proto(a.t(), name, base_dir);
+  fold_batchnorm(*impl);
   for (const auto& v : g.input()) {
     impl->kinds[v.name()] = kind_of_type(v.type());
     if (!impl->initializers.count(v.name())) impl->inputs.push_back(info_of(v, name));

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -49,12 +50,25 @@ struct Model::Impl {
   std::map<std::string, Tensor> initializers;
   // The main graph's Constant nodes with a tensor value, read once by load (like the initializers, not per run)
   std::map<const pb::NodeProto*, Value> constants;
+  // The main graph with graph-level rules applied by load (fold_batchnorm), when one applied: run unless an input
+  // overrides one of the initializers it folded away (folded_from); its new initializers are folded_initializers.
+  std::unique_ptr<pb::GraphProto> folded;
+  std::map<std::string, Tensor> folded_initializers;
+  std::set<std::string> folded_from;
+  size_t bn_folded = 0;  // BatchNormalization nodes folded into their Conv
   std::vector<ValueInfo> inputs, outputs;
   std::map<std::string, std::string> kinds;  // declared kind of each graph input/output
   mutable std::mutex jits_mu;
   mutable std::map<std::string, std::shared_ptr<RunJit>> jits;  // by input signature, at most kMaxJits
   static constexpr size_t kMaxJits = 32;
 };
+
+/** Folds inference BatchNormalization into the Conv before it where both read initializers (ONNX Runtime's
+ *  ConvBNFusion), into m.folded; called by load after the initializers and Constant nodes are read. */
+void fold_batchnorm(Model::Impl& m);
+
+/** The main graph a run uses: the folded one unless `overrides` (input names) replace an initializer it folded. */
+const pb::GraphProto& main_graph(const Model::Impl& m, const std::map<std::string, Value>& overrides);
 
 /** Run one graph (the main graph or a subgraph of If/Loop/Scan) with `scope` holding outer values. */
 std::vector<Value> run_graph(const Model::Impl& m, const pb::GraphProto& g, const std::map<std::string, Value>& scope,

@@ -82,11 +82,20 @@ std::vector<double> Ctx::floats_attr(const std::string& name) const {
   return {a->floats().begin(), a->floats().end()};
 }
 
+const pb::GraphProto& main_graph(const Model::Impl& m, const std::map<std::string, Value>& overrides) {
+  if (!m.folded) return m.proto.graph();
+  for (const auto& [k, v] : overrides)
+    if (m.folded_from.count(k)) return m.proto.graph();
+  return *m.folded;
+}
+
 std::vector<Value> run_graph(const Model::Impl& m, const pb::GraphProto& g, const std::map<std::string, Value>& scope,
                              const std::vector<Value>& args) {
   std::map<std::string, Value> env = scope;
-  if (&g == &m.proto.graph()) {  // the main graph's initializers were read once by load (not copied per run)
+  if (&g == &m.proto.graph() || &g == m.folded.get()) {  // the main graph's initializers were read once by load
     for (const auto& [k, v] : m.initializers) env.emplace(k, Value::of(v));  // inputs may override them
+    if (&g == m.folded.get())
+      for (const auto& [k, v] : m.folded_initializers) env.emplace(k, Value::of(v));
   } else {
     for (const auto& t : g.initializer()) env[t.name()] = Value::of(tensor_of_proto(t, m.name, m.base_dir));
   }
@@ -191,7 +200,7 @@ std::map<std::string, Value> Model::run(const std::map<std::string, Value>& inpu
     }
   const Impl& m = *impl_;
   auto eager = [&]() {
-    std::vector<Value> outs = run_graph(m, m.proto.graph(), scope, {});
+    std::vector<Value> outs = run_graph(m, main_graph(m, inputs), scope, {});
     std::map<std::string, Value> res;
     for (size_t i = 0; i < outs.size(); i++) res[m.outputs[i].name] = outs[i];
     return res;
@@ -236,7 +245,7 @@ std::map<std::string, Value> Model::run(const std::map<std::string, Value>& inpu
     rj->jit = std::make_unique<TinyJit>([state, mp, names, fixed](const std::vector<Tensor>& in) {
       std::map<std::string, Value> sc = fixed;
       for (size_t i = 0; i < names.size(); i++) sc[names[i]] = Value::of(in[i]);
-      std::vector<Value> outs = run_graph(*mp, mp->proto.graph(), sc, {});
+      std::vector<Value> outs = run_graph(*mp, main_graph(*mp, {}), sc, {});  // no overrides: those run eagerly
       std::vector<Tensor> ts;
       for (const Value& v : outs) {
         if (v.kind != Value::Kind::Tensor) {
@@ -257,6 +266,7 @@ std::map<std::string, Value> Model::run(const std::map<std::string, Value>& inpu
         if (auto buf = buffer_of(b)) weights.push_back(buf.get());
     };
     for (const auto& [k, t] : m.initializers) add(t);
+    for (const auto& [k, t] : m.folded_initializers) add(t);
     for (const auto& [n, v] : m.constants)
       if (v.kind == Value::Kind::Tensor) add(v.tensor);
     rj->jit->set_constant_buffers(std::move(weights));

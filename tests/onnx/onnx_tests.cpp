@@ -4,6 +4,8 @@
 
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <functional>
 #include <fstream>
@@ -404,5 +406,126 @@ TEST_CASE("a graph whose shape comes from its input's values runs eagerly, right
                       {"s", tgx::Value::of(Tensor::from_vector<int64_t>({want[0], want[1]}))}});
     CHECK(out.at("y").tensor.shape() == want);
     CHECK(out.at("y").tensor.to_vector<float>() == std::vector<float>{0, 1, 2, 3, 4, 5});
+  }
+}
+
+namespace {
+
+// y = BatchNormalization(Conv(x, w[, b])): w and b initializers; the BN's scale a Constant node, its bias, mean and
+// var initializers (both kinds of weights load reads).
+pb::ModelProto conv_bn(const std::vector<float>& w, const std::vector<float>* b, const std::vector<float> bn[4]) {
+  pb::ModelProto mp;
+  mp.set_ir_version(8);
+  auto* os = mp.add_opset_import();
+  os->set_domain("");
+  os->set_version(13);
+  auto* g = mp.mutable_graph();
+  g->set_name("g");
+  *g->add_input() = tensor_info("x", pb::TensorProto::FLOAT, {1, 3, 5, 7});
+  *g->add_output() = tensor_info("y", pb::TensorProto::FLOAT, {});
+  auto init = [&](const std::string& name, const std::vector<float>& v, std::vector<int64_t> dims) {
+    auto* t = g->add_initializer();
+    t->set_name(name);
+    t->set_data_type(pb::TensorProto::FLOAT);
+    for (int64_t d : dims) t->add_dims(d);
+    for (float x : v) t->add_float_data(x);
+  };
+  init("w", w, {4, 3, 3, 3});
+  if (b) init("b", *b, {4});
+  auto* c = g->add_node();
+  c->set_op_type("Constant");
+  c->add_output("scale");
+  auto* a = c->add_attribute();
+  a->set_name("value");
+  a->set_type(pb::AttributeProto::TENSOR);
+  a->mutable_t()->set_data_type(pb::TensorProto::FLOAT);
+  a->mutable_t()->add_dims(4);
+  for (float x : bn[0]) a->mutable_t()->add_float_data(x);
+  init("bias", bn[1], {4});
+  init("mean", bn[2], {4});
+  init("var", bn[3], {4});
+  auto* conv = g->add_node();
+  conv->set_op_type("Conv");
+  conv->add_input("x"), conv->add_input("w");
+  if (b) conv->add_input("b");
+  conv->add_output("h");
+  auto* p = conv->add_attribute();
+  p->set_name("pads");
+  p->set_type(pb::AttributeProto::INTS);
+  for (int k = 0; k < 4; k++) p->add_ints(1);
+  auto* n = g->add_node();
+  n->set_op_type("BatchNormalization");
+  for (const char* in : {"h", "scale", "bias", "mean", "var"}) n->add_input(in);
+  n->add_output("y");
+  auto* e = n->add_attribute();
+  e->set_name("epsilon");
+  e->set_type(pb::AttributeProto::FLOAT);
+  e->set_f(1e-3f);
+  return mp;
+}
+
+}  // namespace
+
+TEST_CASE("a BatchNormalization after a Conv is folded into the Conv's weights by load, as ONNX Runtime folds it") {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  auto vec = [&](size_t n, float lo, float hi) {
+    std::vector<float> v(n);
+    for (float& x : v) x = lo + (hi - lo) * (u(rng) + 1.f) / 2.f;
+    return v;
+  };
+  std::vector<float> w = vec(4 * 27, -1, 1), b = vec(4, -1, 1);
+  std::vector<float> bn[4] = {vec(4, 0.5f, 2), vec(4, -1, 1), vec(4, -1, 1), vec(4, 0.1f, 3)};
+  std::vector<float> xv = vec(3 * 35, -1, 1);
+  auto x = tgx::Value::of(Tensor::from_vector(xv, {1, 3, 5, 7}));
+  for (bool with_b : {true, false}) {
+    CAPTURE(with_b);
+    // ONNX Runtime's ConvBNFusion, in float: s = scale / sqrt(var + eps), W' = W * s, B' = (B - mean) * s + bias
+    std::vector<float> w2 = w, b2(4);
+    for (size_t c = 0; c < 4; c++) {
+      float s = bn[0][c] / std::sqrt(bn[3][c] + 1e-3f);
+      for (size_t k = 0; k < 27; k++) w2[c * 27 + k] *= s;
+      b2[c] = with_b ? (b[c] - bn[2][c]) * s + bn[1][c] : bn[1][c] - bn[2][c] * s;
+    }
+    pb::ModelProto ref = one_node("Conv", {{"x", {1, 3, 5, 7}}, {"w", {4, 3, 3, 3}}, {"b", {4}}}, "y");
+    auto* p = ref.mutable_graph()->mutable_node(0)->add_attribute();
+    p->set_name("pads");
+    p->set_type(pb::AttributeProto::INTS);
+    for (int k = 0; k < 4; k++) p->add_ints(1);
+    std::vector<float> want =
+        parse(ref).run({{"x", x}, {"w", tgx::Value::of(Tensor::from_vector(w2, {4, 3, 3, 3}))}, {"b", tgx::Value::of(Tensor::from_vector(b2))}})
+            .at("y").tensor.to_vector<float>();
+    // the folded model runs exactly that convolution: no sqrt or division left in any kernel
+    tgx::Model m = parse(conv_bn(w, with_b ? &b : nullptr, bn));
+    std::vector<std::string> ops;
+    tg::set_kernel_compile_hook([&](const tg::UOpRef& ast, const std::string&) {
+      for (const tg::UOp* n : tg::toposort(ast.get())) ops.push_back(tg::op_name(n->op));
+    });
+    std::vector<float> got;
+    for (int run = 0; run < 4; run++) {  // eager, the capture, replays
+      CAPTURE(run);
+      got = m.run({{"x", x}}).at("y").tensor.to_vector<float>();
+      CHECK(got == want);
+    }
+    tg::set_kernel_compile_hook(nullptr);
+    CHECK(std::count(ops.begin(), ops.end(), "SQRT") == 0);
+    CHECK(std::count(ops.begin(), ops.end(), "RECIPROCAL") == 0);
+    // unfolded (ONNX_FOLD_BN=0) the BN's formula: the same values to float rounding
+    std::vector<float> unfolded;
+    {
+      ScopedEnv off("ONNX_FOLD_BN", "0");
+      unfolded = parse(conv_bn(w, with_b ? &b : nullptr, bn)).run({{"x", x}}).at("y").tensor.to_vector<float>();
+    }
+    REQUIRE(unfolded.size() == want.size());
+    for (size_t i = 0; i < want.size(); i++) CHECK(std::fabs(unfolded[i] - want[i]) <= 1e-5f * (1.f + std::fabs(want[i])));
+    // an input overriding a folded initializer runs the original graph: the override is used, not the fold
+    auto mean2 = tgx::Value::of(Tensor::from_vector<float>({0.5f, -0.5f, 0.25f, 0.f}));
+    std::vector<float> over = m.run({{"x", x}, {"mean", mean2}}).at("y").tensor.to_vector<float>(), over_ref;
+    {
+      ScopedEnv off("ONNX_FOLD_BN", "0");
+      over_ref = parse(conv_bn(w, with_b ? &b : nullptr, bn)).run({{"x", x}, {"mean", mean2}}).at("y").tensor.to_vector<float>();
+    }
+    CHECK(over == over_ref);
+    CHECK(over != got);
   }
 }

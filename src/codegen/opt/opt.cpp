@@ -307,6 +307,7 @@ struct Heuristic {
   std::vector<const UOp*> axes;
   size_t n_out = 0;
   std::vector<int64_t> size;  // current sizes (0: symbolic, never split)
+  std::vector<int64_t> size0;  // the sizes before any split
   double work = 1;
   Accesses acc;
   const UOp* st = nullptr;
@@ -330,6 +331,7 @@ struct Heuristic {
       size[i] = range_size(axes[i]).value_or(0);
       work *= double(std::max<int64_t>(size[i], 1));
     }
+    size0 = size;
     acc = accesses(ast);
     reduce = n_out < axes.size();
     w = std::max(4, cfg.vector_width);
@@ -659,12 +661,65 @@ struct Heuristic {
     return true;
   }
 
+  // The kernel's work in vector operations: each float ALU op, reduce accumulation and load of the AST counted
+  // over the axes it depends on (a load once per element it reads: the register tile reuses it across the others;
+  // a reduce's result over the output axes only), divided by the vector width. One Zen 5 core ran about 6-7 of
+  // them per ns in PaddleOCR's kernels (a 1x1 convolution of 154k in 23 us, a hard-swish of 68k in 11 us).
+  double vector_ops() const {
+    std::unordered_map<const UOp*, uint64_t> in;  // the axes (bits, by index into axes) a node runs in
+    double ops = 0;
+    for (const UOp* u : toposort(ast.get())) {
+      uint64_t m = 0;
+      for (size_t i = 0; i < axes.size() && i < 64; i++)
+        if (u == axes[i]) m |= uint64_t(1) << i;
+      for (size_t k = 0; k < u->nsrc(); k++)
+        if (auto it = in.find(u->src(k)); it != in.end()) m |= it->second;
+      auto trips = [&](uint64_t bits) {
+        double t = 1;
+        for (size_t i = 0; i < axes.size() && i < 64; i++)
+          if (bits >> i & 1) t *= double(std::max<int64_t>(size0[i], 1));
+        return t;
+      };
+      if (u->op == Ops::REDUCE) {  // one accumulation per value reduced; its reduce ranges end here
+        ops += trips(m);
+        for (size_t k = 1; k < u->nsrc(); k++) m &= ~in[u->src(k)];
+      }
+      in[u] = m;
+      if (u->op == Ops::LOAD || (is_alu(u->op) && dtypes::is_float(u->dtype))) ops += trips(m);
+    }
+    return ops / double(w);
+  }
+
   // 4. (run last; alone for a large body) Threads: the outermost output axis that divides evenly, for kernels with
-  //    enough work to pay for it. In a reduce kernel an input of 8 MiB or more that this split would leave whole
-  //    (every thread streams all of it again for each of its tiles: B of a 2048 matmul) is split instead, on the
-  //    outermost axis it depends on (N=2048: 1.23x; each core's cache then holds its part).
+  //    enough work to pay for it: each thread's part at least kSplitVectorOps vector operations (about 10 us on
+  //    Zen 5), which outlasts waking a worker and joining it. A smaller kernel runs on the launching thread alone:
+  //    PaddleOCR's angle classifier has 155 kernels of 1-25 us, and a split of one of 2-4 us cost more than it
+  //    saved (and 6x its time where the worker was not running: a busy machine). Where the register tile left no
+  //    output axis divisible by the threads (40 rows upcast by 8: 5), heuristic_opts plans again with an axis
+  //    reserved for them first (`reserved`: its size divided before the tile is chosen). In a reduce kernel an
+  //    input of 8 MiB or more that this split would leave whole (every thread streams all of it again for each of
+  //    its tiles: B of a 2048 matmul) is split instead, on the outermost axis it depends on (N=2048: 1.23x; each
+  //    core's cache then holds its part).
+  static constexpr double kSplitVectorOps = 65536;
+  std::optional<size_t> reserved;  // an output axis set aside for THREAD before the tile
+  bool unsplit = false;            // threads() wanted a split and found no axis for it
+  bool wants_threads() const { return cfg.threads > 1 && vector_ops() >= kSplitVectorOps * cfg.threads; }
+  // sets `reserved` to the outermost output axis whose full size the threads divide; false if none
+  bool reserve_axis() {
+    for (size_t i = 0; i < n_out; i++)
+      if (size0[i] >= 2 * cfg.threads && size0[i] % cfg.threads == 0) {
+        reserved = i;
+        size[i] /= cfg.threads;
+        return true;
+      }
+    return false;
+  }
   void threads() {
-    if (cfg.threads <= 1 || work < 32768) return;
+    if (reserved) {
+      opts.push_back({OptOp::THREAD, int(*reserved), cfg.threads});
+      return;
+    }
+    if (!wants_threads()) return;
     auto splits = [&](size_t i) { return size[i] >= cfg.threads && size[i] % cfg.threads == 0; };
     std::optional<size_t> pick_axis;
     for (size_t i = 0; i < n_out && !pick_axis; i++)
@@ -687,6 +742,7 @@ struct Heuristic {
           }
     }
     if (pick_axis) opts.push_back({OptOp::THREAD, int(*pick_axis), cfg.threads});
+    unsplit = !pick_axis;
   }
 };
 
@@ -708,12 +764,21 @@ std::optional<std::vector<Opt>> heuristic_opts(const UOpRef& ast_in, const OptCo
     if (tile_rank > 0) return std::nullopt;
     return h.opts;
   }
-  h.store_vectors();
-  h.load_vectors();
-  h.row_lanes();
-  h.reduce_lanes();
-  if (!h.register_tile()) return std::nullopt;
-  h.threads();
+  auto plan = [&](Heuristic& p) {
+    p.store_vectors();
+    p.load_vectors();
+    p.row_lanes();
+    p.reduce_lanes();
+    if (!p.register_tile()) return false;
+    p.threads();
+    return true;
+  };
+  if (!plan(h)) return std::nullopt;
+  if (h.unsplit) {  // the tile left no axis for the threads: again, with one reserved for them first
+    Heuristic r(ast_in, cfg, tile_rank);
+    r.st = r.acc.stores[0];
+    if (r.reserve_axis() && plan(r) && (tile_rank == 0 || r.ranked)) return r.opts;
+  }
   if (tile_rank > 0 && !h.ranked) return std::nullopt;
   return h.opts;
 }
