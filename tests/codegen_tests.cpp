@@ -219,7 +219,8 @@ TEST_CASE("a quantised block's scale multiplies once per block and lane, not per
   // y = x @ W.T with W read from its blocks (d * q, q4_0: d * (q - 8)): the scale d is constant over a block's 32
   // weights, so factor_reduce_invariants sums x * q over each lane's weights of the block first and multiplies by d
   // once (REDUCE(x * q * d, kb, k) -> REDUCE(d * (x*q + x*q), kb, lane)). Counted as float ops through the loops'
-  // trip counts (the heuristic's opts, the CPU renderer); an f32 matvec (no such factor) lowers to the same program.
+  // trip counts (the heuristic's opts, the CPU renderer); an f32 matvec (no such factor) lowers to the same program,
+  // and so does one whose float weights have a float scale per block: only a dequantised integer is factored.
   const int64_t N = 64, K = 256;
   std::mt19937 gen{7};
   auto lowered = [](const Tensor& t) {
@@ -241,7 +242,7 @@ TEST_CASE("a quantised block's scale multiplies once per block and lane, not per
     Tensor y = x.matmul(nn::ggml_dequantize(w, type).reshape({N, K}).T());
     double factored = 0, plain = 0;
     {
-      ScopedEnv on("FACTOR_REDUCE", "1");
+      ScopedEnv on("FACTOR_REDUCE", nullptr);  // on by default
       factored = lowered(y).flops;
     }
     {
@@ -251,7 +252,7 @@ TEST_CASE("a quantised block's scale multiplies once per block and lane, not per
     MESSAGE(type << ": float ops " << plain << " -> " << factored);
     CHECK(factored <= plain - double(N * K) / 4);  // at least one op in 4 weights saved (16 lanes: one in 2)
     // the values, against a float64 sum on the host
-    ScopedEnv on("FACTOR_REDUCE", "1");
+    ScopedEnv on("FACTOR_REDUCE", nullptr);
     std::vector<float> got = y.to_vector<float>(), xs = x.to_vector<float>();
     for (int64_t j = 0; j < N; j++) {
       double want = 0, mag = 0;
@@ -266,13 +267,19 @@ TEST_CASE("a quantised block's scale multiplies once per block and lane, not per
     }
   }
   Tensor wf = Tensor::randn({N, K}).realize(), xf = Tensor::randn({1, K}).realize();
-  std::string on;
+  // a float weight with a float scale per block of 32 (the same sum as q8_0's, of float data): not factored, its
+  // rounding stays that of the plain sum (training's kernels: tests/multi_mnist.sh)
+  Tensor df = Tensor::rand({N, K / 32, 1}).realize();
+  Tensor yf = xf.matmul((wf.reshape({N, K / 32, 32}) * df).reshape({N, K}).T());
+  std::string on, scaled_on;
   {
-    ScopedEnv factor("FACTOR_REDUCE", "1");
+    ScopedEnv factor("FACTOR_REDUCE", nullptr);
     on = lowered(xf.matmul(wf.T())).src;
+    scaled_on = lowered(yf).src;
   }
   ScopedEnv off("FACTOR_REDUCE", "0");
   CHECK(lowered(xf.matmul(wf.T())).src == on);
+  CHECK(lowered(yf).src == scaled_on);
 }
 
 TEST_CASE("q6_K's matvec gets vector lanes: its byte indices split into plain loops (split_ranges on (l + 32 g) % 64, l // 16)") {

@@ -171,6 +171,17 @@ UOpRef reuse_row_values(const UOpRef& k) {
   return k;
 }
 
+// Whether e casts to float an integer of at most 8 bits that it reads from memory (a quantised weight: q8_0's int8,
+// a nibble of a uint8); a bool (a comparison's mask) is not one.
+bool dequantises(const UOp* e) {
+  for (const UOp* n : toposort(e)) {
+    if (n->op != Ops::CAST || !dtypes::is_float(n->dtype) || !dtypes::is_int(n->src(0)->dtype)) continue;
+    for (const UOp* m : toposort(n->src(0)))
+      if (m->op == Ops::LOAD && dtypes::is_int(m->dtype) && m->dtype.bitsize() <= 8) return true;
+  }
+  return false;
+}
+
 // A factor of a float sum's terms that does not move with its inner terms multiplies once per group of them, not per
 // term (a quantised weight's block scale, constant over the block's 32 weights):
 // REDUCE(a * s, outer..., inner...) -> REDUCE(s * REDUCE(a, inner...), outer...), s independent of `inner`, which
@@ -178,13 +189,16 @@ UOpRef reuse_row_values(const UOpRef& k) {
 // stay innermost), and (2) of each unrolled range u that s does not read and that is longer than a vector (`lanes`),
 // the part above the vector: u = t * lanes + l, the copies t summed inside, l kept (each lane keeps its own inner
 // sum: no horizontal sum per block; q4_0's lane l sums byte l's two nibbles). Applied only where s reads an outer
-// loop and the inner sum has 2 terms or more. CPU only (a GPU's grouped reduces are left as they are). Off unless
-// FACTOR_REDUCE=1: on by default it moved beautiful_mnist's weights after 3 Adam steps on two MPI ranks 3.4e-4 (of the
-// largest value) from one process's, against 2.2e-5 without it (tests/multi_mnist.sh); which sum's rounding Adam
-// amplifies there is not found yet.
+// loop, the inner sum has 2 terms or more, and a dequantises: it casts an integer of at most 8 bits read from memory
+// to float (q8_0's int8, the nibbles of q4_0's and the K-quants' bytes). Float sums of float data (training's
+// kernels) keep their order: there the factor saves a multiply in a few terms and only moves the rounding, which
+// Adam amplifies (the 2-rank beautiful_mnist of tests/multi_mnist.sh drifted 3.4e-4 from one process with it; the
+// gradients of the same weights agreed within 1e-6 either way: a ReLU or max-pool switch at step 3 under a 1e-6
+// weight change, not a wrong sum). CPU only (a GPU's grouped reduces are left as they are). FACTOR_REDUCE=0 turns
+// it off.
 UOpRef factor_reduce_invariants(const UOpRef& k, int64_t lanes) {
   constexpr int64_t kMaxCopies = 8;  // an inner loop of at most this many terms is summed as copies
-  if (!getenv_int("FACTOR_REDUCE", 0) || lanes < 1) return k;
+  if (!getenv_int("FACTOR_REDUCE", 1) || lanes < 1) return k;
   int64_t next_id = 0;
   for (const UOp* n : toposort(k.get()))
     if (n->op == Ops::RANGE) next_id = std::max(next_id, range_id(n) + 1);
@@ -245,6 +259,7 @@ UOpRef factor_reduce_invariants(const UOpRef& k, int64_t lanes) {
     UOpRef a, sc;
     auto times = [](UOpRef& p, const UOp* f) { p = p ? p->alu(Ops::MUL, UOpRef(f)) : UOpRef(f); };
     for (size_t i = 0; i < factors.size(); i++) times(invariant(i, *pick) ? sc : a, factors[i]);
+    if (!dequantises(a.get())) continue;
     // the unrolled ranges' parts above the vector, and inner loops of few terms: copies of a, summed
     int64_t loop_terms = 1;
     for (size_t j = *pick; j < loops.size(); j++) loop_terms *= size_of(loops[j]) > 0 ? size_of(loops[j]) : kMaxCopies + 1;

@@ -436,12 +436,12 @@ void run_schedule(Schedule& s) {
     runners[i] = kernel_cache().get(s.items[i].ast.get(), s.items[i].device);
     if (!runners[i]) missing.push_back(i);
   }
-  if (missing.size() > 1) {
+  if (missing.size() > 1 && dbg < 5) {  // DEBUG=5 prints every lowering stage: one kernel at a time, not interleaved
     std::vector<std::future<std::shared_ptr<Runner>>> fut;
     for (size_t i : missing) fut.push_back(std::async(std::launch::async, compile_item, std::cref(s.items[i])));
     for (size_t k = 0; k < missing.size(); k++) runners[missing[k]] = fut[k].get();
-  } else if (missing.size() == 1) {
-    runners[missing[0]] = compile_item(s.items[missing[0]]);
+  } else {
+    for (size_t i : missing) runners[i] = compile_item(s.items[i]);
   }
   for (size_t i : missing) kernel_cache().put(s.items[i].ast, s.items[i].device, runners[i]);
   // 2. Run in order. The index checks' records are zeroed first and read together after the run (one host sync),
