@@ -161,6 +161,13 @@ const PatternMatcher& pm_gradient() {
              Tensor g = g_of(m), x = src_of(m, 0), y = src_of(m, 1);
              return tup2(g / y, -g * x / (y * y));
            }),
+      rule(op_any<opset<Ops::POW>>,  // torch's: d/dx = y x^(y-1), 0 where y == 0; d/dy = x^y ln x, 0 where x == 0, y >= 0
+           [](auto& m) {
+             Tensor g = g_of(m), x = src_of(m, 0), y = src_of(m, 1);
+             Tensor gx = (y == 0.0).where(0.0, g * y * x.pow(y - 1.0));
+             Tensor gy = ((x == 0.0) & (y >= 0.0)).where(0.0, g * ret_of(m) * x.log());  // NaN for x < 0, as torch
+             return tup2(gx.cast(g.dtype()), gy.cast(g.dtype()));
+           }),
       rule(op_any<opset<Ops::MAX>>,  // ties split the gradient evenly, as tinygrad and torch.maximum
            [](auto& m) {
              Tensor g = g_of(m), x = src_of(m, 0), y = src_of(m, 1);

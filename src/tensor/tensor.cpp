@@ -745,25 +745,12 @@ Tensor Tensor::mod(const Tensor& b) const {
 }
 
 Tensor Tensor::pow(const Tensor& b) const {
-  // x^y = exp2(y * log2|x|), with the sign for negative bases and integer exponents (C's pow: (-inf)^0.3 = inf).
+  // One POW node: its gradient rule (src/tensor/gradient.cpp) gives torch's values at the edges, and the lowering
+  // writes it as exp2(y * log2|x|) with the sign, NaN and x^0 cases (src/codegen/transcendental.cpp).
   DType out = least_upper_float(dtypes::strong(least_upper_dtype({dtype(), b.dtype()})));
   Shape s = broadcast_shape(shape(), b.shape(), "pow");
   Tensor x = broadcast_to(cast(out), s), y = broadcast_to(b.cast(out), s);
-  Tensor mag = (y * x.abs().log2()).exp2();
-  Tensor odd = y.mod(2.0) == 1.0;
-  Tensor neg = x < 0.0;
-  Tensor r = (neg & odd).where(-mag, mag);
-  Tensor nan_case = neg & (y != y.trunc()) & (x != -INFINITY);
-  r = nan_case.where(NAN, r);
-  r = ((y == 0.0).where(1.0, r)).cast(out);
-  if (im().weak && b.im().weak) return r;
-  // torch's gradients: d/dx = y x^(y-1) (0 where y == 0), d/dy = x^y ln x (0 where x == 0 and y >= 0; NaN for x < 0)
-  return r.custom_gradient({x, y}, "pow", [](const Tensor& g, const Tensor& v, const std::vector<Tensor>& in) {
-    const Tensor &x = in[0], &y = in[1];
-    Tensor gx = (y == 0.0).where(0.0, g * y * x.pow(y - 1.0)).cast(g.dtype());
-    Tensor gy = ((x == 0.0) & (y >= 0.0)).where(0.0, g * v * x.log()).cast(g.dtype());
-    return std::vector<std::optional<Tensor>>{gx, gy};
-  });
+  return Tensor(UOp::make(Ops::POW, out, {x.uop(), y.uop()}), s, im().weak ? b.device() : device());
 }
 
 namespace {
