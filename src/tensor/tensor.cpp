@@ -669,21 +669,21 @@ Tensor Tensor::minimum(const Tensor& b, CallLoc loc) const {
   return -(-*this).maximum(-b);
 }
 Tensor Tensor::relu() const {
-  Tensor r = maximum(0);
-  if (!dtypes::is_float(dtype())) return r;
-  // d relu = [x > 0], 0 at x == 0 as torch (MAX's rule splits a tie: 0.5)
-  return r.custom_gradient({*this}, "relu", [](const Tensor& g, const Tensor&, const std::vector<Tensor>& in) {
-    return std::vector<std::optional<Tensor>>{(in[0] > 0.0).where(g, 0.0).cast(g.dtype())};
-  });
+  if (!dtypes::is_float(dtype())) return maximum(0);
+  // x where x > 0, else 0 (tinygrad's): WHERE's gradient rule gives torch's [x > 0], 0 at x == 0 (maximum's rule
+  // would split that tie: 0.5). NaN gives 0 (torch: NaN): a NaN test would make relu 4 ops, which the realize map's
+  // recompute cost then stores in a buffer of its own before a matmul that broadcasts it (one more kernel per layer)
+  return (*this > 0.0).where(*this, 0.0);
 }
 Tensor Tensor::sigmoid() const {
   if (narrow_float(dtype())) return cast(dtypes::float32).sigmoid().cast(dtype());
-  Tensor s = 1.0 / (1.0 + (-*this).exp());
-  if (!dtypes::is_float(dtype())) return s;
-  // d sigmoid = s (1 - s): finite everywhere (through the graph, x < -88 gave exp' = inf times 0 = NaN; also tanh)
-  return s.custom_gradient({*this}, "sigmoid", [](const Tensor& g, const Tensor& v, const std::vector<Tensor>&) {
-    return std::vector<std::optional<Tensor>>{g * (v * (1.0 - v))};
-  });
+  if (!dtypes::is_float(dtype())) return 1.0 / (1.0 + (-*this).exp());
+  // 1 / (1 + e) for x >= 0, e / (1 + e) below, with e = exp(-|x|) in (0, 1]: no step overflows, so the graph's own
+  // gradient is finite everywhere (1 / (1 + exp(-x)) has exp' = inf times the reciprocal's 0 = NaN for x < -88) and
+  // accurate to an ulp or two where s (1 - s) has underflowed or cancelled
+  Tensor pos = *this >= 0.0;
+  Tensor e = pos.where(-*this, *this).exp();
+  return pos.where(1.0, e) / (1.0 + e);
 }
 Tensor Tensor::abs() const { return dtypes::is_unsigned(dtype()) || dtypes::is_bool(dtype()) ? *this : maximum(-*this); }
 Tensor Tensor::logical_not() const {
