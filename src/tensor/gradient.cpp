@@ -219,6 +219,7 @@ const PatternMatcher& pm_gradient() {
            }),
       rule(op_any<opset<Ops::FUNCTION>>, [](auto& m) { return do_grad_custom(m.root, ctx_of(m)); }),  // custom_gradient
       rule(op_any<opset<Ops::CONTIGUOUS>>, [](auto& m) { return tup1(g_of(m)); }),  // d contiguous(x) = dx
+      rule(op_any<opset<Ops::CONTIGUOUS_BACKWARD>>, [](auto& m) { return tup1(g_of(m).contiguous()); }),
       rule(op_any<opset<Ops::COPY>>,  // d x.to(dev) = the gradient copied back to x's device
            [](auto& m) { return tup({g_of(m).to(ctx_of(m).dev(m.root->src(0))).uop(), none()}); }),
       rule(op_any<opset<Ops::MULTI>>,  // each part gets its device's part of the gradient (include/tg/multi.hpp)
