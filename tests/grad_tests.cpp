@@ -157,6 +157,34 @@ TEST_CASE("custom_gradient replaces the differentiated graph; the forward value 
   CHECK_THROWS_WITH_AS(bad.sum().backward(), doctest::Contains("has shape (2,), input is (3,)"), Error);
 }
 
+namespace {
+bool has_op(const Tensor& t, Ops op) {
+  for (const UOp* u : toposort(t.uop().get()))
+    if (u->op == op) return true;
+  return false;
+}
+}  // namespace
+
+TEST_CASE("relu, sigmoid, pow, sort and contiguous_backward differentiate by rules, not custom-gradient closures") {
+  auto x = Tensor::from_vector(std::vector<float>{-1, 0, 0.5f, 2}).requires_grad_();
+  auto y = Tensor::from_vector(std::vector<float>{2, 0, -1, 0.5f}).requires_grad_();
+  for (const Tensor& t : {x.relu(), x.sigmoid(), x.pow(y), x.sort().first, x.contiguous_backward()})
+    CHECK_FALSE(has_op(t, Ops::FUNCTION));
+  // pow is one POW node (its rule has torch's edges); contiguous_backward an identity whose rule makes the gradient
+  // contiguous, and the forward value passes through it
+  CHECK(x.pow(y).uop()->op == Ops::POW);
+  Tensor cb = Tensor(x * 2).contiguous_backward();
+  CHECK(cb.to_vector<float>() == std::vector<float>{-2, 0, 1, 4});
+  CHECK(has_op(Tensor(cb * 3).sum().gradient({x})[0], Ops::CONTIGUOUS));
+  CHECK_FALSE(has_op(Tensor(Tensor(x * 2) * 3).sum().gradient({x})[0], Ops::CONTIGUOUS));
+  Tensor(Tensor(cb * 3).sum()).backward();
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{6, 6, 6, 6});
+  // sort's gradient goes back by the indices (ties: the stable order's), each value's to where it came from
+  auto s = Tensor::from_vector(std::vector<float>{3, 1, 3, 2}).requires_grad_();
+  Tensor(s.sort().first * Tensor::from_vector(std::vector<float>{1, 2, 3, 4})).sum().backward();
+  CHECK(s.grad().to_vector<float>() == std::vector<float>{3, 1, 4, 2});
+}
+
 TEST_CASE("a convolution's input gradient is a transposed convolution: one kernel without bounds tests") {
   Tensor x = Tensor::rand({2, 3, 9, 9}).requires_grad_(), w = Tensor::rand({4, 3, 3, 3}).requires_grad_();
   x.realize(), w.realize();
