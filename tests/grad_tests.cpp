@@ -270,6 +270,25 @@ TEST_CASE("relu's gradient at exactly 0 is 0, as torch") {
   CHECK(grad_at({0, 7}, [](const Tensor& x) { return x.relu6(); }) == std::vector<float>{0, 0});
 }
 
+TEST_CASE("relu is max(x, 0): NaN stays NaN (torch); the constant takes the tie, two tensors split it") {
+  const float inf = INFINITY, nan = NAN;
+  auto x = Tensor::from_vector(std::vector<float>{nan, -1, -0.0f, 0, 2, inf, -inf}).requires_grad_();
+  Tensor r = x.relu();
+  CHECK(r.uop()->op == Ops::MAX);  // one op in the forward kernel, as before issue 16
+  auto v = r.to_vector<float>();
+  CHECK(std::isnan(v[0]));
+  CHECK(std::vector<float>(v.begin() + 1, v.end()) == std::vector<float>{0, 0, 0, 2, inf, 0});
+  r.sum().backward();
+  auto g = x.grad().to_vector<float>();  // [x > 0]: 0 at +-0 (torch's relu); at NaN 0 (torch: 1)
+  CHECK(g == std::vector<float>{0, 0, 0, 0, 1, 1, 0});
+  // a threshold on either side; clamp_min keeps torch's clamp gradient (1 at the bound)
+  CHECK(grad_at({0.5f, 1, 2}, [](const Tensor& t) { return Tensor(1.0).maximum(t); }) == std::vector<float>{0, 0, 1});
+  CHECK(grad_at({0.5f, 1, 2}, [](const Tensor& t) { return t.clamp_min(1); }) == std::vector<float>{0, 1, 1});
+  auto a = Tensor::from_vector(std::vector<float>{1, 2, 3}).requires_grad_();
+  Tensor(a.maximum(Tensor::from_vector(std::vector<float>{2, 2, 2}))).sum().backward();
+  CHECK(a.grad().to_vector<float>() == std::vector<float>{0, 0.5f, 1});
+}
+
 TEST_CASE("tanh and sigmoid gradients stay finite at large |x|") {
   auto t = grad_at({-100, -20, 0, 20, 100}, [](const Tensor& x) { return x.tanh(); });
   std::vector<float> want{0, 0, 1, 0, 0};

@@ -51,6 +51,11 @@ template <class M>
 const Shape& in_shape(M& m) {
   return ctx_of(m).shapes->at(m.root->src(0));
 }
+// A constant seen through its broadcast (the scalar 0 of max(x, 0)).
+bool const_view(const UOp* u) {
+  while (is_movement(u->op)) u = u->src(0);
+  return u->op == Ops::CONST;
+}
 UOpRef tup1(const Tensor& a) { return tup({a.uop()}); }
 UOpRef tup2(const Tensor& a, const Tensor& b) { return tup({a.uop(), b.uop()}); }
 
@@ -167,6 +172,14 @@ const PatternMatcher& pm_gradient() {
              Tensor gx = (y == 0.0).where(0.0, g * y * x.pow(y - 1.0));
              Tensor gy = ((x == 0.0) & (y >= 0.0)).where(0.0, g * ret_of(m) * x.log());  // NaN for x < 0, as torch
              return tup2(gx.cast(g.dtype()), gy.cast(g.dtype()));
+           }),
+      rule(op_any<opset<Ops::MAX>>,  // max(x, c), a threshold (relu): the constant takes the tie, x gets [x > c]
+           [](auto& m) -> UOpRef {
+             bool cx = const_view(m.root->src(0)), cy = const_view(m.root->src(1));
+             if (cx == cy) return {};
+             Tensor g = g_of(m), x = src_of(m, cy ? 0 : 1), c = src_of(m, cy ? 1 : 0);
+             UOpRef gx = (x > c).where(g, 0.0).uop();
+             return cy ? tup({gx, none()}) : tup({none(), gx});
            }),
       rule(op_any<opset<Ops::MAX>>,  // ties split the gradient evenly, as tinygrad and torch.maximum
            [](auto& m) {

@@ -669,11 +669,9 @@ Tensor Tensor::minimum(const Tensor& b, CallLoc loc) const {
   return -(-*this).maximum(-b);
 }
 Tensor Tensor::relu() const {
-  if (!dtypes::is_float(dtype())) return maximum(0);
-  // x where x > 0, else 0 (tinygrad's): WHERE's gradient rule gives torch's [x > 0], 0 at x == 0 (maximum's rule
-  // would split that tie: 0.5). NaN gives 0 (torch: NaN): a NaN test would make relu 4 ops, which the realize map's
-  // recompute cost then stores in a buffer of its own before a matmul that broadcasts it (one more kernel per layer)
-  return (*this > 0.0).where(*this, 0.0);
+  // max(x, 0), torch's forward: MAX propagates NaN (relu(NaN) = NaN). MAX's gradient rule gives the tie to a constant
+  // operand, so the gradient is torch's relu's [x > 0] (0 at x == 0), with no extra op in the forward kernel.
+  return maximum(0);
 }
 Tensor Tensor::sigmoid() const {
   if (narrow_float(dtype())) return cast(dtypes::float32).sigmoid().cast(dtype());
