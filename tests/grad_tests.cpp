@@ -289,6 +289,34 @@ TEST_CASE("relu is max(x, 0): NaN stays NaN (torch); the constant takes the tie,
   CHECK(a.grad().to_vector<float>() == std::vector<float>{0, 0.5f, 1});
 }
 
+TEST_CASE("relu and sigmoid MLPs launch as many kernels as before issue 16 (forward; forward and backward)") {
+  auto count = [](std::vector<Tensor*> ts) {
+    size_t b = kernels_run();
+    Tensor::realize_all(ts);
+    return kernels_run() - b;
+  };
+  // main before issue 16 (0ab4f7d): relu {3, 7, 2, 1}, sigmoid {3, 8, 3, 1}
+  for (bool sig : {false, true}) {
+    CAPTURE(sig);
+    Tensor x = Tensor::rand({64, 96}), w1 = Tensor::rand({96, 48}) - 0.5, b1 = Tensor::rand({48}),
+           w2 = Tensor::rand({48, 10}) - 0.5;
+    realize(x, w1, b1, w2);
+    w1.requires_grad_(), b1.requires_grad_(), w2.requires_grad_();
+    auto act = [sig](const Tensor& t) { return sig ? t.sigmoid() : t.relu(); };
+    auto mlp = [&] { return act(Tensor(act(Tensor(x.matmul(w1) + b1)).matmul(w2))); };
+    Tensor y = mlp();
+    CHECK(count({&y}) == 3);
+    Tensor loss = mlp().sum();
+    loss.backward();
+    Tensor g1 = w1.grad(), gb = b1.grad(), g2 = w2.grad();
+    CHECK(count({&loss, &g1, &gb, &g2}) == (sig ? 8u : 7u));
+    Tensor nb = act(x.matmul(w1)).matmul(w2);  // the activation of a product broadcast into the next product
+    CHECK(count({&nb}) == (sig ? 3u : 2u));
+    Tensor alone = act(x);
+    CHECK(count({&alone}) == 1);
+  }
+}
+
 TEST_CASE("tanh and sigmoid gradients stay finite at large |x|") {
   auto t = grad_at({-100, -20, 0, 20, 100}, [](const Tensor& x) { return x.tanh(); });
   std::vector<float> want{0, 0, 1, 0, 0};
