@@ -5,7 +5,6 @@
 // rule looks at one node, with what the rules decided about the nodes below it in the context (which are realised,
 // which still carry an unrealised reduce), and marks. A node's rules run in table order.
 #include <cstdio>
-#include <set>
 
 #include "stages.hpp"
 #include "tg/env.hpp"
@@ -20,14 +19,11 @@ struct RealizeCtx {
   bool fuse_rows;
   std::unordered_map<std::string, bool> serial;  // device -> its output loops run in order
   std::unordered_map<const UOp*, bool> has_reduce;  // an unrealised reduce lies below (within the kernel)
+  std::unordered_map<const UOp*, int> layout_copies;  // value -> CONTIGUOUS copies of views of it
   // the node being visited
   bool hr = false;     // its value carries an unrealised reduce
   bool inner = false;  // an unrealised reduce lies below it
   bool row = false;    // it is a row-fused EXPAND
-
-  // the graph's users of each node and its topological position (for one_expression)
-  std::unordered_map<const UOp*, std::vector<const UOp*>> users;
-  std::unordered_map<const UOp*, size_t> pos;
 
   bool realized(const UOp* u) const { return s.realized.count(u) != 0; }
   double numel(const UOp* u) const {
@@ -139,26 +135,20 @@ void broadcast_cost(RealizeCtx& c, const UOp* u) {
 using Ctx = RealizeCtx;
 inline Ctx& ctx_of(auto& m) { return m.template ctx<Ctx>(); }
 
-// Whether all of u's users lie in one elementwise expression: every path up from u meets in one node through
-// unrealised elementwise ops (relu's where(x > 0 | isnan(x), x, 0) over a matmul, a sigmoid's e in two places).
-// The kernel that computes that node computes u once and reads it at every use, so u needs no buffer of its own.
-// The cut of paths is advanced at its earliest node (topological order) until one node is left; 16 steps at most.
-bool one_expression(Ctx& c, const UOp* u) {
-  std::set<std::pair<size_t, const UOp*>> cut;
-  for (const UOp* p : c.users[u]) cut.insert({c.pos.at(p), p});
-  for (int step = 0; cut.size() > 1; step++) {
-    const UOp* n = cut.begin()->second;
-    cut.erase(cut.begin());
-    if (step == 16 || !(is_alu(n->op) || n->op == Ops::CAST) || c.realized(n) || c.users[n].empty()) return false;
-    for (const UOp* p : c.users[n]) cut.insert({c.pos.at(p), p});
-  }
-  return true;
-}
-
 /** The realize map's rules. Each returns null (it marks the context); all that match a node run, in this order. */
 const PatternMatcher& pm_realize_map() {
   using namespace pat;
   static const PatternMatcher pm(table(
+      // A computed value copied into two layouts (the layout stage's copies: a convolution's output gradient
+      // stored channels-last for the weight gradient, and padded and channels-last for the input gradient's
+      // transposed convolution) is computed once, and both copies read it: each copy recomputing it (a pool's
+      // backward with its index arithmetic) cost 17% of an mnist step.
+      rule(op_any<alu_ops | opset<Ops::CAST>>, [](auto& m) -> UOpRef {
+        Ctx& c = ctx_of(m);
+        if (auto it = c.layout_copies.find(m.root); it != c.layout_copies.end() && it->second > 1)
+          c.s.realized.insert(m.root);
+        return {};
+      }),
       // contiguous, copies and in-place writes are buffers by definition
       rule(op_any<opset<Ops::CONTIGUOUS, Ops::COPY, Ops::ASSIGN>>, [](auto& m) -> UOpRef {
         ctx_of(m).s.realized.insert(m.root);
@@ -166,7 +156,7 @@ const PatternMatcher& pm_realize_map() {
       }),
       // a reduce read by several nodes runs once
       rule(op_any<opset<Ops::REDUCE_AXIS>>, [](auto& m) -> UOpRef {
-        if (ctx_of(m).s.consumers[m.root] > 1 && !one_expression(ctx_of(m), m.root)) ctx_of(m).s.realized.insert(m.root);
+        if (ctx_of(m).s.consumers[m.root] > 1) ctx_of(m).s.realized.insert(m.root);
         return {};
       }),
       // what the node carries from below: an unrealised reduce in a source, or its own
@@ -215,7 +205,7 @@ const PatternMatcher& pm_realize_map() {
       rule(op_any<all_ops>, [](auto& m) -> UOpRef {
         Ctx& c = ctx_of(m);
         const UOp* u = m.root;
-        if (c.hr && c.s.consumers[u] > 1 && !c.realized(u) && !one_expression(c, u)) {
+        if (c.hr && c.s.consumers[u] > 1 && !c.realized(u)) {
           const UOp* v = u;
           while (is_movement(v->op) && !c.realized(v)) c.has_reduce[v] = false, v = v->src(0);
           if (!c.realized(v)) c.s.realized.insert(v);
@@ -227,22 +217,6 @@ const PatternMatcher& pm_realize_map() {
   return pm;
 }
 
-// A computed value copied into two layouts (the layout stage's copies: a convolution's output gradient stored
-// channels-last for the weight gradient, and padded and channels-last for the input gradient's transposed
-// convolution) is computed once, and both copies read it: each copy recomputing it (a pool's backward with its
-// index arithmetic) cost 17% of an mnist step. A copy is a CONTIGUOUS of a view of the value.
-void copied_once(ScheduleCtx& s) {
-  std::unordered_map<const UOp*, NodeSet> copies;
-  for (const UOp* u : s.topo) {
-    if (u->op != Ops::CONTIGUOUS || !is_movement(u->src(0)->op)) continue;
-    const UOp* v = u->src(0);
-    while (is_movement(v->op)) v = v->src(0);
-    if (is_alu(v->op) || v->op == Ops::CAST) copies[v].insert(u);
-  }
-  for (auto& [v, cps] : copies)
-    if (cps.size() > 1) s.realized.insert(v);
-}
-
 }  // namespace
 
 void realize_map(ScheduleCtx& s) {
@@ -250,15 +224,13 @@ void realize_map(ScheduleCtx& s) {
   s.row_fused.clear();
   for (auto& r : s.roots)  // the roots are the results
     if (!contiguous_buffer(r.get())) s.realized.insert(r.get());
-  RealizeCtx c{s, s.knobs.fuse_rows, {}, {}, {}, {}};
-  for (size_t i = 0; i < s.topo.size(); i++) {
-    const UOp* u = s.topo[i];
-    c.pos[u] = i;
-    std::set<const UOp*> seen;
-    for (auto& x : u->src())
-      if (seen.insert(x.get()).second) c.users[x.get()].push_back(u);
+  RealizeCtx c{s, s.knobs.fuse_rows, {}, {}, {}};
+  for (const UOp* u : s.topo) {  // the layout copies: a CONTIGUOUS of a view of a computed value
+    if (u->op != Ops::CONTIGUOUS || !is_movement(u->src(0)->op)) continue;
+    const UOp* v = u->src(0);
+    while (is_movement(v->op)) v = v->src(0);
+    c.layout_copies[v]++;
   }
-  copied_once(s);
   graph_visit(s.topo, pm_realize_map(), &c, "realize map");
   if (debug_level() >= 5) {
     std::fprintf(stderr, "--- schedule: realize map (%zu realised, %zu row-fused)\n", s.realized.size(), s.row_fused.size());
