@@ -317,6 +317,21 @@ TEST_CASE("relu and sigmoid MLPs launch as many kernels as before issue 16 (forw
   }
 }
 
+TEST_CASE("sigmoid's rule gives x s (1 - s); a node inside a hand-written sigmoid asked for keeps its own gradient") {
+  auto x = Tensor::from_vector(std::vector<float>{0, 1}).requires_grad_();
+  Tensor t = (-x).exp(), s = 1.0 / (1.0 + t);
+  auto g = s.sum().gradient({t, x});
+  auto gt = g[0].to_vector<float>(), gx = g[1].to_vector<float>();
+  CHECK(gt[0] == doctest::Approx(-0.25).epsilon(1e-6));  // d/dt 1 / (1 + t) = -1 / (1 + t)^2
+  CHECK(gt[1] == doctest::Approx(-1 / std::pow(1 + std::exp(-1.0), 2)).epsilon(1e-6));
+  CHECK(gx[0] == doctest::Approx(0.25).epsilon(1e-6));
+  CHECK(gx[1] == doctest::Approx(std::exp(-1.0) / std::pow(1 + std::exp(-1.0), 2)).epsilon(1e-6));
+  auto e = grad_at({-100, -60, 60}, [](const Tensor& v) { return v.sigmoid(); });  // s (1 - s): 0 where s or 1 - s is
+  CHECK(e[0] == 0);
+  CHECK(e[1] == doctest::Approx(std::exp(-60.0)).epsilon(1e-6));  // where 1 - s rounds to 1: s, not an underflow
+  CHECK(e[2] == 0);
+}
+
 TEST_CASE("tanh and sigmoid gradients stay finite at large |x|") {
   auto t = grad_at({-100, -20, 0, 20, 100}, [](const Tensor& x) { return x.tanh(); });
   std::vector<float> want{0, 0, 1, 0, 0};

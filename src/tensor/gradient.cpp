@@ -22,6 +22,7 @@ struct GradCtx {
   const std::unordered_map<const UOp*, std::string>* devices;  // each forward node's device
   std::string dev(const UOp* u) const { return devices->at(u); }
   Tensor T(const UOp* u) const { return Tensor(UOpRef(u), shapes->at(u), dev(u)); }
+  const std::unordered_set<const UOp*>* targets;  // the nodes whose gradients are asked for
   // gradients a composite's rule gives to a node below its sources (sigmoid's input): the nodes between get none
   std::vector<std::pair<const UOp*, Tensor>> below;
 };
@@ -63,8 +64,8 @@ double const_value(const UOp* u) {
   while (is_movement(u->op)) u = u->src(0);
   return u->op == Ops::CONST && dtypes::is_float(u->dtype) ? u->const_float() : NAN;
 }
-// Sigmoid, 1 / (1 + exp2(-x * log2(e))): x, else null.
-const UOp* sigmoid_input(const UOp* r) {
+// Sigmoid, 1 / (1 + exp2(-x * log2(e))) with no node between asked for a gradient: x, else null.
+const UOp* sigmoid_input(const UOp* r, const std::unordered_set<const UOp*>& targets) {
   if (const_value(r->src(0)) != 1.0) return nullptr;
   const UOp* u = r->src(1);
   if (u->op != Ops::ADD) return nullptr;
@@ -75,6 +76,8 @@ const UOp* sigmoid_input(const UOp* r) {
   const UOp* n = t->src(0);
   if (!(std::fabs(k * M_LN2 - 1) < 1e-6)) k = const_value(t->src(0)), n = t->src(1);
   if (!(std::fabs(k * M_LN2 - 1) < 1e-6) || n->op != Ops::NEG) return nullptr;
+  for (const UOp* between : {u, e, t, n})
+    if (targets.count(between)) return nullptr;
   return n->src(0);
 }
 UOpRef tup1(const Tensor& a) { return tup({a.uop()}); }
@@ -186,7 +189,7 @@ const PatternMatcher& pm_gradient() {
       // through the graph, d/de = -s^2 underflows from x < -44 and exp' = inf times 0 is NaN from x < -88
       rule(op_any<opset<Ops::FDIV>>,
            [](auto& m) -> UOpRef {
-             const UOp* x = sigmoid_input(m.root);
+             const UOp* x = sigmoid_input(m.root, *ctx_of(m).targets);
              if (!x) return {};
              Tensor s = ret_of(m);
              ctx_of(m).below.push_back({x, g_of(m) * (s * (1.0 - s))});
@@ -327,7 +330,7 @@ std::vector<UOpRef> compute_gradient(const UOpRef& root, const UOpRef& root_grad
     bool any_src = false;
     for (auto& s : u->src()) any_src |= on_path.count(s.get()) > 0;
     if (!any_src) continue;
-    GradCtx ctx{git->second, &shapes, &devices, {}};
+    GradCtx ctx{git->second, &shapes, &devices, &tset, {}};
     UOpRef t = pm_gradient().rewrite(u, &ctx);
     if (!t) throw Error(std::string("[gradient] no gradient rule for ") + op_name(u->op));
     auto add = [&](const UOp* s, Tensor gt) {
