@@ -157,6 +157,34 @@ TEST_CASE("custom_gradient replaces the differentiated graph; the forward value 
   CHECK_THROWS_WITH_AS(bad.sum().backward(), doctest::Contains("has shape (2,), input is (3,)"), Error);
 }
 
+namespace {
+bool has_op(const Tensor& t, Ops op) {
+  for (const UOp* u : toposort(t.uop().get()))
+    if (u->op == op) return true;
+  return false;
+}
+}  // namespace
+
+TEST_CASE("relu, sigmoid, pow, sort and contiguous_backward differentiate by rules, not custom-gradient closures") {
+  auto x = Tensor::from_vector(std::vector<float>{-1, 0, 0.5f, 2}).requires_grad_();
+  auto y = Tensor::from_vector(std::vector<float>{2, 0, -1, 0.5f}).requires_grad_();
+  for (const Tensor& t : {x.relu(), x.sigmoid(), x.pow(y), x.sort().first, x.contiguous_backward()})
+    CHECK_FALSE(has_op(t, Ops::FUNCTION));
+  // pow is one POW node (its rule has torch's edges); contiguous_backward an identity whose rule makes the gradient
+  // contiguous, and the forward value passes through it
+  CHECK(x.pow(y).uop()->op == Ops::POW);
+  Tensor cb = Tensor(x * 2).contiguous_backward();
+  CHECK(cb.to_vector<float>() == std::vector<float>{-2, 0, 1, 4});
+  CHECK(has_op(Tensor(cb * 3).sum().gradient({x})[0], Ops::CONTIGUOUS));
+  CHECK_FALSE(has_op(Tensor(Tensor(x * 2) * 3).sum().gradient({x})[0], Ops::CONTIGUOUS));
+  Tensor(Tensor(cb * 3).sum()).backward();
+  CHECK(x.grad().to_vector<float>() == std::vector<float>{6, 6, 6, 6});
+  // sort's gradient goes back by the indices (ties: the stable order's), each value's to where it came from
+  auto s = Tensor::from_vector(std::vector<float>{3, 1, 3, 2}).requires_grad_();
+  Tensor(s.sort().first * Tensor::from_vector(std::vector<float>{1, 2, 3, 4})).sum().backward();
+  CHECK(s.grad().to_vector<float>() == std::vector<float>{3, 1, 4, 2});
+}
+
 TEST_CASE("a convolution's input gradient is a transposed convolution: one kernel without bounds tests") {
   Tensor x = Tensor::rand({2, 3, 9, 9}).requires_grad_(), w = Tensor::rand({4, 3, 3, 3}).requires_grad_();
   x.realize(), w.realize();
@@ -240,6 +268,68 @@ std::vector<float> grad_at(const std::vector<float>& xs, F&& f) {
 TEST_CASE("relu's gradient at exactly 0 is 0, as torch") {
   CHECK(grad_at({-1, 0, 2}, [](const Tensor& x) { return x.relu(); }) == std::vector<float>{0, 0, 1});
   CHECK(grad_at({0, 7}, [](const Tensor& x) { return x.relu6(); }) == std::vector<float>{0, 0});
+}
+
+TEST_CASE("relu is max(x, 0): NaN stays NaN (torch); the constant takes the tie, two tensors split it") {
+  const float inf = INFINITY, nan = NAN;
+  auto x = Tensor::from_vector(std::vector<float>{nan, -1, -0.0f, 0, 2, inf, -inf}).requires_grad_();
+  Tensor r = x.relu();
+  CHECK(r.uop()->op == Ops::MAX);  // one op in the forward kernel, as before issue 16
+  auto v = r.to_vector<float>();
+  CHECK(std::isnan(v[0]));
+  CHECK(std::vector<float>(v.begin() + 1, v.end()) == std::vector<float>{0, 0, 0, 2, inf, 0});
+  r.sum().backward();
+  auto g = x.grad().to_vector<float>();  // [x > 0]: 0 at +-0 (torch's relu); at NaN 0 (torch: 1)
+  CHECK(g == std::vector<float>{0, 0, 0, 0, 1, 1, 0});
+  // a threshold on either side; clamp_min keeps torch's clamp gradient (1 at the bound)
+  CHECK(grad_at({0.5f, 1, 2}, [](const Tensor& t) { return Tensor(1.0).maximum(t); }) == std::vector<float>{0, 0, 1});
+  CHECK(grad_at({0.5f, 1, 2}, [](const Tensor& t) { return t.clamp_min(1); }) == std::vector<float>{0, 1, 1});
+  auto a = Tensor::from_vector(std::vector<float>{1, 2, 3}).requires_grad_();
+  Tensor(a.maximum(Tensor::from_vector(std::vector<float>{2, 2, 2}))).sum().backward();
+  CHECK(a.grad().to_vector<float>() == std::vector<float>{0, 0.5f, 1});
+}
+
+TEST_CASE("relu and sigmoid MLPs launch as many kernels as before issue 16 (forward; forward and backward)") {
+  auto count = [](std::vector<Tensor*> ts) {
+    size_t b = kernels_run();
+    Tensor::realize_all(ts);
+    return kernels_run() - b;
+  };
+  // main before issue 16 (0ab4f7d): relu {3, 7, 2, 1}, sigmoid {3, 8, 3, 1}
+  for (bool sig : {false, true}) {
+    CAPTURE(sig);
+    Tensor x = Tensor::rand({64, 96}), w1 = Tensor::rand({96, 48}) - 0.5, b1 = Tensor::rand({48}),
+           w2 = Tensor::rand({48, 10}) - 0.5;
+    realize(x, w1, b1, w2);
+    w1.requires_grad_(), b1.requires_grad_(), w2.requires_grad_();
+    auto act = [sig](const Tensor& t) { return sig ? t.sigmoid() : t.relu(); };
+    auto mlp = [&] { return act(Tensor(act(Tensor(x.matmul(w1) + b1)).matmul(w2))); };
+    Tensor y = mlp();
+    CHECK(count({&y}) == 3);
+    Tensor loss = mlp().sum();
+    loss.backward();
+    Tensor g1 = w1.grad(), gb = b1.grad(), g2 = w2.grad();
+    CHECK(count({&loss, &g1, &gb, &g2}) == (sig ? 8u : 7u));
+    Tensor nb = act(x.matmul(w1)).matmul(w2);  // the activation of a product broadcast into the next product
+    CHECK(count({&nb}) == (sig ? 3u : 2u));
+    Tensor alone = act(x);
+    CHECK(count({&alone}) == 1);
+  }
+}
+
+TEST_CASE("sigmoid's rule gives x s (1 - s); a node inside a hand-written sigmoid asked for keeps its own gradient") {
+  auto x = Tensor::from_vector(std::vector<float>{0, 1}).requires_grad_();
+  Tensor t = (-x).exp(), s = 1.0 / (1.0 + t);
+  auto g = s.sum().gradient({t, x});
+  auto gt = g[0].to_vector<float>(), gx = g[1].to_vector<float>();
+  CHECK(gt[0] == doctest::Approx(-0.25).epsilon(1e-6));  // d/dt 1 / (1 + t) = -1 / (1 + t)^2
+  CHECK(gt[1] == doctest::Approx(-1 / std::pow(1 + std::exp(-1.0), 2)).epsilon(1e-6));
+  CHECK(gx[0] == doctest::Approx(0.25).epsilon(1e-6));
+  CHECK(gx[1] == doctest::Approx(std::exp(-1.0) / std::pow(1 + std::exp(-1.0), 2)).epsilon(1e-6));
+  auto e = grad_at({-100, -60, 60}, [](const Tensor& v) { return v.sigmoid(); });  // s (1 - s): 0 where s or 1 - s is
+  CHECK(e[0] == 0);
+  CHECK(e[1] == doctest::Approx(std::exp(-60.0)).epsilon(1e-6));  // where 1 - s rounds to 1: s, not an underflow
+  CHECK(e[2] == 0);
 }
 
 TEST_CASE("tanh and sigmoid gradients stay finite at large |x|") {

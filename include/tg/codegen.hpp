@@ -80,6 +80,8 @@ struct LowerOptions {
 CompiledKernel lower_kernel(const UOpRef& ast, const std::string& name, Renderer& renderer,
                             const LowerOptions& opt = {});
 
+/** A float POW as exp2(y * log2|x|) with its sign, NaN and y == 0 cases (every renderer: one set of values). */
+UOpRef decompose_pow(const UOpRef& sink);
 /** EXP2 and LOG2 on float32 (and 16-bit floats, through float32) as plain ALU ops: see
  *  src/codegen/transcendental.cpp for the method and its accuracy. */
 UOpRef decompose_transcendentals(const UOpRef& sink);

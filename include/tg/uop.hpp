@@ -44,7 +44,9 @@ namespace tg {
   /* appended (op numbers are hashed into cache keys): a variable bound to a value, BIND(DEFINE_VAR, CONST) */ \
   X(BIND)                                                                                           \
   /* appended: multi-device tensors (src/schedule/multi.cpp lowers them before scheduling) */      \
-  X(MULTI) X(MSELECT)
+  X(MULTI) X(MSELECT)                                                                               \
+  /* appended: the identity whose gradient is made contiguous (the scheduler drops it) */          \
+  X(CONTIGUOUS_BACKWARD)
 
 /// The UOp operations, tinygrad's Ops (listed by TG_OPS above).
 enum class Ops : uint8_t {
@@ -84,7 +86,7 @@ constexpr int op_arity(Ops o) {
   if (is_ternary(o)) return 3;
   switch (o) {
     case Ops::CONST: case Ops::DEFINE_VAR: case Ops::UNIQUE: case Ops::DEVICE: case Ops::PARAM: return 0;
-    case Ops::RANGE: case Ops::SPECIAL: case Ops::GETTUPLE: case Ops::DETACH: case Ops::CONTIGUOUS:
+    case Ops::RANGE: case Ops::SPECIAL: case Ops::GETTUPLE: case Ops::DETACH: case Ops::CONTIGUOUS: case Ops::CONTIGUOUS_BACKWARD:
     case Ops::REDUCE_AXIS: case Ops::RESHAPE: case Ops::PERMUTE: case Ops::EXPAND: case Ops::PAD: case Ops::SHRINK:
     case Ops::FLIP: case Ops::GEP: case Ops::IF: return 1;
     case Ops::ASSIGN: case Ops::COPY: case Ops::BIND: case Ops::MSELECT: return 2;

@@ -761,6 +761,7 @@ struct LowerStage {
 // of the whole kernel (a stage that does not apply to the renderer returns its input). DEBUG=5 prints each output.
 const std::vector<LowerStage>& lowering_stages() {
   static const std::vector<LowerStage> stages = {
+      {"decompose pow", [](const UOpRef& k, LowerCtx&) { return decompose_pow(k); }},
       {"simplify", [](const UOpRef& k, LowerCtx&) { return simplify(k, "simplify"); }},
       {"split ranges", [](const UOpRef& k, LowerCtx&) { return split_ranges(k); }},
       {"apply opts", do_apply_opts},

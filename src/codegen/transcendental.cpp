@@ -91,6 +91,34 @@ UOpRef xlog2(const UOpRef& x) {
   return where(x->alu(Ops::CMPNE, x), x, r);
 }
 
+// x^y (a float POW), as tinygrad's xpow: exp2(y * log2|x|), negated for a negative base and an odd integer y, NaN for
+// a negative base and a non-integer y except (-inf)^y (inf or 0, as C's pow), and 1 for y == 0 (0^0, inf^0, NaN^0).
+// y is an odd integer when y == trunc(y) and y/2 is not (y/2 is exact: no float rounds when halved but subnormals,
+// which are not integers).
+UOpRef xpow(const UOpRef& x, const UOpRef& y) {
+  auto c = [&](double v) { return UOp::cnst(x->dtype, v); };
+  UOpRef mag = y->alu(Ops::MUL, x->alu(Ops::MAX, x->alu(Ops::NEG))->alu(Ops::LOG2))->alu(Ops::EXP2);
+  UOpRef yt = y->alu(Ops::TRUNC), h = y->alu(Ops::MUL, c(0.5));
+  UOpRef odd = y->alu(Ops::CMPEQ, yt)->alu(Ops::AND, h->alu(Ops::CMPNE, h->alu(Ops::TRUNC)));
+  UOpRef neg = lt(x, c(0));
+  UOpRef r = where(neg->alu(Ops::AND, odd), mag->alu(Ops::NEG), mag);
+  UOpRef nan = neg->alu(Ops::AND, y->alu(Ops::CMPNE, yt))->alu(Ops::AND, x->alu(Ops::CMPNE, c(-INFINITY)));
+  r = where(nan, c(NAN), r);
+  return where(y->alu(Ops::CMPEQ, c(0)), c(1), r);
+}
+
+const PatternMatcher& pm_pow() {
+  using namespace pat;
+  static const PatternMatcher pm(table(rule(op<Ops::POW>(x, y), [](auto& m) -> UOpRef {
+    DType d = m.root->dtype;
+    if (!dtypes::is_float(d) || d.count != 1) return {};  // integer POW: the renderers' own (exact) pow
+    if (d == dtypes::float16 || d == dtypes::bfloat16)  // in float32, rounded once (as torch's opmath)
+      return xpow(m.root->src(0)->cast(dtypes::float32), m.root->src(1)->cast(dtypes::float32))->cast(d);
+    return xpow(m.root->src(0)->ref(), m.root->src(1)->ref());
+  })));
+  return pm;
+}
+
 // The float32 form of a 16-bit float op, rounded back once.
 UOpRef via_f32(const UOp* u, UOpRef (*f)(const UOpRef&)) {
   if (u->dtype == dtypes::float32) return f(u->src(0)->ref());
@@ -111,6 +139,8 @@ const PatternMatcher& pm_transcendental() {
 UOpRef decompose_transcendentals(const UOpRef& sink) {
   return graph_rewrite(sink, pm_transcendental(), nullptr, false, "transcendentals");
 }
+
+UOpRef decompose_pow(const UOpRef& sink) { return graph_rewrite(sink, pm_pow(), nullptr, false, "pow"); }
 
 bool want_transcendental_decomposition(const Renderer& r) {
   int64_t v = getenv_int("TRANSCENDENTAL", 1);

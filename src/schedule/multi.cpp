@@ -356,7 +356,8 @@ UOpRef lower_mselect(MultiCtx& c, const UOp* u) {
   return parts_like(c, x, axis, like)[i];
 }
 
-// A custom gradient's marker (FUNCTION): the value is its first source (gradients were taken before realize).
+// A gradient marker (a custom gradient's FUNCTION, CONTIGUOUS_BACKWARD): the value is its first source (gradients
+// were taken before realize).
 UOpRef lower_function(const UOp* u) { return first_multi(u) ? u->src()[0] : UOpRef{}; }
 
 UOpRef refuse(const UOp* u) {
@@ -382,7 +383,7 @@ const PatternMatcher& pm_multi() {
       rule(op_any<opset<Ops::ALLREDUCE>>, [](auto& m) { return lower_allreduce(m.template ctx<MultiCtx>(), m.root); }),
       rule(op_any<opset<Ops::COPY>>, [](auto& m) { return lower_copy(m.template ctx<MultiCtx>(), m.root); }),
       rule(op_any<opset<Ops::MSELECT>>, [](auto& m) { return lower_mselect(m.template ctx<MultiCtx>(), m.root); }),
-      rule(op_any<opset<Ops::FUNCTION>>, [](auto& m) { return lower_function(m.root); }),
+      rule(op_any<opset<Ops::FUNCTION, Ops::CONTIGUOUS_BACKWARD>>, [](auto& m) { return lower_function(m.root); }),
       rule(op_any<other_ops>, [](auto& m) { return refuse(m.root); })));
   return pm;
 }

@@ -47,7 +47,7 @@ int recompute_cost(const UOp* v, const NodeSet& realized) {
       reads++;
       continue;
     }
-    if (is_alu(n->op) || n->op == Ops::CAST) alu++;
+    if (is_alu(n->op) || n->op == Ops::CAST) alu += n->op == Ops::POW ? 20 : 1;  // POW lowers to ~20 ops (xpow)
     for (auto& s : n->src()) st.push_back(s.get());
   }
   return reads ? alu + reads : 0;

@@ -266,7 +266,7 @@ Schedule create_schedule(std::span<const UOpRef> orig_roots) {
       inputs.push_back(u);
       continue;
     }
-    if (u->op == Ops::FUNCTION) {  // a custom gradient's marker: the value is its first source
+    if (u->op == Ops::FUNCTION || u->op == Ops::CONTIGUOUS_BACKWARD) {  // gradient markers: the value is the first source
       norm[u] = norm.at(u->src(0));
       continue;
     }

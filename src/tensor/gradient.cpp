@@ -22,6 +22,9 @@ struct GradCtx {
   const std::unordered_map<const UOp*, std::string>* devices;  // each forward node's device
   std::string dev(const UOp* u) const { return devices->at(u); }
   Tensor T(const UOp* u) const { return Tensor(UOpRef(u), shapes->at(u), dev(u)); }
+  const std::unordered_set<const UOp*>* targets;  // the nodes whose gradients are asked for
+  // gradients a composite's rule gives to a node below its sources (sigmoid's input): the nodes between get none
+  std::vector<std::pair<const UOp*, Tensor>> below;
 };
 
 UOpRef none() { return UOp::make(Ops::NOOP, dtypes::void_); }
@@ -50,6 +53,32 @@ Tensor ret_of(M& m) {
 template <class M>
 const Shape& in_shape(M& m) {
   return ctx_of(m).shapes->at(m.root->src(0));
+}
+// A constant seen through its broadcast (the scalar 0 of max(x, 0)).
+bool const_view(const UOp* u) {
+  while (is_movement(u->op)) u = u->src(0);
+  return u->op == Ops::CONST;
+}
+// The value of a float constant seen through its broadcast, else NaN.
+double const_value(const UOp* u) {
+  while (is_movement(u->op)) u = u->src(0);
+  return u->op == Ops::CONST && dtypes::is_float(u->dtype) ? u->const_float() : NAN;
+}
+// Sigmoid, 1 / (1 + exp2(-x * log2(e))) with no node between asked for a gradient: x, else null.
+const UOp* sigmoid_input(const UOp* r, const std::unordered_set<const UOp*>& targets) {
+  if (const_value(r->src(0)) != 1.0) return nullptr;
+  const UOp* u = r->src(1);
+  if (u->op != Ops::ADD) return nullptr;
+  const UOp* e = const_value(u->src(0)) == 1.0 ? u->src(1) : const_value(u->src(1)) == 1.0 ? u->src(0) : nullptr;
+  if (!e || e->op != Ops::EXP2 || e->src(0)->op != Ops::MUL) return nullptr;
+  const UOp* t = e->src(0);
+  double k = const_value(t->src(1));
+  const UOp* n = t->src(0);
+  if (!(std::fabs(k * M_LN2 - 1) < 1e-6)) k = const_value(t->src(0)), n = t->src(1);
+  if (!(std::fabs(k * M_LN2 - 1) < 1e-6) || n->op != Ops::NEG) return nullptr;
+  for (const UOp* between : {u, e, t, n})
+    if (targets.count(between)) return nullptr;
+  return n->src(0);
 }
 UOpRef tup1(const Tensor& a) { return tup({a.uop()}); }
 UOpRef tup2(const Tensor& a, const Tensor& b) { return tup({a.uop(), b.uop()}); }
@@ -156,10 +185,35 @@ const PatternMatcher& pm_gradient() {
       rule(op_any<opset<Ops::ADD>>, [](auto& m) { return tup2(g_of(m), g_of(m)); }),
       rule(op_any<opset<Ops::SUB>>, [](auto& m) { return tup2(g_of(m), -g_of(m)); }),
       rule(op_any<opset<Ops::MUL>>, [](auto& m) { return tup2(src_of(m, 1) * g_of(m), src_of(m, 0) * g_of(m)); }),
+      // sigmoid, s = 1 / (1 + exp(-x)): x gets s (1 - s) (torch's), finite everywhere and exact where it underflows;
+      // through the graph, d/de = -s^2 underflows from x < -44 and exp' = inf times 0 is NaN from x < -88
+      rule(op_any<opset<Ops::FDIV>>,
+           [](auto& m) -> UOpRef {
+             const UOp* x = sigmoid_input(m.root, *ctx_of(m).targets);
+             if (!x) return {};
+             Tensor s = ret_of(m);
+             ctx_of(m).below.push_back({x, g_of(m) * (s * (1.0 - s))});
+             return tup({none(), none()});
+           }),
       rule(op_any<opset<Ops::FDIV>>,
            [](auto& m) {
              Tensor g = g_of(m), x = src_of(m, 0), y = src_of(m, 1);
              return tup2(g / y, -g * x / (y * y));
+           }),
+      rule(op_any<opset<Ops::POW>>,  // torch's: d/dx = y x^(y-1), 0 where y == 0; d/dy = x^y ln x, 0 where x == 0, y >= 0
+           [](auto& m) {
+             Tensor g = g_of(m), x = src_of(m, 0), y = src_of(m, 1);
+             Tensor gx = (y == 0.0).where(0.0, g * y * x.pow(y - 1.0));
+             Tensor gy = ((x == 0.0) & (y >= 0.0)).where(0.0, g * ret_of(m) * x.log());  // NaN for x < 0, as torch
+             return tup2(gx.cast(g.dtype()), gy.cast(g.dtype()));
+           }),
+      rule(op_any<opset<Ops::MAX>>,  // max(x, c), a threshold (relu): the constant takes the tie, x gets [x > c]
+           [](auto& m) -> UOpRef {
+             bool cx = const_view(m.root->src(0)), cy = const_view(m.root->src(1));
+             if (cx == cy) return {};
+             Tensor g = g_of(m), x = src_of(m, cy ? 0 : 1), c = src_of(m, cy ? 1 : 0);
+             UOpRef gx = (x > c).where(g, 0.0).uop();
+             return cy ? tup({gx, none()}) : tup({none(), gx});
            }),
       rule(op_any<opset<Ops::MAX>>,  // ties split the gradient evenly, as tinygrad and torch.maximum
            [](auto& m) {
@@ -212,6 +266,7 @@ const PatternMatcher& pm_gradient() {
            }),
       rule(op_any<opset<Ops::FUNCTION>>, [](auto& m) { return do_grad_custom(m.root, ctx_of(m)); }),  // custom_gradient
       rule(op_any<opset<Ops::CONTIGUOUS>>, [](auto& m) { return tup1(g_of(m)); }),  // d contiguous(x) = dx
+      rule(op_any<opset<Ops::CONTIGUOUS_BACKWARD>>, [](auto& m) { return tup1(g_of(m).contiguous()); }),
       rule(op_any<opset<Ops::COPY>>,  // d x.to(dev) = the gradient copied back to x's device
            [](auto& m) { return tup({g_of(m).to(ctx_of(m).dev(m.root->src(0))).uop(), none()}); }),
       rule(op_any<opset<Ops::MULTI>>,  // each part gets its device's part of the gradient (include/tg/multi.hpp)
@@ -275,19 +330,19 @@ std::vector<UOpRef> compute_gradient(const UOpRef& root, const UOpRef& root_grad
     bool any_src = false;
     for (auto& s : u->src()) any_src |= on_path.count(s.get()) > 0;
     if (!any_src) continue;
-    GradCtx ctx{git->second, &shapes, &devices};
+    GradCtx ctx{git->second, &shapes, &devices, &tset, {}};
     UOpRef t = pm_gradient().rewrite(u, &ctx);
     if (!t) throw Error(std::string("[gradient] no gradient rule for ") + op_name(u->op));
-    for (size_t k = 0; k < u->nsrc(); k++) {
-      const UOp* s = u->src(k);
-      const UOp* g = t->src(k);
-      if (g->op == Ops::NOOP || !on_path.count(s)) continue;
-      Tensor gt(UOpRef(g), shapes.at(s), devices.at(s));
+    auto add = [&](const UOp* s, Tensor gt) {
+      if (!on_path.count(s)) return;
       if (!(gt.dtype() == s->dtype) && dtypes::is_float(s->dtype)) gt = gt.cast(s->dtype);
       auto it = grads.find(s);
       if (it == grads.end()) grads.emplace(s, gt);
       else it->second = it->second + gt;
-    }
+    };
+    for (size_t k = 0; k < u->nsrc(); k++)
+      if (const UOp* g = t->src(k); g->op != Ops::NOOP) add(u->src(k), Tensor(UOpRef(g), shapes.at(u->src(k)), devices.at(u->src(k))));
+    for (auto& [s, gt] : ctx.below) add(s, gt);
   }
   std::vector<UOpRef> out;
   for (auto& t : targets) {

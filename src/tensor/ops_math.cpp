@@ -413,9 +413,7 @@ Tensor Tensor::add(const Tensor& b) const { return *this + b; }
 Tensor Tensor::sub(const Tensor& b) const { return *this - b; }
 Tensor Tensor::mul(const Tensor& b) const { return *this * b; }
 Tensor Tensor::contiguous_backward() const {
-  return custom_gradient({*this}, "contiguous_backward", [](const Tensor& g, const Tensor&, const std::vector<Tensor>&) {
-    return std::vector<std::optional<Tensor>>{g.contiguous()};
-  });
+  return Tensor(UOp::make(Ops::CONTIGUOUS_BACKWARD, dtype(), {uop()}), max_shape(), device());
 }
 
 Tensor Tensor::fmod(const Tensor& b) const {

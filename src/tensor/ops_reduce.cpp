@@ -273,14 +273,10 @@ std::pair<Tensor, Tensor> Tensor::sort(int64_t dim, bool descending) const {
   x = x.reshape(full_s).shrink(keep);
   idx = idx.reshape(full_s).shrink(keep);
   Tensor values = x.transpose(dim, -1), indices = idx.transpose(dim, -1);
-  if (dtypes::is_float(dtype())) {
-    // d values / d input: each gradient written back where its value came from (one scatter, not a gradient
-    // through every layer of the network, which would fuse into one kernel that re-reads each layer twice over)
-    values = values.custom_gradient({*this, indices}, "sort_values_dim" + std::to_string(dim),
-                                    [dim](const Tensor& g, const Tensor&, const std::vector<Tensor>& in) {
-                                      return std::vector<std::optional<Tensor>>{in[0].zeros_like(g.dtype()).scatter(dim, in[1], g), std::nullopt};
-                                    });
-  }
+  // Float values are read back by their indices: a gather, whose gradient rules scatter each value's gradient back
+  // where it came from (through the network's every layer, the gradient would fuse into one kernel that re-reads
+  // each layer twice over). The gather is an indexed load (the one-hot sum folds, src/schedule/kernel_ast.cpp).
+  if (dtypes::is_float(dtype())) values = gather(dim, indices);
   return {values, indices};
 }
 Tensor Tensor::argsort(int64_t dim, bool descending) const { return sort(dim, descending).second; }

@@ -669,21 +669,14 @@ Tensor Tensor::minimum(const Tensor& b, CallLoc loc) const {
   return -(-*this).maximum(-b);
 }
 Tensor Tensor::relu() const {
-  Tensor r = maximum(0);
-  if (!dtypes::is_float(dtype())) return r;
-  // d relu = [x > 0], 0 at x == 0 as torch (MAX's rule splits a tie: 0.5)
-  return r.custom_gradient({*this}, "relu", [](const Tensor& g, const Tensor&, const std::vector<Tensor>& in) {
-    return std::vector<std::optional<Tensor>>{(in[0] > 0.0).where(g, 0.0).cast(g.dtype())};
-  });
+  // max(x, 0), torch's forward: MAX propagates NaN (relu(NaN) = NaN). MAX's gradient rule gives the tie to a constant
+  // operand, so the gradient is torch's relu's [x > 0] (0 at x == 0), with no extra op in the forward kernel.
+  return maximum(0);
 }
 Tensor Tensor::sigmoid() const {
   if (narrow_float(dtype())) return cast(dtypes::float32).sigmoid().cast(dtype());
-  Tensor s = 1.0 / (1.0 + (-*this).exp());
-  if (!dtypes::is_float(dtype())) return s;
-  // d sigmoid = s (1 - s): finite everywhere (through the graph, x < -88 gave exp' = inf times 0 = NaN; also tanh)
-  return s.custom_gradient({*this}, "sigmoid", [](const Tensor& g, const Tensor& v, const std::vector<Tensor>&) {
-    return std::vector<std::optional<Tensor>>{g * (v * (1.0 - v))};
-  });
+  // torch's forward; pm_gradient's sigmoid rule matches this graph and gives x the gradient s (1 - s)
+  return 1.0 / (1.0 + (-*this).exp());
 }
 Tensor Tensor::abs() const { return dtypes::is_unsigned(dtype()) || dtypes::is_bool(dtype()) ? *this : maximum(-*this); }
 Tensor Tensor::logical_not() const {
@@ -745,25 +738,12 @@ Tensor Tensor::mod(const Tensor& b) const {
 }
 
 Tensor Tensor::pow(const Tensor& b) const {
-  // x^y = exp2(y * log2|x|), with the sign for negative bases and integer exponents (C's pow: (-inf)^0.3 = inf).
+  // One POW node: its gradient rule (src/tensor/gradient.cpp) gives torch's values at the edges, and the lowering
+  // writes it as exp2(y * log2|x|) with the sign, NaN and x^0 cases (src/codegen/transcendental.cpp).
   DType out = least_upper_float(dtypes::strong(least_upper_dtype({dtype(), b.dtype()})));
   Shape s = broadcast_shape(shape(), b.shape(), "pow");
   Tensor x = broadcast_to(cast(out), s), y = broadcast_to(b.cast(out), s);
-  Tensor mag = (y * x.abs().log2()).exp2();
-  Tensor odd = y.mod(2.0) == 1.0;
-  Tensor neg = x < 0.0;
-  Tensor r = (neg & odd).where(-mag, mag);
-  Tensor nan_case = neg & (y != y.trunc()) & (x != -INFINITY);
-  r = nan_case.where(NAN, r);
-  r = ((y == 0.0).where(1.0, r)).cast(out);
-  if (im().weak && b.im().weak) return r;
-  // torch's gradients: d/dx = y x^(y-1) (0 where y == 0), d/dy = x^y ln x (0 where x == 0 and y >= 0; NaN for x < 0)
-  return r.custom_gradient({x, y}, "pow", [](const Tensor& g, const Tensor& v, const std::vector<Tensor>& in) {
-    const Tensor &x = in[0], &y = in[1];
-    Tensor gx = (y == 0.0).where(0.0, g * y * x.pow(y - 1.0)).cast(g.dtype());
-    Tensor gy = ((x == 0.0) & (y >= 0.0)).where(0.0, g * v * x.log()).cast(g.dtype());
-    return std::vector<std::optional<Tensor>>{gx, gy};
-  });
+  return Tensor(UOp::make(Ops::POW, out, {x.uop(), y.uop()}), s, im().weak ? b.device() : device());
 }
 
 namespace {

@@ -209,6 +209,26 @@ std::vector<Case> api_cases() {
   c.push_back(op2("bce_logits_pos_weight", {F({3, 4}, -6, 6), C({3, 4}, 0, 1), C({4}, 0.5, 3)},
                   [](TG& x) { return x[0].binary_crossentropy_logits(x[1], "mean", x[2]); },
                   [](TH& x) { return torch::binary_cross_entropy_with_logits(x[0], x[1], {}, x[2]); }).tol(kSum, kSum));
+  // Gradients at the edges, from the gradient rules of the ops each is built from (issue 16: no hand-written
+  // backward): relu at 0 and infinities; sigmoid where exp(-x) overflows or s (1 - s) underflows; pow at zero
+  // bases and exponents and negative bases; sort with ties (torch's stable sort: the gradient follows the indices).
+  // float16 computes in float32 and rounds once; its gradient graph rounds per op (a few float16 ulps).
+  for (auto d : {tg::dtypes::float32, tg::dtypes::float16}) {
+    std::string t = d == tg::dtypes::float32 ? "" : "_half";
+    double tol = d == tg::dtypes::float32 ? 1e-6 : 2e-3;
+    auto vals = [](std::vector<double> v) { return [v](const tg::Shape&, std::mt19937&) { return v; }; };
+    c.push_back(op2("relu_edges" + t, {V({8}, d, vals({-2, -0.0, 0, 0, 1e-3, 3, -INFINITY, INFINITY}), true)},
+                    [](TG& x) { return x[0].relu(); }, [](TH& x) { return torch::relu(x[0]); }));
+    c.push_back(op2("sigmoid_edges" + t, {V({12}, d, vals({-1000, -100, -88.8, -50, -20, -1, 0, 1, 20, 50, 100, 1000}), true)},
+                    [](TG& x) { return x[0].sigmoid(); }, [](TH& x) { return torch::sigmoid(x[0]); }).tol(tol, tol));
+    c.push_back(op2("pow_edges" + t,
+                    {V({9}, d, vals({0, 0, -2, -2, 0, 2, -3, 0, 0}), true), V({9}, d, vals({0, 2, 3, 0.5, -1, 0, 2, 0.5, 1}), true)},
+                    [](TG& x) { return x[0].pow(x[1]); }, [](TH& x) { return torch::pow(x[0], x[1]); }).tol(tol, tol));
+    c.push_back(op2("sort_ties" + t, {V({2, 7}, d, vals({3, 1, 3, 2, 1, 3, 0, -1, -1, 5, 5, 5, -1, 2}), true)},
+                    [](TG& x) { return x[0].sort(1).first; }, [](TH& x) { return std::get<0>(x[0].sort(true, 1, false)); }));
+    c.push_back(op2("sort_ties_desc" + t, {V({2, 7}, d, vals({3, 1, 3, 2, 1, 3, 0, -1, -1, 5, 5, 5, -1, 2}), true)},
+                    [](TG& x) { return x[0].sort(1, true).first; }, [](TH& x) { return std::get<0>(x[0].sort(true, 1, true)); }));
+  }
   return c;
 }
 
