@@ -937,7 +937,8 @@ TEST_CASE("THREAD splits a kernel only where each thread's part outlasts waking 
   // splits; over 2x20 pixels it does not (channels-last on the CPU: the convolution is the kernel before the
   // output's layout copy)
   const size_t conv_at = tg::get_device(tg::default_device()).renderer().grid_limits().threads == 0 ? 1 : 0;
-  for (auto [h, want] : {std::pair{10, 2}, std::pair{2, 1}}) {
+  for (auto hw : {std::pair{10, 2}, std::pair{2, 1}}) {
+    const int h = hw.first, want = hw.second;  // not a structured binding: clang 14 refuses one in CAPTURE
     CAPTURE(h);
     Tensor x = randn({1, 96, h, 20}, 10).realize(), w = randn({96, 96, 1, 1}, 11).realize();
     CHECK(threads_of(x.conv2d(w), 2, conv_at) == want);
