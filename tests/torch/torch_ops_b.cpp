@@ -133,6 +133,11 @@ std::vector<Case> nn_cases() {
   c.push_back(op2("conv2d_groups", {F({2, 4, 5, 5}), F({6, 2, 3, 3}), F({6})}, [](TG& x) { return x[0].conv2d(x[1], x[2], 1, 1, 1, 2); },
                   [](TH& x) { return torch::conv2d(x[0], x[1], x[2], 1, 1, 1, 2); }).tol(kSum, kSum));
   // 16 input channels or more: the weight gradient is summed from channels-last copies (ops_nn.cpp)
+  // one weight in two convolutions (stride 1 and 2): its gradient is the sum of both (issue 16: the hand-written
+  // backward that preceded pm_gradient's rules gave 62 of 64 values wrong here)
+  c.push_back(op2("conv2d_shared_weight", {F({2, 3, 7, 6}), F({2, 3, 9, 7}), F({4, 3, 3, 3})},
+                  [](TG& x) { return x[0].conv2d(x[2]) + x[1].conv2d(x[2], {}, 2, 1); },
+                  [](TH& x) { return torch::conv2d(x[0], x[2]) + torch::conv2d(x[1], x[2], {}, 2, 1); }).tol(kSum, kSum));
   c.push_back(op2("conv2d_wide_cin", {F({2, 16, 9, 8}), F({5, 16, 3, 3}), F({5})}, [](TG& x) { return x[0].conv2d(x[1], x[2], 1, 1); },
                   [](TH& x) { return torch::conv2d(x[0], x[1], x[2], 1, 1); }).tol(kSum, kSum));
   c.push_back(op2("conv2d_wide_cin_strided", {F({2, 17, 11, 10}), F({4, 17, 3, 2})}, [](TG& x) { return x[0].conv2d(x[1], {}, 2, {1, 0}, {1, 2}); },
