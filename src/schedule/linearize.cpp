@@ -1,7 +1,15 @@
-// Stages "order" and "plan memory" of the scheduler: the kernels in the order they run, and which buffers they
-// share.
+// Stages "linearize", "plan memory" and "items" of the scheduler: the kernels in the order they run as one LINEAR of
+// CALLs (tinygrad's linear schedule), the intermediate buffers they share as a rewrite of that LINEAR, and the
+// template's items read back from it.
+//
+// A CALL's sources are its buffers, outputs first; its arg is {the template item it runs, its number of outputs}
+// (the item keeps what is not a buffer: the AST, the device, the reads of old contents, the index checks). A buffer
+// is a BUFFER node numbered as the normalised graph numbers its inputs, -1 - slot: the first slots are the graph's
+// own input BUFFERs, the others the buffers the schedule makes.
 #include <algorithm>
 #include <queue>
+
+#include "tg/pattern.hpp"
 
 #include "stages.hpp"
 
@@ -43,15 +51,17 @@ void copy_old_contents(ScheduleCtx& ctx, std::unordered_map<int, size_t>& writer
   }
 }
 
-}  // namespace
-
-// Order: a kernel runs after the kernels whose results it reads (RAW; an ASSIGN's result is its target buffer after
+// The order: a kernel runs after the kernels whose results it reads (RAW; an ASSIGN's result is its target buffer after
 // the write), and an in-place write (ASSIGN) after every kernel that reads the old contents of its buffer (WAR). A
 // stable topological sort: the graph's order wherever both allow it. Without an assign or a multi-output kernel (which
 // runs where its last member was, after readers of its first) the graph's order is one.
-void order_items(ScheduleCtx& ctx) {
-  if (!ctx.has_assign && ctx.groups.empty()) return;
+std::vector<size_t> run_order(ScheduleCtx& ctx) {
   Template& t = ctx.t;
+  std::vector<size_t> order;
+  if (!ctx.has_assign && ctx.groups.empty()) {
+    for (size_t i = 0; i < t.items.size(); i++) order.push_back(i);
+    return order;
+  }
   std::unordered_map<int, size_t> writer;  // slot -> the item that writes it
   for (size_t i = 0; i < t.items.size(); i++)
     for (int k = 0; k < t.items[i].n_out; k++) writer[t.items[i].slots[size_t(k)]] = i;
@@ -78,7 +88,6 @@ void order_items(ScheduleCtx& ctx) {
   std::priority_queue<size_t, std::vector<size_t>, std::greater<>> ready;
   for (size_t i = 0; i < ni; i++)
     if (deps[i] == 0) ready.push(i);
-  std::vector<size_t> order;
   while (!ready.empty()) {
     size_t i = ready.top();
     ready.pop();
@@ -87,27 +96,72 @@ void order_items(ScheduleCtx& ctx) {
       if (--deps[b] == 0) ready.push(b);
   }
   if (order.size() != ni) throw Error("[schedule] internal: the kernels' read/write order has a cycle");
-  std::vector<Item> sorted;
-  for (size_t i : order) sorted.push_back(std::move(t.items[i]));
-  t.items = std::move(sorted);
+  return order;
 }
 
-// Memory planner: an intermediate buffer (not a root's, not an input) whose last reader has run can be reused by a
-// later intermediate of the same device, dtype and size.
+UOpRef slot_buffer(const Template& t, int sl) {
+  const Slot& s = t.slots[size_t(sl)];
+  UOpRef dev = UOp::make(Ops::DEVICE, dtypes::void_, {}, s.device);
+  return UOp::make(Ops::BUFFER, s.dtype, {dev}, std::vector<int64_t>{-1 - int64_t(sl), s.size});
+}
+
+int slot_number(const UOp* b) { return int(-1 - std::get<std::vector<int64_t>>(b->arg)[0]); }
+
+// plan memory's rule: a buffer the plan gives another's storage becomes that buffer
+struct MemoryPlan {
+  const Template* t;
+  std::vector<int> remap;  // slot -> the slot whose storage it takes
+};
+
+const PatternMatcher& pm_plan_memory() {
+  using namespace pat;
+  static const PatternMatcher pm(table(
+      rule(op_any<opset<Ops::BUFFER>>, [](auto& m) -> UOpRef {
+        const MemoryPlan& p = m.template ctx<MemoryPlan>();
+        int sl = slot_number(m.root);
+        if (sl < 0 || size_t(sl) >= p.remap.size() || p.remap[size_t(sl)] == sl) return nullptr;
+        return slot_buffer(*p.t, p.remap[size_t(sl)]);
+      })));
+  return pm;
+}
+
+}  // namespace
+
+// Stage "linearize": copies of contents an in-place write would overwrite before their readers run, then one LINEAR
+// of the kernels' CALLs in the order they run.
+void linearize(ScheduleCtx& ctx) {
+  const Template& t = ctx.t;
+  std::vector<UOpRef> calls;
+  for (size_t i : run_order(ctx)) {
+    const Item& it = t.items[i];
+    std::vector<UOpRef> bufs;
+    for (int sl : it.slots) bufs.push_back(slot_buffer(t, sl));
+    calls.push_back(UOp::make(Ops::CALL, dtypes::void_, bufs, std::vector<int64_t>{int64_t(i), it.n_out}));
+  }
+  ctx.linear = UOp::make(Ops::LINEAR, dtypes::void_, calls);
+}
+
+// Stage "plan memory": an intermediate buffer (not a root's, not an input) whose last reader has run can be reused by
+// a later intermediate of the same device, dtype and size. The plan is read off the LINEAR; a rewrite of the LINEAR
+// (pm_plan_memory) puts it in place.
 void plan_memory(ScheduleCtx& ctx) {
-  Template& t = ctx.t;
+  const Template& t = ctx.t;
   const int n_inputs = ctx.n_inputs;
+  const auto& calls = ctx.linear->src();
   std::vector<bool> exposed(t.slots.size(), false);
   for (auto& [r, sl] : t.becomes) exposed[size_t(sl)] = true;
   std::vector<size_t> last_use(t.slots.size(), 0);
-  for (size_t i = 0; i < t.items.size(); i++)
-    for (int sl : t.items[i].slots) last_use[size_t(sl)] = i;
-  std::vector<int> remap(t.slots.size());
+  for (size_t i = 0; i < calls.size(); i++)
+    for (auto& b : calls[i]->src()) last_use[size_t(slot_number(b.get()))] = i;
+  MemoryPlan plan{&t, std::vector<int>(t.slots.size())};
+  std::vector<int>& remap = plan.remap;
   for (size_t i = 0; i < remap.size(); i++) remap[i] = int(i);
   std::vector<int> free_slots;
-  for (size_t i = 0; i < t.items.size(); i++) {
-    for (int k = 0; k < t.items[i].n_out; k++) {
-      int out = t.items[i].slots[size_t(k)];
+  for (size_t i = 0; i < calls.size(); i++) {
+    const auto& call = calls[i];
+    const auto& a = std::get<std::vector<int64_t>>(call->arg);
+    for (int k = 0; k < int(a[1]); k++) {
+      int out = slot_number(call->src(size_t(k)));
       if (out < n_inputs || exposed[size_t(out)] || remap[size_t(out)] != out) continue;
       const Slot& so = t.slots[size_t(out)];
       for (auto it = free_slots.begin(); it != free_slots.end(); ++it) {
@@ -119,14 +173,27 @@ void plan_memory(ScheduleCtx& ctx) {
         }
       }
     }
-    const std::vector<int>& ss = t.items[i].slots;
-    for (int sl : ss)  // an index check's record is read after the run (IndexCheck): never reused
-      if (!(t.items[i].index_check && sl == ss.back()) && sl >= n_inputs && !exposed[size_t(sl)] && last_use[size_t(sl)] == i && remap[size_t(sl)] == sl &&
-          std::find(free_slots.begin(), free_slots.end(), sl) == free_slots.end())
+    const bool check = t.items[size_t(a[0])].index_check;
+    for (size_t k = 0; k < call->src().size(); k++) {  // an index check's record is read after the run (IndexCheck): never reused
+      int sl = slot_number(call->src(k));
+      if (!(check && k + 1 == call->src().size()) && sl >= n_inputs && !exposed[size_t(sl)] && last_use[size_t(sl)] == i &&
+          remap[size_t(sl)] == sl && std::find(free_slots.begin(), free_slots.end(), sl) == free_slots.end())
         free_slots.push_back(sl);
+    }
   }
-  for (auto& it : t.items)
-    for (int& sl : it.slots) sl = remap[size_t(sl)];
+  ctx.linear = graph_rewrite(ctx.linear, pm_plan_memory(), &plan, false, "plan memory");
+}
+
+// Stage "items": the template's items in the LINEAR's order, with its buffers.
+void items_from_linear(ScheduleCtx& ctx) {
+  std::vector<Item> items;
+  for (auto& call : ctx.linear->src()) {
+    Item it = ctx.t.items[size_t(std::get<std::vector<int64_t>>(call->arg)[0])];
+    it.slots.clear();
+    for (auto& b : call->src()) it.slots.push_back(slot_number(b.get()));
+    items.push_back(std::move(it));
+  }
+  ctx.t.items = std::move(items);
 }
 
 }  // namespace tg::sched

@@ -179,8 +179,9 @@ const std::vector<ScheduleStage>& schedule_stages() {
       {"realize map", [](ScheduleCtx& c) { return realize_map(c), true; }},
       {"group outputs", [](ScheduleCtx& c) { return group_outputs(c), true; }},
       {"rangeify", run_rangeify},
-      {"order", [](ScheduleCtx& c) { return order_items(c), true; }},
+      {"linearize", [](ScheduleCtx& c) { return linearize(c), true; }},
       {"plan memory", [](ScheduleCtx& c) { return plan_memory(c), true; }},
+      {"items", [](ScheduleCtx& c) { return items_from_linear(c), true; }},
   };
   return stages;
 }
@@ -189,6 +190,18 @@ void print_stage(const char* name, const ScheduleCtx& c) {
   std::fprintf(stderr, "--- schedule: %s\n", name);
   if (std::string(name) == "layouts" || std::string(name) == "split reduceop") {
     std::fprintf(stderr, "%s", print_graph(UOp::make(Ops::SINK, dtypes::void_, c.roots).get()).c_str());
+    return;
+  }
+  if (std::string(name) == "linearize" || std::string(name) == "plan memory") {  // the LINEAR: a CALL per line
+    std::fprintf(stderr, "  LINEAR\n");
+    for (auto& call : c.linear->src()) {
+      const auto& a = std::get<std::vector<int64_t>>(call->arg);
+      const Template::Item& it = c.t.items[size_t(a[0])];
+      std::fprintf(stderr, "    CALL %s %lld on %s, buffers", it.kind == ScheduleItem::Kind::Copy ? "copy" : "kernel",
+                   (long long)a[0], it.device.c_str());
+      for (auto& b : call->src()) std::fprintf(stderr, " %lld", (long long)(-1 - std::get<std::vector<int64_t>>(b->arg)[0]));
+      std::fprintf(stderr, "\n");
+    }
     return;
   }
   for (const Template::Item& it : c.t.items) {

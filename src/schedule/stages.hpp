@@ -8,8 +8,10 @@
 //   realize map     (realize_map.cpp)   which nodes materialise: pm_realize_map visited over the graph
 //   group outputs   (group.cpp)         multi-output kernels: nodes that read each other element for element
 //   rangeify        (rangeify.cpp)      one kernel AST per materialised node, then pm_kernel_ast (kernel_ast.cpp)
-//   order           (linearize.cpp)     the kernels in read/write order
-//   plan memory     (linearize.cpp)     intermediate buffers reused once their last reader has run
+//   linearize       (linearize.cpp)     the kernels in read/write order: one LINEAR of CALLs over slot BUFFERs
+//   plan memory     (linearize.cpp)     intermediate buffers reused once their last reader has run: pm_plan_memory
+//                                       rewrites the LINEAR
+//   items           (linearize.cpp)     the template's items in the LINEAR's order, with its buffers
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -94,6 +96,7 @@ struct ScheduleCtx {
   std::unordered_map<const UOp*, int> slot_of;  // BUFFERs and realised nodes -> slot
   int n_inputs = 0;
   bool has_assign = false;
+  UOpRef linear;  // the schedule as a LINEAR of CALLs (linearize, plan memory)
 };
 
 // ---- the stages' entry points
@@ -135,10 +138,14 @@ KernelAst rangeify(ScheduleCtx& ctx, const UOp* root);
  *  compare (or, for the ops IndexCheck checks unfolded, the compare itself) also stores the IndexCheck record,
  *  PARAM check_param, sets *index_check and adds each check's diagnostic kernel to *diags. */
 UOpRef kernel_ast_rules(const UOpRef& ast, int check_param, bool* index_check, std::vector<IndexDiag>* diags = nullptr);
-/** order: kernels after those whose results they read, in-place writes after the readers of the old contents. */
-void order_items(ScheduleCtx& ctx);
-/** plan memory: an intermediate buffer whose last reader has run is reused by a later one of its kind. */
+/** linearize: ctx.linear, the items' CALLs with kernels after those whose results they read and in-place writes
+ *  after the readers of the old contents. */
+void linearize(ScheduleCtx& ctx);
+/** plan memory: an intermediate buffer whose last reader has run is reused by a later one of its kind (a rewrite of
+ *  ctx.linear). */
 void plan_memory(ScheduleCtx& ctx);
+/** items: ctx.t.items in ctx.linear's order, with its buffers. */
+void items_from_linear(ScheduleCtx& ctx);
 
 // ---- shared helpers
 
