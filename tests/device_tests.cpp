@@ -1,4 +1,6 @@
 // Devices: the allocator's LRU cache, the registry, Buffer, the disk and program caches, compile errors.
+#include <atomic>
+#include <latch>
 #include <doctest/doctest.h>
 #include <unistd.h>
 
@@ -64,7 +66,7 @@ class CountingDevice : public Device {
  public:
   struct CountingCompiler : Compiler {
     Compiler* inner;
-    int compiles = 0;
+    std::atomic<int> compiles{0};
     std::string id() const override { return inner->id(); }
     std::vector<uint8_t> compile(const std::string& src, const std::string& name) override {
       compiles++;
@@ -438,6 +440,41 @@ TEST_CASE("kernels compile, cache and load from several threads at once") {
     for (auto& t : ts) t.join();
     for (int t = 0; t < T; t++)
       for (int j = 0; j < J; j++) CHECK(got[size_t(t * J + j)] == (j == 0 ? 1000 : t * 10 + j));
+  }
+}
+
+TEST_CASE("threads asking for a source another thread is compiling wait for that compile (one compile, one program)") {
+  ScopedEnv off("CACHELEVEL", "0");  // no disk cache: every miss compiles
+  for (CompilerKind k : kKinds) {
+    CAPTURE(kind_name(k));
+    CountingDevice dev(k);
+    constexpr int T = 6;
+    auto together = [&](auto&& f) {  // T threads released at once
+      std::latch go(T);
+      std::vector<std::thread> ts;
+      for (int t = 0; t < T; t++)
+        ts.emplace_back([&, t] {
+          go.arrive_and_wait();
+          f(t);
+        });
+      for (auto& t : ts) t.join();
+    };
+    std::vector<std::shared_ptr<Program>> got(T);
+    std::string src = store_kernel(dev.renderer(), 77);
+    together([&](int t) { got[size_t(t)] = dev.get_program(src, "store_k"); });
+    CHECK(dev.compiles() == 1);
+    for (int t = 0; t < T; t++) CHECK(got[size_t(t)] == got[0]);
+    CHECK(run_store(*got[0]) == 77);
+    std::vector<int> errors(T, 0);
+    together([&](int t) {
+      try {
+        dev.get_program("not a kernel in any language", "store_k");
+      } catch (const Error&) {
+        errors[size_t(t)]++;
+      }
+    });
+    for (int t = 0; t < T; t++) CHECK(errors[size_t(t)] == 1);  // a failed compile is an error for every thread that asked
+    CHECK(dev.compiles() >= 2);
   }
 }
 

@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <future>
 #include <fstream>
 #include <iterator>
 #include <map>
@@ -417,6 +418,9 @@ struct Device::ProgramCache {
   std::mutex mu;
   std::list<std::pair<std::string, std::shared_ptr<Program>>> lru;  // most recently used first
   std::unordered_map<std::string, decltype(lru)::iterator> map;
+  // sources being compiled now: a thread asking for one waits for that compile instead of repeating it (two kernels
+  // of one schedule with different ASTs often render the same source)
+  std::unordered_map<std::string, std::shared_future<std::shared_ptr<Program>>> pending;
 };
 
 std::shared_ptr<Device::ProgramCache> Device::new_program_cache() { return std::make_shared<ProgramCache>(); }
@@ -435,30 +439,45 @@ std::shared_ptr<Program> Device::get_program(const std::string& src, const std::
   std::snprintf(key, sizeof key, "%016llx%016llx", (unsigned long long)h.high64, (unsigned long long)h.low64);
 
   ProgramCache& c = *programs_;
+  std::promise<std::shared_ptr<Program>> mine;
   {
-    std::lock_guard lk(c.mu);
+    std::unique_lock lk(c.mu);
     if (auto it = c.map.find(key); it != c.map.end()) {
       c.lru.splice(c.lru.begin(), c.lru, it->second);
       return it->second->second;
     }
+    if (auto it = c.pending.find(key); it != c.pending.end()) {  // another thread compiles it: its result or error
+      auto f = it->second;
+      lk.unlock();
+      return f.get();
+    }
+    c.pending.emplace(key, mine.get_future().share());
   }
   // Compile outside the lock so that kernels compile in parallel.
-  std::vector<uint8_t> bin;
   std::shared_ptr<Program> prog;
-  if (disk_cache_get(key, bin)) {
-    try {
-      prog = load(bin, name);
-    } catch (const Error&) {  // an entry this build cannot load: compile afresh and replace it
-      prog = nullptr;
+  try {
+    std::vector<uint8_t> bin;
+    if (disk_cache_get(key, bin)) {
+      try {
+        prog = load(bin, name);
+      } catch (const Error&) {  // an entry this build cannot load: compile afresh and replace it
+        prog = nullptr;
+      }
     }
-  }
-  if (!prog) {
-    bin = compiler().compile(src, name);
-    disk_cache_put(key, bin);
-    prog = load(bin, name);
+    if (!prog) {
+      bin = compiler().compile(src, name);
+      disk_cache_put(key, bin);
+      prog = load(bin, name);
+    }
+  } catch (...) {
+    std::lock_guard lk(c.mu);
+    c.pending.erase(key);
+    mine.set_exception(std::current_exception());
+    throw;
   }
   std::lock_guard lk(c.mu);
-  if (auto it = c.map.find(key); it != c.map.end()) return it->second->second;  // another thread won
+  c.pending.erase(key);
+  mine.set_value(prog);
   c.lru.emplace_front(key, prog);
   c.map[key] = c.lru.begin();
   if (c.lru.size() > ProgramCache::kCapacity) {

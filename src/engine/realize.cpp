@@ -1,6 +1,7 @@
 // The engine: lower and compile each kernel of a schedule (cached, in parallel when several are new), then
 // run them in order. DEBUG=2 prints one line per kernel launched.
 #include <dlfcn.h>
+#include <sched.h>
 #include <unistd.h>
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
@@ -16,6 +17,7 @@
 #include <optional>
 #include <set>
 #include <mutex>
+#include <thread>
 #include <unordered_map>
 
 #include "tg/codegen.hpp"
@@ -437,9 +439,26 @@ void run_schedule(Schedule& s) {
     if (!runners[i]) missing.push_back(i);
   }
   if (missing.size() > 1 && dbg < 5) {  // DEBUG=5 prints every lowering stage: one kernel at a time, not interleaved
-    std::vector<std::future<std::shared_ptr<Runner>>> fut;
-    for (size_t i : missing) fut.push_back(std::async(std::launch::async, compile_item, std::cref(s.items[i])));
-    for (size_t k = 0; k < missing.size(); k++) runners[missing[k]] = fut[k].get();
+    // One worker per CPU this process may run on, each taking the next kernel: not a thread per kernel (a model's
+    // first run compiles 150, and as many LLVM instances at once contend for the allocator and the caches). An
+    // error is rethrown for the first failing kernel in schedule order, as a serial compile would.
+    std::vector<std::exception_ptr> err(missing.size());
+    std::atomic<size_t> next{0};
+    auto work = [&] {
+      for (size_t k; (k = next++) < missing.size();) try {
+          runners[missing[k]] = compile_item(s.items[missing[k]]);
+        } catch (...) {
+          err[k] = std::current_exception();
+        }
+    };
+    cpu_set_t set;
+    size_t ncpu = sched_getaffinity(0, sizeof set, &set) == 0 ? size_t(std::max(1, CPU_COUNT(&set))) : 1;
+    std::vector<std::thread> pool;
+    for (size_t w = 1; w < std::min(ncpu, missing.size()); w++) pool.emplace_back(work);
+    work();
+    for (auto& t : pool) t.join();
+    for (auto& e : err)
+      if (e) std::rethrow_exception(e);
   } else {
     for (size_t i : missing) runners[i] = compile_item(s.items[i]);
   }
