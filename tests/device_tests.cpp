@@ -17,6 +17,7 @@
 #include "tg/env.hpp"
 #include "tg/opt.hpp"
 #include "tg/render.hpp"
+#include "tg/schedule.hpp"
 #include "tg/tensor.hpp"
 #include "tg/uop.hpp"
 
@@ -475,6 +476,21 @@ TEST_CASE("threads asking for a source another thread is compiling wait for that
     });
     for (int t = 0; t < T; t++) CHECK(errors[size_t(t)] == 1);  // a failed compile is an error for every thread that asked
     CHECK(dev.compiles() >= 2);
+  }
+}
+
+TEST_CASE("two kernels of one schedule with the same AST on different buffers are lowered and compiled once") {
+  ScopedEnv off("CACHELEVEL", "0");  // no disk cache: every kernel the memory cache lacks is lowered
+  Tensor a = Tensor::rand({1000}), b = Tensor::rand({1000});
+  Tensor::realize_all({&a, &b});
+  Tensor x = a.exp2() * 0.3125f + 7.0f, y = b.exp2() * 0.3125f + 7.0f;  // a kernel no other test compiles
+  size_t before = kernels_lowered();
+  Tensor::realize_all({&x, &y});
+  CHECK(kernels_lowered() - before == 1);
+  std::vector<float> av = a.to_vector<float>(), bv = b.to_vector<float>(), xv = x.to_vector<float>(), yv = y.to_vector<float>();
+  for (size_t i = 0; i < av.size(); i++) {
+    CHECK(xv[i] == doctest::Approx(std::exp2(av[i]) * 0.3125f + 7.0f).epsilon(2e-7));  // float32: a few ulp
+    CHECK(yv[i] == doctest::Approx(std::exp2(bv[i]) * 0.3125f + 7.0f).epsilon(2e-7));
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
@@ -433,10 +434,16 @@ void run_schedule(Schedule& s) {
   // 1. Compile everything first: a kernel that fails to compile leaves every live tensor untouched.
   std::vector<std::shared_ptr<Runner>> runners(s.items.size());
   std::vector<size_t> missing;
+  std::vector<std::pair<size_t, size_t>> same;  // (item, an earlier missing item with its AST and device)
   for (size_t i = 0; i < s.items.size(); i++) {
     if (s.items[i].kind != ScheduleItem::Kind::Kernel) continue;
     runners[i] = kernel_cache().get(s.items[i].ast.get(), s.items[i].device);
-    if (!runners[i]) missing.push_back(i);
+    if (runners[i]) continue;
+    auto first = std::find_if(missing.begin(), missing.end(), [&](size_t j) {  // one AST, two buffers: lower it once
+      return s.items[j].ast == s.items[i].ast && s.items[j].device == s.items[i].device;
+    });
+    if (first != missing.end()) same.emplace_back(i, *first);
+    else missing.push_back(i);
   }
   if (missing.size() > 1 && dbg < 5) {  // DEBUG=5 prints every lowering stage: one kernel at a time, not interleaved
     // One worker per CPU this process may run on, each taking the next kernel: not a thread per kernel (a model's
@@ -463,6 +470,7 @@ void run_schedule(Schedule& s) {
     for (size_t i : missing) runners[i] = compile_item(s.items[i]);
   }
   for (size_t i : missing) kernel_cache().put(s.items[i].ast, s.items[i].device, runners[i]);
+  for (auto [i, j] : same) runners[i] = runners[j];
   // 2. Run in order. The index checks' records are zeroed first and read together after the run (one host sync),
   // or earlier where a kernel would change existing state or what a checked kernel read (IndexChecks).
   IndexChecks checks;
