@@ -240,6 +240,32 @@ TEST_CASE("CPU_COMPILER picks the CPU compiler; a bad value is a tg::Error") {
   CHECK(get_device("CPU:7").compiler().id().rfind("llvm", 0) == 0);
 }
 
+// The VmFlags of the mapping holding p (/proc/self/smaps), or "" if none does.
+std::string vm_flags(const void* p) {
+  std::ifstream f("/proc/self/smaps");
+  auto a = reinterpret_cast<uintptr_t>(p);
+  bool in = false;
+  for (std::string line; std::getline(f, line);) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2) in = a >= lo && a < hi;  // a mapping's first line
+    else if (in && line.rfind("VmFlags:", 0) == 0) return line;
+  }
+  return "";
+}
+
+TEST_CASE("CPU buffers of 4 MiB or more ask for transparent huge pages; smaller ones do not") {
+  Allocator& al = get_device("CPU").allocator();
+  al.clear_cache();
+  Buffer big("CPU", dtypes::float32, size_t(1) << 20), small("CPU", dtypes::float32, size_t(1) << 18);  // 4 MiB, 1 MiB
+  std::string fb = vm_flags(big.ptr()), fs_ = vm_flags(small.ptr());
+  CAPTURE(fb);
+  CAPTURE(fs_);
+  REQUIRE(!fb.empty());
+  REQUIRE(!fs_.empty());
+  CHECK(fb.find(" hg") != std::string::npos);  // VM_HUGEPAGE: madvise(MADV_HUGEPAGE)
+  CHECK(fs_.find(" hg") == std::string::npos);
+}
+
 TEST_CASE("a Buffer allocates lazily, copies exactly its size and frees into the cache") {
   Allocator& al = get_device("CPU").allocator();
   al.clear_cache();

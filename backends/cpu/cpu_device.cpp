@@ -141,11 +141,17 @@ class CpuAllocator : public Allocator {
   // Blocks of kMapped bytes or more are mappings of their own: freeing one gives its pages back to the system at
   // once (glibc's heap would keep them after its mmap threshold adapts upwards, up to 32 MiB a block), and pages
   // never written (a KV cache's rows past the position reached) take no memory.
-  static constexpr size_t kMapped = size_t(1) << 20;
+  // Blocks of kHuge bytes or more ask for transparent huge pages (where the system leaves THP to madvise, as Debian
+  // does): a first run touching a model's activations takes one page fault per 2 MiB instead of per 4 KiB (PaddleOCR
+  // det: 54,000 faults), and kernels streaming through them miss the TLB less. Pages are still faulted in on first
+  // write, 2 MiB at a time.
+  static constexpr size_t kMapped = size_t(1) << 20, kHuge = size_t(4) << 20;
   void* alloc_raw(size_t bytes) override {
     if (bytes >= kMapped) {
       void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-      return p == MAP_FAILED ? nullptr : p;
+      if (p == MAP_FAILED) return nullptr;
+      if (bytes >= kHuge) madvise(p, bytes, MADV_HUGEPAGE);  // advice only: refused, the block has small pages
+      return p;
     }
     size_t n = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;  // aligned_alloc wants a multiple of the alignment
     return std::aligned_alloc(64, n);
