@@ -507,6 +507,29 @@ TEST_CASE("CPU_DEVICE_THREADS: each logical CPU device launches on its own threa
                  "CPU_DEVICE_THREADS"));
 }
 
+TEST_CASE("CPU_DEVICE_THREADS: copies between two queued devices are ordered with both devices' kernels") {
+  // A copy is queued (CpuDevice::enqueue_copy): it must see the source's kernels before it, and the destination's
+  // kernels before it must have read the old contents (the allocator reuses freed buffers in every round)
+  const std::vector<std::string> devs{"CPU:9", "CPU:10"};
+  ScopedEnv e("CPU_DEVICE_THREADS", "1");
+  for (auto& d : devs) REQUIRE(get_device(d).threads() == 1);
+  std::vector<float> a0(4096), b0(4096);
+  for (size_t i = 0; i < a0.size(); i++) a0[i] = float(i % 7), b0[i] = float(i % 5);
+  Tensor a = Tensor::from_vector(a0, {4096}, devs[0]), b = Tensor::from_vector(b0, {4096}, devs[1]);
+  for (int it = 0; it < 12; it++) {
+    Tensor na = (a + b.to(devs[0])).contiguous() * 0.5;  // small values halved: exact
+    Tensor nb = (b - a.to(devs[1]) * 0.25).contiguous();
+    Tensor::realize_all({&na, &nb});
+    for (size_t i = 0; i < a0.size(); i++) {
+      float x = (a0[i] + b0[i]) * 0.5f, y = b0[i] - a0[i] * 0.25f;
+      a0[i] = x, b0[i] = y;
+    }
+    a = na, b = nb;
+  }
+  CHECK(a.to_vector<float>() == a0);
+  CHECK(b.to_vector<float>() == b0);
+}
+
 TEST_CASE("dist::allreduce over MPI ranks: a lazy sum of every rank's values, its gradient, and TinyJit replays") {
   const int world = dist::world_size(), rank = dist::rank();
   CAPTURE(rank);
