@@ -67,6 +67,8 @@ bool checked_one_hot_sum(const UOp* u) {
   return false;
 }
 
+constexpr double kStoreOwn = 1024;  // outputs from which the reduce over the chunks is a kernel of its own
+
 // (.., n, ..) -> (.., d, n/d, ..) -> (d, .., n/d, ..): reduce the original axes (shifted by one), then d.
 UOpRef split_reduce(const UOp* u, SplitCtx& ctx) {
   if (ctx.made.count(u) || checked_one_hot_sum(u)) return {};
@@ -103,7 +105,10 @@ UOpRef split_reduce(const UOp* u, SplitCtx& ctx) {
     ctx.keep.insert(ctx.keep.end(), {r1, r2});
     if (debug_level() >= 3)
       std::fprintf(stderr, "split reduce %s by %lld on axis %lld\n", shape_str(xs).c_str(), (long long)d, (long long)a);
-    return UOp::make(Ops::RESHAPE, u->dtype, {r2}, std::vector<int64_t>(out));
+    // A large result is stored in the chunks' order: fused with a consumer that permutes it (a convolution's
+    // weight gradient into OIHW), the reduce over the chunks would load each element's d partials as gathers
+    UOpRef done = out_n >= kStoreOwn ? UOp::make(Ops::CONTIGUOUS, u->dtype, {r2}) : r2;
+    return UOp::make(Ops::RESHAPE, u->dtype, {done}, std::vector<int64_t>(out));
   }
   return {};
 }
