@@ -285,6 +285,20 @@ TEST_CASE("a reduce many times larger than its output splits into partial sums a
   CHECK(count_kernels(m.max(1)) == 2);
 }
 
+TEST_CASE("a reduce over the batch and more splits from a quarter of the threshold; one over a row does not") {
+  // A weight gradient or a batch statistic over (batch, H, W): 6400 per output, under the threshold (16384) but
+  // over its quarter (a data-parallel device's half batch of beautiful_mnist's 3x3 weight gradients: 4608, 8192)
+  std::vector<float> v(64 * 8 * 100);
+  for (size_t i = 0; i < v.size(); i++) v[i] = float(int((i * 31) % 7) - 3);
+  Tensor x = Tensor::from_vector(v, {64, 8, 10, 10});
+  CHECK(count_kernels(x.sum({0, 2, 3})) == 2);
+  std::vector<float> want(8, 0.f);
+  for (size_t i = 0; i < v.size(); i++) want[(i / 100) % 8] += v[i];
+  CHECK(x.sum({0, 2, 3}).to_vector<float>() == want);  // small integers: exact
+  CHECK(count_kernels(x.reshape({8, 6400}).sum(1)) == 1);           // one axis (a row, a matmul's K): unsplit
+  CHECK(count_kernels(x.permute({1, 0, 2, 3}).sum({1, 2, 3})) == 1);  // the batch kept: unsplit
+}
+
 TEST_CASE("a split reduce with a large output stores the sum of its chunks in their order: a permuted use reads it after") {
   // A convolution's weight gradient: the chunks' partial sums are (chunks, H, W, C) and the weight is OIHW. Fused
   // with the permute, the sum over the chunks loaded each output's partials as gathers (0.5 GB/s: 14-17 ms of
