@@ -33,27 +33,48 @@ Tensor ints(const Shape& s, int seed) {
   return Tensor::from_vector(v, s);
 }
 
-// f on x sharded (or replicated: axis absent) over devs gives what it gives on one device, exactly. f's second
-// argument lays out any other operand the same way (sharded on `ax`, or replicated) or leaves it on one device.
-using Lay = std::function<Tensor(const Tensor&, std::optional<int>)>;
-void same(const std::function<Tensor(const Tensor&, const Lay&)>& f, const Tensor& x, const std::vector<std::string>& devs,
-          std::optional<int> axis, double tol = 0) {
-  CAPTURE(axis.value_or(-1));
-  Lay one = [](const Tensor& t, std::optional<int>) { return t; };
-  Lay many = [&](const Tensor& t, std::optional<int> a) { return t.shard(devs, a); };
-  Tensor want = f(x, one), got = f(x.shard(devs, axis), many);
-  CHECK(got.shape() == want.shape());
-  std::vector<float> g = got.to_vector<float>(), w = want.to_vector<float>();
+// A leaf of its own: a new buffer with x's values (two realised clones of one tensor share their node, and so
+// their gradients).
+Tensor fresh(const Tensor& x) { return Tensor::from_vector(x.to_vector<float>(), x.shape()); }
+
+// Element by element: exact (tol 0) or within tol relative to 1 + |want|.
+void close_to(const std::vector<float>& g, const std::vector<float>& w, double tol) {
+  REQUIRE(g.size() == w.size());
   if (tol == 0) {
     CHECK(g == w);
     return;
   }
-  REQUIRE(g.size() == w.size());
   for (size_t i = 0; i < g.size(); i++) CHECK(std::abs(g[i] - w[i]) <= tol * (1 + std::abs(w[i])));
 }
+
+// f on x sharded (or replicated: axis absent) over devs gives what it gives on one device, forward and backward:
+// the value, and the gradient of sum(f(x) * c) with respect to x for fixed weights c (small integers, so the sums
+// stay exact). f's second argument lays out any other operand the same way (sharded on `ax`, or replicated) or
+// leaves it on one device. `grad = false` for an f that is not differentiable (an integer cast).
+using Lay = std::function<Tensor(const Tensor&, std::optional<int>)>;
+void same(const std::function<Tensor(const Tensor&, const Lay&)>& f, const Tensor& x, const std::vector<std::string>& devs,
+          std::optional<int> axis, double tol = 0, bool grad = true) {
+  CAPTURE(axis.value_or(-1));
+  Lay one = [](const Tensor& t, std::optional<int>) { return t; };
+  Lay many = [&](const Tensor& t, std::optional<int> a) { return t.shard(devs, a); };
+  Tensor x1 = fresh(x), x2 = fresh(x);
+  x2.shard_(devs, axis);
+  if (grad) x1.requires_grad_(), x2.requires_grad_();
+  Tensor want = f(x1, one), got = f(x2, many);
+  CHECK(got.is_multi());
+  CHECK(got.shape() == want.shape());
+  close_to(got.to_vector<float>(), want.to_vector<float>(), tol);
+  if (!grad) return;
+  Tensor c = ints(want.shape(), 17) * 0.5;
+  (want * c).sum().backward();
+  (got * c.shard(devs)).sum().backward();
+  CHECK(x2.grad().is_multi());
+  CHECK(x2.grad().shape() == x.shape());
+  close_to(x2.grad().to_vector<float>(), x1.grad().to_vector<float>(), tol);
+}
 void same(const std::function<Tensor(const Tensor&)>& f, const Tensor& x, const std::vector<std::string>& devs,
-          std::optional<int> axis, double tol = 0) {
-  same([&](const Tensor& t, const Lay&) { return f(t); }, x, devs, axis, tol);
+          std::optional<int> axis, double tol = 0, bool grad = true) {
+  same([&](const Tensor& t, const Lay&) { return f(t); }, x, devs, axis, tol, grad);
 }
 
 }  // namespace
@@ -113,7 +134,7 @@ TEST_CASE("elementwise ops on sharded and replicated tensors, mixed with constan
     same([&](const Tensor& t, const Lay& l) { return t.maximum(l(y, ax)) * l(y, ax); }, x, D2, ax);
     same([&](const Tensor& t, const Lay& l) { return (t < 0).where(t, l(y, std::nullopt)); }, x, D2, ax);  // replicated
     same([&](const Tensor& t, const Lay& l) { return t + l(y, 1); }, x, D2, ax);  // another axis: resharded
-    same([](const Tensor& t) { return t.cast(dtypes::int32).cast(dtypes::float32) / 2; }, x, D2, ax);
+    same([](const Tensor& t) { return t.cast(dtypes::int32).cast(dtypes::float32) / 2; }, x, D2, ax, 0, false);
   }
 }
 
@@ -147,15 +168,24 @@ TEST_CASE("movement ops on a sharded tensor: reshape, permute, expand, pad, shri
   }
 }
 
-TEST_CASE("matmul with either operand sharded") {
-  Tensor a = ints({4, 6}, 7), b = ints({6, 8}, 8);
-  auto mm = [](const Tensor& x, const Tensor& y) { return x.matmul(y); };
-  std::vector<float> want = mm(a, b).to_vector<float>();
+TEST_CASE("matmul with either operand sharded, forward and backward") {
+  Tensor a = ints({4, 6}, 7), b = ints({6, 8}, 8), c = ints({4, 8}, 18);
+  Tensor a1 = fresh(a).requires_grad_(), b1 = fresh(b).requires_grad_();
+  Tensor want = a1.matmul(b1);
+  (want * c).sum().backward();
   std::vector<std::pair<std::optional<int>, std::optional<int>>> cases = {
       {0, std::nullopt}, {1, std::nullopt}, {std::nullopt, 0}, {std::nullopt, 1}, {0, 1}, {1, 0}, {0, 0}};
-  for (auto [ia, ib] : cases) {
-    Tensor x = ia ? a.shard(D2, *ia) : a.shard(D2), y = ib ? b.shard(D2, *ib) : b.shard(D2);
-    CHECK(mm(x, y).to_vector<float>() == want);
+  for (const auto& layout : cases) {
+    const std::optional<int> ia = layout.first, ib = layout.second;
+    CAPTURE(ia.value_or(-1));
+    CAPTURE(ib.value_or(-1));
+    Tensor a2 = fresh(a), b2 = fresh(b);
+    a2.shard_(D2, ia).requires_grad_(), b2.shard_(D2, ib).requires_grad_();
+    Tensor got = a2.matmul(b2);
+    CHECK(got.to_vector<float>() == want.to_vector<float>());
+    (got * c.shard(D2)).sum().backward();
+    CHECK(a2.grad().to_vector<float>() == a1.grad().to_vector<float>());
+    CHECK(b2.grad().to_vector<float>() == b1.grad().to_vector<float>());
   }
 }
 
@@ -170,6 +200,25 @@ TEST_CASE("to() between layouts: sharded, replicated, another axis, one device")
   CHECK(!rep.shard_axis());
   CHECK((rep + s0).to("CPU:3").to_vector<float>() == (x * 2).to_vector<float>());
   CHECK(s0.shard(D4, 1).to_vector<float>() == x.to_vector<float>());
+  // backward: the gradient goes back through each change of layout to the leaf's own layout
+  for (std::optional<int> ax : {std::optional<int>(0), std::optional<int>(1), std::optional<int>()}) {
+    same([](const Tensor& t, const Lay& l) { return l(t, 1) * 3; }, x, D2, ax);             // to axis 1
+    same([](const Tensor& t, const Lay& l) { return l(t, std::nullopt) - 1; }, x, D2, ax);  // replicated
+    same([](const Tensor& t, const Lay& l) { return l(t, 0).exp2(); }, x * 0.125, D2, ax, 1e-6);  // to axis 0
+  }
+  Tensor c = ints({4, 8}, 19);
+  Tensor x1 = fresh(x).requires_grad_();
+  (x1.to("CPU:3") * c.to("CPU:3")).sum().backward();
+  for (std::optional<int> ax : {std::optional<int>(0), std::optional<int>(1), std::optional<int>()}) {
+    CAPTURE(ax.value_or(-1));
+    Tensor x2 = fresh(x);
+    x2.shard_(D2, ax).requires_grad_();
+    Tensor one = x2.to("CPU:3");  // gathered onto one device
+    CHECK(!one.is_multi());
+    (one * c.to("CPU:3")).sum().backward();
+    CHECK(x2.grad().is_multi());
+    CHECK(x2.grad().to_vector<float>() == x1.grad().to_vector<float>());
+  }
 }
 
 TEST_CASE("gradients through sharded ops match one device's") {
@@ -191,11 +240,14 @@ TEST_CASE("gradients through sharded ops match one device's") {
     CHECK(x2.grad().to_vector<float>() == x1.grad().to_vector<float>());
     CHECK(w2.grad().to_vector<float>() == w1.grad().to_vector<float>());
   }
-  // through shard itself: the gradient of a one-device tensor used sharded
-  Tensor x3 = Tensor(xv).contiguous().realize().requires_grad_();
-  loss(x3.shard(D2, 0), Tensor(wv).shard(D2)).backward();
+  // through shard itself: the gradient of one-device tensors used sharded and replicated (the replicas' gradient
+  // counted once, not once per device)
+  Tensor x3 = Tensor(xv).contiguous().realize().requires_grad_(), w3 = Tensor(wv).contiguous().realize().requires_grad_();
+  loss(x3.shard(D2, 0), w3.shard(D2)).backward();
   CHECK(x3.grad().device() == "CPU");
   CHECK(x3.grad().to_vector<float>() == x1.grad().to_vector<float>());
+  CHECK(w3.grad().device() == "CPU");
+  CHECK(w3.grad().to_vector<float>() == w1.grad().to_vector<float>());
 }
 
 TEST_CASE("ALLREDUCE: ring and naive give every device the same values (sum, max, mean)") {
@@ -455,6 +507,29 @@ TEST_CASE("CPU_DEVICE_THREADS: each logical CPU device launches on its own threa
                  "CPU_DEVICE_THREADS"));
 }
 
+TEST_CASE("CPU_DEVICE_THREADS: copies between two queued devices are ordered with both devices' kernels") {
+  // A copy is queued (CpuDevice::enqueue_copy): it must see the source's kernels before it, and the destination's
+  // kernels before it must have read the old contents (the allocator reuses freed buffers in every round)
+  const std::vector<std::string> devs{"CPU:9", "CPU:10"};
+  ScopedEnv e("CPU_DEVICE_THREADS", "1");
+  for (auto& d : devs) REQUIRE(get_device(d).threads() == 1);
+  std::vector<float> a0(4096), b0(4096);
+  for (size_t i = 0; i < a0.size(); i++) a0[i] = float(i % 7), b0[i] = float(i % 5);
+  Tensor a = Tensor::from_vector(a0, {4096}, devs[0]), b = Tensor::from_vector(b0, {4096}, devs[1]);
+  for (int it = 0; it < 12; it++) {
+    Tensor na = (a + b.to(devs[0])).contiguous() * 0.5;  // small values halved: exact
+    Tensor nb = (b - a.to(devs[1]) * 0.25).contiguous();
+    Tensor::realize_all({&na, &nb});
+    for (size_t i = 0; i < a0.size(); i++) {
+      float x = (a0[i] + b0[i]) * 0.5f, y = b0[i] - a0[i] * 0.25f;
+      a0[i] = x, b0[i] = y;
+    }
+    a = na, b = nb;
+  }
+  CHECK(a.to_vector<float>() == a0);
+  CHECK(b.to_vector<float>() == b0);
+}
+
 TEST_CASE("dist::allreduce over MPI ranks: a lazy sum of every rank's values, its gradient, and TinyJit replays") {
   const int world = dist::world_size(), rank = dist::rank();
   CAPTURE(rank);
@@ -475,4 +550,27 @@ TEST_CASE("dist::allreduce over MPI ranks: a lazy sum of every rank's values, it
     float got = f({in})[0].to_vector<float>()[0];
     CHECK(got == float(world * (call * 10 + 1) + world * (world - 1) / 2));
   }
+}
+
+// Two OpenCL devices: PoCL exposes the CPU as several (POCL_DEVICES="pthread pthread"; test multi_cl sets it and
+// runs this case with --no-skip). Each CL:N has its own context, so a copy between them goes through the host.
+TEST_CASE("OpenCL devices CL:0 and CL:1: sharded ops, an allreduce across them and gradients match the CPU's" * doctest::skip()) {
+  const std::vector<std::string> cl{"CL:0", "CL:1"};
+  for (auto& d : cl) REQUIRE_MESSAGE(error_of([&] { get_device(d); }) == "", "needs two OpenCL devices: POCL_DEVICES=\"pthread pthread\"");
+  Tensor x = ints({8, 12}, 40) * 0.5, w = ints({12, 6}, 41) * 0.25, c = ints({8, 6}, 42);
+  auto f = [](const Tensor& xi, const Tensor& wi) { return xi.matmul(wi).relu() * 2 - xi.sum(1, true); };
+  Tensor x1 = fresh(x).requires_grad_(), w1 = fresh(w).requires_grad_();
+  Tensor y1 = f(x1, w1);
+  (y1 * c).sum().backward();
+  Tensor x2 = fresh(x), w2 = fresh(w);
+  x2.shard_(cl, 0).requires_grad_(), w2.shard_(cl).requires_grad_();
+  CHECK(x2.device() == "CL,CL:1");
+  Tensor y2 = f(x2, w2);
+  (y2 * c.shard(cl)).sum().backward();  // w's gradient: a sum across the sharded rows, allreduced over CL:0, CL:1
+  CHECK(y2.to("CPU").to_vector<float>() == y1.to_vector<float>());  // small multiples of 1/8: exact
+  CHECK(x2.grad().to("CPU").to_vector<float>() == x1.grad().to_vector<float>());
+  CHECK(w2.grad().to("CPU").to_vector<float>() == w1.grad().to_vector<float>());
+  CHECK(w2.grad().to("CL:1").to("CPU").to_vector<float>() == w2.grad().to("CL:0").to("CPU").to_vector<float>());
+  Tensor s = x.shard(cl, 1).max(1);  // a max across the split axis
+  CHECK(s.to("CPU").to_vector<float>() == x.max(1).to_vector<float>());
 }

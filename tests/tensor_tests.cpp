@@ -285,6 +285,38 @@ TEST_CASE("a reduce many times larger than its output splits into partial sums a
   CHECK(count_kernels(m.max(1)) == 2);
 }
 
+TEST_CASE("a reduce over the batch and more splits from a quarter of the threshold; one over a row does not") {
+  // A weight gradient or a batch statistic over (batch, H, W): 6400 per output, under the threshold (16384) but
+  // over its quarter (a data-parallel device's half batch of beautiful_mnist's 3x3 weight gradients: 4608, 8192)
+  std::vector<float> v(64 * 8 * 100);
+  for (size_t i = 0; i < v.size(); i++) v[i] = float(int((i * 31) % 7) - 3);
+  Tensor x = Tensor::from_vector(v, {64, 8, 10, 10});
+  CHECK(count_kernels(x.sum({0, 2, 3})) == 2);
+  std::vector<float> want(8, 0.f);
+  for (size_t i = 0; i < v.size(); i++) want[(i / 100) % 8] += v[i];
+  CHECK(x.sum({0, 2, 3}).to_vector<float>() == want);  // small integers: exact
+  CHECK(count_kernels(x.reshape({8, 6400}).sum(1)) == 1);           // one axis (a row, a matmul's K): unsplit
+  CHECK(count_kernels(x.permute({1, 0, 2, 3}).sum({1, 2, 3})) == 1);  // the batch kept: unsplit
+}
+
+TEST_CASE("a split reduce with a large output stores the sum of its chunks in their order: a permuted use reads it after") {
+  // A convolution's weight gradient: the chunks' partial sums are (chunks, H, W, C) and the weight is OIHW. Fused
+  // with the permute, the sum over the chunks loaded each output's partials as gathers (0.5 GB/s: 14-17 ms of
+  // beautiful_mnist's step on 2-core Zen 5, 0.5-0.7 ms as a kernel of its own)
+  ScopedEnv th("REDUCEOP_SPLIT_THRESHOLD", "512");
+  std::vector<float> v(1024 * 4 * 4 * 64);
+  for (size_t i = 0; i < v.size(); i++) v[i] = float(int((i * 7919) % 9) - 4);  // small integers: exact sums
+  Tensor x = Tensor::from_vector(v, {1024, 4, 4, 64});
+  std::vector<float> want(4 * 4 * 64, 0.f);  // x.sum(0) as (64, 4, 4)
+  for (size_t n = 0; n < 1024; n++)
+    for (size_t k = 0; k < 4 * 4 * 64; k++) want[(k % 64) * 16 + k / 64] += v[n * 1024 + k];
+  Tensor g = x.sum(0).permute({2, 0, 1});
+  CHECK(count_kernels(g) == 3);  // the partial sums, their sum (1024 outputs), the permuted copy
+  CHECK(g.to_vector<float>() == want);
+  Tensor small = x.shrink({{0, 1024}, {0, 4}, {0, 4}, {0, 32}}).sum(0).permute({2, 0, 1});  // 512 outputs: fused
+  CHECK(count_kernels(small) == 2);
+}
+
 TEST_CASE("the matmul of the README is right") {
   int N = 16;
   auto a = Tensor::rand({N, N}), b = Tensor::rand({N, N});

@@ -33,7 +33,9 @@ thread_local tbb::task_arena* t_arena = nullptr;
 
 // CPU_DEVICE_THREADS: a device's launches run in order on a worker thread of its own, in an arena of that many
 // threads, so two logical devices compute at the same time, each on its share of the cores. wait() returns once
-// every launch so far has run (and rethrows the first error one raised).
+// every launch so far has run (and rethrows the first error one raised). Each pushed item has a ticket (1, 2, ...);
+// wait_for(t) returns once the first t items have run: a copy between two queued devices waits on the other
+// queue's ticket from its own (see CpuDevice::enqueue_copy).
 class LaunchQueue {
  public:
   explicit LaunchQueue(int threads) : arena_(threads, 1), worker_([this] { loop(); }) {}
@@ -47,13 +49,26 @@ class LaunchQueue {
     more_.notify_all();
     worker_.join();
   }
-  void push(std::function<void()> f) {
+  uint64_t push(std::function<void()> f) {
+    uint64_t t;
     {
       std::lock_guard lk(mu_);
       q_.push_back(std::move(f));
       pending_++;
+      t = ++pushed_;
     }
     more_.notify_all();
+    return t;
+  }
+  /// the ticket of the last item pushed (0: none yet)
+  uint64_t pushed() {
+    std::lock_guard lk(mu_);
+    return pushed_;
+  }
+  /// wait until the items up to ticket t have run (their errors stay for wait() to rethrow)
+  void wait_for(uint64_t t) {
+    std::unique_lock lk(mu_);
+    idle_.wait(lk, [&] { return pushed_ - pending_ >= t; });
   }
   void wait(bool rethrow = true) {
     std::unique_lock lk(mu_);
@@ -93,6 +108,7 @@ class LaunchQueue {
   std::condition_variable more_, idle_;
   std::deque<std::function<void()>> q_;
   size_t pending_ = 0;
+  uint64_t pushed_ = 0;  // items pushed so far: pushed_ - pending_ have run
   bool stop_ = false;
   std::exception_ptr error_;
   std::thread worker_;
@@ -208,6 +224,27 @@ class CpuDevice : public Device {
   }
   void synchronize() override {
     if (queue_) queue_->wait();
+  }
+  // Between two devices with launch queues: the memcpy is queued on the source's queue once the destination's
+  // queue has run what was pushed on it so far (its readers of dst's old contents), and the destination's queue
+  // waits for it before what is pushed on it later. Every wait is for an item pushed earlier, so no two queues
+  // wait for each other. Freed memory stays safe: freeing waits for the device's own queue, and a block reused from
+  // a device's cache is written only by its queue or by a copy ordered after it as here.
+  bool enqueue_copy(void* dst, Device& from, const void* src, size_t bytes) override {
+    auto* f = dynamic_cast<CpuDevice*>(&from);
+    if (!queue_ || !f || !f->queue_ || getpid() != queue_->pid() || getpid() != f->queue_->pid()) return false;
+    if (f == this) {
+      queue_->push([=] { std::memcpy(dst, src, bytes); });
+      return true;
+    }
+    LaunchQueue &to = *queue_, &fq = *f->queue_;
+    const uint64_t dst_ready = to.pushed();
+    const uint64_t copied = fq.push([=, &to] {
+      to.wait_for(dst_ready);
+      std::memcpy(dst, src, bytes);
+    });
+    to.push([=, &fq] { fq.wait_for(copied); });
+    return true;
   }
   ~CpuDevice() override {
     if (queue_) queue_->wait(false);

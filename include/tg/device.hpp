@@ -203,6 +203,14 @@ class Device {
   /** A virtual copy of another device (CPU:N for N > 0: the one CPU seen as several logical devices, each with its
    *  own allocator, for multi-device code); DEVICE=CPU:1 makes one the default device. */
   virtual bool virtual_copy() const { return false; }
+  /** Copy `bytes` of `src` (memory of device `from`) into `dst` (memory of this device) ordered with the work
+   *  launched on both devices: after what was launched on either before, before what is launched on either after,
+   *  without the calling thread waiting for it (CPU_DEVICE_THREADS: the devices' queues). False where this device
+   *  cannot (Buffer::copy_from then synchronises both devices and copies itself). */
+  virtual bool enqueue_copy(void* dst, Device& from, const void* src, size_t bytes) {
+    (void)dst, (void)from, (void)src, (void)bytes;
+    return false;
+  }
 
   /** Compile `src` (or fetch it from the in-memory cache, then the disk cache) and load it. Bounded caches. */
   std::shared_ptr<Program> get_program(const std::string& src, const std::string& name);

@@ -578,6 +578,7 @@ void Buffer::copy_from(Buffer& src) {
     throw Error("[copy] " + std::to_string(src.nbytes()) + " bytes on " + src.device() + " into a buffer of " +
                 std::to_string(nbytes()) + " bytes on " + device());
   if (nbytes() == 0) return;
+  if (dev().enqueue_copy(ptr(), src.dev(), src.ptr(), nbytes())) return;  // ordered on the devices' queues
   host_sync(src), host_sync(*this);
   if (dev().allocator().host_memory() && src.dev().allocator().host_memory()) {
     std::memcpy(ptr(), src.ptr(), nbytes());

@@ -269,14 +269,18 @@ const PatternMatcher& pm_gradient() {
       rule(op_any<opset<Ops::CONTIGUOUS_BACKWARD>>, [](auto& m) { return tup1(g_of(m).contiguous()); }),
       rule(op_any<opset<Ops::COPY>>,  // d x.to(dev) = the gradient copied back to x's device
            [](auto& m) { return tup({g_of(m).to(ctx_of(m).dev(m.root->src(0))).uop(), none()}); }),
-      rule(op_any<opset<Ops::MULTI>>,  // each part gets its device's part of the gradient (include/tg/multi.hpp)
+      // each part gets its device's part of the gradient (include/tg/multi.hpp); replicated parts are copies of one
+      // value, whose gradient is the logical one, once: the first part gets it, the others none (giving each its
+      // copy summed n of them into the source, shard(devs)'s gradient n times too large)
+      rule(op_any<opset<Ops::MULTI>>,
            [](auto& m) {
              size_t n = m.root->nsrc() - 1;
              int64_t axis = std::get<int64_t>(m.root->arg);
              std::vector<UOpRef> g;
              for (size_t i = 0; i < n; i++)
-               g.push_back(UOp::make(Ops::MSELECT, g_of(m).dtype(), {g_of(m).uop(), m.root->src()[n]},
-                                     std::vector<int64_t>{int64_t(i), axis, int64_t(n)}));
+               g.push_back(axis < 0 && i > 0 ? none()
+                                             : UOp::make(Ops::MSELECT, g_of(m).dtype(), {g_of(m).uop(), m.root->src()[n]},
+                                                         std::vector<int64_t>{int64_t(i), axis, int64_t(n)}));
              g.push_back(none());
              return tup(g);
            }),
