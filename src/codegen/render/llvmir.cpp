@@ -558,7 +558,7 @@ bool LLVMRenderer::vector_alu(const UOp* u) const {
 }
 
 std::string LLVMRenderer::render(const std::string& name, const std::vector<const UOp*>& program) {
-  auto info = check_linear("render", name, program, [this](DType d) { return supports(d); });
+  auto info = check_linear("render", name, program, [this](DType d) { return supports(d); }, {Ops::GEP});
   if (!valid_symbol(name)) throw Error("[render] kernel name '" + name + "' is not a valid symbol");
   return LLVMEmitter(name, info).run(program);
 }
