@@ -76,6 +76,7 @@ struct VecCtx {
   const Renderer& r;
   int cap32;  // most lanes of a 32-bit element (the machine's vector width on a CPU)
   std::map<std::vector<const UOp*>, UOpRef> memo;
+  std::vector<UOpRef> keep;  // the memo's key nodes stay alive (a freed node's address may be reused)
   std::map<const UOp*, int> reg_lanes;  // an accumulator array's width: that of its updates in the loop
 
   // Most lanes of d in one op, a power of two (1: none).
@@ -147,6 +148,7 @@ UOpRef pack(VecCtx& c, const std::vector<const UOp*>& v, int depth = 0) {
     res = gather();
   }
   c.memo.emplace(v, res);
+  for (const UOp* x : v) c.keep.emplace_back(x);
   return res;
 }
 
@@ -347,11 +349,11 @@ const PatternMatcher& pm_devectorize() {
 
 UOpRef vectorize(const UOpRef& k, const Renderer& r, int cap32) {
   if (cap32 < 2) return k;
-  VecCtx c{r, cap32, {}, {}};
+  VecCtx c{r, cap32, {}, {}, {}};
   // Accumulator arrays first: the width of their updates in the loop (an END's stores of a value that reads the
   // array), so that their initial stores and final reads use the same vectors (SROA keeps them in registers).
   {
-    VecCtx pre{r, cap32, {}, {}};
+    VecCtx pre{r, cap32, {}, {}, {}};
     for (const UOp* e : toposort(k.get())) {
       if (e->op != Ops::END) continue;
       std::map<std::pair<const UOp*, const UOp*>, std::vector<std::pair<int64_t, const UOp*>>> groups;
