@@ -5,10 +5,13 @@
 #include <cstring>
 #include <random>
 
+#include "../backends/cuda/cuda.hpp"
 #include "scoped_env.hpp"
 #include "tg/codegen.hpp"
 #include "tg/device.hpp"
 #include "tg/nn/state.hpp"
+#include "tg/opt.hpp"
+#include "tg/render.hpp"
 #include "tg/schedule.hpp"
 #include "tg/tensor.hpp"
 
@@ -312,4 +315,174 @@ TEST_CASE("q6_K's matvec gets vector lanes: its byte indices split into plain lo
     }
     CHECK(std::fabs(double(got[size_t(j)]) - want) <= 2e-7 * mag);
   }
+}
+
+// ---------------------------------------------------------------- vector dtypes (vectorize, devectorize)
+
+namespace {
+
+struct VKern {
+  UOpRef ast;
+  std::vector<std::shared_ptr<Buffer>> bufs;
+};
+VKern vkernel(const Tensor& t) {
+  UOpRef root = t.uop();
+  Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+  REQUIRE(!s.items.empty());
+  return VKern{s.items.back().ast, s.items.back().bufs};
+}
+
+Tensor vrand(Shape shape, uint32_t seed) {
+  std::mt19937 g{seed};
+  std::normal_distribution<float> d;
+  int64_t n = 1;
+  for (auto x : shape) n *= x;
+  std::vector<float> v(size_t(n), 0.0f);
+  for (float& x : v) x = d(g);
+  return Tensor::from_vector(v, shape).realize();
+}
+
+// k lowered with `opts` for dev's renderer and run on dev over its buffers: the output's floats (and the source).
+std::vector<float> run_lowered(const VKern& k, const std::vector<Opt>& opts, Device& dev, std::string& src) {
+  LowerOptions lo;
+  lo.opts = &opts;
+  lo.config = opt_config(dev);
+  static int n = 0;
+  CompiledKernel ck = lower_kernel(k.ast, "vk" + std::to_string(n++), dev.renderer(), lo);
+  src = ck.src;
+  auto prog = dev.get_program(ck.src, ck.name);
+  std::vector<void*> ptrs;
+  for (auto& b : k.bufs) ptrs.push_back(b->ptr());
+  std::vector<int64_t> vars(ck.var_names.size() + 1, 0);
+  LaunchDims dims = ck.dims;
+  dims.n_vars = int(ck.var_names.size()), dims.n_bufs = int(ptrs.size());
+  if (ck.core_var >= 0) dims.core_var = ck.core_var, dims.global[0] = ck.threads;
+  prog->run(ptrs.data(), vars.data(), dims);
+  std::vector<float> out(k.bufs[0]->size());
+  k.bufs[0]->copyout(out.data(), out.size() * 4);
+  return out;
+}
+
+bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
+
+size_t count_nodes(const UOpRef& k, Ops op, int lanes) {
+  size_t n = 0;
+  for (const UOp* u : toposort(k.get()))
+    if (u->op == op && (op == Ops::STORE ? u->src(1)->dtype.count : u->dtype.count) == lanes) n++;
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("an upcast elementwise kernel renders float4 loads, ops and stores for OpenCL and CUDA; NVRTC compiles it") {
+  Tensor a = vrand({1024}, 1), b = vrand({1024}, 2);
+  VKern k = vkernel(a * b + a);
+  std::vector<Opt> opts{{OptOp::UPCAST, 0, 4}, {OptOp::LOCAL, 0, 16}};
+  LowerOptions lo;
+  lo.opts = &opts;
+  auto cl = make_opencl_renderer(false, true, 256);
+  std::string c = lower_kernel(k.ast, "v", *cl, lo).src;
+  CHECK(has(c, "float4 val0 = vload4(0, "));
+  CHECK(has(c, "float4 alu"));  // OpenCL C's operators take vectors
+  CHECK(has(c, "vstore4("));
+  auto cu = make_cuda_renderer(90);
+  std::string u = lower_kernel(k.ast, "v", *cu, lo).src;
+  CHECK(has(u, "float4 val0 = *((float4*)"));  // the index gidx*64 + lidx*4 is provably a multiple of 4
+  CHECK(has(u, "make_float4("));               // CUDA's float4 has no operators: the ops run lane by lane
+  CHECK(has(u, "val0.x"));
+  CHECK(!has(u, "float4 alu"));
+  {
+    ScopedEnv off("VECTORIZE", "0");
+    CHECK(!has(lower_kernel(k.ast, "v", *cl, lo).src, "float4"));
+  }
+  try {
+    cuda::nvrtc_version();
+  } catch (const Error&) {
+    return;  // no NVRTC here
+  }
+  for (int sm : {80, 90}) CHECK(cuda::make_nvrtc_compiler(sm)->compile(u, "v").size() > 100);
+}
+
+TEST_CASE("vector kernels on the default device (LLVM <8 x float>, OpenCL float4) give the scalar kernels' values") {
+  Tensor a = vrand({1024}, 3), b = vrand({1024}, 4);
+  Tensor x = vrand({32, 64}, 5), w = vrand({64, 32}, 6);
+  Device& dev = get_device(a.device());
+  bool gpu = dev.renderer().grid_limits().threads > 0;
+  std::vector<float> as = a.to_vector<float>(), bs = b.to_vector<float>(), xs = x.to_vector<float>(), ws = w.to_vector<float>();
+  // elementwise: on a CPU an upcast of the contiguous axis is a lane loop (LLVM's loop vectoriser); the copies of a
+  // second upcast store consecutive addresses
+  VKern e = vkernel(Tensor(a * b + a).reshape({32, 32}).T().contiguous());
+  VKern m = vkernel(x.matmul(w));
+  std::vector<Opt> eo = gpu ? std::vector<Opt>{{OptOp::UPCAST, 1, 4}, {OptOp::LOCAL, 1, 8}}
+                            : std::vector<Opt>{{OptOp::UPCAST, 1, 8}, {OptOp::UPCAST, 0, 2}};
+  std::vector<Opt> mo = gpu ? std::vector<Opt>{{OptOp::UPCAST, 1, 4}, {OptOp::UPCAST, 0, 2}, {OptOp::LOCAL, 1, 8}}
+                            : std::vector<Opt>{{OptOp::UPCAST, 1, 8}, {OptOp::UPCAST, 0, 2}};
+  std::string src, src0;
+  std::vector<float> ev = run_lowered(e, eo, dev, src), mv = run_lowered(m, mo, dev, src0);
+  bool llvm = has(src0, "define void");
+  if (llvm) {
+    CHECK(has(src0, "load <8 x float>"));
+    CHECK(has(src0, "@llvm.fma.v8f32"));  // the accumulators' updates
+    CHECK(has(src0, "store <8 x float>"));
+  } else if (gpu) {
+    CHECK(has(src0, "float4"));
+  }
+  for (int64_t i = 0; i < 32; i++)
+    for (int64_t j = 0; j < 32; j++) {
+      size_t s = size_t(j * 32 + i);
+      CHECK(ev[size_t(i * 32 + j)] == doctest::Approx(as[s] * bs[s] + as[s]).epsilon(1e-6));
+      double want = 0, mag = 0;
+      for (int64_t kk = 0; kk < 64; kk++) {
+        double t = double(xs[size_t(i * 64 + kk)]) * double(ws[size_t(kk * 32 + j)]);
+        want += t, mag += std::fabs(t);
+      }
+      CHECK(std::fabs(double(mv[size_t(i * 32 + j)]) - want) <= 1e-6 * mag);
+    }
+  ScopedEnv off("VECTORIZE", "0");
+  std::string scalar;
+  CHECK(run_lowered(m, mo, dev, scalar) == mv);  // the same operations in the same order, lane by lane
+  CHECK(run_lowered(e, eo, dev, scalar) == ev);
+  CHECK(!has(scalar, "<8 x float>"));
+}
+
+TEST_CASE("vectorize takes the renderer's widths; devectorize splits what a renderer cannot take into lanes") {
+  DType f = dtypes::float32;
+  auto param = [&](int64_t i) { return UOp::make(Ops::PARAM, f.ptr_to(64), {}, i); };
+  UOpRef p0 = param(0), p1 = param(1), p2 = param(2);
+  auto at = [](const UOpRef& p, int64_t i) { return UOp::make(Ops::INDEX, p->dtype, {p, UOp::cnst_int(dtypes::int32, i)}); };
+  // out[4 + i] = x[i] * 2 + y[1 + i], i < 8: eight scalar copies
+  std::vector<UOpRef> st;
+  for (int64_t i = 0; i < 8; i++) {
+    UOpRef v = UOp::make(Ops::LOAD, f, {at(p1, i)})->alu(Ops::MUL, UOp::cnst(f, 2.0))->alu(Ops::ADD, UOp::make(Ops::LOAD, f, {at(p2, 1 + i)}));
+    st.push_back(UOp::make(Ops::STORE, dtypes::void_, {at(p0, 4 + i), v}));
+  }
+  UOpRef k = UOp::make(Ops::SINK, dtypes::void_, st);
+  LLVMRenderer llvm;
+  CRenderer c;
+  UOpRef v8 = vectorize(k, llvm, 8), v4 = vectorize(k, llvm, 4);
+  CHECK(count_nodes(v8, Ops::STORE, 8) == 1);
+  CHECK(count_nodes(v8, Ops::LOAD, 8) == 2);
+  CHECK(count_nodes(v8, Ops::MUL, 8) == 1);
+  CHECK(count_nodes(v8, Ops::ADD, 8) == 1);
+  CHECK(count_nodes(v8, Ops::VECTORIZE, 8) == 1);  // the constant 2, broadcast
+  CHECK(count_nodes(v4, Ops::STORE, 4) == 2);
+  CHECK(vectorize(k, c, 8) == k);  // the CPU C dialect has no vector types
+  CHECK(devectorize(v8, llvm) == v8);
+  // CUDA: float4 at most, aligned only (out[4..7] and x[0..3] are, y[1..4] is not), no vector arithmetic
+  auto cu = make_cuda_renderer(90);
+  UOpRef d = devectorize(v4, *cu);
+  CHECK(count_nodes(d, Ops::STORE, 4) == 2);
+  CHECK(count_nodes(d, Ops::LOAD, 4) == 2);  // x[0..3], x[4..7]
+  CHECK(count_nodes(d, Ops::LOAD, 1) == 8);  // y[1..8]
+  CHECK(count_nodes(d, Ops::MUL, 4) + count_nodes(d, Ops::ADD, 4) == 0);
+  CHECK(count_nodes(d, Ops::ADD, 1) == 8);
+  std::string src = cu->render("dv", linearize(d));
+  CHECK(has(src, "make_float4("));
+  CHECK(has(src, "*((float4*)(data1+4))"));
+  // a width the renderer does not have: eight lanes for CUDA, any for the C dialect -> scalars
+  UOpRef d8 = devectorize(v8, *cu), s = devectorize(v8, c);
+  CHECK(count_nodes(d8, Ops::STORE, 1) == 8);
+  CHECK(count_nodes(s, Ops::STORE, 1) == 8);
+  for (const UOp* u : toposort(s.get())) CHECK(u->dtype.count == 1);
+  CHECK(has(c.render("dv", linearize(s)), "data0+11"));
 }

@@ -129,6 +129,13 @@ class Renderer {
   virtual bool native_transcendentals() const { return true; }
   /** Whether the renderer asks its compiler to vectorise Lane loops (see expand_upcasts): the CPU renderers do. */
   virtual bool vector_lanes() const { return false; }
+  /** Vector dtypes (see vectorize in include/tg/opt.hpp): the most lanes of scalar dtype `d` one LOAD, STORE or op
+   *  takes (1: scalars only). */
+  virtual int vector_lanes_of(DType d) const { (void)d; return 1; }
+  /** Whether the vector op or CAST `u` renders as one op (else devectorize splits it into lanes). */
+  virtual bool vector_alu(const UOp* u) const { (void)u; return false; }
+  /** Whether vector LOADs and STOREs need an address aligned to the vector's size (CUDA's float4). */
+  virtual bool vector_aligned() const { return false; }
   /** Limits of a GPU-style launch: kernels whose output loops become work-item indices (SPECIAL) return
    *  threads > 0 (most threads per group) and the most groups per axis; a serial (CPU) kernel returns threads 0. */
   struct GridLimits {

@@ -120,6 +120,16 @@ UOpRef fuse_wmma_accumulators(const UOpRef& k);
  *  UPCAST copies of such a REDUCE each get an array), for renderers that vectorise such loops
  *  (Renderer::vector_lanes). */
 UOpRef expand_upcasts(const UOpRef& ast, bool lanes = false);
+/** Vector dtypes (src/codegen/vectorize.cpp): STOREs of consecutive addresses of one buffer (the expander's copies
+ *  of an upcast axis) become one vector STORE of up to the renderer's lanes (Renderer::vector_lanes_of), capped at
+ *  `cap32` lanes of a 32-bit element (the CPU's vector width); their values become vector ops over vector LOADs of
+ *  consecutive addresses, broadcasts and gathers (VECTORIZE). Where the renderer needs aligned vectors
+ *  (Renderer::vector_aligned: CUDA) only buffer addresses provably a multiple of the width are taken. Runs of lanes
+ *  that share no vector work stay scalar. cap32 < 2: unchanged. */
+UOpRef vectorize(const UOpRef& k, const Renderer& r, int cap32);
+/** Split the vector ops the renderer cannot take into lanes (VECTORIZE of scalar ops over GEPs, scalar LOADs and
+ *  STOREs for a width or alignment it does not have), folding GEP(VECTORIZE) and VECTORIZE(GEP...) away. */
+UOpRef devectorize(const UOpRef& k, const Renderer& r);
 /** Combine values with a reduce op as a balanced pairwise tree (the expander's order, shared by lane loops). */
 UOpRef reduce_tree(Ops op, std::vector<UOpRef> xs);
 

@@ -47,6 +47,15 @@ struct CStyleLanguage {
   std::string h2f = "tg_h2f", f2h = "tg_f2h", d2h = "tg_d2h", bf2f = "tg_bf2f", f2bf = "tg_f2bf";
   ///@}
   std::unordered_map<Ops, CodeForOp> code_for_op;  ///< ALU templates; a missing op is a render error
+  /// Vector types (TYPEn: float4, int4) of float32 and int32: the widest in bytes (0: none, the CPU C dialect)
+  int vector_bytes = 0;
+  /// vector LOAD/STORE as a cast to an aligned vector pointer (CUDA; only at addresses aligned to the vector), else
+  /// OpenCL's vloadn/vstoren (any element-aligned address)
+  bool vector_aligned = false;
+  /// a vector from its lanes: "make_" (CUDA: make_float4(a, b, c, d)), "" (OpenCL: (float4)(a, b, c, d))
+  std::string vector_make;
+  /// ALU ops whose templates work unchanged on float32 vectors (CUDA's float4 has no arithmetic: none)
+  std::vector<Ops> vector_float_ops;
   /** Spelling of a scalar dtype; throws tg::Error for unsupported ones. */
   const std::string& type(DType dt) const;
   /** Unsigned spelling of the same width ("uint32_t" for int32). */
@@ -63,6 +72,11 @@ class CStyleRenderer : public Renderer {
   std::string render(const std::string& name, const std::vector<const UOp*>& program) override;
   bool has_local() const override { return !lang_.smem_prefix.empty(); }
   bool supports(DType dt) const override;
+  /// float32 and int32 vectors up to the dialect's vector_bytes
+  int vector_lanes_of(DType d) const override;
+  /// the dialect's vector_float_ops on float32 lanes
+  bool vector_alu(const UOp* u) const override;
+  bool vector_aligned() const override { return lang_.vector_aligned; }
   /// the dialect's description
   const CStyleLanguage& lang() const { return lang_; }
 
@@ -126,6 +140,9 @@ class LLVMRenderer : public Renderer {
   bool supports(DType dt) const override;
   bool native_transcendentals() const override { return false; }  // libm calls, one element at a time
   bool vector_lanes() const override { return true; }
+  /// <n x T> vectors of every 32- and 64-bit kind (and bool)
+  int vector_lanes_of(DType d) const override;
+  bool vector_alu(const UOp* u) const override;
 };
 
 }  // namespace tg

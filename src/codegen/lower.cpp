@@ -752,6 +752,13 @@ UOpRef do_lower_index_dtype(const UOpRef& k, LowerCtx& c) {
   return r;
 }
 
+// The expander's copies as vector ops (VECTORIZE=0: scalars): on a CPU up to the machine's vector width, on a GPU the
+// renderer's widths (float4).
+UOpRef do_vectorize(const UOpRef& k, LowerCtx& c) {
+  if (!getenv_int("VECTORIZE", 1)) return k;
+  return vectorize(k, c.renderer, c.gpu() ? 64 : c.opt.config.vector_width);
+}
+
 struct LowerStage {
   const char* name;
   UOpRef (*run)(const UOpRef&, LowerCtx&);
@@ -780,6 +787,8 @@ const std::vector<LowerStage>& lowering_stages() {
       {"decompose transcendentals",
        [](const UOpRef& k, LowerCtx& c) { return want_transcendental_decomposition(c.renderer) ? decompose_transcendentals(k) : k; }},
       {"lower index dtype", do_lower_index_dtype},
+      {"vectorize", do_vectorize},
+      {"devectorize", [](const UOpRef& k, LowerCtx& c) { return devectorize(k, c.renderer); }},
   };
   return stages;
 }

@@ -1,5 +1,6 @@
 // The C-style renderer: one pass over the linear program, one statement per node, expressions from the
 // dialect's CStyleLanguage (tinygrad: renderer/cstyle.py).
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -108,8 +109,21 @@ CStyleRenderer::CStyleRenderer(CStyleLanguage lang) : lang_(std::move(lang)) {}
 bool CStyleRenderer::supports(DType dt) const {
   if (dt.ptr) dt = dt.base();
   if (dt == dtypes::void_) return true;
-  if (dt.count != 1 || dtypes::is_weak(dt) || dt.scalar == Scalar::Index) return false;
+  if (dt.count != 1 && dt.count > vector_lanes_of(dt.scalar_type())) return false;
+  if (dtypes::is_weak(dt) || dt.scalar == Scalar::Index) return false;
   return !lang_.types[size_t(dt.scalar)].empty();
+}
+
+int CStyleRenderer::vector_lanes_of(DType d) const {
+  bool kind = (d.scalar == Scalar::Float32 || d.scalar == Scalar::Int32) && !lang_.types[size_t(d.scalar)].empty();
+  return kind && lang_.vector_bytes >= 8 ? lang_.vector_bytes / 4 : 1;
+}
+
+bool CStyleRenderer::vector_alu(const UOp* u) const {
+  if (u->dtype.scalar != Scalar::Float32) return false;
+  for (const UOpRef& s : u->src())
+    if (s->dtype.scalar != Scalar::Float32) return false;
+  return std::find(lang_.vector_float_ops.begin(), lang_.vector_float_ops.end(), u->op) != lang_.vector_float_ops.end();
 }
 
 std::string CStyleRenderer::render_const(const UOp* c) const {
@@ -244,9 +258,11 @@ std::string CStyleRenderer::render(const std::string& name, const std::vector<co
   std::string decls, body;
   int depth = 1;
   auto line = [&](const std::string& s) { body += std::string(size_t(2 * depth), ' ') + s + "\n"; };
+  // a vector of n lanes is TYPEn (float4)
+  auto vtype = [&](DType d) { return d.count > 1 ? lang_.type(d.scalar_type()) + std::to_string(d.count) : lang_.type(d); };
   auto def = [&](const UOp* u, const char* prefix, const std::string& expr) {
     r[u] = fresh(prefix);
-    line(lang_.type(u->dtype) + " " + r[u] + " = " + expr + ";");
+    line(vtype(u->dtype) + " " + r[u] + " = " + expr + ";");
   };
   for (const UOp* u : program) {
     auto s = [&](size_t i) -> const std::string& { return r.at(u->src(i)); };
@@ -262,11 +278,31 @@ std::string CStyleRenderer::render(const std::string& name, const std::vector<co
       }
       case Ops::INDEX: r[u] = "(" + s(0) + "+" + s(1) + ")"; break;
       case Ops::LOAD:
+        if (u->dtype.count > 1) {  // n consecutive elements
+          if (u->nsrc() != 1) throw Error("[render] kernel " + name + ": a gated vector LOAD is not supported: " + describe(u));
+          std::string n = std::to_string(u->dtype.count);
+          def(u, "val", lang_.vector_aligned ? "*((" + vtype(u->dtype) + "*)" + s(0) + ")" : "vload" + n + "(0, " + s(0) + ")");
+          break;
+        }
         def(u, "val", u->nsrc() == 3 ? "(" + s(2) + "?*" + s(0) + ":" + s(1) + ")" : "*" + s(0));
         break;
-      case Ops::STORE:
-        line((u->nsrc() == 3 ? "if (" + s(2) + ") *" : "*") + s(0) + " = " + s(1) + ";");
+      case Ops::STORE: {
+        DType d = u->src(1)->dtype;
+        std::string gate = u->nsrc() == 3 ? "if (" + s(2) + ") " : "";
+        if (d.count > 1)
+          line(gate + (lang_.vector_aligned ? "*((" + vtype(d) + "*)" + s(0) + ") = " + s(1) + ";"
+                                            : "vstore" + std::to_string(d.count) + "(" + s(1) + ", 0, " + s(0) + ");"));
+        else
+          line(gate + "*" + s(0) + " = " + s(1) + ";");
         break;
+      }
+      case Ops::VECTORIZE: {
+        std::vector<std::string> a;
+        for (size_t i = 0; i < u->nsrc(); i++) a.push_back(s(i));
+        def(u, "vec", lang_.vector_make.empty() ? "(" + vtype(u->dtype) + ")(" + join(a) + ")"
+                                                : lang_.vector_make + vtype(u->dtype) + "(" + join(a) + ")");
+        break;
+      }
       case Ops::RANGE: {
         r[u] = fresh("ridx");
         // Lane loops (see expand_upcasts): the C dialect asks clang to vectorise them across the lanes (not to
@@ -290,7 +326,13 @@ std::string CStyleRenderer::render(const std::string& name, const std::vector<co
         line(render_wmma(r[u], a, u, decls));
         break;
       }
-      case Ops::GEP: r[u] = s(0) + "[" + std::to_string(std::get<std::vector<int64_t>>(u->arg).at(0)) + "]"; break;
+      case Ops::GEP: {
+        int64_t i = std::get<std::vector<int64_t>>(u->arg).at(0);
+        if (u->src(0)->op == Ops::WMMA) r[u] = s(0) + "[" + std::to_string(i) + "]";  // an array
+        else if (u->src(0)->dtype.count <= 4) r[u] = s(0) + "." + "xyzw"[i];
+        else r[u] = s(0) + ".s" + "0123456789abcdef"[i];
+        break;
+      }
       case Ops::CAST: def(u, "cast", render_cast(s(0), u->src(0)->dtype, u->dtype)); break;
       case Ops::BITCAST: {
         r[u] = fresh("bits");

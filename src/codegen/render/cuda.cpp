@@ -158,6 +158,11 @@ CStyleLanguage cuda_language() {
   set(dtypes::float32, "float");
   set(dtypes::float64, "double");
   l.code_for_op = CStyleLanguage::base_code_for_op();
+  // float4/int4 loads and stores through aligned vector pointers (16 bytes: cuMemAlloc's buffers are 256-byte
+  // aligned), make_float4; CUDA's vector types have no arithmetic, so their ops run lane by lane
+  l.vector_bytes = 16;
+  l.vector_aligned = true;
+  l.vector_make = "make_";
   return l;
 }
 

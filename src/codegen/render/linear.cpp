@@ -34,7 +34,7 @@ bool base_op(Ops o) {
   switch (o) {
     case Ops::PARAM: case Ops::DEFINE_VAR: case Ops::CONST: case Ops::RANGE: case Ops::END: case Ops::DEFINE_REG:
     case Ops::INDEX: case Ops::LOAD: case Ops::STORE: case Ops::IF: case Ops::ENDIF: case Ops::SINK: case Ops::AFTER:
-    case Ops::CAST: case Ops::BITCAST: return true;
+    case Ops::CAST: case Ops::BITCAST: case Ops::VECTORIZE: return true;
     default: return is_alu(o);
   }
 }
@@ -59,9 +59,14 @@ LinearInfo check_linear(const std::string& who, const std::string& name, const s
   auto check_dtype = [&](const UOp* u) {
     DType d = u->dtype;
     if (d == dtypes::void_) return;
-    if (d.count != 1 && !(u->op == Ops::WMMA && d.count == 4 && d == dtypes::float32.vec(4)))
-      fail(u, "vector dtypes are not supported (devectorise before rendering)");
-    if (u->op == Ops::WMMA) d = d.scalar_type();
+    // Vector values (see vectorize in include/tg/opt.hpp): pointers point to scalars and constants are scalars
+    // (a vector of them is a VECTORIZE); whether the renderer takes the width is its supports().
+    if (d.count != 1 && (d.ptr || u->op == Ops::CONST || u->op == Ops::DEFINE_VAR || u->op == Ops::RANGE))
+      fail(u, "vector dtypes are values only: no vector pointers, constants or loop variables (devectorise first)");
+    if (u->op == Ops::WMMA) {
+      if (!(d == dtypes::float32.vec(4))) fail(u, "WMMA gives float32x4");
+      d = d.scalar_type();
+    }
     DType s = d.ptr ? d.base() : d;
     if (s.scalar == Scalar::Index || dtypes::is_weak(s)) fail(u, "dtype " + s.name() + " must be lowered before rendering");
     if (!supports(s)) fail(u, "dtype " + s.name() + " is not supported by this renderer");
@@ -121,7 +126,8 @@ LinearInfo check_linear(const std::string& who, const std::string& name, const s
         need_src(1, 3);
         if (u->nsrc() == 2) fail(u, "a gated LOAD needs (INDEX, alt, gate)");
         if (u->src(0)->op != Ops::INDEX) fail(u, "LOAD needs an INDEX as source 0");
-        if (!(u->src(0)->dtype.base() == u->dtype)) fail(u, "LOAD dtype differs from the pointer's element");
+        // a LOAD of n lanes reads n consecutive elements from its INDEX
+        if (!(u->src(0)->dtype.base().vec(u->dtype.count) == u->dtype)) fail(u, "LOAD dtype differs from the pointer's element");
         if (u->nsrc() == 3 && (!(u->src(1)->dtype == u->dtype) || !dtypes::is_bool(u->src(2)->dtype)))
           fail(u, "a gated LOAD needs alt of the load's dtype and a bool gate");
         break;
@@ -129,7 +135,9 @@ LinearInfo check_linear(const std::string& who, const std::string& name, const s
         need_src(2, 3);
         if (u->src(0)->op != Ops::INDEX) fail(u, "STORE needs an INDEX as source 0");
         if (u->nsrc() == 3 && !dtypes::is_bool(u->src(2)->dtype)) fail(u, "a gated STORE needs a bool gate");
-        if (!(u->src(0)->dtype.base() == u->src(1)->dtype)) fail(u, "STORE value dtype differs from the pointer's");
+        if (!(u->src(0)->dtype.base().vec(u->src(1)->dtype.count) == u->src(1)->dtype))
+          fail(u, "STORE value dtype differs from the pointer's");
+        if (u->nsrc() == 3 && u->src(2)->dtype.count != 1) fail(u, "a gated STORE needs one bool gate");
         break;
       case Ops::RANGE:
         need_src(1, 1);
@@ -157,10 +165,16 @@ LinearInfo check_linear(const std::string& who, const std::string& name, const s
       case Ops::GEP: {
         need_src(1, 1);
         auto* a = std::get_if<std::vector<int64_t>>(&u->arg);
-        if (u->src(0)->op != Ops::WMMA || !a || a->size() != 1 || (*a)[0] < 0 || (*a)[0] >= u->src(0)->dtype.count)
-          fail(u, "GEP needs a WMMA source and an element index within its result");
+        if (u->src(0)->dtype.count < 2 || !a || a->size() != 1 || (*a)[0] < 0 || (*a)[0] >= u->src(0)->dtype.count ||
+            u->dtype.count != 1)
+          fail(u, "GEP needs a vector source and one element index within it");
         break;
       }
+      case Ops::VECTORIZE:
+        if (u->nsrc() != size_t(u->dtype.count) || u->nsrc() < 2) fail(u, "VECTORIZE needs one source per lane");
+        for (size_t k = 0; k < u->nsrc(); k++)
+          if (!(u->src(k)->dtype == u->dtype.scalar_type())) fail(u, "VECTORIZE's sources must be scalars of its dtype");
+        break;
       case Ops::BARRIER:
         for (size_t k = 0; k < u->nsrc(); k++)
           if (u->src(k)->op != Ops::STORE) fail(u, "BARRIER sources must be STOREs");

@@ -26,9 +26,14 @@ namespace {
 bool is16(DType d) { return d.scalar == Scalar::Float16 || d.scalar == Scalar::BFloat16; }
 bool is_signed_int(DType d) { return dtypes::is_int(d) && !dtypes::is_unsigned(d); }
 
-// Register type of a scalar dtype.
+std::string lscalar(DType d);
+// Register type of a dtype: a vector of n lanes is <n x T>.
 std::string ltype(DType d) {
   if (d.ptr) return "ptr";
+  if (d.count > 1) return "<" + std::to_string(d.count) + " x " + lscalar(d) + ">";
+  return lscalar(d);
+}
+std::string lscalar(DType d) {
   switch (d.scalar) {
     case Scalar::Void: return "void";
     case Scalar::Bool: return "i1";
@@ -40,7 +45,20 @@ std::string ltype(DType d) {
   }
 }
 // Memory type: bool is a byte.
-std::string mtype(DType d) { return d.scalar == Scalar::Bool ? "i8" : ltype(d); }
+std::string mtype(DType d) {
+  if (d.scalar != Scalar::Bool || d.ptr) return ltype(d);
+  return d.count > 1 ? "<" + std::to_string(d.count) + " x i8>" : "i8";
+}
+// The constant c (a scalar literal) in every lane of d.
+std::string splat(DType d, const std::string& c) {
+  if (d.count == 1) return c;
+  std::string s = "<";
+  for (int i = 0; i < d.count; i++) s += (i ? ", " : "") + lscalar(d) + " " + c;
+  return s + ">";
+}
+std::string zero(DType d) { return d.count > 1 ? "zeroinitializer" : dtypes::is_float(d) ? "0.0" : "0"; }
+// The i1 type of a comparison or select condition over d's lanes.
+std::string cond_t(DType d) { return d.count > 1 ? "<" + std::to_string(d.count) + " x i1>" : "i1"; }
 std::string fsuffix(DType d) { return d.scalar == Scalar::Float64 ? "f64" : "f32"; }
 
 std::string hex64(uint64_t v) {
@@ -166,7 +184,8 @@ class LLVMEmitter {
       sig += (i ? ", " : "") + T;
       call += (i ? ", " : "") + T + " " + args[i];
     }
-    std::string full = "llvm." + fn + "." + (dtypes::is_float(d) ? fsuffix(d) : T);
+    std::string full = "llvm." + fn + "." + (d.count > 1 ? "v" + std::to_string(d.count) : "") +
+                       (dtypes::is_float(d) ? fsuffix(d) : lscalar(d));
     decls_.insert("declare " + T + " @" + full + "(" + sig + ")");
     return val("call " + T + " @" + full + "(" + call + ")");
   }
@@ -234,13 +253,16 @@ class LLVMEmitter {
     if (!ff && !tf) return int_resize(x, from, to);
     if (!ff) {  // int/bool -> float
       std::string cv = dtypes::is_bool(from) || dtypes::is_unsigned(from) ? "uitofp " : "sitofp ";
-      if (to == dtypes::float32 || to == dtypes::float64) return val(cv + ltype(from) + " " + x + " to " + ltype(to));
+      if (to.scalar == Scalar::Float32 || to.scalar == Scalar::Float64) return val(cv + ltype(from) + " " + x + " to " + ltype(to));
       std::string d = val(cv + ltype(from) + " " + x + " to double");  // as exec_alu: through double
       if (to.scalar == Scalar::Float16) return helper("tg.d2h", "half", "double " + d);
       return trunc_f32(val("fptrunc double " + d + " to float"), to);
     }
     if (tf) {  // float32/float64 -> float
-      if (to == dtypes::float64) return val("fpext float " + x + " to double");
+      if (from == to) return x;
+      if (to.scalar == Scalar::Float64) return val("fpext " + ltype(from) + " " + x + " to " + ltype(to));
+      if (from.scalar == Scalar::Float64 && to.scalar == Scalar::Float32)
+        return val("fptrunc " + ltype(from) + " " + x + " to " + ltype(to));
       if (from == dtypes::float64 && to.scalar == Scalar::Float16) return helper("tg.d2h", "half", "double " + x);
       if (from == dtypes::float64) x = val("fptrunc double " + x + " to float");
       return to == dtypes::float32 ? x : trunc_f32(x, to);
@@ -275,13 +297,13 @@ class LLVMEmitter {
       case Ops::TRUNC: return intrinsic("trunc", d, a);
       case Ops::POW: return intrinsic("pow", d, a);
       case Ops::MAX: {  // exec_alu's: a < b ? b : a, NaN when either is (a + b carries it)
-        std::string lt = val("fcmp olt " + T + " " + a[0] + ", " + a[1]);
-        std::string m = val("select i1 " + lt + ", " + T + " " + a[1] + ", " + T + " " + a[0]);
+        std::string lt = val("fcmp olt " + T + " " + a[0] + ", " + a[1]), C = cond_t(d);
+        std::string m = val("select " + C + " " + lt + ", " + T + " " + a[1] + ", " + T + " " + a[0]);
         std::string uno = val("fcmp uno " + T + " " + a[0] + ", " + a[1]);
-        return val("select i1 " + uno + ", " + T + " " + bin("fadd") + ", " + T + " " + m);
+        return val("select " + C + " " + uno + ", " + T + " " + bin("fadd") + ", " + T + " " + m);
       }
       case Ops::MULACC: return intrinsic("fma", d, a);
-      case Ops::RECIPROCAL: return val("fdiv " + T + " 1.0, " + a[0]);
+      case Ops::RECIPROCAL: return val("fdiv " + T + " " + splat(d, "1.0") + ", " + a[0]);
       case Ops::ADD: return bin("fadd");
       case Ops::SUB: return bin("fsub");
       case Ops::MUL: return bin("fmul");
@@ -298,7 +320,7 @@ class LLVMEmitter {
     bool sgn = is_signed_int(d), b = dtypes::is_bool(d);
     auto bin = [&](const std::string& ins) { return val(ins + " " + T + " " + a[0] + ", " + a[1]); };
     switch (u->op) {
-      case Ops::NEG: return b ? a[0] : val("sub " + T + " 0, " + a[0]);  // -b != 0 is b
+      case Ops::NEG: return b ? a[0] : val("sub " + T + " " + zero(d) + ", " + a[0]);  // -b != 0 is b
       case Ops::TRUNC: return a[0];
       case Ops::ADD: return bin(b ? "or" : "add");
       case Ops::SUB: return bin("sub");
@@ -333,7 +355,8 @@ class LLVMEmitter {
     std::vector<std::string> a;
     for (const UOpRef& s : u->src()) a.push_back(r_.at(s.get()));
     if (u->op == Ops::WHERE)
-      return val("select i1 " + a[0] + ", " + ltype(u->dtype) + " " + a[1] + ", " + ltype(u->dtype) + " " + a[2]);
+      return val("select " + cond_t(u->dtype) + " " + a[0] + ", " + ltype(u->dtype) + " " + a[1] + ", " + ltype(u->dtype) +
+                 " " + a[2]);
     DType cdt = is_comparison(u->op) ? u->src(0)->dtype : u->dtype;
     if (is16(cdt)) {  // compute in float32, round after the op
       for (std::string& x : a) x = ext_f32(x, cdt);
@@ -361,14 +384,17 @@ class LLVMEmitter {
         return;
       case Ops::LOAD: {
         DType d = u->dtype;
+        // a vector of n lanes reads n consecutive elements, aligned as one element
+        std::string align = d.count > 1 ? ", align " + std::to_string(std::max(1, d.bitsize() / 8)) : "";
         auto load = [&]() {
-          std::string x = val("load " + mtype(d) + ", ptr " + s(0));
-          return dtypes::is_bool(d) ? val("icmp ne i8 " + x + ", 0") : x;
+          std::string x = val("load " + mtype(d) + ", ptr " + s(0) + align);
+          return dtypes::is_bool(d) ? val("icmp ne " + mtype(d) + " " + x + ", " + zero(d)) : x;
         };
         if (u->nsrc() == 1) {
           r_[u] = load();
           return;
         }
+        if (d.count > 1) throw Error("[render] kernel " + name_ + ": LLVM IR: a gated vector LOAD is not supported");
         std::string pre = block_, lb = "G" + id + ".load", jb = "G" + id + ".join";
         ins("br i1 " + s(2) + ", label %" + lb + ", label %" + jb);
         label(lb);
@@ -381,17 +407,43 @@ class LLVMEmitter {
       }
       case Ops::STORE: {
         DType d = u->src(1)->dtype;
-        std::string x = dtypes::is_bool(d) ? val("zext i1 " + s(1) + " to i8") : s(1);
+        std::string x = dtypes::is_bool(d) ? val("zext " + ltype(d) + " " + s(1) + " to " + mtype(d)) : s(1);
+        std::string align = d.count > 1 ? ", align " + std::to_string(std::max(1, d.bitsize() / 8)) : "";
         if (u->nsrc() == 3) {  // gated (an index check's hit record): a branch around the store
           if (u->src(2)->dtype.count != 1) throw Error("[render] LLVM IR: a STORE with a vector gate is not supported");
           ins("br i1 " + s(2) + ", label %S" + id + ".then, label %S" + id + ".end");
           label("S" + id + ".then");
-          ins("store " + mtype(d) + " " + x + ", ptr " + s(0));
+          ins("store " + mtype(d) + " " + x + ", ptr " + s(0) + align);
           ins("br label %S" + id + ".end");
           label("S" + id + ".end");
           return;
         }
-        ins("store " + mtype(d) + " " + x + ", ptr " + s(0));
+        ins("store " + mtype(d) + " " + x + ", ptr " + s(0) + align);
+        return;
+      }
+      case Ops::VECTORIZE: {
+        DType d = u->dtype;
+        std::string T = ltype(d), E = lscalar(d);
+        bool consts = true, same = true;
+        for (size_t k = 0; k < u->nsrc(); k++) consts &= u->src(k)->op == Ops::CONST, same &= u->src(k) == u->src(0);
+        if (consts) {  // a constant vector
+          std::string c = "<";
+          for (size_t k = 0; k < u->nsrc(); k++) c += (k ? ", " : "") + E + " " + s(k);
+          r_[u] = c + ">";
+          return;
+        }
+        std::string acc = "poison";
+        for (size_t k = 0; k < (same ? 1 : u->nsrc()); k++)
+          acc = val("insertelement " + T + " " + acc + ", " + E + " " + s(k) + ", i64 " + std::to_string(k));
+        // a broadcast: lane 0 shuffled into every lane
+        r_[u] = same ? val("shufflevector " + T + " " + acc + ", " + T + " poison, <" + std::to_string(d.count) +
+                           " x i32> zeroinitializer")
+                     : acc;
+        return;
+      }
+      case Ops::GEP: {
+        int64_t lane = std::get<std::vector<int64_t>>(u->arg).at(0);
+        r_[u] = val("extractelement " + ltype(u->src(0)->dtype) + " " + s(0) + ", i64 " + std::to_string(lane));
         return;
       }
       case Ops::RANGE: {
@@ -469,7 +521,7 @@ bool valid_symbol(const std::string& s) {
 
 bool LLVMRenderer::supports(DType dt) const {
   if (dt.ptr) dt = dt.base();
-  if (dt.count != 1) return false;
+  if (dt.count != 1 && (dt.ptr || dt.count > vector_lanes_of(dt.scalar_type()))) return false;
   switch (dt.scalar) {
     case Scalar::Index: case Scalar::WeakInt: case Scalar::WeakFloat: case Scalar::Fp8E4M3: case Scalar::Fp8E5M2:
       return false;
@@ -477,8 +529,36 @@ bool LLVMRenderer::supports(DType dt) const {
   }
 }
 
+int LLVMRenderer::vector_lanes_of(DType d) const {
+  switch (d.scalar) {
+    case Scalar::Bool: case Scalar::Float32: case Scalar::Float64: case Scalar::Int32: case Scalar::UInt32:
+    case Scalar::Int64: case Scalar::UInt64: return 64;
+    default: return 1;
+  }
+}
+
+bool LLVMRenderer::vector_alu(const UOp* u) const {
+  DType d = u->dtype, s = u->src(0)->dtype;
+  bool f = dtypes::is_float(d);
+  switch (u->op) {
+    case Ops::ADD: case Ops::SUB: case Ops::MUL: case Ops::NEG: case Ops::MAX: case Ops::MULACC: case Ops::CMPLT:
+    case Ops::CMPNE: case Ops::CMPEQ: case Ops::WHERE: case Ops::AND: case Ops::OR: case Ops::XOR: case Ops::SHL:
+    case Ops::SHR: case Ops::IDIV: case Ops::MOD:
+      return true;
+    case Ops::FDIV: case Ops::RECIPROCAL: case Ops::SQRT: case Ops::TRUNC: return f || u->op == Ops::TRUNC;
+    case Ops::CAST: {
+      // int or bool -> float32/float64, float32 <-> float64, int widening and narrowing: one instruction on the lanes
+      bool fd = d.scalar == Scalar::Float32 || d.scalar == Scalar::Float64;
+      bool fs = s.scalar == Scalar::Float32 || s.scalar == Scalar::Float64;
+      bool is = dtypes::is_int(s) || dtypes::is_bool(s), id = dtypes::is_int(d);
+      return (fd && (fs || is)) || (id && (dtypes::is_int(s)));
+    }
+    default: return false;  // transcendentals are decomposed (or libm calls), POW and BITCAST lane by lane
+  }
+}
+
 std::string LLVMRenderer::render(const std::string& name, const std::vector<const UOp*>& program) {
-  auto info = check_linear("render", name, program, [this](DType d) { return supports(d); });
+  auto info = check_linear("render", name, program, [this](DType d) { return supports(d); }, {Ops::GEP});
   if (!valid_symbol(name)) throw Error("[render] kernel name '" + name + "' is not a valid symbol");
   return LLVMEmitter(name, info).run(program);
 }

@@ -192,6 +192,10 @@ CStyleLanguage opencl_language(bool fp16, bool fp64) {
   l.code_for_op[Ops::POW] = [base_pow](auto& a, DType dt, auto& lang) {
     return dtypes::is_float(dt) ? fn("pow")(a, dt, lang) : base_pow(a, dt, lang);
   };
+  // float4: vload4/vstore4 at any element address; OpenCL C's operators and math functions take vectors
+  l.vector_bytes = 16;
+  l.vector_float_ops = {Ops::ADD, Ops::SUB, Ops::MUL, Ops::FDIV, Ops::NEG, Ops::MULACC, Ops::RECIPROCAL, Ops::SQRT,
+                        Ops::EXP2, Ops::LOG2, Ops::SIN, Ops::TRUNC};
   auto base_mulacc = l.code_for_op[Ops::MULACC];
   l.code_for_op[Ops::MULACC] = [base_mulacc](auto& a, DType dt, auto& lang) {
     return dtypes::is_float(dt) ? fn("fma")(a, dt, lang) : base_mulacc(a, dt, lang);
