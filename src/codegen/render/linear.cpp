@@ -34,7 +34,7 @@ bool base_op(Ops o) {
   switch (o) {
     case Ops::PARAM: case Ops::DEFINE_VAR: case Ops::CONST: case Ops::RANGE: case Ops::END: case Ops::DEFINE_REG:
     case Ops::INDEX: case Ops::LOAD: case Ops::STORE: case Ops::IF: case Ops::ENDIF: case Ops::SINK: case Ops::AFTER:
-    case Ops::CAST: case Ops::BITCAST: return true;
+    case Ops::CAST: case Ops::BITCAST: case Ops::PREFETCH: return true;
     default: return is_alu(o);
   }
 }
@@ -130,6 +130,11 @@ LinearInfo check_linear(const std::string& who, const std::string& name, const s
         if (u->src(0)->op != Ops::INDEX) fail(u, "STORE needs an INDEX as source 0");
         if (u->nsrc() == 3 && !dtypes::is_bool(u->src(2)->dtype)) fail(u, "a gated STORE needs a bool gate");
         if (!(u->src(0)->dtype.base() == u->src(1)->dtype)) fail(u, "STORE value dtype differs from the pointer's");
+        break;
+      case Ops::PREFETCH:  // a hint: PREFETCH(PARAM, index), the index may lie past the buffer (no access is made)
+        need_src(2, 2);
+        if (u->src(0)->op != Ops::PARAM) fail(u, "PREFETCH needs a PARAM as source 0");
+        if (!dtypes::is_int(u->src(1)->dtype)) fail(u, "PREFETCH needs an int index");
         break;
       case Ops::RANGE:
         need_src(1, 1);
