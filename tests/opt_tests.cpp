@@ -954,3 +954,86 @@ TEST_CASE("THREAD splits a kernel only where each thread's part outlasts waking 
       }
   }
 }
+
+TEST_CASE("PREFETCH: a q4_0 matvec streaming more than L2 prefetches each row's blocks ahead in its block loop; a GEMM does not") {
+  // a decode step's linear: x (1, 1024) times a q4_0 weight (1024, 1024) transposed, 576 KiB of blocks, lowered
+  // for a machine model with an L2 of 256 KiB (so the test's sizes stay small whatever this machine's L2 is)
+  const int64_t rows = 1024, cols = 1024;
+  std::mt19937 gen{31};
+  std::vector<uint8_t> blocks(size_t(rows * (cols / 32) * 18));
+  for (size_t i = 0; i < blocks.size(); i++) blocks[i] = uint8_t(gen());
+  for (size_t b = 0; b < blocks.size(); b += 18) blocks[b] = uint8_t(gen() % 256), blocks[b + 1] = 0x1c;  // f16 scales near 2^-8
+  Tensor w = Tensor::from_vector(blocks, {rows, cols / 32, 18}).realize();
+  Tensor x = randn({1, cols}, 32).realize();
+  Tensor y = x.matmul(nn::ggml_dequantize(w, "q4_0").reshape({rows, cols}).T());
+  Kern k = last_kernel(y);
+  Device& dev = get_device("CPU");
+  LowerOptions lo;
+  lo.config = opt_config(dev);
+  lo.config.threads = 1;
+  lo.config.l2_bytes = 256 << 10;
+  CompiledKernel ck = lower_kernel(k.ast, "pf_q4", dev.renderer(), lo);
+  std::vector<Opt> with = ck.opts, without;
+  for (const Opt& o : with)
+    if (o.op != OptOp::PREFETCH) without.push_back(o);
+  REQUIRE(without.size() + 1 == with.size());
+  const Opt pf = with.back();
+  CHECK(pf.op == OptOp::PREFETCH);
+  CHECK(pf.amt == 512);
+  // its axis is the reduce loop over the blocks (32 of them): the other reduce axis is the 32 weights of a block
+  UOpRef split = split_ranges(graph_rewrite(k.ast, symbolic(), nullptr, false, "simplify"));
+  std::vector<const UOp*> axes = kernel_axes(split);
+  REQUIRE(size_t(pf.axis) < axes.size());
+  CHECK(range_type(axes[size_t(pf.axis)]) == AxisType::Reduce);
+  CHECK(axes[size_t(pf.axis)]->src(0)->const_int() == cols / 32);
+  // one prefetch per row of the register tile (the block's scale and its nibbles are one line), none for x (4 KiB)
+  int64_t tile = 1;
+  for (const Opt& o : with)
+    if (o.op == OptOp::UPCAST) tile *= o.amt;
+  size_t n_pf = 0;
+  for (size_t at = ck.src.find("call void @llvm.prefetch"); at != std::string::npos; at = ck.src.find("call void @llvm.prefetch", at + 1)) n_pf++;
+  CHECK(n_pf == size_t(tile));
+  // the values do not change: the same opts without PREFETCH give the same bits, and both match a float64 sum of
+  // the dequantised weights
+  std::vector<float> got = run_with(k, with, 1), plain = run_with(k, without, 1);
+  CHECK(got == plain);
+  std::vector<float> xs = x.to_vector<float>(), want(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; r++) {
+    double acc = 0;
+    for (int64_t b = 0; b < cols / 32; b++) {
+      const uint8_t* blk = &blocks[size_t((r * (cols / 32) + b) * 18)];
+      double d = double(half_bits_to_float(uint16_t(blk[0] | blk[1] << 8)));
+      for (int64_t j = 0; j < 16; j++) {
+        acc += double(xs[size_t(b * 32 + j)]) * d * double((blk[2 + j] & 15) - 8);
+        acc += double(xs[size_t(b * 32 + 16 + j)]) * d * double((blk[2 + j] >> 4) - 8);
+      }
+    }
+    want[size_t(r)] = float(acc);
+  }
+  check_close(got, want, float(cols) * 1.2e-7f);
+  {  // PREFETCH=0: the heuristic leaves it out
+    ScopedEnv off("PREFETCH", "0");
+    CompiledKernel ck0 = lower_kernel(k.ast, "pf_q4_off", dev.renderer(), lo);
+    CHECK(ck0.opts == without);
+    CHECK(ck0.src.find("llvm.prefetch") == std::string::npos);
+  }
+  // the weight within L2: no prefetch
+  lo.config.l2_bytes = 1 << 20;
+  CHECK(lower_kernel(k.ast, "pf_q4_l2", dev.renderer(), lo).opts == without);
+  lo.config.l2_bytes = 256 << 10;
+  // a GEMM (64 rows of A) rereads B (2 MiB) from cache 64 times: no prefetch
+  {
+    ScopedEnv off("PACKED_MATMUL", "0");
+    Tensor a = randn({64, 512}, 33).realize(), b = randn({512, 1024}, 34).realize();
+    Kern g = last_kernel(a.matmul(b));
+    for (const Opt& o : lower_kernel(g.ast, "pf_gemm", dev.renderer(), lo).opts) CHECK(o.op != OptOp::PREFETCH);
+  }
+  // an explicit PREFETCH needs a reduce axis and a distance
+  std::vector<Opt> bad_axis = without, bad_amt = without;
+  bad_axis.push_back({OptOp::PREFETCH, 0, 512});
+  bad_amt.push_back({OptOp::PREFETCH, pf.axis, 0});
+  lo.opts = &bad_axis;
+  CHECK_THROWS_AS(lower_kernel(k.ast, "pf_bad", dev.renderer(), lo), OptError);
+  lo.opts = &bad_amt;
+  CHECK_THROWS_AS(lower_kernel(k.ast, "pf_bad2", dev.renderer(), lo), OptError);
+}

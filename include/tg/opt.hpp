@@ -21,6 +21,13 @@
 //           axis 0, whose neighbouring items are neighbouring work items).
 //   TC      tensor cores (CUDA mma.sync m16n8k16, src/codegen/opt/tc.cpp): a half/bfloat16 matmul's output tile
 //           of 16x8 and reduce step of 16 become one warp-wide matrix multiply-accumulate; axis and amt unused.
+// CPU renderers only:
+//   PREFETCH a reduce axis whose loop streams buffers from memory: each iteration of its loop prefetches, for every
+//           load of a buffer larger than L2 whose index moves with the axis, the bytes that load reads amt bytes
+//           ahead (rounded up to whole iterations), at the start of the loops inside (a quantised matvec's block
+//           loop: one prefetch per row and block). The kernel's values do not change; the loop's loads find their
+//           lines in cache instead of waiting on DRAM (lowering's `add_prefetches`, rendered as llvm.prefetch /
+//           __builtin_prefetch). PREFETCH=0: the heuristic does not choose it.
 // Axes are numbered as kernel_axes() lists them: the output (loop) axes in id order, then the reduce axes.
 // NOOPT=1 disables the heuristic; DEBUG=3 prints the opts applied to each kernel.
 #include <optional>
@@ -35,15 +42,15 @@
 namespace tg {
 
 /// What an Opt does: UPCAST/UNROLL (vectorise, unroll), THREAD (CPU cores), LOCAL/GROUP/GROUPTOP (GPU groups), TC, SWAP,
-/// PADTO (round an output axis up).
-enum class OptOp : uint8_t { UPCAST, UNROLL, THREAD, LOCAL, GROUP, GROUPTOP, TC, SWAP, PADTO };
+/// PADTO (round an output axis up), PREFETCH (software prefetch in a reduce loop).
+enum class OptOp : uint8_t { UPCAST, UNROLL, THREAD, LOCAL, GROUP, GROUPTOP, TC, SWAP, PADTO, PREFETCH };
 
 /// One kernel optimisation: an op applied to an axis with an amount (tinygrad's Opt).
 struct Opt {
   /// what to do (see OptOp)
   OptOp op;
   int axis;     ///< index into kernel_axes() of the kernel as it is when the opt is applied
-  int64_t amt;  ///< split factor (THREAD: number of threads)
+  int64_t amt;  ///< split factor (THREAD: number of threads; PREFETCH: bytes ahead)
   /// same op, axis and amount
   bool operator==(const Opt&) const = default;
 };
@@ -83,6 +90,11 @@ UOpRef apply_opt(const UOpRef& ast, const Opt& opt);
  *  a transposed-and-reshaped operand's (r//64)*8192 + r%64 is linear in the inner one (vectorisable). As
  *  tinygrad's split ranges. Run before opts (lower_kernel and BEAM see the same axes). */
 UOpRef split_ranges(const UOpRef& ast);
+
+/** The loads of `ast` that stream a buffer larger than `l2_bytes` (their index spans more bytes, bounds known) and
+ *  move with RANGE `r`: what Opt PREFETCH prefetches in r's loop (lowering's add_prefetches and the heuristic share
+ *  it). l2_bytes 0 (unknown): every load that moves with r. */
+std::vector<const UOp*> streamed_loads(const UOp* ast, const UOp* r, int64_t l2_bytes);
 
 /** The default opts for a kernel (no search): register tiles for matmul-shaped kernels, vectorised loops
  *  for elementwise and reduce kernels, and the thread split. */

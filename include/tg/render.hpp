@@ -36,6 +36,7 @@ struct CStyleLanguage {
   std::string restrict_kw = "restrict";    ///< appended to buffer pointers ("" for none)
   std::string smem_prefix;                 ///< before DEFINE_LOCAL arrays; "" = no local memory
   std::string barrier;                     ///< statement for BARRIER; "" = unsupported
+  std::string prefetch;                    ///< function for PREFETCH (a read prefetch of an address); "" = none (a hint: dropped)
   std::array<std::string, kNumScalars> types{};  ///< spelling per scalar kind; "" = unsupported
   /** float16/bfloat16 held as uint16 bits and converted with helper functions (else native types). */
   /// float16 / bfloat16 held as uint16 bits and converted with the helpers below (false: the dialect's native type)

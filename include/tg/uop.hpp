@@ -46,7 +46,10 @@ namespace tg {
   /* appended: multi-device tensors (src/schedule/multi.cpp lowers them before scheduling) */      \
   X(MULTI) X(MSELECT)                                                                               \
   /* appended: the identity whose gradient is made contiguous (the scheduler drops it) */          \
-  X(CONTIGUOUS_BACKWARD)
+  X(CONTIGUOUS_BACKWARD)                                                                            \
+  /* appended: a software prefetch PREFETCH(PARAM, index), no value (Opt PREFETCH; a hint: renderers  \
+     without one emit nothing) */                                                                   \
+  X(PREFETCH)
 
 /// The UOp operations, tinygrad's Ops (listed by TG_OPS above).
 enum class Ops : uint8_t {
@@ -89,14 +92,14 @@ constexpr int op_arity(Ops o) {
     case Ops::RANGE: case Ops::SPECIAL: case Ops::GETTUPLE: case Ops::DETACH: case Ops::CONTIGUOUS: case Ops::CONTIGUOUS_BACKWARD:
     case Ops::REDUCE_AXIS: case Ops::RESHAPE: case Ops::PERMUTE: case Ops::EXPAND: case Ops::PAD: case Ops::SHRINK:
     case Ops::FLIP: case Ops::GEP: case Ops::IF: return 1;
-    case Ops::ASSIGN: case Ops::COPY: case Ops::BIND: case Ops::MSELECT: return 2;
+    case Ops::ASSIGN: case Ops::COPY: case Ops::BIND: case Ops::MSELECT: case Ops::PREFETCH: return 2;
     default: return -1;
   }
 }
 /** Ops whose dtype is always void (a dtype predicate on them is meaningless). */
 constexpr bool has_no_dtype(Ops o) {
   return o == Ops::SINK || o == Ops::STORE || o == Ops::END || o == Ops::ENDIF || o == Ops::BARRIER ||
-         o == Ops::GROUP || o == Ops::NOOP;
+         o == Ops::GROUP || o == Ops::NOOP || o == Ops::PREFETCH;
 }
 
 /** Axis kinds of a RANGE (codegen optimisations change these). Lane: a short innermost reduce loop over

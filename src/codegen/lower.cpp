@@ -3,9 +3,11 @@
 #include <cmath>
 #include <bitset>
 #include <cstdio>
+#include <cstdlib>
 #include <functional>
 #include <map>
 #include <optional>
+#include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
@@ -546,6 +548,52 @@ UOpRef expand_reduces(UOpRef k) {
   }
 }
 
+// Opt PREFETCH (`prefetch`: the reduce RANGE's id, bytes ahead): the END of that range's loop gets a PREFETCH of
+// each load inside it that streams a buffer larger than L2 (streamed_loads) at the address it reads `bytes` ahead
+// (whole iterations: ceil(bytes / the load's stride along the range)), with every loop inside at 0 (one prefetch per
+// iteration of the loop, not per lane or inner step: the linearizer places a node in the innermost loop it depends
+// on). Prefetches of one buffer whose addresses differ by a constant of less than a cache line (a q4_0 block's scale
+// and its nibbles) are one. The values computed do not change.
+UOpRef add_prefetches(const UOpRef& k, const std::vector<std::pair<int64_t, int64_t>>& prefetch, int64_t l2_bytes) {
+  if (prefetch.empty()) return k;
+  auto end_range = [](const UOp* e) -> const UOp* {
+    const UOp* r = e->op == Ops::END && e->nsrc() ? e->src(e->nsrc() - 1) : nullptr;
+    return r && r->op == Ops::RANGE ? r : nullptr;
+  };
+  std::vector<std::pair<const UOp*, UOpRef>> repl;
+  for (const UOp* e : toposort(k.get())) {
+    const UOp* r = end_range(e);
+    if (!r || range_type(r) != AxisType::Reduce) continue;
+    auto it = std::find_if(prefetch.begin(), prefetch.end(), [&](const auto& p) { return p.first == range_id(r); });
+    if (it == prefetch.end()) continue;
+    std::unordered_set<const UOp*> inner;  // the loops inside this one
+    for (const UOp* u : toposort(e))
+      if (u != e && end_range(u)) inner.insert(end_range(u));
+    std::vector<UOpRef> srcs(e->src().begin(), e->src().end() - 1);
+    std::vector<std::tuple<const UOp*, const UOp*, int64_t>> have;  // (buffer, address but its constant, bytes)
+    for (const UOp* l : streamed_loads(e, r, l2_bytes)) {
+      const UOp *buf = l->src(0)->src(0), *idx = l->src(0)->src(1);
+      int64_t item = l->dtype.scalar_type().itemsize(), stride = std::abs(*index_coef(idx, r)) * item;
+      std::vector<std::pair<const UOp*, UOpRef>> sub{{r, UOpRef(r)->alu(Ops::ADD, ci((it->second + stride - 1) / stride))}};
+      for (const UOp* q : toposort(idx))
+        if (q->op == Ops::RANGE && inner.count(q)) sub.emplace_back(q, ci(0));
+      UOpRef at = graph_rewrite(substitute(UOpRef(idx), sub), symbolic(), nullptr, false, "prefetch address");
+      const UOp* base = at.get();
+      int64_t off = 0;
+      if (at->op == Ops::ADD && at->src(1)->op == Ops::CONST) base = at->src(0), off = at->src(1)->const_int();
+      bool dup = false;
+      for (const auto& [b, a, o] : have) dup |= b == buf && a == base && std::abs(o - off * item) < 64;
+      if (dup) continue;
+      have.emplace_back(buf, base, off * item);
+      srcs.push_back(UOp::make(Ops::PREFETCH, dtypes::void_, {UOpRef(buf), at}));
+    }
+    if (srcs.size() + 1 == e->nsrc()) continue;
+    srcs.push_back(UOpRef(r));
+    repl.emplace_back(e, UOp::make(Ops::END, dtypes::void_, srcs));
+  }
+  return repl.empty() ? k : substitute(k, repl);
+}
+
 // Close every output loop after the stores: SINK(STORE...) -> SINK(END(...END(STORE..., rN)..., r0)). Stores in
 // the same loops (the expander's copies) share one END chain.
 UOpRef add_ends(const UOpRef& sink) {
@@ -706,6 +754,7 @@ struct LowerCtx {
   Renderer::GridLimits lim;
   std::vector<Opt> opts;
   LaunchDims dims;
+  std::vector<std::pair<int64_t, int64_t>> prefetch;  // Opt PREFETCH: (the reduce RANGE's id, bytes ahead)
   bool gpu() const { return lim.threads > 0; }
 };
 
@@ -727,6 +776,13 @@ UOpRef do_apply_opts(const UOpRef& k0, LowerCtx& c) {
     if (gpu_only && (!c.gpu() || !c.renderer.has_local()))
       throw OptError("[opt] " + to_string(o) + " needs a GPU renderer with work groups and local memory");
     if (o.op == OptOp::TC && !c.lim.tensor_cores) throw OptError("[opt] Opt(TC): this renderer has no tensor cores");
+    if (o.op == OptOp::PREFETCH) {
+      if (c.gpu()) throw OptError("[opt] " + to_string(o) + " needs a CPU renderer");
+      UOpRef same = apply_opt(k, o);  // checks the axis and amount
+      c.prefetch.emplace_back(range_id(kernel_axes(k)[size_t(o.axis)]), o.amt);
+      k = same;
+      continue;
+    }
     k = apply_opt(k, o);
   }
   if (debug_level() >= 3 && !c.opts.empty()) {
@@ -780,6 +836,7 @@ const std::vector<LowerStage>& lowering_stages() {
       {"gpu dims", [](const UOpRef& k, LowerCtx& c) { return c.gpu() ? add_gpu_dims(k, c.lim, c.dims) : k; }},
       {"block long sums", [](const UOpRef& k, LowerCtx&) { return block_long_sums(k); }},
       {"expand reduces", [](const UOpRef& k, LowerCtx&) { return expand_reduces(k); }},
+      {"add prefetches", [](const UOpRef& k, LowerCtx& c) { return add_prefetches(k, c.prefetch, c.opt.config.l2_bytes); }},
       {"mulacc", [](const UOpRef& k, LowerCtx&) { return graph_rewrite(k, pm_mulacc(), nullptr, false, "mulacc"); }},
       {"fuse wmma accumulators", [](const UOpRef& k, LowerCtx&) { return fuse_wmma_accumulators(k); }},
       {"add ends", [](const UOpRef& k, LowerCtx&) { return add_ends(k); }},

@@ -143,7 +143,7 @@ std::string program_key_material(const ScheduleItem& it, Device& dev, const Lowe
                   std::to_string(c.threads) + "," + std::to_string(c.vector_width) + "," + std::to_string(c.local_threads) +
                   "," + std::to_string(c.tensor_cores) + "," + std::to_string(c.vector_registers) + "," +
                   std::to_string(c.l2_bytes) + "," + std::to_string(c.fma_chains) + "," + std::to_string(lo.index64);
-  for (const char* k : {"NOOPT", "BEAM", "BEAM_BUDGET", "TRANSCENDENTAL", "ROW_REUSE", "FACTOR_REDUCE", "VECTORIZE", "CUDA_PTX", "TG_CPU", "THREADS"})
+  for (const char* k : {"NOOPT", "BEAM", "BEAM_BUDGET", "TRANSCENDENTAL", "ROW_REUSE", "FACTOR_REDUCE", "VECTORIZE", "PREFETCH", "CUDA_PTX", "TG_CPU", "THREADS"})
     m += std::string("|") + k + "=" + getenv_str(k);
   return m;
 }

@@ -190,6 +190,7 @@ std::optional<std::vector<int64_t>> beam_amounts(OptOp op, const OptConfig& cfg)
     case OptOp::TC:    // chosen by the GPU heuristic (its arg is a tile layout, not a split)
     case OptOp::SWAP:  // its arg names a second axis, not an amount
     case OptOp::PADTO:  // chosen by the heuristic before an UPCAST that does not divide the axis (BEAM's seeds)
+    case OptOp::PREFETCH:  // chosen by the heuristic for streaming reduce loops (BEAM's seeds keep it)
       return std::vector<int64_t>{};
   }
   return std::nullopt;

@@ -45,6 +45,7 @@ static inline double tg_fmax(double a, double b) {
 CStyleLanguage c_language() {
   CStyleLanguage l;
   l.name = "C";
+  l.prefetch = "__builtin_prefetch";
   l.prelude = kPrelude;
   auto set = [&](DType d, const char* t) { l.types[size_t(d.scalar)] = t; };
   set(dtypes::bool_, "bool");

@@ -317,6 +317,11 @@ std::string CStyleRenderer::render(const std::string& name, const std::vector<co
       case Ops::IF: line("if (" + s(0) + ") {"); depth++; break;
       case Ops::END: case Ops::ENDIF: depth--; line("}"); break;
       case Ops::BARRIER: line(lang_.barrier); break;
+      case Ops::PREFETCH:  // a hint: the C dialect's builtin (integer address arithmetic: it may lie past the buffer)
+        if (!lang_.prefetch.empty())
+          line(lang_.prefetch + "((const void*)((uintptr_t)" + s(0) + " + (uintptr_t)(" + s(1) + ") * " +
+               std::to_string(u->src(0)->dtype.base().itemsize()) + "));");
+        break;
       case Ops::SPECIAL: def(u, "gidx", render_special(u)); break;
       case Ops::WMMA: {
         r[u] = fresh("wmma");

@@ -34,7 +34,7 @@ bool base_op(Ops o) {
   switch (o) {
     case Ops::PARAM: case Ops::DEFINE_VAR: case Ops::CONST: case Ops::RANGE: case Ops::END: case Ops::DEFINE_REG:
     case Ops::INDEX: case Ops::LOAD: case Ops::STORE: case Ops::IF: case Ops::ENDIF: case Ops::SINK: case Ops::AFTER:
-    case Ops::CAST: case Ops::BITCAST: case Ops::VECTORIZE: return true;
+    case Ops::CAST: case Ops::BITCAST: case Ops::VECTORIZE: case Ops::PREFETCH: return true;
     default: return is_alu(o);
   }
 }
@@ -138,6 +138,11 @@ LinearInfo check_linear(const std::string& who, const std::string& name, const s
         if (!(u->src(0)->dtype.base().vec(u->src(1)->dtype.count) == u->src(1)->dtype))
           fail(u, "STORE value dtype differs from the pointer's");
         if (u->nsrc() == 3 && u->src(2)->dtype.count != 1) fail(u, "a gated STORE needs one bool gate");
+        break;
+      case Ops::PREFETCH:  // a hint: PREFETCH(PARAM, index), the index may lie past the buffer (no access is made)
+        need_src(2, 2);
+        if (u->src(0)->op != Ops::PARAM) fail(u, "PREFETCH needs a PARAM as source 0");
+        if (!dtypes::is_int(u->src(1)->dtype)) fail(u, "PREFETCH needs an int index");
         break;
       case Ops::RANGE:
         need_src(1, 1);

@@ -489,6 +489,15 @@ class LLVMEmitter {
         label(I + ".end");
         return;
       }
+      case Ops::PREFETCH: {
+        // a read prefetch into all cache levels; the address is not `inbounds` (it may lie past the buffer's end,
+        // where a prefetch does nothing)
+        std::string a = val("getelementptr " + mtype(u->src(0)->dtype.base()) + ", ptr " + s(0) + ", " +
+                            ltype(u->src(1)->dtype) + " " + s(1));
+        decls_.insert("declare void @llvm.prefetch.p0(ptr nocapture readonly, i32 immarg, i32 immarg, i32 immarg)");
+        ins("call void @llvm.prefetch.p0(ptr " + a + ", i32 0, i32 3, i32 1)");
+        return;
+      }
       case Ops::CAST: r_[u] = cast(s(0), u->src(0)->dtype, u->dtype); return;
       case Ops::BITCAST: r_[u] = bitcast(s(0), u->src(0)->dtype, u->dtype); return;
       default: r_[u] = alu(u); return;
