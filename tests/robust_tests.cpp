@@ -634,6 +634,39 @@ TEST_CASE("a bad index stops a realize before it writes existing state") {
   CHECK(now[1] == 2);
 }
 
+TEST_CASE("a run reads its checked kernels' records together after it: one read (one sync), not one per kernel") {
+  // index checks are read after the run (one host sync on OpenCL/CUDA), not after each checked kernel; a run reads
+  // earlier only before a kernel that writes state that existed before it (an assign)
+  Tensor x = Tensor::arange(12).reshape({3, 4}).cast(dtypes::float32).realize();
+  Tensor i = Tensor::from_vector(std::vector<int32_t>{2, 0}).realize();
+  Tensor j = Tensor::from_vector(std::vector<int64_t>{3, 0, 1}, {3, 1}).realize();
+  Tensor lab = Tensor::from_vector(std::vector<int64_t>{1, 2, 0}).realize();
+  Tensor a = x.index_select(0, i + 0), b = x.gather(1, j + 0), c = x.cross_entropy(lab * 1);
+  std::vector<UOpRef> roots{a.uop(), b.uop(), c.uop()};
+  Schedule s = create_schedule(roots);
+  size_t checked = 0;
+  for (const ScheduleItem& it : s.items) checked += it.index_check;
+  REQUIRE(checked >= 3);  // three kernels of their own (three shapes), each checking its indices
+  size_t r0 = index_check_reads();
+  Tensor::realize_all({&a, &b, &c});
+  CHECK(index_check_reads() - r0 == 1);
+  CHECK(a.to_vector<float>() == std::vector<float>{8, 9, 10, 11, 0, 1, 2, 3});
+  CHECK(b.to_vector<float>() == std::vector<float>{3, 4, 9});
+  // a TinyJit replay of the same three reads once too
+  TinyJit jit([&](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+    return {x.index_select(0, in[0] + 0), x.gather(1, in[1] + 0), x.cross_entropy(in[2] * 1)};
+  });
+  for (int call = 0; call < 3; call++) (void)jit({i, j, lab});
+  REQUIRE(jit.replaying());
+  r0 = index_check_reads();
+  auto out = jit({Tensor::from_vector(std::vector<int32_t>{1, 1}), j, lab});
+  CHECK(index_check_reads() - r0 == 1);
+  CHECK(out[0].to_vector<float>() == std::vector<float>{4, 5, 6, 7, 4, 5, 6, 7});
+  // a bad index in the first of them is still reported (as passed), after the others ran
+  CHECK(contains(error_of([&] { (void)jit({Tensor::from_vector(std::vector<int32_t>{1, 5}), j, lab}); }),
+                 "[index_select] index 5 is out of range for an axis of size 3"));
+}
+
 TEST_CASE("optimizer updates from schedule_step() that were never realised are realised by the next call") {
   Tensor w = Tensor::from_vector(std::vector<float>{1.f}).requires_grad_();
   nn::optim::SGD opt({w}, 0.1);

@@ -93,12 +93,18 @@ void order_items(ScheduleCtx& ctx) {
 }
 
 // Memory planner: an intermediate buffer (not a root's, not an input) whose last reader has run can be reused by a
-// later intermediate of the same device, dtype and size.
+// later intermediate of the same device, dtype and size. An index check's record, and what a checked kernel reads,
+// stay for the whole run: the records are read after it (one sync), and a hit's diagnostic kernel reads the
+// checked kernel's inputs again; reusing one would make the run read its records before the overwrite.
 void plan_memory(ScheduleCtx& ctx) {
   Template& t = ctx.t;
   const int n_inputs = ctx.n_inputs;
   std::vector<bool> exposed(t.slots.size(), false);
   for (auto& [r, sl] : t.becomes) exposed[size_t(sl)] = true;
+  std::vector<bool> pinned(t.slots.size(), false);  // never freed: a checked kernel's inputs and record
+  for (const auto& it : t.items)
+    if (it.index_check)
+      for (size_t k = size_t(it.n_out); k < it.slots.size(); k++) pinned[size_t(it.slots[k])] = true;
   std::vector<size_t> last_use(t.slots.size(), 0);
   for (size_t i = 0; i < t.items.size(); i++)
     for (int sl : t.items[i].slots) last_use[size_t(sl)] = i;
@@ -120,8 +126,8 @@ void plan_memory(ScheduleCtx& ctx) {
       }
     }
     const std::vector<int>& ss = t.items[i].slots;
-    for (int sl : ss)  // an index check's record is read after the run (IndexCheck): never reused
-      if (!(t.items[i].index_check && sl == ss.back()) && sl >= n_inputs && !exposed[size_t(sl)] && last_use[size_t(sl)] == i && remap[size_t(sl)] == sl &&
+    for (int sl : ss)
+      if (sl >= n_inputs && !exposed[size_t(sl)] && !pinned[size_t(sl)] && last_use[size_t(sl)] == i && remap[size_t(sl)] == sl &&
           std::find(free_slots.begin(), free_slots.end(), sl) == free_slots.end())
         free_slots.push_back(sl);
   }
