@@ -92,7 +92,7 @@ TEST_CASE("conv and pool errors name the op and the shapes") {
   CHECK_THROWS_AS(x.conv2d(T({8, 4, 3, 3}), std::nullopt, 2, "same"), Error);     // same needs stride 1
   CHECK_THROWS_AS(x.conv2d(T({8, 4, 3, 3}), std::nullopt, 1, "full"), Error);     // unknown padding string
   CHECK_THROWS_AS(x.conv2d(T({8, 4, 3, 3}), std::nullopt, 1, {1, 2, 3}), Error);  // 3 pads for 2 dims
-  CHECK_THROWS_AS(x.conv2d(T({8, 4, 3, 3}), std::nullopt, 1, -1), Error);         // negative padding
+  CHECK_THROWS_AS(x.conv2d(T({8, 4, 3, 3}), std::nullopt, 1, -1, 1, 1, "reflect"), Error);  // crops with zeros mode only
   CHECK_THROWS_AS(x.conv2d(T({8, 4, 3, 3}), std::nullopt, 1, 1, 1, 1, "mirror"), Error);
   CHECK_THROWS_AS(x.conv2d(T({8, 4, 7, 7})), Error);                              // kernel larger than input
   CHECK_THROWS_AS(x.conv2d(T({8, 4, 3, 3}), std::nullopt, 0), Error);             // stride 0

@@ -708,6 +708,20 @@ TEST_CASE("a valid disk-cache entry under another key is not used, and the repai
   CHECK(out.find("lowered=0") == std::string::npos);  // the swapped entries were refused and rebuilt
   CHECK(count(out, "tg: warning: the kernel cache entry") == 1);
   CHECK(count(run_child(""), "warning") == 0);  // repaired
+  // a corrupt entry (its last byte flipped: the checksum no longer matches) is rebuilt with one warning too
+  for (auto& e : fs::directory_iterator(dir.path / "kernels")) {
+    std::fstream s(e.path(), std::ios::in | std::ios::out | std::ios::binary);
+    s.seekg(-1, std::ios::end);
+    char last = 0;
+    s.get(last);
+    s.seekp(-1, std::ios::end);
+    s.put(char(last ^ 0x5a));
+  }
+  out = run_child("");
+  CHECK(out.find("value=1702.000") != std::string::npos);
+  CHECK(count(out, "tg: warning: the kernel cache entry") == 1);
+  CHECK(count(out, "is corrupt (its checksum does not match)") == 1);
+  CHECK(count(run_child(""), "warning") == 0);
 }
 
 TEST_CASE("SPEC=1 accepts optimised reductions: the index dtype lowering is checked on its result") {

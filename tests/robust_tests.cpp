@@ -277,6 +277,101 @@ TEST_CASE("arange with a fractional argument is float32 unless a dtype is given"
   CHECK(Tensor::arange(0.5, 3, 1, dtypes::int32).to_vector<int32_t>() == std::vector<int32_t>{0, 1, 2});
 }
 
+// ---------------------------------------------------------------- axes of a 0-d tensor, repeated axes, dtypes
+
+TEST_CASE("a 0-d tensor's one axis is 0 or -1 for every axis op (softmax, reductions, scans, sort); another is an error") {
+  // softmax of a 0-d tensor wrote past a 0-element vector (segfault); scans, argmax, sort and squeeze returned the
+  // tensor for any axis. torch: dims 0 and -1 are the 0-d tensor's one element, any other an IndexError.
+  Tensor s = Tensor::full(Shape{}, 2.0);
+  CHECK(s.softmax(0).to_vector<float>() == std::vector<float>{1});
+  CHECK(s.softmax(-1).shape().empty());
+  CHECK(s.log_softmax(0).to_vector<float>() == std::vector<float>{0});
+  CHECK(s.sum(0).to_vector<float>() == std::vector<float>{2});
+  CHECK(s.max(-1, true).to_vector<float>() == std::vector<float>{2});
+  CHECK(s.mean(0).to_vector<float>() == std::vector<float>{2});
+  CHECK(s.cumsum(0).to_vector<float>() == std::vector<float>{2});
+  CHECK(s.cummax(-1).first.to_vector<float>() == std::vector<float>{2});
+  CHECK(s.flip({0}).to_vector<float>() == std::vector<float>{2});
+  CHECK(s.transpose(0, -1).to_vector<float>() == std::vector<float>{2});
+  CHECK(s.squeeze(0).shape().empty());
+  CHECK(error_of([&] { (void)s.softmax(1); }) == "[softmax] axis 1 is out of range for shape ()");
+  CHECK(error_of([&] { (void)s.sum(1); }) == "[sum] axis 1 is out of range for shape ()");
+  CHECK(error_of([&] { (void)s.cumsum(1); }) == "[cumsum] dim 1 is out of range for a tensor with 0 dims");
+  CHECK(error_of([&] { (void)s.cumprod(-2); }) == "[cumprod] dim -2 is out of range for a tensor with 0 dims");
+  CHECK(error_of([&] { (void)s.cummax(1); }) == "[cummax] dim 1 is out of range for a tensor with 0 dims");
+  CHECK(error_of([&] { (void)s.cummin(1); }) == "[cummax] dim 1 is out of range for a tensor with 0 dims");
+  CHECK(error_of([&] { (void)s.logcumsumexp(1); }) == "[logcumsumexp] dim 1 is out of range for a tensor with 0 dims");
+  CHECK(error_of([&] { (void)s.argmax(1); }) == "[argmax] dim 1 is out of range for a tensor with 0 dims");
+  CHECK(error_of([&] { (void)s.sort(1); }) == "[sort] dim 1 is out of range for a tensor with 0 dims");
+  CHECK(error_of([&] { (void)s.topk(1, 2); }) == "[topk] dim 2 is out of range for a tensor with 0 dims");
+  CHECK(error_of([&] { (void)s.squeeze(1); }) == "[squeeze] axis 1 is out of range for shape ()");
+  CHECK(error_of([&] { (void)s.flip({1}); }) == "[flip] axis 1 is out of range for shape ()");
+  CHECK(error_of([&] { (void)s.transpose(0, 1); }) == "[transpose] axis 1 is out of range for shape ()");
+  CHECK(error_of([&] { (void)s.size(0); }) == "[size] dim 0 of a 0-d tensor: it has no dims (use numel())");
+}
+
+TEST_CASE("scans, sorts and softmax over a zero-size axis give empty results, as torch (cummax/cummin and softmax threw)") {
+  Tensor z = Tensor::ones({3, 0});
+  auto [v, i] = z.cummax(1);
+  CHECK(v.shape() == Shape{3, 0});
+  CHECK(i.shape() == Shape{3, 0});
+  CHECK(i.dtype() == dtypes::int64);
+  CHECK(v.to_vector<float>().empty());
+  CHECK(i.to_vector<int64_t>().empty());
+  auto [v0, i0] = Tensor::ones({0, 2}).cummin(0);
+  CHECK(v0.shape() == Shape{0, 2});
+  CHECK(i0.to_vector<int64_t>().empty());
+  CHECK(z.softmax(1).shape() == Shape{3, 0});
+  CHECK(z.softmax(1).to_vector<float>().empty());
+  CHECK(z.log_softmax(-1).to_vector<float>().empty());
+  CHECK(z.logcumsumexp(1).shape() == Shape{3, 0});
+  CHECK(z.cumsum(1).to_vector<float>().empty());
+  CHECK(z.sort(1).second.shape() == Shape{3, 0});
+  CHECK(z.softmax(0).shape() == Shape{3, 0});  // the other axis: empty too
+  CHECK(contains(error_of([&] { (void)z.max(1); }), "[max] cannot reduce an empty axis"));  // torch raises too
+}
+
+TEST_CASE("flip with a repeated axis is an error, as torch and tinygrad (it flipped twice: no flip)") {
+  Tensor x = Tensor::from_vector(std::vector<float>{1, 2, 3, 4, 5, 6}, {2, 3});
+  CHECK(error_of([&] { (void)x.flip({0, 0}); }) ==
+        "[flip] axis 0 is repeated in the axes for shape (2, 3) (each axis at most once, as torch)");
+  CHECK(error_of([&] { (void)x.flip({1, -1}); }) ==
+        "[flip] axis -1 is repeated in the axes for shape (2, 3) (each axis at most once, as torch)");
+  CHECK(x.flip({0, 1}).to_vector<float>() == std::vector<float>{6, 5, 4, 3, 2, 1});
+}
+
+TEST_CASE("scatter and scatter_reduce with a src of another dtype are errors, as torch (src was cast silently)") {
+  Tensor self = Tensor::zeros({2, 3});
+  Tensor idx = Tensor::from_vector(std::vector<int64_t>{0, 1, 2}, {1, 3});
+  Tensor isrc = Tensor::from_vector(std::vector<int32_t>{1, 2, 3}, {1, 3});
+  CHECK(error_of([&] { (void)self.scatter(1, idx, isrc); }) ==
+        "[scatter] src of dtype int32 into self of dtype float32: they must be the same dtype (as torch; cast src first)");
+  CHECK(contains(error_of([&] { (void)self.scatter_reduce(1, idx, isrc, "sum"); }), "[scatter_reduce] src of dtype int32"));
+  CHECK(contains(error_of([&] { (void)self.scatter(1, idx, isrc, "add"); }), "[scatter_reduce] src of dtype int32"));
+  CHECK(self.scatter(1, idx, isrc.cast(dtypes::float32)).to_vector<float>() == std::vector<float>{1, 2, 3, 0, 0, 0});
+  CHECK(self.scatter(1, idx, 5.0).to_vector<float>() == std::vector<float>{5, 5, 5, 0, 0, 0});  // a value takes self's
+}
+
+TEST_CASE("a negative convolution padding crops the input, as tinygrad (it was refused)") {
+  std::vector<float> xv(2 * 3 * 7 * 6), wv(4 * 3 * 3 * 2);
+  for (size_t i = 0; i < xv.size(); i++) xv[i] = float(int(i * 37 % 23) - 11) / 4;
+  for (size_t i = 0; i < wv.size(); i++) wv[i] = float(int(i * 11 % 13) - 6) / 8;
+  Tensor x = Tensor::from_vector(xv, {2, 3, 7, 6}), w = Tensor::from_vector(wv, {4, 3, 3, 2});
+  // -1 on every side: the conv of the input cropped by one (small integers over 8ths: the sums are exact)
+  Tensor cropped = x.shrink({{0, 2}, {0, 3}, {1, 6}, {1, 5}});
+  CHECK(x.conv2d(w, std::nullopt, 1, -1).to_vector<float>() == cropped.conv2d(w).to_vector<float>());
+  // (begin, end) per dim, mixed: crop 2 rows at the top, pad 1 column on the right
+  Tensor mixed = x.shrink({{0, 2}, {0, 3}, {2, 7}, {0, 6}}).pad({{0, 0}, {0, 0}, {0, 0}, {0, 1}});
+  CHECK(x.conv2d(w, std::nullopt, 1, {-2, 0, 0, 1}).to_vector<float>() == mixed.conv2d(w).to_vector<float>());
+  CHECK(x.conv2d(w, std::nullopt, 2, {-1, -1}).shape() == Shape{2, 4, 2, 2});
+  // cropped below the kernel, or with a padding mode that pads by copying: errors naming the op
+  CHECK(contains(error_of([&] { (void)x.conv2d(w, std::nullopt, 1, -3); }), "[conv2d] kernel (3, 2) with dilation (1, 1) is "
+                 "larger than the padded (or cropped) input"));
+  CHECK(error_of([&] { (void)x.conv2d(w, std::nullopt, 1, -1, 1, 1, "reflect"); }) ==
+        "[conv2d] padding (-1,) with padding_mode 'reflect' must be non-negative (a negative pad crops, with padding_mode "
+        "'zeros' only)");
+}
+
 // ---------------------------------------------------------------- realize from several threads
 
 TEST_CASE("two threads realising independent and shared tensors get every value right and no exception") {
@@ -537,6 +632,39 @@ TEST_CASE("a bad index stops a realize before it writes existing state") {
   wb->copyout(now, sizeof now);  // the assign's kernel did not run
   CHECK(now[0] == 1);
   CHECK(now[1] == 2);
+}
+
+TEST_CASE("a run reads its checked kernels' records together after it: one read (one sync), not one per kernel") {
+  // index checks are read after the run (one host sync on OpenCL/CUDA), not after each checked kernel; a run reads
+  // earlier only before a kernel that writes state that existed before it (an assign)
+  Tensor x = Tensor::arange(12).reshape({3, 4}).cast(dtypes::float32).realize();
+  Tensor i = Tensor::from_vector(std::vector<int32_t>{2, 0}).realize();
+  Tensor j = Tensor::from_vector(std::vector<int64_t>{3, 0, 1}, {3, 1}).realize();
+  Tensor lab = Tensor::from_vector(std::vector<int64_t>{1, 2, 0}).realize();
+  Tensor a = x.index_select(0, i + 0), b = x.gather(1, j + 0), c = x.cross_entropy(lab * 1);
+  std::vector<UOpRef> roots{a.uop(), b.uop(), c.uop()};
+  Schedule s = create_schedule(roots);
+  size_t checked = 0;
+  for (const ScheduleItem& it : s.items) checked += it.index_check;
+  REQUIRE(checked >= 3);  // three kernels of their own (three shapes), each checking its indices
+  size_t r0 = index_check_reads();
+  Tensor::realize_all({&a, &b, &c});
+  CHECK(index_check_reads() - r0 == 1);
+  CHECK(a.to_vector<float>() == std::vector<float>{8, 9, 10, 11, 0, 1, 2, 3});
+  CHECK(b.to_vector<float>() == std::vector<float>{3, 4, 9});
+  // a TinyJit replay of the same three reads once too
+  TinyJit jit([&](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+    return {x.index_select(0, in[0] + 0), x.gather(1, in[1] + 0), x.cross_entropy(in[2] * 1)};
+  });
+  for (int call = 0; call < 3; call++) (void)jit({i, j, lab});
+  REQUIRE(jit.replaying());
+  r0 = index_check_reads();
+  auto out = jit({Tensor::from_vector(std::vector<int32_t>{1, 1}), j, lab});
+  CHECK(index_check_reads() - r0 == 1);
+  CHECK(out[0].to_vector<float>() == std::vector<float>{4, 5, 6, 7, 4, 5, 6, 7});
+  // a bad index in the first of them is still reported (as passed), after the others ran
+  CHECK(contains(error_of([&] { (void)jit({Tensor::from_vector(std::vector<int32_t>{1, 5}), j, lab}); }),
+                 "[index_select] index 5 is out of range for an axis of size 3"));
 }
 
 TEST_CASE("optimizer updates from schedule_step() that were never realised are realised by the next call") {

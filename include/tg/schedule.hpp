@@ -34,6 +34,9 @@ struct ScheduleItem {
   ///@}
   UOpRef ast;                                  ///< kernel AST (PARAM i is bufs[i])
   std::vector<std::shared_ptr<Buffer>> bufs;   ///< outputs first
+  /// how many of bufs it writes (bufs[0, n_out)); it reads the others (a checked kernel's IndexCheck record last,
+  /// which its extra stores write: not an output)
+  size_t n_out = 1;
   /// the name of the device that runs it
   std::string device;
   /// the kernel checks indices in range: bufs.back() is its hit record (see IndexCheck), zeroed before the run and
@@ -116,6 +119,10 @@ const UOp* assign_buffer(const UOp* target);
 size_t schedules_built();
 /** Number of kernels run since start (tests count kernels with it). */
 size_t kernels_run();
+/** Number of times a run read its kernels' index-check records (IndexChecks::flush with records pending): one host
+ *  sync each on an asynchronous device. A run reads them together after its last kernel, or earlier only before a
+ *  kernel that writes existing state or overwrites what a checked kernel read (tests count syncs with it). */
+size_t index_check_reads();
 /** Number of kernels lowered since start: those found neither in memory nor in the on-disk program cache (a
  *  later process loads a kernel lowered once from cache_dir(), keyed by the AST's content key, the device, its
  *  compiler, the opt config and knobs, and this build of tg; CACHELEVEL=0 turns it off). */

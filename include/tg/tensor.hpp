@@ -713,7 +713,7 @@ class Tensor {
 
   // ---- nn functional (ops_nn.cpp); layouts are torch's (N, C, *spatial)
   /** N-d convolution (the number of spatial dims comes from the weight); padding_mode: "zeros", "reflect",
-   *  "replicate" or "circular". */
+   *  "replicate" or "circular". A negative pad crops the input (as tinygrad; padding_mode "zeros" only). */
   Tensor conv(const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt, IntArg stride = 1, ConvPadding padding = 0,
               IntArg dilation = 1, int64_t groups = 1, const std::string& padding_mode = "zeros") const;
   /// conv() on (N, C, L) with weight (out, C / groups, k)

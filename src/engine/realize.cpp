@@ -33,6 +33,7 @@ namespace tg {
 namespace {
 
 std::atomic<size_t> g_kernels_run{0};
+std::atomic<size_t> g_index_check_reads{0};  // IndexChecks::flush calls that read records
 std::atomic<size_t> g_kernels_lowered{0};
 
 struct Runner {
@@ -287,6 +288,7 @@ void check_devices(const ScheduleItem& it) {
 }  // namespace
 
 size_t kernels_run() { return g_kernels_run.load(); }
+size_t index_check_reads() { return g_index_check_reads.load(); }
 size_t kernels_lowered() { return g_kernels_lowered.load(); }
 
 void set_kernel_compile_hook(std::function<void(const UOpRef& ast, const std::string& name)> hook) {
@@ -339,6 +341,7 @@ void IndexChecks::before(const std::vector<Buffer*>& bufs, size_t n_out, bool wr
 void IndexChecks::flush(const VarVals& vals) {
   std::vector<Pending> pending = std::move(pending_);
   pending_.clear();
+  if (!pending.empty()) g_index_check_reads++;
   for (const Pending& p : pending) {
     int64_t rec[IndexCheck::kSlots];
     p.bufs.back()->copyout(rec, sizeof(rec));
@@ -416,14 +419,6 @@ std::string IndexCheck::message(const int64_t* record, const std::vector<int64_t
          std::to_string(n) + " " + range + "; the first " + std::to_string(std::min<size_t>(bad.size(), 5)) + ": " + first;
 }
 
-namespace {
-// A kernel's stores into bufs other than its IndexCheck record (the record is the last buffer).
-size_t n_outputs(const ScheduleItem& it) {
-  if (it.kind == ScheduleItem::Kind::Copy) return 1;
-  return it.index_check ? it.bufs.size() > 0 ? std::min(it.ast->nsrc(), it.bufs.size() - 1) : 0 : it.ast->nsrc();
-}
-}  // namespace
-
 void run_schedule(Schedule& s) {
   int dbg = debug_level();
   for (auto& it : s.items) {
@@ -482,9 +477,9 @@ void run_schedule(Schedule& s) {
   for (size_t i = 0; i < s.items.size(); i++) {
     ScheduleItem& it = s.items[i];
     if (g_capture)
-      g_capture->push_back(JitItem{runners[i], it.bufs, it.ast.get(), n_outputs(it), it.index_check,
+      g_capture->push_back(JitItem{runners[i], it.bufs, it.ast.get(), it.n_out, it.index_check,
                                    it.writes_existing, it.index_diags});
-    checks.before(raw[i], n_outputs(it), it.writes_existing, s.var_vals);
+    checks.before(raw[i], it.n_out, it.writes_existing, s.var_vals);
     if (it.kind == ScheduleItem::Kind::Copy) {
       auto c0 = profile::Clock::now();
       it.bufs[0]->copy_from(*it.bufs[1]);
@@ -502,7 +497,7 @@ void run_schedule(Schedule& s) {
     for (auto& b : it.bufs) ptrs.push_back(b->ptr());
     auto t0 = std::chrono::steady_clock::now();
     launch(r, ptrs.data(), ptrs.size(), s.var_vals);
-    if (it.index_check) checks.launched(raw[i], n_outputs(it), it.device, &it.index_diags);
+    if (it.index_check) checks.launched(raw[i], it.n_out, it.device, &it.index_diags);
     bool prof = profile::enabled();
     if (dbg >= 2 || prof) get_device(it.device).synchronize();
     auto t1 = std::chrono::steady_clock::now();

@@ -142,14 +142,20 @@ void linearize(ScheduleCtx& ctx) {
 }
 
 // Stage "plan memory": an intermediate buffer (not a root's, not an input) whose last reader has run can be reused by
-// a later intermediate of the same device, dtype and size. The plan is read off the LINEAR; a rewrite of the LINEAR
-// (pm_plan_memory) puts it in place.
+// a later intermediate of the same device, dtype and size. An index check's record, and what a checked kernel reads,
+// stay for the whole run: the records are read after it (one sync), and a hit's diagnostic kernel reads the checked
+// kernel's inputs again; reusing one would make the run read its records before the overwrite. The plan is read off
+// the LINEAR; a rewrite of the LINEAR (pm_plan_memory) puts it in place.
 void plan_memory(ScheduleCtx& ctx) {
   const Template& t = ctx.t;
   const int n_inputs = ctx.n_inputs;
   const auto& calls = ctx.linear->src();
   std::vector<bool> exposed(t.slots.size(), false);
   for (auto& [r, sl] : t.becomes) exposed[size_t(sl)] = true;
+  std::vector<bool> pinned(t.slots.size(), false);  // never freed: a checked kernel's inputs and record
+  for (const auto& it : t.items)
+    if (it.index_check)
+      for (size_t k = size_t(it.n_out); k < it.slots.size(); k++) pinned[size_t(it.slots[k])] = true;
   std::vector<size_t> last_use(t.slots.size(), 0);
   for (size_t i = 0; i < calls.size(); i++)
     for (auto& b : calls[i]->src()) last_use[size_t(slot_number(b.get()))] = i;
@@ -173,11 +179,10 @@ void plan_memory(ScheduleCtx& ctx) {
         }
       }
     }
-    const bool check = t.items[size_t(a[0])].index_check;
-    for (size_t k = 0; k < call->src().size(); k++) {  // an index check's record is read after the run (IndexCheck): never reused
-      int sl = slot_number(call->src(k));
-      if (!(check && k + 1 == call->src().size()) && sl >= n_inputs && !exposed[size_t(sl)] && last_use[size_t(sl)] == i &&
-          remap[size_t(sl)] == sl && std::find(free_slots.begin(), free_slots.end(), sl) == free_slots.end())
+    for (auto& b : call->src()) {
+      int sl = slot_number(b.get());
+      if (sl >= n_inputs && !exposed[size_t(sl)] && !pinned[size_t(sl)] && last_use[size_t(sl)] == i && remap[size_t(sl)] == sl &&
+          std::find(free_slots.begin(), free_slots.end(), sl) == free_slots.end())
         free_slots.push_back(sl);
     }
   }

@@ -346,6 +346,7 @@ Schedule create_schedule(std::span<const UOpRef> orig_roots) {
     si.device = it.device;
     si.index_check = it.index_check;
     si.index_diags = it.diags;
+    si.n_out = size_t(it.n_out);
     for (int k = 0; k < it.n_out && k < int(it.slots.size()); k++)
       si.writes_existing |= t->slots[size_t(it.slots[size_t(k)])].input >= 0;
     for (int sl : it.slots) si.bufs.push_back(buffer_of(slot_uop[size_t(sl)].get()));

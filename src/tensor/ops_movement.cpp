@@ -294,6 +294,9 @@ std::pair<Tensor, Tensor> pre_scatter(const Tensor& self, int64_t& dim, const Te
   if (index.ndim() != self.ndim() || src.ndim() != self.ndim())
     fail(op, "self " + shape_str(self.shape()) + ", index " + shape_str(index.shape()) + " and src " +
                  shape_str(src.shape()) + " must have the same rank");
+  if (dtypes::strong(src.dtype()) != dtypes::strong(self.dtype()))
+    fail(op, "src of dtype " + src.dtype().name() + " into self of dtype " + self.dtype().name() +
+                 ": they must be the same dtype (as torch; cast src first)");
   dim = norm_dim(dim, self.ndim(), op);
   for (int64_t d = 0; d < self.ndim(); d++) {
     int64_t i = index.shape()[size_t(d)];

@@ -44,9 +44,7 @@ Pads pads_of(const std::vector<int64_t>& v, size_t nd, const std::string& op) {
   else if (v.size() == 2 * nd)
     for (size_t i = 0; i < nd; i++) p.push_back({v[2 * i], v[2 * i + 1]});
   else fail(op, "padding " + ints_str(v) + " needs 1, " + std::to_string(nd) + " or " + std::to_string(2 * nd) + " values");
-  for (auto& [b, a] : p)
-    if (b < 0 || a < 0) fail(op, "padding " + ints_str(v) + " must be non-negative");
-  return p;
+  return p;  // a negative pad crops the input (as tinygrad; conv_impl pads with pad_last, which shrinks for it)
 }
 
 // Checks the (batched or unbatched) input rank: returns x batched, and whether a batch dim was added.
@@ -123,6 +121,10 @@ Tensor Tensor::conv(const Tensor& weight, const std::optional<Tensor>& bias, Int
   if (padding_mode != "zeros") {
     if (padding_mode != "reflect" && padding_mode != "replicate" && padding_mode != "circular")
       fail(op, "padding_mode '" + padding_mode + "' is not one of 'zeros', 'reflect', 'replicate', 'circular'");
+    for (auto& [b, a] : pads)
+      if (b < 0 || a < 0)
+        fail(op, "padding " + ints_str(padding.v) + " with padding_mode '" + padding_mode +
+                     "' must be non-negative (a negative pad crops, with padding_mode 'zeros' only)");
     Pads all(2, {0, 0});
     all.insert(all.end(), pads.begin(), pads.end());
     x = x.pad(all, padding_mode);
@@ -131,7 +133,7 @@ Tensor Tensor::conv(const Tensor& weight, const std::optional<Tensor>& bias, Int
   for (size_t i = 0; i < nd; i++)
     if (x.shape()[2 + i] + pads[i].first + pads[i].second < dl[i] * (weight.shape()[2 + i] - 1) + 1)
       fail(op, "kernel " + shape_str(Shape(weight.shape().begin() + 2, weight.shape().end())) + " with dilation " +
-                   ints_str(dl) + " is larger than the padded input " + shape_str(shape()));
+                   ints_str(dl) + " is larger than the padded (or cropped) input " + shape_str(shape()));
   Tensor r = conv_impl(x, weight, bias, st, pads, dl, groups, op);
   return unb ? r.squeeze(0) : r;
 }

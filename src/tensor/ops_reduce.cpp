@@ -44,8 +44,9 @@ Tensor Tensor::argmax(std::optional<int64_t> axis, bool keepdim) const {
     Tensor r = flatten().argmax(0);
     return keepdim ? r.reshape(Shape(size_t(ndim()), 1)) : r;
   }
+  int64_t a = norm_dim(*axis, ndim(), "argmax");  // on a 0-d tensor, 0 or -1 (as torch)
   if (ndim() == 0) return full({}, 0, dtypes::int64, device());
-  int64_t a = norm_dim(*axis, ndim(), "argmax"), n = shape()[size_t(a)];
+  int64_t n = shape()[size_t(a)];
   if (n == 0) fail("argmax", "cannot take the argmax of an empty dim of " + shape_str(shape()));
   // n - max((x == max) * (n, n-1, ..., 1)) is the first index of the maximum; NaN is the maximum (as torch): a row
   // with NaN has max NaN, equal to nothing, and its first NaN is taken
@@ -111,8 +112,8 @@ Tensor scan_last(const Tensor& x, Ops op) {
 
 // The same along `axis`; long dims scan in chunks of 256 and add the chunk totals (O(n * 256) work, not O(n^2)).
 Tensor scan(const Tensor& self, int64_t axis, Ops op, const char* name) {
+  axis = norm_dim(axis, self.ndim(), name);  // on a 0-d tensor, 0 or -1 (as torch)
   if (self.ndim() == 0) return op == Ops::ADD ? self.sum() : self;
-  axis = norm_dim(axis, self.ndim(), name);
   // sums and products of bools and ints accumulate in int64 (like torch), floats keep their dtype
   DType out = dtypes::strong(self.dtype());
   if (op != Ops::MAX && !dtypes::is_float(out) && out != dtypes::uint64) out = dtypes::int64;
@@ -139,10 +140,11 @@ Tensor Tensor::cumsum(int64_t axis) const { return scan(*this, axis, Ops::ADD, "
 Tensor Tensor::cumprod(int64_t axis) const { return scan(*this, axis, Ops::MUL, "cumprod"); }
 
 std::pair<Tensor, Tensor> Tensor::cummax(int64_t axis) const {
+  axis = norm_dim(axis, ndim(), "cummax");  // on a 0-d tensor, 0 or -1 (as torch)
   if (ndim() == 0) return {*this, full({}, 0, dtypes::int64, device())};
-  axis = norm_dim(axis, ndim(), "cummax");
   Tensor values = scan(*this, axis, Ops::MAX, "cummax");
   int64_t n = shape()[size_t(axis)];
+  if (n == 0) return {values, full(shape(), 0, dtypes::int64, device())};  // an empty axis: empty results (torch)
   Tensor x = transpose(axis, -1), v = values.transpose(axis, -1);
   // index of value j: the last i <= j with x[i] == v[j]
   Tensor i_le_j = Tensor::ones({n, n}, dtypes::bool_, device()).triu();
@@ -169,8 +171,8 @@ Tensor Tensor::logsumexp(std::vector<int64_t> axes, bool keepdim) const {
 }
 
 Tensor Tensor::logcumsumexp(int64_t axis) const {
-  if (ndim() == 0) return to_float(*this);
   axis = norm_dim(axis, ndim(), "logcumsumexp");
+  if (ndim() == 0) return to_float(*this);
   Tensor x = to_float(*this).transpose(axis, -1);
   int64_t n = x.shape().back();
   Tensor cm = x.cummax(-1).first.detach();
@@ -187,6 +189,7 @@ Tensor Tensor::log_softmax(int64_t axis, CallLoc loc) const {
   Tensor x = to_opmath(*this);
   axis = norm_dim(axis, ndim(), "log_softmax");
   if (ndim() == 0) return (x * 0.0).cast(out);
+  if (max_shape()[size_t(axis)] == 0) return x.cast(out);  // an empty axis: an empty result (torch)
   Tensor m = x - x.max(axis, true).detach();
   return (m - m.exp().sum(axis, true).log()).cast(out);
 }
@@ -225,8 +228,8 @@ void compare_exchange(Tensor& x, Tensor& idx, int64_t d, bool descending, int64_
 }  // namespace
 
 std::pair<Tensor, Tensor> Tensor::sort(int64_t dim, bool descending) const {
+  dim = norm_dim(dim, ndim(), "sort");  // on a 0-d tensor, 0 or -1 (as torch)
   if (ndim() == 0) return {*this, full({}, 0, dtypes::int64, device())};
-  dim = norm_dim(dim, ndim(), "sort");
   int64_t n = shape()[size_t(dim)];
   if (n <= 1) return {*this, zeros_like(dtypes::int64)};
   if (dtypes::is_bool(dtype())) {
@@ -283,6 +286,7 @@ Tensor Tensor::argsort(int64_t dim, bool descending) const { return sort(dim, de
 
 std::pair<Tensor, Tensor> Tensor::topk(int64_t k, int64_t dim, bool largest) const {
   if (ndim() == 0) {
+    (void)norm_dim(dim, 0, "topk");  // 0 or -1 (as torch)
     if (k > 1) fail("topk", "k " + std::to_string(k) + " is out of range for a 0-d tensor");
     return sort(0, largest);
   }

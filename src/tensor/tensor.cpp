@@ -276,7 +276,10 @@ const std::string& Tensor::device() const {
 }
 int64_t Tensor::numel() const { return numel_of(shape()); }
 const UOpRef& Tensor::uop() const { return im().uop; }
-int64_t Tensor::size(int dim) const { return shape()[size_t(norm_axis(dim, "size"))]; }
+int64_t Tensor::size(int dim) const {
+  if (ndim() == 0) throw Error("[size] dim " + std::to_string(dim) + " of a 0-d tensor: it has no dims (use numel())");
+  return shape()[size_t(norm_axis(dim, "size"))];
+}
 
 Tensor Tensor::check_numel(size_t n, const char* op) const {
   if (size_t(numel()) != n)
@@ -1051,7 +1054,14 @@ Tensor Tensor::from_sint(const sint& v, DType dtype, const std::string& device) 
 Tensor Tensor::flip(std::vector<int64_t> axes, CallLoc loc) const {
   CallSite site(loc);
   std::vector<int64_t> flags(static_cast<size_t>(ndim()), 0);
-  for (int64_t a : axes) flags[size_t(norm_axis(a, "flip"))] ^= 1;
+  for (int64_t a : axes) {
+    int64_t k = norm_axis(a, "flip");
+    if (ndim() == 0) continue;  // a 0-d tensor flips along its one axis (0 or -1) to itself
+    if (flags[size_t(k)])
+      throw Error("[flip] axis " + std::to_string(a) + " is repeated in the axes for shape " + shape_str(sym_shape()) +
+                  " (each axis at most once, as torch)");
+    flags[size_t(k)] = 1;
+  }
   if (std::all_of(flags.begin(), flags.end(), [](int64_t f) { return f == 0; })) return *this;
   return mov(Ops::FLIP, std::move(flags), shape());
 }
@@ -1061,6 +1071,7 @@ Tensor Tensor::transpose(int64_t a, int64_t b, CallLoc loc) const {
   if (ndim() < 2 && a == 1 && b == 0) return *this;
   a = norm_axis(a, "transpose");
   b = norm_axis(b, "transpose");
+  if (ndim() == 0) return *this;  // a 0-d tensor's one axis swapped with itself
   std::vector<int64_t> order(static_cast<size_t>(ndim()));
   std::iota(order.begin(), order.end(), 0);
   std::swap(order[size_t(a)], order[size_t(b)]);
@@ -1088,8 +1099,8 @@ Tensor Tensor::squeeze(std::optional<int64_t> dim, CallLoc loc) const {
       if (d != 1) s.push_back(d);
     return reshape(s);
   }
+  int64_t a = norm_axis(*dim, "squeeze");  // on a 0-d tensor, 0 or -1 (as torch)
   if (ndim() == 0) return *this;
-  int64_t a = norm_axis(*dim, "squeeze");
   if (shape()[size_t(a)] != 1) return *this;
   s = shape();
   s.erase(s.begin() + a);
@@ -1145,6 +1156,10 @@ Tensor Tensor::slice(const std::vector<Slice>& sl, CallLoc loc) const {
 // ---------------------------------------------------------------- reductions
 
 Tensor Tensor::reduce(Ops op, std::vector<int64_t> axes, bool keepdim, const char* name) const {
+  if (ndim() == 0) {  // a 0-d tensor's one axis (0 or -1, as torch) reduces a single element: the tensor itself
+    for (int64_t a : axes) (void)norm_axis(a, name);
+    return *this;
+  }
   if (axes.empty())
     for (int64_t i = 0; i < ndim(); i++) axes.push_back(i);
   std::vector<bool> red(size_t(ndim()), false);
@@ -1226,6 +1241,8 @@ Tensor Tensor::softmax(int64_t axis, CallLoc loc) const {
   // floats in float32 (a float16 row of more than 65504 elements would sum to inf)
   DType out = least_upper_float(dtypes::strong(dtype()));
   Tensor x = detail::to_opmath(*this);
+  int64_t a = norm_axis(axis, "softmax");
+  if (ndim() > 0 && max_shape()[size_t(a)] == 0) return x.cast(out);  // an empty axis: an empty result (torch)
   Tensor m = (x - x.max(axis, true)).exp();
   return (m * m.sum(axis, true).reciprocal()).cast(out);
 }

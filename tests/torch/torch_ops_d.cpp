@@ -229,6 +229,18 @@ std::vector<Case> api_cases() {
     c.push_back(op2("sort_ties_desc" + t, {V({2, 7}, d, vals({3, 1, 3, 2, 1, 3, 0, -1, -1, 5, 5, 5, -1, 2}), true)},
                     [](TG& x) { return x[0].sort(1, true).first; }, [](TH& x) { return std::get<0>(x[0].sort(true, 1, true)); }));
   }
+  // Axes at the edges (issue 24): a 0-d tensor's one axis (softmax segfaulted), zero-size axes (cummax and softmax
+  // threw), a negative convolution padding (tinygrad crops; torch refuses it: compared with torch on the cropped input)
+  c.push_back(op2("softmax_0d", {F({})}, [](TG& x) { return x[0].softmax(0); }, [](TH& x) { return x[0].softmax(0); }));
+  c.push_back(op2("log_softmax_0d", {F({})}, [](TG& x) { return x[0].log_softmax(-1); }, [](TH& x) { return x[0].log_softmax(-1); }));
+  c.push_back(op2("cumsum_0d", {F({})}, [](TG& x) { return x[0].cumsum(0); }, [](TH& x) { return x[0].cumsum(0); }));
+  c.push_back(op2("softmax_empty_axis", {F({3, 0})}, [](TG& x) { return x[0].softmax(1); }, [](TH& x) { return x[0].softmax(1); }).fwd_only());
+  c.push_back(op2("cummax_empty_axis", {F({3, 0})}, [](TG& x) { return x[0].cummax(1).first; },
+                  [](TH& x) { return std::get<0>(x[0].cummax(1)); }).fwd_only());
+  c.push_back(op2("cummin_empty_axis_indices", {F({0, 4})}, [](TG& x) { return x[0].cummin(0).second; },
+                  [](TH& x) { return std::get<1>(x[0].cummin(0)); }).fwd_only());
+  c.push_back(op2("conv2d_negative_pad", {F({2, 3, 7, 6}), F({4, 3, 3, 2})}, [](TG& x) { return x[0].conv2d(x[1], {}, 1, {-1, 0, 1, -2}); },
+                  [](TH& x) { return torch::conv2d(F_::pad(x[0], F_::PadFuncOptions({1, -2, -1, 0})), x[1]); }).tol(kSum, kSum));
   return c;
 }
 
