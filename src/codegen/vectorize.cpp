@@ -122,6 +122,8 @@ UOpRef pack(VecCtx& c, const std::vector<const UOp*>& v, int depth = 0) {
   for (const UOp* x : v) {
     same &= x == a;
     iso &= x->op == a->op && x->dtype == d && x->nsrc() == a->nsrc() && x->arg == a->arg;
+    for (size_t k = 0; iso && k < a->nsrc(); k++)  // one op over sources of other dtypes (a CMPLT of indices in one
+      iso &= x->src(k)->dtype == a->src(k)->dtype;  // lane, of floats in another) is not one vector op
   }
   UOpRef res;
   if (same || !iso) {
