@@ -417,6 +417,34 @@ TEST_CASE("a repeated realize of the same shape of graph skips scheduling") {
   for (size_t i = 0; i < 32; i++) CHECK(ev[i] == cv[i] * dv[i] + 7.5f);
 }
 
+TEST_CASE("the memory planner gives a kernel's output the smallest dead buffer that holds it, again and again") {
+  ScopedEnv one("MULTI_OUTPUT", "0");  // one kernel per materialised node
+  auto x = Tensor::rand({1024});
+  x.realize();
+  Tensor t1 = Tensor(x + 1).contiguous();                               // 1024: A
+  Tensor t2 = Tensor(t1 * 2).contiguous();                              // 1024: B (t1 dead after this)
+  Tensor t3 = Tensor(t2.shrink({{0, 512}}) * 3).contiguous();           // 512: in A, the smallest dead one
+  Tensor t4 = Tensor(t3 * 5).contiguous();                              // 512: in B (t2 dead after t3)
+  Tensor t5 = Tensor(t4 * 7).contiguous();                              // 512: in A again (t3, in A, dead after t4)
+  Tensor out = t5 + 1;
+  UOpRef root = out.uop();
+  Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+  REQUIRE(s.items.size() == 6);
+  std::vector<const Buffer*> outs;
+  for (auto& it : s.items) outs.push_back(it.bufs[0].get());
+  CHECK(outs[2] == outs[0]);
+  CHECK(outs[3] == outs[1]);
+  CHECK(outs[4] == outs[0]);
+  CHECK(outs[1] != outs[0]);
+  CHECK(outs[5] != outs[0]);  // the result: a buffer of its own
+  CHECK(outs[5] != outs[1]);
+  run_schedule(s);
+  auto xv = x.to_vector<float>();
+  Tensor res(s.becomes[0].second, {512}, "CPU");
+  auto rv = res.to_vector<float>();
+  for (size_t i = 0; i < 512; i++) CHECK(rv[i] == doctest::Approx((((xv[i] + 1) * 2) * 3 * 5) * 7 + 1));
+}
+
 TEST_CASE("the memory planner reuses a dead intermediate buffer") {
   ScopedEnv one("MULTI_OUTPUT", "0");  // one kernel per materialised node (else the chain is one kernel, below)
   auto x = Tensor::rand({256});

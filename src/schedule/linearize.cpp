@@ -159,10 +159,14 @@ void plan_memory(ScheduleCtx& ctx) {
   std::vector<size_t> last_use(t.slots.size(), 0);
   for (size_t i = 0; i < calls.size(); i++)
     for (auto& b : calls[i]->src()) last_use[size_t(slot_number(b.get()))] = i;
+  std::vector<bool> copied(t.slots.size(), false);  // read or written by a copy: a buffer of exactly its size
+  for (auto& call : calls)
+    if (t.items[size_t(std::get<std::vector<int64_t>>(call->arg)[0])].kind == ScheduleItem::Kind::Copy)
+      for (auto& b : call->src()) copied[size_t(slot_number(b.get()))] = true;
   MemoryPlan plan{&t, std::vector<int>(t.slots.size())};
-  std::vector<int>& remap = plan.remap;
+  std::vector<int>& remap = plan.remap;  // slot -> the slot whose buffer holds it
   for (size_t i = 0; i < remap.size(); i++) remap[i] = int(i);
-  std::vector<int> free_slots;
+  std::vector<int> free_slots;  // buffers no live slot holds
   for (size_t i = 0; i < calls.size(); i++) {
     const auto& call = calls[i];
     const auto& a = std::get<std::vector<int64_t>>(call->arg);
@@ -170,20 +174,26 @@ void plan_memory(ScheduleCtx& ctx) {
       int out = slot_number(call->src(size_t(k)));
       if (out < n_inputs || exposed[size_t(out)] || remap[size_t(out)] != out) continue;
       const Slot& so = t.slots[size_t(out)];
+      // the smallest free buffer of its device and dtype that holds it (a kernel reads and writes only the elements
+      // its shape covers); a copy's buffers only of exactly their size
+      auto best = free_slots.end();
       for (auto it = free_slots.begin(); it != free_slots.end(); ++it) {
         const Slot& sf = t.slots[size_t(*it)];
-        if (sf.device == so.device && sf.dtype == so.dtype && sf.size == so.size) {
-          remap[size_t(out)] = *it;
-          free_slots.erase(it);
-          break;
-        }
+        bool fits = sf.size == so.size || (!copied[size_t(out)] && !copied[size_t(*it)] && sf.size > so.size);
+        if (sf.device == so.device && sf.dtype == so.dtype && fits && (best == free_slots.end() || sf.size < t.slots[size_t(*best)].size))
+          best = it;
+      }
+      if (best != free_slots.end()) {
+        remap[size_t(out)] = *best;
+        free_slots.erase(best);
       }
     }
-    for (auto& b : call->src()) {
+    for (auto& b : call->src()) {  // a slot read for the last time frees the buffer that holds it
       int sl = slot_number(b.get());
-      if (sl >= n_inputs && !exposed[size_t(sl)] && !pinned[size_t(sl)] && last_use[size_t(sl)] == i && remap[size_t(sl)] == sl &&
-          std::find(free_slots.begin(), free_slots.end(), sl) == free_slots.end())
-        free_slots.push_back(sl);
+      int held = remap[size_t(sl)];
+      if (sl >= n_inputs && !exposed[size_t(sl)] && !pinned[size_t(sl)] && last_use[size_t(sl)] == i &&
+          std::find(free_slots.begin(), free_slots.end(), held) == free_slots.end())
+        free_slots.push_back(held);
     }
   }
   ctx.linear = graph_rewrite(ctx.linear, pm_plan_memory(), &plan, false, "plan memory");
