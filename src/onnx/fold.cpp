@@ -122,13 +122,34 @@ void fold_batchnorm(Model::Impl& m) {
   }
   for (const pb::NodeProto* bn : removed)
     for (int i = 1; i < 5; i++) uses[bn->input(i)]--;
-  pb::GraphProto folded = g;
-  folded.clear_node();
+  // The copy leaves out what runs of it never read, the weights: the initializers (load read them into
+  // m.initializers, which runs of the folded graph take) and the payloads of the Constant nodes load read (runs take
+  // those from m.constants). Each is moved out of the main graph while it is copied, then put back; the nodes stay
+  // where they are (the maps above hold their addresses).
+  pb::GraphProto& mg = *m.proto.mutable_graph();
+  pb::GraphProto folded;
+  {
+    google::protobuf::RepeatedPtrField<pb::NodeProto> nodes;
+    google::protobuf::RepeatedPtrField<pb::TensorProto> inits;
+    nodes.Swap(mg.mutable_node());
+    inits.Swap(mg.mutable_initializer());
+    folded = mg;
+    nodes.Swap(mg.mutable_node());
+    inits.Swap(mg.mutable_initializer());
+  }
   std::map<std::string, const pb::NodeProto*> constant_of;  // a Constant node's output -> the original node
-  for (const auto& n : g.node()) {
+  for (int i = 0; i < mg.node_size(); i++) {
+    pb::NodeProto& n = *mg.mutable_node(i);
     if (removed.count(&n) || (m.constants.count(&n) && n.output_size() == 1 && uses[n.output(0)] <= 0)) continue;
     pb::NodeProto* c = folded.add_node();
+    pb::TensorProto payload;
+    pb::AttributeProto* value = nullptr;
+    if (m.constants.count(&n))
+      for (auto& a : *n.mutable_attribute())
+        if (a.name() == "value" && a.has_t()) value = &a;
+    if (value) payload.Swap(value->mutable_t());
     *c = n;
+    if (value) payload.Swap(value->mutable_t());
     if (auto f = folds.find(&n); f != folds.end()) {
       c->clear_input();
       c->add_input(n.input(0));

@@ -179,9 +179,9 @@ Tensor tensor_of_proto(const pb::TensorProto& t, const std::string& where, const
     if (int64_t(t.raw_data().size()) != n * item)
       fail(where, "tensor '" + t.name() + "' has " + std::to_string(t.raw_data().size()) + " raw bytes, shape " +
                       shape_str(shape) + " of " + d.name() + " needs " + std::to_string(n * item));
+    if (d != dtypes::bool_) return Tensor::from_blob(t.raw_data().data(), shape, d);  // one copy, into the buffer
     bytes.assign(t.raw_data().begin(), t.raw_data().end());
-    if (d == dtypes::bool_)
-      for (auto& b : bytes) b = b != 0;
+    for (auto& b : bytes) b = b != 0;
   } else {
     switch (d.scalar) {
       case Scalar::Float32: put(t.float_data(), "float_data", [](float v) { return v; }); break;
