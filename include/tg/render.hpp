@@ -141,7 +141,7 @@ class LLVMRenderer : public Renderer {
   bool supports(DType dt) const override;
   bool native_transcendentals() const override { return false; }  // libm calls, one element at a time
   bool vector_lanes() const override { return true; }
-  /// <n x T> vectors of every 32- and 64-bit kind (and bool)
+  /// `<n x T>` vectors of every 32- and 64-bit kind (and bool)
   int vector_lanes_of(DType d) const override;
   bool vector_alu(const UOp* u) const override;
 };
