@@ -7,6 +7,7 @@
 
 #include "../backends/cuda/cuda.hpp"
 #include "scoped_env.hpp"
+#include "test_util.hpp"
 #include "tg/codegen.hpp"
 #include "tg/device.hpp"
 #include "tg/nn/state.hpp"
@@ -321,16 +322,7 @@ TEST_CASE("q6_K's matvec gets vector lanes: its byte indices split into plain lo
 
 namespace {
 
-struct VKern {
-  UOpRef ast;
-  std::vector<std::shared_ptr<Buffer>> bufs;
-};
-VKern vkernel(const Tensor& t) {
-  UOpRef root = t.uop();
-  Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
-  REQUIRE(!s.items.empty());
-  return VKern{s.items.back().ast, s.items.back().bufs};
-}
+using VKern = test::LastKernel;
 
 Tensor vrand(Shape shape, uint32_t seed) {
   std::mt19937 g{seed};
@@ -376,7 +368,7 @@ size_t count_nodes(const UOpRef& k, Ops op, int lanes) {
 
 TEST_CASE("an upcast elementwise kernel renders float4 loads, ops and stores for OpenCL and CUDA; NVRTC compiles it") {
   Tensor a = vrand({1024}, 1), b = vrand({1024}, 2);
-  VKern k = vkernel(a * b + a);
+  VKern k = test::last_kernel(a * b + a);
   std::vector<Opt> opts{{OptOp::UPCAST, 0, 4}, {OptOp::LOCAL, 0, 16}};
   LowerOptions lo;
   lo.opts = &opts;
@@ -411,8 +403,8 @@ TEST_CASE("vector kernels on the default device (LLVM <8 x float>, OpenCL float4
   std::vector<float> as = a.to_vector<float>(), bs = b.to_vector<float>(), xs = x.to_vector<float>(), ws = w.to_vector<float>();
   // elementwise: on a CPU an upcast of the contiguous axis is a lane loop (LLVM's loop vectoriser); the copies of a
   // second upcast store consecutive addresses
-  VKern e = vkernel(Tensor(a * b + a).reshape({32, 32}).T().contiguous());
-  VKern m = vkernel(x.matmul(w));
+  VKern e = test::last_kernel(Tensor(a * b + a).reshape({32, 32}).T().contiguous());
+  VKern m = test::last_kernel(x.matmul(w));
   std::vector<Opt> eo = gpu ? std::vector<Opt>{{OptOp::UPCAST, 1, 4}, {OptOp::LOCAL, 1, 8}}
                             : std::vector<Opt>{{OptOp::UPCAST, 1, 8}, {OptOp::UPCAST, 0, 2}};
   std::vector<Opt> mo = gpu ? std::vector<Opt>{{OptOp::UPCAST, 1, 4}, {OptOp::UPCAST, 0, 2}, {OptOp::LOCAL, 1, 8}}

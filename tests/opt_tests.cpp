@@ -9,6 +9,7 @@
 #include <tuple>
 
 #include "scoped_env.hpp"
+#include "test_util.hpp"
 #include "tg/codegen.hpp"
 #include "tg/device.hpp"
 #include "tg/nn/state.hpp"
@@ -22,17 +23,8 @@ using namespace tg;
 
 namespace {
 
-// The last kernel of t's schedule and the buffers it reads (realised inputs).
-struct Kern {
-  UOpRef ast;
-  std::vector<std::shared_ptr<Buffer>> bufs;
-};
-Kern last_kernel(const Tensor& t) {
-  UOpRef root = t.uop();
-  Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
-  REQUIRE(!s.items.empty());
-  return Kern{s.items.back().ast, s.items.back().bufs};
-}
+using Kern = test::LastKernel;  // the last kernel of a tensor's schedule and its buffers
+using test::last_kernel;
 
 // Lower with explicit opts, compile, run on fresh copies of the inputs; the output buffer's floats.
 std::vector<float> run_with(const Kern& k, const std::vector<Opt>& opts, int threads_cfg = 2) {

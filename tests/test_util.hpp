@@ -3,11 +3,28 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "tg/error.hpp"
+#include "tg/schedule.hpp"
+#include "tg/tensor.hpp"
 
 namespace tg::test {
+
+/** The last kernel of t's schedule: its AST and the buffers it writes and reads. */
+struct LastKernel {
+  UOpRef ast;
+  std::vector<std::shared_ptr<Buffer>> bufs;
+};
+inline LastKernel last_kernel(const Tensor& t) {
+  UOpRef root = t.uop();
+  Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+  if (s.items.empty()) throw Error("[test] last_kernel: the tensor's schedule has no kernel");
+  return LastKernel{s.items.back().ast, s.items.back().bufs};
+}
 
 /** The message of the tg::Error `f` throws ("" when it throws none), without the caller's position that ends a
  *  message raised inside a public call (" (at file:line)"; api_typed_tests checks it). */
