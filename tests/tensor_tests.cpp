@@ -7,6 +7,7 @@
 #include <random>
 
 #include "scoped_env.hpp"
+#include "test_util.hpp"
 #include "tg/codegen.hpp"
 #include "tg/device.hpp"
 #include "tg/schedule.hpp"
@@ -734,4 +735,53 @@ TEST_CASE("a multi-output kernel stores every materialised node of an elementwis
   CHECK(kernels_run() - k0 == 2);
   auto fv = f.to_vector<float>(), gv = g.to_vector<float>();
   for (size_t i = 0; i < 256; i++) CHECK(gv[i] == fv[255 - i] + fv[i]);
+}
+
+namespace {
+// The realize map's graph as DEBUG=5 prints it: one "BUFFERIZE i: ..." line per materialised node, then the count.
+std::vector<std::string> bufferize_lines(const Tensor& t) {
+  UOpRef root = t.uop();
+  std::string err = test::stderr_of([&] {
+    ScopedEnv dbg("DEBUG", "5");
+    create_schedule(std::span<const UOpRef>(&root, 1));
+  });
+  size_t at = err.find("--- schedule: realize map");
+  REQUIRE(at != std::string::npos);
+  err = err.substr(at, err.find("--- schedule: group outputs") - at);
+  std::vector<std::string> lines;
+  for (size_t p = 0, q; p < err.size(); p = q + 1) {
+    q = std::min(err.find('\n', p), err.size());
+    std::string line = err.substr(p, q - p);
+    if (line.rfind("  BUFFERIZE ", 0) == 0 || line.find(" BUFFERIZE, ") != std::string::npos) lines.push_back(line);
+  }
+  return lines;
+}
+}  // namespace
+
+TEST_CASE("the realize map marks what materialises with BUFFERIZE nodes whose arg carries the layout (DEBUG=5)") {
+  // (a + 1).contiguous() read by a reduce: two buffers, the CONTIGUOUS and the result (the reduce itself fuses)
+  Tensor a = Tensor::empty({24, 40}, dtypes::float32, "CPU");
+  Tensor t = Tensor(a + 1).contiguous();
+  std::vector<std::string> l = bufferize_lines(Tensor(t * 2).sum(1));
+  REQUIRE(l.size() == 3);
+  CHECK(l[0] == "  BUFFERIZE 0: CONTIGUOUS (24, 40) on CPU, intermediate, as computed");
+  CHECK(l[1] == "  BUFFERIZE 1: RESHAPE (24,) on CPU, output, as computed");
+  CHECK(l[2] == "  2 BUFFERIZE, 0 row-fused");
+  // a large matmul on the CPU (pm_layout): B copied into panels of 32 columns, (n/32, k, 32), the product computed
+  // panel by panel and permuted back
+  Tensor x = Tensor::empty({64, 512}, dtypes::float32, "CPU"), w = Tensor::empty({512, 2048}, dtypes::float32, "CPU");
+  l = bufferize_lines(x.matmul(w));
+  REQUIRE(l.size() == 4);
+  CHECK(l[0] == "  BUFFERIZE 0: CONTIGUOUS (64, 512, 32) on CPU, intermediate, layout (0, 2, 1)");
+  CHECK(l[1] == "  BUFFERIZE 1: CONTIGUOUS (1, 64, 64, 32) on CPU, intermediate, as computed");
+  CHECK(l[2].rfind("  BUFFERIZE 2: ", 0) == 0);
+  CHECK(l[2].find("(64, 2048) on CPU, output") != std::string::npos);
+  CHECK(l[3] == "  3 BUFFERIZE, 0 row-fused");
+  // a convolution with many channels on the CPU: its input stored channels-last, (N, H, W, C)
+  Tensor img = Tensor::empty({1, 16, 20, 20}, dtypes::float32, "CPU");
+  Tensor k = Tensor::empty({16, 16, 3, 3}, dtypes::float32, "CPU");
+  l = bufferize_lines(img.conv2d(k, std::nullopt, 1, 1));
+  bool input_cl = false;
+  for (auto& s : l) input_cl |= s.find("(1, 22, 22, 16) on CPU, intermediate, layout (0, 2, 3, 1)") != s.npos;
+  CHECK(input_cl);
 }

@@ -24,7 +24,7 @@ struct KernelReads {
   NodeSet buffers;          // BUFFERs read (their contents before the schedule)
 };
 
-KernelReads kernel_reads(const ScheduleCtx& c, const UOp* root) {
+KernelReads kernel_reads(const UOp* root) {  // root: a BUFFERIZE
   KernelReads r;
   std::vector<std::pair<const UOp*, bool>> st;  // (node, reached through elementwise ops only)
   auto push_sources = [&](const UOp* n, bool direct) {
@@ -33,7 +33,7 @@ KernelReads kernel_reads(const ScheduleCtx& c, const UOp* root) {
     for (auto& s : n->src())
       if (s->op != Ops::DEVICE) st.push_back({s.get(), d});
   };
-  push_sources(root, true);
+  push_sources(root->src(0), true);  // the value's sources
   std::set<std::pair<const UOp*, bool>> seen;
   while (!st.empty()) {
     auto [n, direct] = st.back();
@@ -44,7 +44,7 @@ KernelReads kernel_reads(const ScheduleCtx& c, const UOp* root) {
       if (!direct) r.moved.insert(n);
       continue;
     }
-    if (c.realized.count(n)) {
+    if (n->op == Ops::BUFFERIZE) {
       (direct ? r.direct : r.moved).insert(n);
       continue;
     }
@@ -57,12 +57,14 @@ KernelReads kernel_reads(const ScheduleCtx& c, const UOp* root) {
   return r;
 }
 
-// A node computed by a kernel of its own that may join a group: elementwise, concrete shape, something to compute.
-bool groupable(const ScheduleCtx& c, const UOp* u, const KernelReads& r) {
+// A BUFFERIZE computed by a kernel of its own that may join a group: elementwise, concrete shape, something to
+// compute.
+bool groupable(const ScheduleCtx& c, const UOp* b, const KernelReads& r) {
+  const UOp* u = b->src(0);
   if (!r.elementwise || u->op == Ops::COPY || contiguous_buffer(u) || u->sym()) return false;
   if (u->op == Ops::CONTIGUOUS && contiguous_buffer(u->src(0))) return false;
   if (u->op == Ops::ASSIGN && !contiguous_buffer(u->src(0))) return false;  // stored through its view
-  for (int64_t d : c.shapes.at(u))
+  for (int64_t d : c.shapes.at(b))
     if (d == 0) return false;
   return true;
 }
@@ -99,11 +101,11 @@ void group_outputs(ScheduleCtx& c) {
   if (!c.knobs.multi_output) return;
   std::unordered_map<const UOp*, KernelReads> reads;
   std::unordered_map<const UOp*, size_t> pos;  // topological position: members are kept sources first
-  for (size_t i = 0; i < c.topo.size(); i++) pos[c.topo[i]] = i;
+  for (size_t i = 0; i < c.gtopo.size(); i++) pos[c.gtopo[i]] = i;
   auto by_pos = [&](const UOp* a, const UOp* b) { return pos.at(a) < pos.at(b); };
-  for (const UOp* u : c.topo) {
-    if (!c.realized.count(u)) continue;
-    KernelReads r = kernel_reads(c, u);
+  for (const UOp* u : c.gtopo) {
+    if (u->op != Ops::BUFFERIZE) continue;
+    KernelReads r = kernel_reads(u);
     if (!groupable(c, u, r)) continue;
     // the groups (or single nodes) u reads element for element, of its shape and device
     std::vector<const UOp*> join;
@@ -131,9 +133,9 @@ void group_outputs(ScheduleCtx& c) {
     // no member reads the old contents of a buffer another member assigns (its store could land first)
     bool ok = true;
     for (const UOp* a : members)
-      if (a->op == Ops::ASSIGN)
+      if (a->src(0)->op == Ops::ASSIGN)
         for (const UOp* m : members)
-          if (m != a) ok &= !reads.at(m).buffers.count(contiguous_buffer(a->src(0)));
+          if (m != a) ok &= !reads.at(m).buffers.count(contiguous_buffer(a->src(0)->src(0)));
     if (!ok) continue;
     for (const UOp* m : members) {
       c.groups.erase(m);

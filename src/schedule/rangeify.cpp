@@ -1,7 +1,8 @@
-// Stage "rangeify" of the scheduler: the AST of one kernel, for one materialised node. The output's dimensions
-// become RANGEs, and every movement op between the output and the buffers it reads becomes index arithmetic on
-// them; elementwise ops and reductions fuse into the kernel, up to the nodes the realize map materialised. Range
-// propagation is one iterative walk over (node, access) pairs (as tinygrad's run_rangeify).
+// Stage "rangeify" of the scheduler: the AST of one kernel, for one BUFFERIZE. The output's dimensions become
+// RANGEs, and every movement op between the output and the buffers it reads becomes index arithmetic on them;
+// elementwise ops and reductions fuse into the kernel, up to the BUFFERIZE nodes the realize map put in the graph:
+// the kernel's BUFFERIZE becomes its STORE, the others it reads become LOADs of their buffers (tinygrad's bufferize
+// to store). Range propagation is one iterative walk over (node, access) pairs (as tinygrad's run_rangeify).
 #include <algorithm>
 #include <functional>
 
@@ -91,15 +92,14 @@ struct AccessKeyHash {
 /** Builds the AST of one kernel. */
 struct KernelBuilder {
   const ShapeMap& shapes;
-  const std::unordered_set<const UOp*>& realized;
-  const UOp* root;
+  const UOp* root;  // a BUFFERIZE
   const std::unordered_set<const UOp*>& row_fused;  // EXPANDs of reduces that may stay in the kernel (see below)
-  std::vector<const UOp*> params;  // realised nodes read (param n_out + i); params 0.. are the outputs
+  std::vector<const UOp*> params;  // BUFFERs and BUFFERIZEs read (param n_out + i); params 0.. are the outputs
   std::vector<const UOp*> not_hoisted;  // row_fused EXPANDs whose value would be recomputed in this kernel
   int next_range = 0;
   std::unordered_map<AccessKey, UOpRef, AccessKeyHash> memo;
   bool simplify_valid = true;
-  std::vector<const UOp*> outputs;  // the nodes stored (a multi-output kernel's group; else the root)
+  std::vector<const UOp*> outputs;  // the BUFFERIZEs stored (a multi-output kernel's group; else the root)
 
   int param_of(const UOp* m) {
     for (size_t i = 0; i < params.size(); i++)
@@ -116,7 +116,7 @@ struct KernelBuilder {
   }
 
   bool is_source(const UOp* n) const {
-    if (n->op != Ops::BUFFER && !realized.count(n)) return false;
+    if (n->op != Ops::BUFFER && n->op != Ops::BUFFERIZE) return false;
     return std::find(outputs.begin(), outputs.end(), n) == outputs.end();
   }
 
@@ -133,9 +133,10 @@ struct KernelBuilder {
   // The index into the buffer behind `n` for access `a` of n: an assign into a view of a buffer (its target a
   // movement op) addresses the buffer through the view; any other materialised node is contiguous.
   UOpRef address(const UOp* n, const Access& a) {
-    if (n->op != Ops::ASSIGN || contiguous_buffer(n->src(0))) return linear(shapes.at(n), a);
+    const UOp* val = n->op == Ops::BUFFERIZE ? n->src(0) : n;
+    if (val->op != Ops::ASSIGN || contiguous_buffer(val->src(0))) return linear(shapes.at(n), a);
     Access v = a;
-    const UOp* t = n->src(0);
+    const UOp* t = val->src(0);
     for (; t->op != Ops::BUFFER; t = t->src(0)) v = child_access(t, v);
     return linear(shapes.at(t), v);
   }
@@ -310,8 +311,8 @@ struct KernelBuilder {
             }
           }
           f.child.push_back(std::move(c));
-        } else if (n->op == Ops::ASSIGN) {
-          f.child.push_back(f.a);  // the value (source 1)
+        } else if (n->op == Ops::ASSIGN || n->op == Ops::BUFFERIZE) {
+          f.child.push_back(f.a);  // the value (an ASSIGN's source 1; a stored BUFFERIZE's source 0)
         } else {
           for (size_t i = 0; i < n->nsrc(); i++) f.child.push_back(f.a);
         }
@@ -340,7 +341,8 @@ struct KernelBuilder {
           s.insert(s.end(), g.ranges.begin(), g.ranges.end());
           v = UOp::make(Ops::REDUCE, g.n->dtype, s, int64_t(std::get<ReduceArg>(g.n->arg).op));
         }
-      } else if (g.n->op == Ops::CONTIGUOUS || g.n->op == Ops::DETACH || g.n->op == Ops::ASSIGN) {
+      } else if (g.n->op == Ops::CONTIGUOUS || g.n->op == Ops::DETACH || g.n->op == Ops::ASSIGN ||
+                 g.n->op == Ops::BUFFERIZE) {
         v = vals[0];
       } else if (is_alu(g.n->op) || g.n->op == Ops::CAST || g.n->op == Ops::BITCAST) {
         v = UOp::make(g.n->op, g.n->dtype, vals, g.n->arg);  // the arg: a compare's IndexCheck mark
@@ -374,7 +376,7 @@ struct KernelBuilder {
 }  // namespace
 
 KernelAst rangeify(ScheduleCtx& ctx, const UOp* root) {
-  KernelBuilder kb{ctx.shapes, ctx.realized, root, ctx.row_fused, {}, {}, 0, {}, ctx.knobs.simplify_valid, {root}};
+  KernelBuilder kb{ctx.shapes, root, ctx.row_fused, {}, {}, 0, {}, ctx.knobs.simplify_valid, {root}};
   if (auto g = ctx.groups.find(root); g != ctx.groups.end()) kb.outputs = g->second;
   UOpRef built = kb.kernel_ast();
   bool check = false;

@@ -3,7 +3,10 @@
 //
 // The decisions are the rules of pm_realize_map, visited over the graph in topological order (graph_visit): each
 // rule looks at one node, with what the rules decided about the nodes below it in the context (which are realised,
-// which still carry an unrealised reduce), and marks. A node's rules run in table order.
+// which still carry an unrealised reduce), and marks. A node's rules run in table order. Then pm_add_bufferize,
+// visited over the graph the same way, rebuilds it with each marked node wrapped in a BUFFERIZE whose arg carries
+// what rangeify needs (the device, whether it is a result, its layout): the stage's output is that graph
+// (ctx.graph), as tinygrad's rangeify marks what materialises with BUFFERIZE nodes.
 #include <cstdio>
 
 #include "stages.hpp"
@@ -17,6 +20,8 @@ namespace {
 struct RealizeCtx {
   ScheduleCtx& s;
   bool fuse_rows;
+  NodeSet realized;   // the decisions: nodes computed into a buffer of their own
+  NodeSet row_fused;  // EXPANDs of reduces that stay in their consumer's kernel (row fusion)
   std::unordered_map<std::string, bool> serial;  // device -> its output loops run in order
   std::unordered_map<const UOp*, bool> has_reduce;  // an unrealised reduce lies below (within the kernel)
   std::unordered_map<const UOp*, int> layout_copies;  // value -> CONTIGUOUS copies of views of it
@@ -25,7 +30,7 @@ struct RealizeCtx {
   bool inner = false;  // an unrealised reduce lies below it
   bool row = false;    // it is a row-fused EXPAND
 
-  bool realized(const UOp* u) const { return s.realized.count(u) != 0; }
+  bool is_realized(const UOp* u) const { return realized.count(u) != 0; }
   double numel(const UOp* u) const {
     double n = 1;
     for (int64_t d : s.shapes.at(u)) n *= double(d);
@@ -90,9 +95,9 @@ void realize_reduces_below(RealizeCtx& c, const UOp* top) {
   while (!st.empty()) {
     const UOp* v = st.back();
     st.pop_back();
-    if (!seen.insert(v).second || v->op == Ops::BUFFER || (c.realized(v) && v != top)) continue;
+    if (!seen.insert(v).second || v->op == Ops::BUFFER || (c.is_realized(v) && v != top)) continue;
     if (v->op == Ops::REDUCE_AXIS) {
-      c.s.realized.insert(v);
+      c.realized.insert(v);
       continue;
     }
     for (auto& s : v->src()) st.push_back(s.get());
@@ -112,22 +117,22 @@ void realize_reduces_below(RealizeCtx& c, const UOp* top) {
 // materialise: the one-hot fold reads them as loads.
 void broadcast_cost(RealizeCtx& c, const UOp* u) {
   const UOp* v = u->src(0);
-  while (is_movement(v->op) && !c.realized(v)) v = v->src(0);
+  while (is_movement(v->op) && !c.is_realized(v)) v = v->src(0);
   double copies = c.numel(u) / std::max(c.numel(u->src(0)), 1.0);
   const Shape& in_s = c.s.shapes.at(u->src(0));
   const Shape& out_s = c.s.shapes.at(u);
   double run = 1;
   for (size_t i = in_s.size(); i-- > 0 && in_s[i] == 1;) run *= double(out_s[i]);
-  if (run >= 8 && dtypes::is_float(u->dtype) && decoded_from_bytes(v, c.s.realized)) copies /= run;
-  int cost = (is_alu(v->op) || v->op == Ops::CAST) && !c.realized(v) ? recompute_cost(v, c.s.realized) : 0;
+  if (run >= 8 && dtypes::is_float(u->dtype) && decoded_from_bytes(v, c.realized)) copies /= run;
+  int cost = (is_alu(v->op) || v->op == Ops::CAST) && !c.is_realized(v) ? recompute_cost(v, c.realized) : 0;
   // A value decoded from stored bytes (a quantised weight) broadcast over fewer than 32 copies (the rows of a short
   // prompt) stays fused: the product's register tile over the rows decodes each weight once per tile, while a
   // float32 buffer writes and reads back 4 bytes a weight against the 0.5-1 it is decoded from (1B-shaped q8_0
   // model, 1 thread: a 14-token prompt 2.1 -> 0.57 s, 23 tokens 7.4 -> 2.9 s). From 32 rows the layout rule's packed
   // product takes the buffer (src/schedule/layout.cpp, kPackMinRows).
-  double limit = dtypes::is_float(u->dtype) && decoded_from_bytes(v, c.s.realized) ? 32 : 4;
+  double limit = dtypes::is_float(u->dtype) && decoded_from_bytes(v, c.realized) ? 32 : 4;
   if (copies >= limit && cost >= 4) {
-    c.s.realized.insert(v);
+    c.realized.insert(v);
     c.hr = false;
   }
 }
@@ -146,27 +151,27 @@ const PatternMatcher& pm_realize_map() {
       rule(op_any<alu_ops | opset<Ops::CAST>>, [](auto& m) -> UOpRef {
         Ctx& c = ctx_of(m);
         if (auto it = c.layout_copies.find(m.root); it != c.layout_copies.end() && it->second > 1)
-          c.s.realized.insert(m.root);
+          c.realized.insert(m.root);
         return {};
       }),
       // contiguous, copies and in-place writes are buffers by definition
       rule(op_any<opset<Ops::CONTIGUOUS, Ops::COPY, Ops::ASSIGN>>, [](auto& m) -> UOpRef {
-        ctx_of(m).s.realized.insert(m.root);
+        ctx_of(m).realized.insert(m.root);
         return {};
       }),
       // a reduce read by several nodes runs once
       rule(op_any<opset<Ops::REDUCE_AXIS>>, [](auto& m) -> UOpRef {
-        if (ctx_of(m).s.consumers[m.root] > 1) ctx_of(m).s.realized.insert(m.root);
+        if (ctx_of(m).s.consumers[m.root] > 1) ctx_of(m).realized.insert(m.root);
         return {};
       }),
       // what the node carries from below: an unrealised reduce in a source, or its own
       rule(op_any<all_ops>, [](auto& m) -> UOpRef {
         Ctx& c = ctx_of(m);
         const UOp* u = m.root;
-        c.hr = u->op == Ops::REDUCE_AXIS && !c.realized(u);
+        c.hr = u->op == Ops::REDUCE_AXIS && !c.is_realized(u);
         c.inner = c.row = false;
         for (auto& s : u->src())
-          if (!c.realized(s.get()) && c.has_reduce[s.get()]) c.hr = c.inner = true;
+          if (!c.is_realized(s.get()) && c.has_reduce[s.get()]) c.hr = c.inner = true;
         return {};
       }),
       // Row fusion: a reduce broadcast back over the axes it reduced (softmax's max and sum, layernorm's mean and
@@ -177,7 +182,7 @@ const PatternMatcher& pm_realize_map() {
       rule(op_any<opset<Ops::EXPAND>>, [](auto& m) -> UOpRef {
         Ctx& c = ctx_of(m);
         if (c.fuse_rows && c.hr && !c.s.no_row_fuse.count(m.root) && row_fusable(c, m.root)) {
-          c.s.row_fused.insert(m.root);
+          c.row_fused.insert(m.root);
           c.row = true;
           c.hr = false;  // computed once per row: no recompute for the rules below
         }
@@ -191,7 +196,7 @@ const PatternMatcher& pm_realize_map() {
         const UOp* u = m.root;
         if (!((u->op == Ops::EXPAND && c.hr) || (u->op == Ops::REDUCE_AXIS && c.inner))) return {};
         realize_reduces_below(c, u->src(0));
-        c.hr = u->op == Ops::REDUCE_AXIS && !c.realized(u);  // the outer reduce itself stays
+        c.hr = u->op == Ops::REDUCE_AXIS && !c.is_realized(u);  // the outer reduce itself stays
         return {};
       }),
       rule(op_any<opset<Ops::EXPAND>>, [](auto& m) -> UOpRef {
@@ -205,10 +210,10 @@ const PatternMatcher& pm_realize_map() {
       rule(op_any<all_ops>, [](auto& m) -> UOpRef {
         Ctx& c = ctx_of(m);
         const UOp* u = m.root;
-        if (c.hr && c.s.consumers[u] > 1 && !c.realized(u)) {
+        if (c.hr && c.s.consumers[u] > 1 && !c.is_realized(u)) {
           const UOp* v = u;
-          while (is_movement(v->op) && !c.realized(v)) c.has_reduce[v] = false, v = v->src(0);
-          if (!c.realized(v)) c.s.realized.insert(v);
+          while (is_movement(v->op) && !c.is_realized(v)) c.has_reduce[v] = false, v = v->src(0);
+          if (!c.is_realized(v)) c.realized.insert(v);
           c.hr = false;
         }
         c.has_reduce[u] = c.hr;
@@ -217,14 +222,51 @@ const PatternMatcher& pm_realize_map() {
   return pm;
 }
 
+// ---- pm_add_bufferize: the decisions as nodes of the graph
+
+struct BufferizeCtx {
+  const RealizeCtx& r;
+  NodeSet outputs;                                 // the roots
+  std::unordered_map<const UOp*, UOpRef> rebuilt;  // tensor graph node -> its node in the bufferized graph
+};
+
+// The layout the layout stage chose for a materialised value: a CONTIGUOUS of a view of a computed value stores
+// it in the order of the view's permutation nearest the store (channels-last: (0, 2, 3, 1); a matmul operand's
+// panels: (0, 2, 1) of (n/32, 32, k)).
+std::vector<int64_t> stored_layout(const UOp* u) {
+  if (u->op != Ops::CONTIGUOUS) return {};
+  for (const UOp* v = u->src(0); is_movement(v->op); v = v->src(0))
+    if (v->op == Ops::PERMUTE) return std::get<std::vector<int64_t>>(v->arg);
+  return {};
+}
+
+const PatternMatcher& pm_add_bufferize() {
+  using namespace pat;
+  static const PatternMatcher pm(table(
+      // x -> x with its sources' replacements, in a BUFFERIZE where the realize map materialises it
+      rule(op_any<all_ops>, [](auto& m) -> UOpRef {
+        auto& c = m.template ctx<BufferizeCtx>();
+        const UOp* u = m.root;
+        std::vector<UOpRef> src;
+        bool changed = false;
+        for (auto& s : u->src()) {
+          src.push_back(c.rebuilt.at(s.get()));
+          changed |= src.back().get() != s.get();
+        }
+        UOpRef v = changed ? u->replace_src(src) : UOpRef(u);
+        if (c.r.is_realized(u)) v = bufferize(v, device_of(u), {c.outputs.count(u) != 0, stored_layout(u)});
+        c.rebuilt.emplace(u, v);
+        return {};
+      })));
+  return pm;
+}
+
 }  // namespace
 
 void realize_map(ScheduleCtx& s) {
-  s.realized.clear();
-  s.row_fused.clear();
+  RealizeCtx c{s, s.knobs.fuse_rows, {}, {}, {}, {}, {}};
   for (auto& r : s.roots)  // the roots are the results
-    if (!contiguous_buffer(r.get())) s.realized.insert(r.get());
-  RealizeCtx c{s, s.knobs.fuse_rows, {}, {}, {}};
+    if (!contiguous_buffer(r.get())) c.realized.insert(r.get());
   for (const UOp* u : s.topo) {  // the layout copies: a CONTIGUOUS of a view of a computed value
     if (u->op != Ops::CONTIGUOUS || !is_movement(u->src(0)->op)) continue;
     const UOp* v = u->src(0);
@@ -232,11 +274,24 @@ void realize_map(ScheduleCtx& s) {
     c.layout_copies[v]++;
   }
   graph_visit(s.topo, pm_realize_map(), &c, "realize map");
-  if (debug_level() >= 5) {
-    std::fprintf(stderr, "--- schedule: realize map (%zu realised, %zu row-fused)\n", s.realized.size(), s.row_fused.size());
-    for (const UOp* u : s.topo)
-      if (s.realized.count(u) && !contiguous_buffer(u))
-        std::fprintf(stderr, "  %s %s\n", op_name(u->op), shape_str(s.shapes.at(u)).c_str());
+  BufferizeCtx b{c, {}, {}};
+  for (auto& r : s.roots) b.outputs.insert(r.get());
+  graph_visit(s.topo, pm_add_bufferize(), &b, "add bufferize");
+  if (!s.graph.empty()) s.old_graphs.push_back(std::move(s.graph));  // a pass before: its nodes stay keys of shapes
+  s.graph.clear();
+  for (auto& r : s.roots) s.graph.push_back(b.rebuilt.at(r.get()));
+  s.gtopo = toposort(s.graph);
+  s.origin.clear();
+  s.row_fused.clear();
+  for (auto& [u, v] : b.rebuilt) {
+    if (v.get() != u) s.origin[v->op == Ops::BUFFERIZE ? v->src(0) : v.get()] = u;
+    if (c.row_fused.count(u)) s.row_fused.insert(v.get());
+  }
+  for (const UOp* u : s.gtopo) {  // the new nodes' shapes (a BUFFERIZE's: its value's)
+    if (s.shapes.count(u)) continue;
+    std::vector<const Shape*> in;
+    for (auto& x : u->src()) in.push_back(&s.shapes.at(x.get()));
+    s.shapes[u] = infer_shape(u->op, in, u->arg, u->dtype);
   }
 }
 

@@ -47,7 +47,33 @@ std::string Knobs::key() const {
          (fuse_rows ? "r" : "-") + (simplify_valid ? "v" : "-") + (multi_output ? "m" : "-") + std::to_string(split_threshold);
 }
 
+Arg BufferizeOpts::arg() const {
+  std::vector<int64_t> a{int64_t(output)};
+  a.insert(a.end(), perm.begin(), perm.end());
+  return a;
+}
+
+BufferizeOpts BufferizeOpts::of(const UOp* b) {
+  if (b->op != Ops::BUFFERIZE) throw Error(std::string("[schedule] internal: BufferizeOpts of ") + op_name(b->op));
+  const auto& a = std::get<std::vector<int64_t>>(b->arg);
+  return {a.at(0) != 0, std::vector<int64_t>(a.begin() + 1, a.end())};
+}
+
+std::string BufferizeOpts::str() const {
+  std::string s = output ? "output" : "intermediate";
+  if (perm.empty()) return s + ", as computed";
+  s += ", layout (";
+  for (size_t i = 0; i < perm.size(); i++) s += (i ? ", " : "") + std::to_string(perm[i]);
+  return s + ")";
+}
+
+UOpRef bufferize(const UOpRef& value, const std::string& device, const BufferizeOpts& opts) {
+  UOpRef dev = UOp::make(Ops::DEVICE, dtypes::void_, {}, device);
+  return UOp::make(Ops::BUFFERIZE, value->dtype, {value, dev}, opts.arg());
+}
+
 std::string device_of(const UOp* u) {
+  if (u->op == Ops::BUFFERIZE) return std::get<std::string>(u->src(1)->arg);
   auto dev = [](const UOp* n) { return std::get<std::string>(n->op == Ops::BUFFER ? n->src(0)->arg : n->src(1)->arg); };
   const UOp* v = u;
   while (v->nsrc() && v->op != Ops::BUFFER && v->op != Ops::COPY) v = v->src(0);
@@ -92,12 +118,13 @@ void run_split_reduceop(ScheduleCtx& c) {
 
 int value_slot(ScheduleCtx& c, const UOp* u) {  // the slot holding u's value (contiguous)
   if (auto it = c.slot_of.find(u); it != c.slot_of.end()) return it->second;
+  if (u->op == Ops::BUFFERIZE) u = u->src(0);  // a view of a buffer stored as it is: the buffer
   if (const UOp* b = contiguous_buffer(u)) return c.slot_of.at(b);
   throw Error(std::string("[schedule] internal: no buffer for ") + op_name(u->op));
 }
 
-// One item per materialised node: a copy, or a kernel built by rangeify. False when a kernel would recompute a
-// row-fused broadcast: those EXPANDs are refused row fusion, and the realize map runs again.
+// One item per BUFFERIZE: a copy, or a kernel built by rangeify that stores the value. False when a kernel would
+// recompute a row-fused broadcast: those EXPANDs are refused row fusion, and the realize map runs again.
 bool run_rangeify(ScheduleCtx& c) {
   Template& t = c.t;
   t.slots.resize(size_t(c.n_inputs));
@@ -106,14 +133,15 @@ bool run_rangeify(ScheduleCtx& c) {
     it = it->first->op == Ops::BUFFER ? std::next(it) : c.slot_of.erase(it);
   c.has_assign = false;
   NodeSet retry;
-  for (const UOp* u : c.topo) {
-    if (!c.realized.count(u) || contiguous_buffer(u)) continue;
+  for (const UOp* b : c.gtopo) {
+    if (b->op != Ops::BUFFERIZE || contiguous_buffer(b->src(0))) continue;
+    const UOp* u = b->src(0);  // the value
     if (u->op == Ops::CONTIGUOUS && contiguous_buffer(u->src(0))) {  // already contiguous: same buffer
-      c.slot_of[u] = value_slot(c, u->src(0));
+      c.slot_of[b] = value_slot(c, u->src(0));
       continue;
     }
     int64_t n = 1;
-    for (int64_t d : c.shapes.at(u)) n *= d;
+    for (int64_t d : c.shapes.at(b)) n *= d;
     int out;
     if (u->op == Ops::ASSIGN) {
       const UOp* tb = assign_buffer(u->src(0));
@@ -122,13 +150,13 @@ bool run_rangeify(ScheduleCtx& c) {
       c.has_assign = true;
     } else {
       out = int(t.slots.size());
-      t.slots.push_back({-1, device_of(u), u->dtype, n});
+      t.slots.push_back({-1, device_of(b), b->dtype, n});
     }
-    c.slot_of[u] = out;
+    c.slot_of[b] = out;
     if (n == 0) continue;  // nothing to compute
-    if (c.leader_of.count(u)) continue;  // stored by its group's kernel
+    if (c.leader_of.count(b)) continue;  // stored by its group's kernel
     Template::Item item{ScheduleItem::Kind::Kernel, {}, {out}, t.slots[size_t(out)].device, {}};
-    if (auto g = c.groups.find(u); g != c.groups.end()) {  // a multi-output kernel: the members' slots, in order
+    if (auto g = c.groups.find(b); g != c.groups.end()) {  // a multi-output kernel: the members' slots, in order
       item.slots.clear();
       for (const UOp* m : g->second) item.slots.push_back(c.slot_of.at(m));
       item.n_out = int(item.slots.size());
@@ -139,9 +167,9 @@ bool run_rangeify(ScheduleCtx& c) {
       if (contiguous_buffer(u->src(0))) item.old_reads.push_back(1);  // the contents before
       item.ast = UOpRef(u);
     } else {
-      KernelAst k = rangeify(c, u);
+      KernelAst k = rangeify(c, b);
       item.ast = k.ast;
-      retry.insert(k.not_hoisted.begin(), k.not_hoisted.end());
+      for (const UOp* e : k.not_hoisted) retry.insert(c.origin.count(e) ? c.origin.at(e) : e);  // the tensor graph's
       for (const UOp* p : k.params) {
         item.slots.push_back(value_slot(c, p));
         if (p->op == Ops::BUFFER) item.old_reads.push_back(int(item.slots.size() - 1));
@@ -159,9 +187,9 @@ bool run_rangeify(ScheduleCtx& c) {
     c.no_row_fuse.insert(retry.begin(), retry.end());
     return false;
   }
-  for (size_t i = 0; i < c.roots.size(); i++) {
-    t.root_shapes.push_back(c.shapes.at(c.roots[i].get()));
-    if (!contiguous_buffer(c.roots[i].get())) t.becomes.emplace_back(i, c.slot_of.at(c.roots[i].get()));
+  for (size_t i = 0; i < c.graph.size(); i++) {
+    t.root_shapes.push_back(c.shapes.at(c.graph[i].get()));
+    if (!contiguous_buffer(c.graph[i].get())) t.becomes.emplace_back(i, c.slot_of.at(c.graph[i].get()));
   }
   return true;
 }
@@ -190,6 +218,16 @@ void print_stage(const char* name, const ScheduleCtx& c) {
   std::fprintf(stderr, "--- schedule: %s\n", name);
   if (std::string(name) == "layouts" || std::string(name) == "split reduceop") {
     std::fprintf(stderr, "%s", print_graph(UOp::make(Ops::SINK, dtypes::void_, c.roots).get()).c_str());
+    return;
+  }
+  if (std::string(name) == "realize map") {  // the graph with its BUFFERIZE nodes, then one line for each
+    std::fprintf(stderr, "%s", print_graph(UOp::make(Ops::SINK, dtypes::void_, c.graph).get()).c_str());
+    size_t n = 0;
+    for (const UOp* u : c.gtopo)
+      if (u->op == Ops::BUFFERIZE)
+        std::fprintf(stderr, "  BUFFERIZE %zu: %s %s on %s, %s\n", n++, op_name(u->src(0)->op),
+                     shape_str(c.shapes.at(u)).c_str(), device_of(u).c_str(), BufferizeOpts::of(u).str().c_str());
+    std::fprintf(stderr, "  %zu BUFFERIZE, %zu row-fused\n", n, c.row_fused.size());
     return;
   }
   if (std::string(name) == "linearize" || std::string(name) == "plan memory") {  // the LINEAR: a CALL per line
@@ -227,7 +265,7 @@ Template build_template(std::span<const UOpRef> roots, const Knobs& knobs) {
       i = again;
       continue;
     }
-    if (dbg5 && i != again) print_stage(stages[i].name, ctx);  // the realize map prints its own
+    if (dbg5) print_stage(stages[i].name, ctx);
     i++;
   }
   if (debug_level() >= 3)

@@ -5,9 +5,11 @@
 //                                       runs in create_schedule before normalisation, on graphs with a MULTI only
 //   layouts         (layout.cpp)        pm_layout: memory layouts by the device's capabilities
 //   split reduceop  (split_reduce.cpp)  early rewrites: a graph_rewrite with pm_split_reduceop
-//   realize map     (realize_map.cpp)   which nodes materialise: pm_realize_map visited over the graph
+//   realize map     (realize_map.cpp)   which nodes materialise: pm_realize_map visited over the graph decides,
+//                                       pm_add_bufferize wraps each such node in a BUFFERIZE (ctx.graph)
 //   group outputs   (group.cpp)         multi-output kernels: nodes that read each other element for element
-//   rangeify        (rangeify.cpp)      one kernel AST per materialised node, then pm_kernel_ast (kernel_ast.cpp)
+//   rangeify        (rangeify.cpp)      one kernel AST per BUFFERIZE (the kernel boundary: its STORE; the BUFFERIZEs
+//                                       it reads are its loads), then pm_kernel_ast (kernel_ast.cpp)
 //   linearize       (linearize.cpp)     the kernels in read/write order: one LINEAR of CALLs over slot BUFFERs
 //   plan memory     (linearize.cpp)     intermediate buffers reused once their last reader has run: pm_plan_memory
 //                                       rewrites the LINEAR
@@ -77,18 +79,35 @@ struct Knobs {
   std::string key() const;
 };
 
+/** A BUFFERIZE node: BUFFERIZE(value, DEVICE), a value the realize map materialises into a buffer of its own on that
+ *  device, with the value's dtype and shape (row-major). Its arg: whether it is a result of the schedule (a root),
+ *  then the layout the layout stage chose for it (the permutation of the stored view of the value it copies: a
+ *  channels-last input (0, 2, 3, 1), a matmul operand's panels (0, 2, 1); none: the value as computed). */
+struct BufferizeOpts {
+  bool output = false;
+  std::vector<int64_t> perm;
+  Arg arg() const;
+  static BufferizeOpts of(const UOp* b);
+  std::string str() const;  // "output, layout (0, 2, 1)"
+};
+/** BUFFERIZE(value) on `device`. */
+UOpRef bufferize(const UOpRef& value, const std::string& device, const BufferizeOpts& opts);
+
 /** What every stage reads and writes. */
 struct ScheduleCtx {
   Knobs knobs;
-  std::vector<UOpRef> roots;                // the graph (normalised: BUFFER args are -1 - input number)
+  std::vector<UOpRef> roots;                // the tensor graph (normalised: BUFFER args are -1 - input number)
   std::vector<const UOp*> topo;             // its nodes, sources first
-  ShapeMap shapes;
+  ShapeMap shapes;                          // of the tensor graph's and the bufferized graph's nodes
   std::unordered_map<const UOp*, int> consumers;
-  // the realize map
-  NodeSet realized;     // nodes computed into a buffer of their own
-  NodeSet row_fused;    // EXPANDs of reduces that stay in their consumer's kernel (row fusion)
-  NodeSet no_row_fuse;  // EXPANDs a kernel would recompute: row fusion refused on the next pass
-  // multi-output kernels: materialised nodes computed in the kernel of a later one (their group's leader)
+  // the realize map: the tensor graph with every materialised node wrapped in a BUFFERIZE
+  std::vector<UOpRef> graph;                          // the roots (a root that materialises: its BUFFERIZE)
+  std::vector<const UOp*> gtopo;                      // its nodes, sources first
+  std::unordered_map<const UOp*, const UOp*> origin;  // a rebuilt node of graph -> the tensor graph's node
+  std::vector<std::vector<UOpRef>> old_graphs;        // earlier passes' graphs: their nodes keep their shapes' keys
+  NodeSet row_fused;    // EXPANDs of reduces in graph that stay in their consumer's kernel (row fusion)
+  NodeSet no_row_fuse;  // the tensor graph's EXPANDs a kernel would recompute: row fusion refused on the next pass
+  // multi-output kernels: BUFFERIZEs computed in the kernel of a later one (their group's leader)
   std::unordered_map<const UOp*, std::vector<const UOp*>> groups;  // leader -> members, sources first, leader last
   std::unordered_map<const UOp*, const UOp*> leader_of;             // member -> its leader
   // the kernels
@@ -120,7 +139,8 @@ std::optional<int> multi_axis(const UOpRef& u);
 std::vector<UOpRef> apply_layouts(std::span<const UOpRef> roots, const Knobs& knobs);
 /** split reduceop: big reductions become two kernels (SPLIT_REDUCEOP, REDUCEOP_SPLIT_THRESHOLD). */
 std::vector<UOpRef> split_reduceop(std::span<const UOpRef> roots, const Knobs& knobs);
-/** realize map: fills ctx.realized and ctx.row_fused from ctx.roots, topo, shapes and consumers. */
+/** realize map: ctx.graph (BUFFERIZE nodes), ctx.gtopo, ctx.origin and ctx.row_fused from ctx.roots, topo, shapes
+ *  and consumers. */
 void realize_map(ScheduleCtx& ctx);
 /** group outputs: materialised elementwise nodes that read each other element for element join one kernel. */
 void group_outputs(ScheduleCtx& ctx);
@@ -133,7 +153,7 @@ struct KernelAst {
   bool index_check = false;  // PARAM params.size() + outputs is the kernel's IndexCheck record
   std::vector<IndexDiag> diags;  // its checks as diagnostic kernels (IndexCheck)
 };
-KernelAst rangeify(ScheduleCtx& ctx, const UOp* root);
+KernelAst rangeify(ScheduleCtx& ctx, const UOp* root);  // root: a BUFFERIZE
 /** The kernel AST stage after rangeify: pm_kernel_ast (one-hot sums become indexed loads). A fold of a marked
  *  compare (or, for the ops IndexCheck checks unfolded, the compare itself) also stores the IndexCheck record,
  *  PARAM check_param, sets *index_check and adds each check's diagnostic kernel to *diags. */
