@@ -1,8 +1,9 @@
-// Stage "rangeify" of the scheduler: the AST of one kernel, for one BUFFERIZE. The output's dimensions become
-// RANGEs, and every movement op between the output and the buffers it reads becomes index arithmetic on them;
-// elementwise ops and reductions fuse into the kernel, up to the BUFFERIZE nodes the realize map put in the graph:
-// the kernel's BUFFERIZE becomes its STORE, the others it reads become LOADs of their buffers (tinygrad's bufferize
-// to store). Range propagation is one iterative walk over (node, access) pairs (as tinygrad's run_rangeify).
+// Rangeify, for the scheduler's stage "bufferize to store": the AST of one kernel, for one BUFFERIZE. The output's
+// dimensions become RANGEs, and every movement op between the output and the buffers it reads becomes index
+// arithmetic on them; elementwise ops and reductions fuse into the kernel, up to the BUFFERIZE nodes the realize map
+// put in the graph: the kernel's BUFFERIZE becomes its STORE, the others it reads become LOADs of their buffers
+// (tinygrad's bufferize to store). Range propagation is one iterative walk over (node, access) pairs (as tinygrad's
+// run_rangeify).
 #include <algorithm>
 #include <functional>
 

@@ -1,9 +1,10 @@
 // The scheduler: from the tensor graph under a realize's roots to a list of kernels. One list of named stages, run
 // in order over one ScheduleCtx, as lower_kernel runs the lowering's (stages.hpp says which file holds each):
-// early rewrites (split reduceop), the realize map (what materialises), rangeify (one kernel AST per materialised
-// node: movement ops become index arithmetic, elementwise ops and reductions fuse), the kernels' order, and memory
-// planning. The result is a template over buffer slots, cached by the graph's structure and instantiated with each
-// realize's buffers. DEBUG=5 prints each stage's output.
+// early rewrites (split reduceop), the realize map (what materialises: BUFFERIZE nodes in the graph), bufferize to
+// store (each BUFFERIZE a buffer and the kernel that stores it, built by rangeify: movement ops become index
+// arithmetic, elementwise ops and reductions fuse), the kernels' order, and memory planning. The result is a
+// template over buffer slots, cached by the graph's structure and instantiated with each realize's buffers. DEBUG=5
+// prints each stage's output.
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
@@ -123,68 +124,124 @@ int value_slot(ScheduleCtx& c, const UOp* u) {  // the slot holding u's value (c
   throw Error(std::string("[schedule] internal: no buffer for ") + op_name(u->op));
 }
 
-// One item per BUFFERIZE: a copy, or a kernel built by rangeify that stores the value. False when a kernel would
-// recompute a row-fused broadcast: those EXPANDs are refused row fusion, and the realize map runs again.
-bool run_rangeify(ScheduleCtx& c) {
+// ---- stage "bufferize to store": each BUFFERIZE becomes the boundary of a kernel. Its value is computed by a kernel
+// that STOREs it into a buffer slot of its own (a kernel AST built by rangeify: range propagation over the value, the
+// BUFFERIZEs below read as LOADs of their slots), or copied into one, or it is a buffer already. pm_bufferize_to_store
+// visits the bufferized graph's nodes in order: the rules of one BUFFERIZE give it a slot, then its item.
+
+struct StoreCtx {
+  ScheduleCtx& c;
+  NodeSet retry;          // row-fused EXPANDs (of the tensor graph) a kernel would recompute
+  const UOp* at = nullptr;  // the BUFFERIZE visited
+  int slot = -1;          // its slot; -1: none yet (or none needed: a view of a buffer)
+  bool aliased = false;   // its value is a buffer already: no item
+
+  int64_t numel(const UOp* b) const {
+    int64_t n = 1;
+    for (int64_t d : c.shapes.at(b)) n *= d;
+    return n;
+  }
+  StoreCtx& visit(const UOp* b) {  // the state of b (the first of its rules resets it)
+    if (at != b) at = b, slot = -1, aliased = false;
+    return *this;
+  }
+  // Whether b gets an item of its own: a slot, something to compute, not stored by its group's kernel.
+  bool stores(const UOp* b) const { return slot >= 0 && !aliased && numel(b) != 0 && !c.leader_of.count(b); }
+  Template::Item item_for(const UOp* b) {
+    Template::Item item{ScheduleItem::Kind::Kernel, {}, {slot}, c.t.slots[size_t(slot)].device, {}};
+    if (auto g = c.groups.find(b); g != c.groups.end()) {  // a multi-output kernel: the members' slots, in order
+      item.slots.clear();
+      for (const UOp* m : g->second) item.slots.push_back(c.slot_of.at(m));
+      item.n_out = int(item.slots.size());
+    }
+    return item;
+  }
+};
+
+// The item storing b: its kernel, as rangeify builds it.
+void kernel_item(StoreCtx& s, const UOp* b) {
+  ScheduleCtx& c = s.c;
+  Template::Item item = s.item_for(b);
+  KernelAst k = rangeify(c, b);
+  item.ast = k.ast;
+  for (const UOp* e : k.not_hoisted) s.retry.insert(c.origin.count(e) ? c.origin.at(e) : e);
+  for (const UOp* p : k.params) {
+    item.slots.push_back(value_slot(c, p));
+    if (p->op == Ops::BUFFER) item.old_reads.push_back(int(item.slots.size() - 1));
+  }
+  if (k.index_check) {  // the hit record: a slot of its own, after the parameters
+    item.slots.push_back(int(c.t.slots.size()));
+    c.t.slots.push_back({-1, item.device, dtypes::int64, IndexCheck::kSlots});
+    item.index_check = true;
+    item.diags = std::move(k.diags);
+  }
+  c.t.items.push_back(std::move(item));
+}
+
+const PatternMatcher& pm_bufferize_to_store() {
+  using namespace pat;
+  static const PatternMatcher pm(table(
+      // BUFFERIZE(CONTIGUOUS(view of a buffer)) -> the buffer's slot: already contiguous, no kernel
+      rule(op<Ops::BUFFERIZE>(op<Ops::CONTIGUOUS>(x), y), [](auto& m) -> UOpRef {
+        StoreCtx& s = m.template ctx<StoreCtx>().visit(m.root);
+        if (const UOp* buf = contiguous_buffer(m.root->src(0)->src(0))) {
+          s.slot = s.c.slot_of[m.root] = s.c.slot_of.at(buf);
+          s.aliased = true;
+        }
+        return {};
+      }),
+      // BUFFERIZE(ASSIGN(target, value)) -> the target buffer's slot, written in place
+      rule(op<Ops::BUFFERIZE>(op<Ops::ASSIGN>(x, y), z), [](auto& m) -> UOpRef {
+        StoreCtx& s = m.template ctx<StoreCtx>().visit(m.root);
+        const UOp* tb = assign_buffer(m.root->src(0)->src(0));
+        if (!tb) throw Error("[assign] the target must be a realised buffer or a view of one");
+        s.slot = s.c.slot_of[m.root] = s.c.slot_of.at(tb);
+        s.c.has_assign = true;
+        return {};
+      }),
+      // any other computed BUFFERIZE -> a new slot of its device, dtype and size (a view of a buffer needs none)
+      rule(op_any<opset<Ops::BUFFERIZE>>, [](auto& m) -> UOpRef {
+        StoreCtx& s = m.template ctx<StoreCtx>().visit(m.root);
+        if (s.slot >= 0 || s.aliased || contiguous_buffer(m.root->src(0))) return {};
+        s.slot = s.c.slot_of[m.root] = int(s.c.t.slots.size());
+        s.c.t.slots.push_back({-1, device_of(m.root), m.root->dtype, s.numel(m.root)});
+        return {};
+      }),
+      // BUFFERIZE(COPY(x, DEVICE)) -> a copy of x's slot into its slot
+      rule(op<Ops::BUFFERIZE>(op<Ops::COPY>(x, y), z), [](auto& m) -> UOpRef {
+        StoreCtx& s = m.template ctx<StoreCtx>().visit(m.root);
+        if (!s.stores(m.root)) return {};
+        const UOp* from = m.root->src(0)->src(0);
+        Template::Item item = s.item_for(m.root);
+        item.kind = ScheduleItem::Kind::Copy;
+        item.slots.push_back(value_slot(s.c, from));
+        if (contiguous_buffer(from)) item.old_reads.push_back(1);  // the contents before
+        item.ast = m.root->src(0)->ref();
+        s.c.t.items.push_back(std::move(item));
+        return {};
+      }),
+      // BUFFERIZE(value) -> a kernel that STOREs the value into its slot
+      rule(op_any<opset<Ops::BUFFERIZE>>, [](auto& m) -> UOpRef {
+        StoreCtx& s = m.template ctx<StoreCtx>().visit(m.root);
+        if (m.root->src(0)->op != Ops::COPY && s.stores(m.root)) kernel_item(s, m.root);
+        return {};
+      })));
+  return pm;
+}
+
+// One item per BUFFERIZE that is not a buffer already. False when a kernel would recompute a row-fused broadcast:
+// those EXPANDs are refused row fusion, and the realize map runs again.
+bool bufferize_to_store(ScheduleCtx& c) {
   Template& t = c.t;
   t.slots.resize(size_t(c.n_inputs));
   t.items.clear();
   for (auto it = c.slot_of.begin(); it != c.slot_of.end();)
     it = it->first->op == Ops::BUFFER ? std::next(it) : c.slot_of.erase(it);
   c.has_assign = false;
-  NodeSet retry;
-  for (const UOp* b : c.gtopo) {
-    if (b->op != Ops::BUFFERIZE || contiguous_buffer(b->src(0))) continue;
-    const UOp* u = b->src(0);  // the value
-    if (u->op == Ops::CONTIGUOUS && contiguous_buffer(u->src(0))) {  // already contiguous: same buffer
-      c.slot_of[b] = value_slot(c, u->src(0));
-      continue;
-    }
-    int64_t n = 1;
-    for (int64_t d : c.shapes.at(b)) n *= d;
-    int out;
-    if (u->op == Ops::ASSIGN) {
-      const UOp* tb = assign_buffer(u->src(0));
-      if (!tb) throw Error("[assign] the target must be a realised buffer or a view of one");
-      out = c.slot_of.at(tb);
-      c.has_assign = true;
-    } else {
-      out = int(t.slots.size());
-      t.slots.push_back({-1, device_of(b), b->dtype, n});
-    }
-    c.slot_of[b] = out;
-    if (n == 0) continue;  // nothing to compute
-    if (c.leader_of.count(b)) continue;  // stored by its group's kernel
-    Template::Item item{ScheduleItem::Kind::Kernel, {}, {out}, t.slots[size_t(out)].device, {}};
-    if (auto g = c.groups.find(b); g != c.groups.end()) {  // a multi-output kernel: the members' slots, in order
-      item.slots.clear();
-      for (const UOp* m : g->second) item.slots.push_back(c.slot_of.at(m));
-      item.n_out = int(item.slots.size());
-    }
-    if (u->op == Ops::COPY) {
-      item.kind = ScheduleItem::Kind::Copy;
-      item.slots.push_back(value_slot(c, u->src(0)));
-      if (contiguous_buffer(u->src(0))) item.old_reads.push_back(1);  // the contents before
-      item.ast = UOpRef(u);
-    } else {
-      KernelAst k = rangeify(c, b);
-      item.ast = k.ast;
-      for (const UOp* e : k.not_hoisted) retry.insert(c.origin.count(e) ? c.origin.at(e) : e);  // the tensor graph's
-      for (const UOp* p : k.params) {
-        item.slots.push_back(value_slot(c, p));
-        if (p->op == Ops::BUFFER) item.old_reads.push_back(int(item.slots.size() - 1));
-      }
-      if (k.index_check) {  // the hit record: a slot of its own, after the parameters
-        item.slots.push_back(int(t.slots.size()));
-        t.slots.push_back({-1, item.device, dtypes::int64, IndexCheck::kSlots});
-        item.index_check = true;
-        item.diags = std::move(k.diags);
-      }
-    }
-    t.items.push_back(std::move(item));
-  }
-  if (!retry.empty()) {
-    c.no_row_fuse.insert(retry.begin(), retry.end());
+  StoreCtx s{c};
+  graph_visit(c.gtopo, pm_bufferize_to_store(), &s, "bufferize to store");
+  if (!s.retry.empty()) {
+    c.no_row_fuse.insert(s.retry.begin(), s.retry.end());
     return false;
   }
   for (size_t i = 0; i < c.graph.size(); i++) {
@@ -206,7 +263,7 @@ const std::vector<ScheduleStage>& schedule_stages() {
       {"split reduceop", [](ScheduleCtx& c) { return run_split_reduceop(c), true; }},
       {"realize map", [](ScheduleCtx& c) { return realize_map(c), true; }},
       {"group outputs", [](ScheduleCtx& c) { return group_outputs(c), true; }},
-      {"rangeify", run_rangeify},
+      {"bufferize to store", bufferize_to_store},
       {"linearize", [](ScheduleCtx& c) { return linearize(c), true; }},
       {"plan memory", [](ScheduleCtx& c) { return plan_memory(c), true; }},
       {"items", [](ScheduleCtx& c) { return items_from_linear(c), true; }},

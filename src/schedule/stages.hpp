@@ -8,8 +8,10 @@
 //   realize map     (realize_map.cpp)   which nodes materialise: pm_realize_map visited over the graph decides,
 //                                       pm_add_bufferize wraps each such node in a BUFFERIZE (ctx.graph)
 //   group outputs   (group.cpp)         multi-output kernels: nodes that read each other element for element
-//   rangeify        (rangeify.cpp)      one kernel AST per BUFFERIZE (the kernel boundary: its STORE; the BUFFERIZEs
-//                                       it reads are its loads), then pm_kernel_ast (kernel_ast.cpp)
+//   bufferize to store (schedule.cpp)   pm_bufferize_to_store: each BUFFERIZE a kernel boundary, with a buffer slot
+//                                       and the item that fills it: a copy, or a kernel that STOREs the value, whose
+//                                       AST rangeify builds (rangeify.cpp: the BUFFERIZEs below are its LOADs), then
+//                                       pm_kernel_ast (kernel_ast.cpp)
 //   linearize       (linearize.cpp)     the kernels in read/write order: one LINEAR of CALLs over slot BUFFERs
 //   plan memory     (linearize.cpp)     intermediate buffers reused once their last reader has run: pm_plan_memory
 //                                       rewrites the LINEAR
