@@ -226,6 +226,7 @@ TEST_CASE("a quantised block's scale multiplies once per block and lane, not per
   // trip counts (the heuristic's opts, the CPU renderer); an f32 matvec (no such factor) lowers to the same program,
   // and so does one whose float weights have a float scale per block: only a dequantised integer is factored.
   const int64_t N = 64, K = 256;
+  ScopedEnv float_products("INT_DOT", "0");  // the float product (INT_DOT=1 quantises x: the next test)
   std::mt19937 gen{7};
   auto lowered = [](const Tensor& t) {
     UOpRef root = t.uop();
@@ -284,6 +285,89 @@ TEST_CASE("a quantised block's scale multiplies once per block and lane, not per
   ScopedEnv off("FACTOR_REDUCE", "0");
   CHECK(lowered(xf.matmul(wf.T())).src == on);
   CHECK(lowered(yf).src == scaled_on);
+}
+
+namespace {
+// float -> float16 -> float, round to nearest even (normal and subnormal halves)
+float through_f16(float v) {
+  if (v == 0) return v;
+  int e = 0;
+  std::frexp(double(v), &e);
+  double step = std::ldexp(1.0, std::max(e - 11, -24));
+  return float(std::nearbyint(double(v) / step) * step);
+}
+}  // namespace
+
+TEST_CASE("a quantised matvec sums 8-bit integer products per block: x quantised to q8_0 blocks once (INT_DOT=1)") {
+  // y = x @ W.T, W a q8_0 or q4_0 weight: the layout rule int_dot_product quantises x in its own kernels to blocks of
+  // 32 int8 with a float16 scale (ggml's quantize_row_q8_0: the block's max |x|, then x / d rounded), and the matvec's
+  // terms become integer products, which factor_reduce_invariants sums per block and lane in int32 (cast to float
+  // once, times the two scales). Checked: the kernels (max, quantise, matvec), the lowered matvec's integer sums, the
+  // values against the same quantisation done here (tight) and against the unquantised product (within the
+  // quantisation's bound), and INT_DOT=0 (the default: one kernel, float products, no integer sum).
+  const int64_t N = 64, K = 256;
+  std::mt19937 gen{11};
+  auto schedule_of = [](const Tensor& t) {
+    UOpRef root = t.uop();
+    return create_schedule(std::span<const UOpRef>(&root, 1));
+  };
+  // casts to float of an int32 sum in the lowered kernel: the integer block sums
+  auto int_sums = [](const Schedule& s) {
+    CompiledKernel k = lower_kernel(s.items.back().ast, "k", get_device("CPU").renderer(), LowerOptions{});
+    int n = 0;
+    for (const UOp* u : k.program)
+      n += u->op == Ops::CAST && dtypes::is_float(u->dtype) && u->src(0)->op == Ops::ADD &&
+           u->src(0)->dtype.scalar == dtypes::int32.scalar;
+    return n;
+  };
+  for (const auto& type_bytes : {std::pair<std::string, int64_t>{"q8_0", 34}, {"q4_0", 18}}) {
+    const std::string& type = type_bytes.first;  // not a structured binding: clang before 16 cannot capture one
+    const int64_t bytes = type_bytes.second;
+    CAPTURE(type);
+    std::vector<uint8_t> blocks(size_t(N * K / 32 * bytes));
+    for (auto& b : blocks) b = uint8_t(gen());
+    for (size_t b = 0; b < blocks.size(); b += size_t(bytes)) blocks[b + 1] = uint8_t(0x18 + gen() % 9);  // 2^-9..2^-7
+    Tensor w = Tensor::from_vector(blocks, {N, K / 32, bytes}).realize();
+    Tensor::manual_seed(5);
+    Tensor x = (Tensor::randn({1, K}) * 3.0).realize();
+    Tensor y = x.matmul(nn::ggml_dequantize(w, type).reshape({N, K}).T());
+    {
+      ScopedEnv on("INT_DOT", "1");
+      Schedule s = schedule_of(y);
+      CHECK(s.items.size() == 3);  // x's block maxima, x's blocks, the matvec
+      CHECK(int_sums(s) >= 1);
+    }
+    {
+      ScopedEnv off("INT_DOT", nullptr);  // off by default
+      Schedule s = schedule_of(y);
+      CHECK(s.items.size() == 1);
+      CHECK(int_sums(s) == 0);
+    }
+    ScopedEnv on("INT_DOT", "1");
+    std::vector<float> got = y.to_vector<float>(), xs = x.to_vector<float>();
+    for (int64_t j = 0; j < N; j++) {
+      double want = 0, mag = 0, exact = 0, bound = 0;
+      for (int64_t b = 0; b < K / 32; b++) {
+        const uint8_t* blk = &blocks[size_t((j * K / 32 + b) * bytes)];
+        uint16_t h = uint16_t(blk[0] | blk[1] << 8);
+        double dw = std::ldexp(1.0 + (h & 1023) / 1024.0, ((h >> 10) & 31) - 15);
+        float amax = 0;
+        for (int64_t i = 0; i < 32; i++) amax = std::max(amax, std::fabs(xs[size_t(b * 32 + i)]));
+        float d = amax / 127.0f;
+        int64_t sum = 0;
+        for (int64_t i = 0; i < 32; i++) {
+          int q = type == "q8_0" ? int(int8_t(blk[2 + i])) : (i < 16 ? blk[2 + i] & 15 : blk[2 + i % 16] >> 4) - 8;
+          float xv = xs[size_t(b * 32 + i)];
+          sum += int64_t(d == 0 ? 0 : std::nearbyint(xv / d)) * q;  // round half to even, as the kernel's round
+          exact += double(xv) * dw * q;
+          bound += 0.57 * double(d) * dw * std::abs(q);  // |x - q(x) d16| <= d/2 + 127 d 2^-11
+        }
+        want += double(sum) * double(through_f16(d)) * dw, mag += std::fabs(double(sum) * double(through_f16(d)) * dw);
+      }
+      CHECK(std::fabs(double(got[size_t(j)]) - want) <= 1e-6 * mag + 1e-30);
+      CHECK(std::fabs(double(got[size_t(j)]) - exact) <= bound);
+    }
+  }
 }
 
 TEST_CASE("q6_K's matvec gets vector lanes: its byte indices split into plain loops (split_ranges on (l + 32 g) % 64, l // 16)") {

@@ -282,11 +282,21 @@ UOpRef factor_reduce_invariants(const UOpRef& k, int64_t lanes) {
     }
     if (copy_loops)
       for (size_t j = *pick; j < loops.size(); j++) copies(loops[j], size_of(loops[j]), [](int64_t t) { return ci(t); });
+    // Terms that are integers cast to float (int_dot_product's 8-bit products, in int32) are summed as integers and
+    // cast once: the same value (float sums of integers below 2^24 are exact; past it the integer sum is the exact
+    // one), one vector integer add a copy, and the form LLVM turns into multiply-adds of 16-bit pairs.
+    int64_t terms = int64_t(parts.size());
+    if (!copy_loops)
+      for (size_t j = *pick; j < loops.size(); j++) terms *= size_of(loops[j]);
+    const UOp* ie = a->op == Ops::CAST ? a->src(0) : nullptr;
+    const bool ints = ie && ie->dtype == dtypes::int32 && ie->bounds().known && terms > 0 &&
+                      std::max(-ie->vmin(), ie->vmax()) < (int64_t(1) << 31) / terms;
     // summed in order, each product fused into the sum (as an accumulator's update: pm_mulacc)
-    UOpRef inner = parts[0];
+    UOpRef inner = ints ? parts[0]->src()[0] : parts[0];
     for (size_t i = 1; i < parts.size(); i++)
-      inner = parts[i]->op == Ops::MUL ? UOp::make(Ops::MULACC, n->dtype, {parts[i]->src()[0], parts[i]->src()[1], inner})
-                                       : inner->alu(Ops::ADD, parts[i]);
+      inner = ints                         ? inner->alu(Ops::ADD, parts[i]->src()[0])
+              : parts[i]->op == Ops::MUL ? UOp::make(Ops::MULACC, n->dtype, {parts[i]->src()[0], parts[i]->src()[1], inner})
+                                         : inner->alu(Ops::ADD, parts[i]);
     if (!copy_loops) {
       // an inner loop inside the outer sum's unrolled copies would keep them from being one vector of lanes
       bool unrolled = false;
@@ -295,8 +305,9 @@ UOpRef factor_reduce_invariants(const UOpRef& k, int64_t lanes) {
       if (unrolled) continue;
       std::vector<UOpRef> is{inner};
       for (size_t j = *pick; j < loops.size(); j++) is.emplace_back(loops[j]);
-      inner = UOp::make(Ops::REDUCE, n->dtype, is, n->arg);
+      inner = UOp::make(Ops::REDUCE, inner->dtype, is, n->arg);
     }
+    if (ints) inner = UOp::make(Ops::CAST, n->dtype, {inner});
     std::vector<UOpRef> os{sc->alu(Ops::MUL, inner)};
     for (size_t i = 1; i < n->nsrc(); i++) {
       const UOp* r = n->src(i);

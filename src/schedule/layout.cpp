@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cmath>
 #include <optional>
 #include <span>
 
@@ -21,6 +22,7 @@ struct LayoutCtx {
   bool packed_matmul;                            // PACKED_MATMUL=0 turns the panelled matmul off
   bool channels_last;                            // CHANNELS_LAST=0 turns the channels-last convolution off
   bool conv_input_grad;                          // CONV_INPUT_GRAD=0 leaves autograd's convolution input gradient as is
+  bool int_dot;                                  // INT_DOT=1: quantised weights' products as integer block sums
   std::unordered_map<std::string, bool> serial;  // device -> runs kernels with output loops in order (a CPU)
   std::vector<UOpRef> keep;
   NodeSet made;  // reduces a rule made: not rewritten again
@@ -35,6 +37,13 @@ struct LayoutCtx {
     if (auto it = serial.find(d); it != serial.end()) return it->second;
     Device& dev = get_device(d);
     return serial[d] = dev.runs_kernels() && dev.renderer().grid_limits().threads == 0;
+  }
+  // Whether the device's vector ISA multiplies and adds 8/16-bit integers into 32-bit sums (x86 vpmaddwd from AVX2
+  // on, vpdpwssd/vpdpbusd with VNNI; AArch64 NEON sdot/smlal): what the integer block dot products need to beat the
+  // float ones. SSE-only, AVX1 and scalar machine models keep the float products.
+  bool int_simd(const std::string& d) {
+    const std::string& isa = get_device(d).machine().isa;
+    return isa == "AVX-512" || isa.starts_with("AVX2") || isa == "NEON" || isa == "SVE";
   }
   int64_t l2_bytes(const std::string& d) {
     if (auto it = l2.find(d); it != l2.end()) return it->second;
@@ -137,6 +146,147 @@ UOpRef packed_matmul(const UOp* red, LayoutCtx& c) {
       c.keep.push_back(out);
       return out;
     }
+  return {};
+}
+
+// ---- quantised weights: integer dot products
+
+// The value of a constant tensor (a CONST under movement ops and casts), if it is one.
+std::optional<double> const_value(const UOp* u) {
+  while ((is_movement(u->op) || u->op == Ops::CAST) && !u->sym()) u = u->src(0);
+  if (u->op != Ops::CONST) return {};
+  return u->const_float();
+}
+
+// A weight dequantised from blocks by tensor ops (nn::ggml_dequantize): w = (q + offset) * scale, shape (..., nb, 32),
+// q an integer of at most 8 bits (q8_0's int8, q4_0's nibble with offset -8), scale one float per block broadcast
+// over its 32 elements.
+struct Dequant {
+  UOpRef q;
+  int64_t offset = 0;
+  UOpRef scale;
+};
+std::optional<Dequant> dequant_of(const UOp* b, int64_t block, LayoutCtx& c) {
+  if (b->op != Ops::MUL || b->dtype != dtypes::float32 || b->sym()) return {};
+  const Shape& bs = c.shapes.of(b);
+  if (bs.size() < 2 || bs.back() != block) return {};
+  for (size_t side = 0; side < 2; side++) {
+    const UOp *v = b->src(side), *s = b->src(1 - side);
+    if (s->op != Ops::EXPAND || s->sym() || c.shapes.of(s->src(0)).back() != 1) continue;
+    int64_t offset = 0;
+    if ((v->op == Ops::ADD || v->op == Ops::SUB) && !v->sym()) {
+      std::optional<double> k = const_value(v->src(1));
+      const UOp* rest = v->src(0);
+      if (!k && v->op == Ops::ADD) k = const_value(v->src(0)), rest = v->src(1);
+      if (!k || *k != std::trunc(*k) || std::fabs(*k) > 128) continue;
+      offset = int64_t(v->op == Ops::SUB ? -*k : *k);
+      v = rest;
+    }
+    if (v->op != Ops::CAST || v->sym() || !dtypes::is_int(v->src(0)->dtype) || v->src(0)->dtype.bitsize() > 8) continue;
+    return Dequant{UOpRef(v->src(0)), offset, UOpRef(s)};
+  }
+  return {};
+}
+
+// A float matrix-vector product with a weight quantised in blocks of 32 (a decode step's linear layers on Q8_0 and
+// Q4_0 weights), y[..., j] = sum over k of x[..., k] w[j, k], computed as ggml's CPU backend does: x is quantised
+// once per product, in kernels of its own (the blocks' maxima, then the blocks), to blocks of 32 int8 with one scale
+// each (quantize_row_q8_0: d = max|x| / 127, kept as float16, q = round(x / d)), and the sum runs per block over
+// integers, scaled once:
+//   y = sum over blocks b of float(sum over i < 32 of xq[b][i] * wq[b][i]) * dx[b] * dw[b].
+// The inner sums are 8-bit products summed in 32 bits (factor_reduce_invariants sums a block's integer terms per
+// lane in int32); the weight is read as stored and never converted to float element by element. The values change by
+// x's quantisation (at most about half a step, max|x| / 254, per element): llama.cpp's numerics, not a float
+// product's. Matched on the tensor graph: a sum over the last axis of EXPAND(x) * W, W the dequantised weight under
+// movement ops (matmul's transposes and reshapes) that keep the summed axis whole down to the reshape merging its
+// blocks (..., nb, 32) -> (..., nb * 32). Serial devices (CPUs) whose vector ISA has integer multiply-adds
+// (int_simd), fewer than 32 rows of x (a decode step, a short prompt; from 32 rows on packed_matmul dequantises the
+// weight once into float panels for a GEMM). Off by default (INT_DOT=1 turns it on): LLVM vectorises each lane's
+// sum as 32-bit multiplies (vpmovsxbd + vpmulld), not as 16-bit pair multiply-adds (vpmaddwd/vpdpwssd, which it
+// selects for mul(sext <32 x i8>, sext <32 x i8>) followed by adding the even and odd lanes), and with the two
+// quantising kernels the product ran 0.87-0.91x the float one (bench/qmatvec, Zen 5); the pairs form is the next step.
+UOpRef int_dot_product(const UOp* red, LayoutCtx& c) {
+  constexpr int64_t B = 32, kMaxRows = 32;
+  const auto& ra = std::get<ReduceArg>(red->arg);
+  const UOp* mul = red->src(0);
+  if (!c.int_dot || ra.op != Ops::ADD || mul->op != Ops::MUL || mul->dtype != dtypes::float32 || red->sym() || mul->sym())
+    return {};
+  const Shape& f = c.shapes.of(mul);
+  const int64_t n = int64_t(f.size()), k = f.back();
+  if (ra.axes != std::vector<int64_t>{n - 1} || k % B) return {};
+  const std::string dev = device_of(red);
+  if (!c.serial_device(dev) || !c.int_simd(dev)) return {};
+  auto prod = [](const Shape& s, int64_t e) {
+    int64_t p = 1;
+    for (int64_t i = 0; i < e; i++) p *= s[size_t(i)];
+    return p;
+  };
+  for (size_t side = 0; side < 2; side++) {
+    const UOp *ex = mul->src(side), *w = mul->src(1 - side);
+    if (ex->op != Ops::EXPAND || ex->sym() || c.shapes.of(ex->src(0)).size() != f.size()) continue;
+    const Shape xs = c.shapes.of(ex->src(0));
+    if (xs.back() != k || prod(xs, n) / k >= kMaxRows) continue;
+    // Down W's movement ops with the summed axis `a`: an EXPAND leaves it whole, a PERMUTE moves it, a RESHAPE keeps
+    // it where an axis of the same size starts at the same flat offset (the same prefix product) and merges it from
+    // the blocks at the bottom; anything else (a SHRINK, PAD or FLIP of it) is not this product.
+    std::vector<const UOp*> path;
+    const UOp* u = w;
+    int64_t a = n - 1;
+    bool merged = false;
+    while (is_movement(u->op) && !u->sym() && !merged) {
+      const Shape &o = c.shapes.of(u), &i = c.shapes.of(u->src(0));
+      const int64_t pre = prod(o, a);
+      if (u->op == Ops::EXPAND) {
+        if (i[size_t(a)] != k) break;
+      } else if (u->op == Ops::PERMUTE) {
+        a = std::get<std::vector<int64_t>>(u->arg)[size_t(a)];
+      } else if (u->op == Ops::RESHAPE) {
+        int64_t at = -1;
+        for (int64_t j = 0; j < int64_t(i.size()) && at < 0; j++)
+          if (i[size_t(j)] == k && prod(i, j) == pre) at = j;
+        const size_t r = i.size();
+        if (at >= 0) a = at;
+        else if (r >= 2 && i[r - 1] == B && i[r - 2] * B == k && prod(i, int64_t(r) - 2) == pre) merged = true;
+        else break;
+      } else {
+        break;
+      }
+      path.push_back(u);
+      u = u->src(0);
+    }
+    if (!merged) continue;
+    std::optional<Dequant> dq = dequant_of(u, B, c);
+    if (!dq) continue;
+    Shape blocks(f.begin(), f.end() - 1), xb(xs.begin(), xs.end() - 1);
+    blocks.insert(blocks.end(), {k / B, B});
+    xb.insert(xb.end(), {k / B, B});
+    Shape per_block = blocks;
+    per_block.back() = 1;
+    // the weight's integers and block scales in the product's shape: through W's own movement ops
+    auto view = [&](const UOpRef& base) {
+      UOpRef v = base;
+      for (size_t j = path.size(); j-- > 0;) v = UOp::make(path[j]->op, v->dtype, {v}, path[j]->arg);
+      return Tensor(v, f, dev).reshape(blocks);
+    };
+    Tensor q = Tensor(dq->q, c.shapes.of(dq->q.get()), dev).cast(dtypes::int32);
+    if (dq->offset) q = q + Tensor(int(dq->offset)).cast(dtypes::int32);
+    std::vector<std::pair<int64_t, int64_t>> first;
+    for (int64_t d : per_block) first.emplace_back(0, d);
+    Tensor wq = view(q.uop()), dw = view(dq->scale).shrink(first);
+    // x's blocks: d = max|x| / 127 (rounded to float16 as ggml's block_q8_0 stores it), q = round(x / d) (ggml: x * (1/d),
+    // the same but for a rare last-bit tie)
+    Tensor x = Tensor(UOpRef(ex->src(0)), xs, dev).reshape(xb);
+    Tensor d = x.abs().max(-1, true) / Tensor(127.0);
+    Tensor xq = d.eq(Tensor(0.0)).where(Tensor(0.0), x / d).round().cast(dtypes::int8).contiguous();
+    Tensor dx = d.cast(dtypes::float16).cast(dtypes::float32);
+    // One sum over both block axes (a sum inside a sum would be two kernels): the products are integers (|xq wq| <=
+    // 127 * 128) and the lowering's factor_reduce_invariants sums each block's in int32 and scales it once.
+    Tensor prod = (xq.expand(blocks).cast(dtypes::int32) * wq).cast(dtypes::float32);
+    Tensor y = (prod * (dx.expand(per_block) * dw).expand(blocks)).sum({n - 1, n}, true, dtypes::float32);
+    UOpRef out = y.reshape(c.shapes.of(red)).uop();
+    c.keep.push_back(out);
+    return out;
+  }
   return {};
 }
 
@@ -492,6 +642,7 @@ const PatternMatcher& pm_layout() {
   static const PatternMatcher pm(table(
       rule(op_any<opset<Ops::SHRINK>>, [](auto& m) { return shrink_of_expand(m.root, m.template ctx<LayoutCtx>()); }),
       rule(op_any<opset<Ops::REDUCE_AXIS>>, [](auto& m) { return conv_input_grad(m.root, m.template ctx<LayoutCtx>()); }),
+      rule(op_any<opset<Ops::REDUCE_AXIS>>, [](auto& m) { return int_dot_product(m.root, m.template ctx<LayoutCtx>()); }),
       rule(op_any<opset<Ops::REDUCE_AXIS>>, [](auto& m) { return packed_matmul(m.root, m.template ctx<LayoutCtx>()); }),
       rule(op_any<opset<Ops::REDUCE_AXIS>>, [](auto& m) { return conv_layout(m.root, m.template ctx<LayoutCtx>()); }),
       rule(op_any<opset<Ops::REDUCE_AXIS>>,
@@ -502,7 +653,7 @@ const PatternMatcher& pm_layout() {
 }  // namespace
 
 std::vector<UOpRef> apply_layouts(std::span<const UOpRef> roots, const Knobs& knobs) {
-  LayoutCtx ctx{{}, knobs.packed_matmul, knobs.channels_last, knobs.conv_input_grad, {}, {}, {}};
+  LayoutCtx ctx{{}, knobs.packed_matmul, knobs.channels_last, knobs.conv_input_grad, knobs.int_dot, {}, {}, {}};
   return rewrite_roots(roots, pm_layout(), &ctx, "layouts");
 }
 
