@@ -660,6 +660,107 @@ TEST_CASE("GGUF dequantisation is exact: f16, bf16, q8_0, q4_0, q4_1, q4_K, q5_K
               "q4_K blocks must be (..., blocks, 144)");
 }
 
+TEST_CASE("GGUF q5_0, q5_1, iq4_nl, iq4_xs and mxfp4 blocks dequantise exactly, on the host and by tensor ops") {
+  // blocks packed by hand as ggml-common.h lays them out; the expected values computed in double (each exact there)
+  // and rounded once to float, as ggml's dequantize_row_* computes them in float
+  const int8_t kv_nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  const int8_t kv_mx[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  const uint16_t d_bits = 0x2E4B, m_bits = 0xB8CD;  // d ~ 0.0983, m ~ -0.6001
+  double d = half_value(d_bits), m = half_value(m_bits);
+  std::map<std::string, std::vector<float>> want;
+  GGUFWriter w;
+  // q5_0 / q5_1: element j = nibble j | bit j of qh (u32, little-endian) << 4
+  std::vector<int> Q(32);
+  for (int j = 0; j < 32; j++) Q[size_t(j)] = (13 * j + 7) % 32;
+  uint32_t qh = 0;
+  for (int j = 0; j < 32; j++) qh |= uint32_t(Q[size_t(j)] >> 4) << j;
+  Bytes q50, q51;
+  GGUFWriter::put(q50, d_bits);
+  GGUFWriter::put(q51, d_bits);
+  GGUFWriter::put(q51, m_bits);
+  GGUFWriter::put(q50, qh);
+  GGUFWriter::put(q51, qh);
+  for (int j = 0; j < 16; j++) {
+    uint8_t byte = uint8_t((Q[size_t(j)] & 15) | (Q[size_t(j + 16)] & 15) << 4);
+    q50.push_back(byte);
+    q51.push_back(byte);
+  }
+  REQUIRE(q50.size() == 22);
+  REQUIRE(q51.size() == 24);
+  for (int j = 0; j < 32; j++) {
+    want["q5_0"].push_back(float((Q[size_t(j)] - 16) * d));
+    want["q5_1"].push_back(float(Q[size_t(j)] * d + m));
+  }
+  // iq4_nl: y = d * kvalues_iq4nl[code]
+  Bytes nl;
+  GGUFWriter::put(nl, d_bits);
+  std::vector<int> C(256);
+  for (int i = 0; i < 256; i++) C[size_t(i)] = (5 * i + 1 + i / 16) % 16;
+  for (int j = 0; j < 16; j++) nl.push_back(uint8_t(C[size_t(j)] | C[size_t(j + 16)] << 4));
+  for (int j = 0; j < 32; j++) want["iq4_nl"].push_back(float(d * kv_nl[C[size_t(j)]]));
+  // iq4_xs: 8 six-bit scales ls (low nibbles in scales_l[ib/2], high 2 bits in scales_h), y = (d * (ls - 32)) * kv
+  int ls[8];
+  uint8_t sl[4] = {};
+  uint16_t sh = 0;
+  for (int ib = 0; ib < 8; ib++) {
+    ls[ib] = (19 * ib + 3) % 64;
+    sl[ib / 2] = uint8_t(sl[ib / 2] | (ls[ib] & 15) << 4 * (ib % 2));
+    sh = uint16_t(sh | (ls[ib] >> 4) << 2 * ib);
+  }
+  Bytes xs;
+  GGUFWriter::put(xs, d_bits);
+  GGUFWriter::put(xs, sh);
+  append(xs, sl, 4);
+  for (int ib = 0; ib < 8; ib++)
+    for (int j = 0; j < 16; j++) xs.push_back(uint8_t(C[size_t(32 * ib + j)] | C[size_t(32 * ib + 16 + j)] << 4));
+  REQUIRE(xs.size() == 136);
+  for (int i = 0; i < 256; i++) want["iq4_xs"].push_back(float(d * (ls[i / 32] - 32) * kv_nl[C[size_t(i)]]));
+  // mxfp4: 3 blocks with exponents e = 1 (the denormal scale 2^-127), 131, 254; y = kvalues_mxfp4[code] * 2^(e-128)
+  Bytes mx;
+  for (int b = 0; b < 3; b++) {
+    int e = b == 0 ? 1 : b == 1 ? 131 : 254;
+    mx.push_back(uint8_t(e));
+    for (int j = 0; j < 16; j++) mx.push_back(uint8_t(C[size_t(32 * b + j)] | C[size_t(32 * b + 16 + j)] << 4));
+    for (int j = 0; j < 32; j++) want["mxfp4"].push_back(float(std::ldexp(double(kv_mx[C[size_t(32 * b + j)]]), e - 128)));
+  }
+  CHECK(want["mxfp4"][1] == float(std::ldexp(double(kv_mx[C[1]]), -127)));
+  w.tensors.push_back({"q5_0", {32}, 6, q50});
+  w.tensors.push_back({"q5_1", {32}, 7, q51});
+  w.tensors.push_back({"iq4_nl", {32}, 20, nl});
+  w.tensors.push_back({"iq4_xs", {256}, 23, xs});
+  w.tensors.push_back({"mxfp4", {32, 3}, 39, mx});
+  std::string p = tmp_path("quant2.gguf");
+  write_bytes(p, w.build());
+  auto bits = [](const std::vector<float>& v) {
+    std::vector<uint32_t> b(v.size());
+    std::memcpy(b.data(), v.data(), v.size() * 4);
+    return b;
+  };
+  auto g = nn::gguf_load(p);
+  auto k = nn::gguf_load(p, "DISK", false);
+  CHECK(g.tensors.at("mxfp4").shape() == Shape{3, 32});
+  CHECK(k.tensors.at("mxfp4").shape() == Shape{3, 1, 17});
+  CHECK(k.tensors.at("iq4_xs").shape() == Shape{1, 136});
+  std::map<std::string, Tensor> raw;
+  std::map<std::string, std::string> types;
+  for (const auto& entry : want) {
+    const std::string name = entry.first;  // a plain variable: clang 14 cannot capture bindings (CAPTURE)
+    CAPTURE(name);
+    CHECK(g.tensor_types.at(name) == name);
+    CHECK(bits(g.tensors.at(name).to_vector<float>()) == bits(entry.second));
+    Tensor y = nn::ggml_dequantize(k.tensors.at(name).to(default_device()), name);
+    CHECK(y.shape() == g.tensors.at(name).shape());
+    CHECK(bits(y.to_vector<float>()) == bits(entry.second));
+    raw[name] = k.tensors.at(name), types[name] = name;
+  }
+  // written back as they are, read again: the same values
+  std::string p2 = tmp_path("quant2_raw.gguf");
+  nn::gguf_save(p2, {}, raw, types);
+  auto g2 = nn::gguf_load(p2);
+  for (const auto& entry : want) CHECK(bits(g2.tensors.at(entry.first).to_vector<float>()) == bits(entry.second));
+  CHECK_ERROR(nn::ggml_dequantize(k.tensors.at("q5_0").to(default_device()), "q5_1"), "q5_1 blocks must be uint8 (..., blocks, 24)");
+}
+
 TEST_CASE("gguf_save writes metadata and f32/f16/q8_0/q4_0 tensors that gguf_load reads back") {
   using G = nn::GGUFValue;
   std::map<std::string, G> md = {{"general.architecture", G::str("llama")}, {"a.u32", G::u32(7)}, {"a.i32", G::i32(-5)},
@@ -786,8 +887,8 @@ TEST_CASE("malformed GGUF files are errors naming the file and the problem") {
     w.tensors[0].dims = {4};
     CHECK_ERROR(gguf_of(w.build()), "'t'", "lies past the end of the file");
     w.tensors[0].dims = {2};
-    w.tensors[0].type = 6;
-    CHECK_ERROR(gguf_of(w.build()), "type q5_0, which tg does not dequantise");
+    w.tensors[0].type = 10;
+    CHECK_ERROR(gguf_of(w.build()), "type q2_K, which tg does not dequantise");
     w.tensors[0].type = 99;
     CHECK_ERROR(gguf_of(w.build()), "unknown ggml type 99");
     w.tensors[0].type = 12;  // q4_K: blocks of 256 elements, 144 bytes

@@ -106,7 +106,7 @@ struct GGUFFile {
 };
 
 /** Load a GGUF file (v2 or v3; alignment from general.alignment, default 32). Types f32, f16, bf16, q8_0, q4_0,
- *  q4_1, q4_K, q5_K and q6_K are read; another type is an error naming it and the tensor. dequantise: each tensor
+ *  q4_1, q5_0, q5_1, q4_K, q5_K, q6_K, iq4_nl, iq4_xs and mxfp4 are read; another type is an error naming it and the tensor. dequantise: each tensor
  *  is dequantised on the host to float32 with ggml's formulas (dequantize_row_*), then placed on `device`.
  *  dequantise = false: each tensor keeps the file's bytes (see GGUFFile); on "DISK" the tensors view the mapped
  *  file (nothing is copied; the mapping lives while any of them does), on another device they are copied there. */
@@ -123,7 +123,7 @@ Tensor ggml_dequantize(const Tensor& raw, const std::string& type);
  *  float32; GGUF dims are its shape reversed) stored as the GGML type `types` names for it: "f32" (the default),
  *  "f16", "q8_0" or "q4_0", quantised with ggml's reference formulas (quantize_row_*_ref). A uint8 tensor of a
  *  quantised type's block shape (..., blocks, bytes per block, as gguf_load keeps it) is written as it is, for any
- *  type gguf_load reads (q4_1, q4_K, q5_K, q6_K too). A quantised tensor's last
+ *  type gguf_load reads (q4_1, q5_0, q5_1, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, mxfp4 too). A quantised tensor's last
  *  dim must be a multiple of 32; an unknown type, or metadata that sets general.alignment, is a tg::Error. */
 void gguf_save(const std::string& path, const std::map<std::string, GGUFValue>& metadata,
                const std::map<std::string, Tensor>& tensors, const std::map<std::string, std::string>& types = {});
