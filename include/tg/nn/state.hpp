@@ -46,6 +46,23 @@ std::map<std::string, Tensor> safe_load_bytes(const uint8_t* data, size_t size, 
 /** The metadata map (__metadata__) of a .safetensors file; a non-string value is an error. */
 std::map<std::string, std::string> safe_metadata(const std::string& path);
 
+// ---- PyTorch checkpoints (tinygrad's nn.state.torch_load)
+
+/** Read the tensors of a file torch.save (or libtorch's torch::pickle_save) wrote: the zip format (ARCHIVE/data.pkl
+ *  and the storages ARCHIVE/data/KEY) or the legacy format of torch < 1.6. Storages of float32, float16, bfloat16,
+ *  float64, int64, int32, int16, int8, uint8 and bool; views (offsets, any non-negative strides) read what torch
+ *  reads, and tensors sharing a storage each get their values (an expanded, stride-0 dim stays a lazy expand; a
+ *  view with overlapping strides may read at most its storage's element count plus 2^24). The result is flat: a tensor's name is its path
+ *  through the pickled dicts (keys) and lists/tuples (indices) joined by '.', so a state_dict keeps its names and
+ *  {"model": sd, "epoch": 3} gives "model.<name>"; values that are not tensors are skipped (a top-level tensor is
+ *  named ""). Each tensor is copied onto `device` ("" = the default). Every size, offset and pickle opcode is
+ *  checked: a truncated or corrupt file, an unsupported opcode or torch object (quantised, sparse tensors), or a
+ *  view that reads past its storage is a tg::Error naming the file and what was expected. */
+std::map<std::string, Tensor> torch_load(const std::string& path, const std::string& device = "");
+/** The same for a file's bytes in memory (`name` stands for the file in errors). */
+std::map<std::string, Tensor> torch_load_bytes(const uint8_t* data, size_t size, const std::string& name,
+                                               const std::string& device = "");
+
 // ---- GGUF (llama.cpp's format, versions 2 and 3)
 
 /** One GGUF metadata value: its GGUF type and the value (integers widened to int64/uint64, floats to double;
