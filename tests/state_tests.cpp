@@ -660,6 +660,107 @@ TEST_CASE("GGUF dequantisation is exact: f16, bf16, q8_0, q4_0, q4_1, q4_K, q5_K
               "q4_K blocks must be (..., blocks, 144)");
 }
 
+TEST_CASE("GGUF q5_0, q5_1, iq4_nl, iq4_xs and mxfp4 blocks dequantise exactly, on the host and by tensor ops") {
+  // blocks packed by hand as ggml-common.h lays them out; the expected values computed in double (each exact there)
+  // and rounded once to float, as ggml's dequantize_row_* computes them in float
+  const int8_t kv_nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+  const int8_t kv_mx[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+  const uint16_t d_bits = 0x2E4B, m_bits = 0xB8CD;  // d ~ 0.0983, m ~ -0.6001
+  double d = half_value(d_bits), m = half_value(m_bits);
+  std::map<std::string, std::vector<float>> want;
+  GGUFWriter w;
+  // q5_0 / q5_1: element j = nibble j | bit j of qh (u32, little-endian) << 4
+  std::vector<int> Q(32);
+  for (int j = 0; j < 32; j++) Q[size_t(j)] = (13 * j + 7) % 32;
+  uint32_t qh = 0;
+  for (int j = 0; j < 32; j++) qh |= uint32_t(Q[size_t(j)] >> 4) << j;
+  Bytes q50, q51;
+  GGUFWriter::put(q50, d_bits);
+  GGUFWriter::put(q51, d_bits);
+  GGUFWriter::put(q51, m_bits);
+  GGUFWriter::put(q50, qh);
+  GGUFWriter::put(q51, qh);
+  for (int j = 0; j < 16; j++) {
+    uint8_t byte = uint8_t((Q[size_t(j)] & 15) | (Q[size_t(j + 16)] & 15) << 4);
+    q50.push_back(byte);
+    q51.push_back(byte);
+  }
+  REQUIRE(q50.size() == 22);
+  REQUIRE(q51.size() == 24);
+  for (int j = 0; j < 32; j++) {
+    want["q5_0"].push_back(float((Q[size_t(j)] - 16) * d));
+    want["q5_1"].push_back(float(Q[size_t(j)] * d + m));
+  }
+  // iq4_nl: y = d * kvalues_iq4nl[code]
+  Bytes nl;
+  GGUFWriter::put(nl, d_bits);
+  std::vector<int> C(256);
+  for (int i = 0; i < 256; i++) C[size_t(i)] = (5 * i + 1 + i / 16) % 16;
+  for (int j = 0; j < 16; j++) nl.push_back(uint8_t(C[size_t(j)] | C[size_t(j + 16)] << 4));
+  for (int j = 0; j < 32; j++) want["iq4_nl"].push_back(float(d * kv_nl[C[size_t(j)]]));
+  // iq4_xs: 8 six-bit scales ls (low nibbles in scales_l[ib/2], high 2 bits in scales_h), y = (d * (ls - 32)) * kv
+  int ls[8];
+  uint8_t sl[4] = {};
+  uint16_t sh = 0;
+  for (int ib = 0; ib < 8; ib++) {
+    ls[ib] = (19 * ib + 3) % 64;
+    sl[ib / 2] = uint8_t(sl[ib / 2] | (ls[ib] & 15) << 4 * (ib % 2));
+    sh = uint16_t(sh | (ls[ib] >> 4) << 2 * ib);
+  }
+  Bytes xs;
+  GGUFWriter::put(xs, d_bits);
+  GGUFWriter::put(xs, sh);
+  append(xs, sl, 4);
+  for (int ib = 0; ib < 8; ib++)
+    for (int j = 0; j < 16; j++) xs.push_back(uint8_t(C[size_t(32 * ib + j)] | C[size_t(32 * ib + 16 + j)] << 4));
+  REQUIRE(xs.size() == 136);
+  for (int i = 0; i < 256; i++) want["iq4_xs"].push_back(float(d * (ls[i / 32] - 32) * kv_nl[C[size_t(i)]]));
+  // mxfp4: 3 blocks with exponents e = 1 (the denormal scale 2^-127), 131, 254; y = kvalues_mxfp4[code] * 2^(e-128)
+  Bytes mx;
+  for (int b = 0; b < 3; b++) {
+    int e = b == 0 ? 1 : b == 1 ? 131 : 254;
+    mx.push_back(uint8_t(e));
+    for (int j = 0; j < 16; j++) mx.push_back(uint8_t(C[size_t(32 * b + j)] | C[size_t(32 * b + 16 + j)] << 4));
+    for (int j = 0; j < 32; j++) want["mxfp4"].push_back(float(std::ldexp(double(kv_mx[C[size_t(32 * b + j)]]), e - 128)));
+  }
+  CHECK(want["mxfp4"][1] == float(std::ldexp(double(kv_mx[C[1]]), -127)));
+  w.tensors.push_back({"q5_0", {32}, 6, q50});
+  w.tensors.push_back({"q5_1", {32}, 7, q51});
+  w.tensors.push_back({"iq4_nl", {32}, 20, nl});
+  w.tensors.push_back({"iq4_xs", {256}, 23, xs});
+  w.tensors.push_back({"mxfp4", {32, 3}, 39, mx});
+  std::string p = tmp_path("quant2.gguf");
+  write_bytes(p, w.build());
+  auto bits = [](const std::vector<float>& v) {
+    std::vector<uint32_t> b(v.size());
+    std::memcpy(b.data(), v.data(), v.size() * 4);
+    return b;
+  };
+  auto g = nn::gguf_load(p);
+  auto k = nn::gguf_load(p, "DISK", false);
+  CHECK(g.tensors.at("mxfp4").shape() == Shape{3, 32});
+  CHECK(k.tensors.at("mxfp4").shape() == Shape{3, 1, 17});
+  CHECK(k.tensors.at("iq4_xs").shape() == Shape{1, 136});
+  std::map<std::string, Tensor> raw;
+  std::map<std::string, std::string> types;
+  for (const auto& entry : want) {
+    const std::string name = entry.first;  // a plain variable: clang 14 cannot capture bindings (CAPTURE)
+    CAPTURE(name);
+    CHECK(g.tensor_types.at(name) == name);
+    CHECK(bits(g.tensors.at(name).to_vector<float>()) == bits(entry.second));
+    Tensor y = nn::ggml_dequantize(k.tensors.at(name).to(default_device()), name);
+    CHECK(y.shape() == g.tensors.at(name).shape());
+    CHECK(bits(y.to_vector<float>()) == bits(entry.second));
+    raw[name] = k.tensors.at(name), types[name] = name;
+  }
+  // written back as they are, read again: the same values
+  std::string p2 = tmp_path("quant2_raw.gguf");
+  nn::gguf_save(p2, {}, raw, types);
+  auto g2 = nn::gguf_load(p2);
+  for (const auto& entry : want) CHECK(bits(g2.tensors.at(entry.first).to_vector<float>()) == bits(entry.second));
+  CHECK_ERROR(nn::ggml_dequantize(k.tensors.at("q5_0").to(default_device()), "q5_1"), "q5_1 blocks must be uint8 (..., blocks, 24)");
+}
+
 TEST_CASE("gguf_save writes metadata and f32/f16/q8_0/q4_0 tensors that gguf_load reads back") {
   using G = nn::GGUFValue;
   std::map<std::string, G> md = {{"general.architecture", G::str("llama")}, {"a.u32", G::u32(7)}, {"a.i32", G::i32(-5)},
@@ -786,8 +887,8 @@ TEST_CASE("malformed GGUF files are errors naming the file and the problem") {
     w.tensors[0].dims = {4};
     CHECK_ERROR(gguf_of(w.build()), "'t'", "lies past the end of the file");
     w.tensors[0].dims = {2};
-    w.tensors[0].type = 6;
-    CHECK_ERROR(gguf_of(w.build()), "type q5_0, which tg does not dequantise");
+    w.tensors[0].type = 10;
+    CHECK_ERROR(gguf_of(w.build()), "type q2_K, which tg does not dequantise");
     w.tensors[0].type = 99;
     CHECK_ERROR(gguf_of(w.build()), "unknown ggml type 99");
     w.tensors[0].type = 12;  // q4_K: blocks of 256 elements, 144 bytes
@@ -835,6 +936,208 @@ TEST_CASE("malformed GGUF files are errors naming the file and the problem") {
 }
 
 // ================================================================ IDX
+
+// ---- torch.save files written by hand (the libtorch comparison is tests/torch/torch_state.cpp)
+
+// A protocol-2 pickle of {name: torch._utils._rebuild_tensor_v2(storage, offset, sizes, strides, False, OrderedDict())}
+// for each tensor; the storage is the persistent id ('storage', torch.<type>, key, 'cpu', numel), memoised per key
+// so that tensors of one key share it, as torch writes it.
+struct PtTensor {
+  std::string name, key, type;
+  int64_t numel, offset;
+  std::vector<int64_t> sizes, strides;
+};
+Bytes pt_pickle(const std::vector<PtTensor>& ts, bool legacy = false) {
+  Bytes o = {0x80, 2, '}'};
+  auto str = [&](const std::string& x) {
+    o.push_back('X');
+    GGUFWriter::put<uint32_t>(o, uint32_t(x.size()));
+    append(o, x.data(), x.size());
+  };
+  auto global = [&](const std::string& g) {
+    o.push_back('c');
+    append(o, g.data(), g.size());
+  };
+  auto integer = [&](int64_t v) {
+    o.push_back('J');
+    GGUFWriter::put<int32_t>(o, int32_t(v));
+  };
+  std::map<std::string, uint8_t> memo;
+  o.push_back('(');
+  for (const PtTensor& t : ts) {
+    str(t.name);
+    global("torch._utils\n_rebuild_tensor_v2\n");
+    o.push_back('(');
+    if (memo.count(t.key)) {
+      o.push_back('h');
+      o.push_back(memo[t.key]);
+    } else {
+      o.push_back('(');
+      str("storage");
+      global("torch\n" + t.type + "\n");
+      str(t.key);
+      str("cpu");
+      integer(t.numel);
+      if (legacy) o.push_back('N');  // the legacy format's view metadata
+      o.push_back('t');
+      o.push_back('Q');
+      memo[t.key] = uint8_t(memo.size());
+      o.push_back('q');
+      o.push_back(memo[t.key]);
+    }
+    integer(t.offset);
+    o.push_back('(');
+    for (int64_t v : t.sizes) integer(v);
+    o.push_back('t');
+    o.push_back('(');
+    for (int64_t v : t.strides) integer(v);
+    o.push_back('t');
+    o.push_back(0x89);
+    global("collections\nOrderedDict\n");
+    o.push_back(')');
+    o.push_back('R');
+    o.push_back('t');
+    o.push_back('R');
+  }
+  o.push_back('u');
+  o.push_back('.');
+  return o;
+}
+// A zip of stored entries, as torch.save writes them (no alignment padding: the reader must not need it).
+Bytes zip_of(const std::vector<std::pair<std::string, Bytes>>& entries) {
+  Bytes z, cd;
+  for (const auto& entry : entries) {
+    const std::string& name = entry.first;  // plain references: clang 14 cannot capture bindings in the lambda
+    const Bytes& data = entry.second;
+    uint32_t crc = uint32_t(crc32(0L, data.data(), uInt(data.size())));
+    uint32_t off = uint32_t(z.size());
+    auto header = [&](Bytes& o, bool central) {
+      GGUFWriter::put<uint32_t>(o, central ? 0x02014b50 : 0x04034b50);
+      if (central) GGUFWriter::put<uint16_t>(o, 20);
+      for (uint16_t v : {uint16_t(20), uint16_t(0), uint16_t(0), uint16_t(0), uint16_t(0)}) GGUFWriter::put(o, v);
+      GGUFWriter::put(o, crc);
+      GGUFWriter::put<uint32_t>(o, uint32_t(data.size()));
+      GGUFWriter::put<uint32_t>(o, uint32_t(data.size()));
+      GGUFWriter::put<uint16_t>(o, uint16_t(name.size()));
+      GGUFWriter::put<uint16_t>(o, 0);
+      if (central) {
+        for (uint16_t v : {uint16_t(0), uint16_t(0), uint16_t(0)}) GGUFWriter::put(o, v);
+        GGUFWriter::put<uint32_t>(o, 0);
+        GGUFWriter::put(o, off);
+      }
+      append(o, name.data(), name.size());
+    };
+    header(z, false);
+    append(z, data.data(), data.size());
+    header(cd, true);
+  }
+  uint32_t cd_off = uint32_t(z.size());
+  append(z, cd.data(), cd.size());
+  GGUFWriter::put<uint32_t>(z, 0x06054b50);
+  for (uint16_t v : {uint16_t(0), uint16_t(0), uint16_t(entries.size()), uint16_t(entries.size())}) GGUFWriter::put(z, v);
+  GGUFWriter::put<uint32_t>(z, uint32_t(cd.size()));
+  GGUFWriter::put(z, cd_off);
+  GGUFWriter::put<uint16_t>(z, 0);
+  return z;
+}
+template <class T>
+Bytes raw_bytes(const std::vector<T>& v) {
+  Bytes b(v.size() * sizeof(T));
+  std::memcpy(b.data(), v.data(), b.size());
+  return b;
+}
+
+TEST_CASE("torch_load reads hand-written torch.save files: zip and legacy, views and shared storages") {
+  std::vector<float> st(12);
+  for (int i = 0; i < 12; i++) st[size_t(i)] = float(i) * 1.5f - 4;
+  std::vector<int16_t> sh = {-7, 300, 12};
+  std::vector<PtTensor> ts = {{"w", "0", "FloatStorage", 12, 0, {3, 4}, {4, 1}},
+                              {"w_t", "0", "FloatStorage", 12, 0, {4, 3}, {1, 4}},     // transposed view, shared
+                              {"cols", "0", "FloatStorage", 12, 5, {2, 2}, {4, 2}},    // offset and strides
+                              {"s", "1", "ShortStorage", 3, 1, {2}, {1}}};
+  Bytes zip = zip_of({{"model/data.pkl", pt_pickle(ts)}, {"model/data/0", raw_bytes(st)}, {"model/data/1", raw_bytes(sh)},
+                      {"model/version", {'3'}}});
+  std::string p = tmp_path("hand.pt");
+  write_bytes(p, zip);
+  auto got = nn::torch_load(p);
+  CHECK(got.size() == 4);
+  CHECK(got.at("w").to_vector<float>() == st);
+  CHECK(got.at("w_t").shape() == Shape{4, 3});
+  CHECK(got.at("w_t").to_vector<float>() == (std::vector<float>{st[0], st[4], st[8], st[1], st[5], st[9], st[2], st[6], st[10], st[3], st[7], st[11]}));
+  CHECK(got.at("cols").to_vector<float>() == (std::vector<float>{st[5], st[7], st[9], st[11]}));
+  CHECK(got.at("s").dtype() == dtypes::int16);
+  CHECK(got.at("s").to_vector<int16_t>() == (std::vector<int16_t>{300, 12}));
+  // the legacy format (torch < 1.6): magic, protocol 1001, system info, the object, the keys, then the storages
+  Bytes legacy = {0x80, 2, 0x8a, 10, 0x6c, 0xfc, 0x9c, 0x46, 0xf9, 0x20, 0x6a, 0xa8, 0x50, 0x19, '.'};
+  append(legacy, "\x80\x02M\xe9\x03.\x80\x02}.", 10);
+  Bytes obj = pt_pickle(ts, true);
+  append(legacy, obj.data(), obj.size());
+  append(legacy, "\x80\x02(X\x01\x00\x00\x00\x30X\x01\x00\x00\x00\x31l.", 17);
+  for (const Bytes& b : {raw_bytes(st), raw_bytes(sh)}) {
+    GGUFWriter::put<int64_t>(legacy, int64_t(b.size() / (b.size() == 48 ? 4 : 2)));
+    append(legacy, b.data(), b.size());
+  }
+  auto old = nn::torch_load_bytes(legacy.data(), legacy.size(), "legacy.pt");
+  CHECK(old.at("w_t").to_vector<float>() == got.at("w_t").to_vector<float>());
+  CHECK(old.at("s").to_vector<int16_t>() == (std::vector<int16_t>{300, 12}));
+}
+
+TEST_CASE("malformed torch.save files are errors naming the file and what was expected") {
+  std::vector<float> st(12, 1.f);
+  auto pt = [&](const std::vector<PtTensor>& ts, const Bytes& data) {
+    return zip_of({{"archive/data.pkl", pt_pickle(ts)}, {"archive/data/0", data}});
+  };
+  auto load = [](const Bytes& b) { return nn::torch_load_bytes(b.data(), b.size(), "bad.pt"); };
+  PtTensor ok = {"w", "0", "FloatStorage", 12, 0, {3, 4}, {4, 1}};
+  Bytes good = pt({ok}, raw_bytes(st));
+  CHECK(load(good).at("w").shape() == Shape{3, 4});
+  CHECK_ERROR(nn::torch_load(tmp_path("missing.pt")), "[torch_load]", "missing.pt");
+  // truncated: no directory; every cut is an error, never a crash
+  for (size_t len = 0; len < good.size(); len += 5) CHECK_ERROR(load(Bytes(good.begin(), good.begin() + int64_t(len))), "[torch_load] bad.pt: ");
+  // a view past its storage: offset, size and stride each
+  PtTensor v = ok;
+  v.offset = 1;
+  CHECK_ERROR(load(pt({v}, raw_bytes(st))), "tensor 'w'", "reads element 12 of storage '0', which has 12");
+  v = ok, v.strides = {5, 1};
+  CHECK_ERROR(load(pt({v}, raw_bytes(st))), "reads element 13");
+  v = ok, v.strides = {-4, 1};
+  CHECK_ERROR(load(pt({v}, raw_bytes(st))), "negative size or stride");
+  v = ok, v.sizes = {3};
+  CHECK_ERROR(load(pt({v}, raw_bytes(st))), "1 sizes and 2 strides");
+  // an expand (stride 0) of one element to 2^40 elements stays lazy; an overlapping view may not blow up
+  v = ok, v.sizes = {1 << 20, 1 << 20}, v.strides = {0, 0}, v.offset = 11;
+  Tensor big = load(pt({v}, raw_bytes(st))).at("w");
+  CHECK(big.shape() == Shape{1 << 20, 1 << 20});
+  CHECK(big.shrink({{5, 7}, {0, 2}}).to_vector<float>() == std::vector<float>(4, 1.f));
+  v = ok, v.strides = {1, 0}, v.sizes = {12, 3};  // each element of the storage repeated along a stride-0 dim
+  CHECK(load(pt({v}, raw_bytes(st))).at("w").shape() == Shape{12, 3});
+  v.sizes = {6000, 6000, 7}, v.strides = {0, 1, 1};
+  v.numel = 12;
+  CHECK_ERROR(load(pt({v}, raw_bytes(st))), "reads element");
+  Bytes wide(size_t(1) << 16, 0);
+  v.numel = 1 << 14, v.sizes = {1 << 13, 1 << 13}, v.strides = {1, 1};
+  CHECK_ERROR(load(pt({v}, wide)), "a view of 67108864 elements with overlapping strides over a storage of 16384");
+  // a storage file shorter than its element count, a missing storage, a corrupt storage (CRC)
+  CHECK_ERROR(load(pt({ok}, Bytes(40))), "storage '0' holds 40 bytes, fewer than its 12 float32 elements");
+  CHECK_ERROR(load(zip_of({{"archive/data.pkl", pt_pickle({ok})}})), "storage '0' is not in the file");
+  Bytes flip = good;
+  flip[flip.size() - 22 - (46 + 16) - (46 + 14) - 1] ^= 1;  // the storage's last byte (before the directory, the EOCD)
+  CHECK_ERROR(load(flip), "zip entry 'archive/data/0' is corrupt (CRC-32 mismatch)");
+  // pickle: an unsupported opcode, an unsupported storage type, an unsupported torch object
+  Bytes pk = pt_pickle({ok});
+  pk[2] = 0xA0;
+  CHECK_ERROR(load(zip_of({{"archive/data.pkl", pk}, {"archive/data/0", raw_bytes(st)}})), "opcode 0xa0 is not supported");
+  v = ok, v.type = "ComplexFloatStorage";
+  CHECK_ERROR(load(pt({v}, raw_bytes(st))), "storage type torch.ComplexFloatStorage is not supported");
+  Bytes q = pt_pickle({ok});
+  std::string qs(q.begin(), q.end());
+  qs.replace(qs.find("_rebuild_tensor_v2"), 18, "_rebuild_qtensor");  // GLOBAL is line-framed: no length to fix
+  CHECK_ERROR(load(zip_of({{"archive/data.pkl", Bytes(qs.begin(), qs.end())}, {"archive/data/0", raw_bytes(st)}})),
+              "torch._utils._rebuild_qtensor is not supported");
+  CHECK_ERROR(load(zip_of({{"x/other.pkl", pk}})), "zip file without an ARCHIVE/data.pkl entry");
+  CHECK_ERROR(load(Bytes{0x80, 2, 'K', 1, '.'}), "wrong magic number");
+  CHECK_ERROR(load(Bytes{'h', 'i'}), "neither a zip file nor a legacy torch.save file");
+}
 
 TEST_CASE("IDX images in memory, plain and gzip (several members), match the file loader") {
   Bytes idx{0, 0, 0x0B, 2, 0, 0, 0, 2, 0, 0, 0, 3};  // int16 (2, 3), big-endian

@@ -20,6 +20,7 @@
 #include <tuple>
 #include <type_traits>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include "tg/dtype.hpp"
@@ -122,6 +123,27 @@ struct BackwardOptions {
 
 /** Values and their indices (int64) along a reduced dim: `auto [v, i] = t.max_with_indices(1);`. */
 struct ValuesIndices;
+
+/** A tensor's values as nested lists (Tensor::tolist): a leaf holds one value (double for floats, int64 for
+ *  integers, uint64 for uint64, bool), a list its items; a (2, 3) tensor is a list of 2 lists of 3 leaves. */
+struct NestedList;
+
+/** A tensor's values on the host (Tensor::numpy, tinygrad's numpy()): dtype, shape, C-contiguous strides in bytes
+ *  and the row-major bytes. */
+struct HostArray {
+  DType dtype = dtypes::float32;  ///< the element type
+  std::vector<int64_t> shape;     ///< the dims
+  std::vector<int64_t> strides;   ///< bytes between neighbours along each dim (row-major)
+  std::vector<uint8_t> bytes;     ///< the elements, row-major
+  /// the elements as T (T's size must be the dtype's; else a tg::Error)
+  template <class T>
+  const T* data() const {
+    if (sizeof(T) != size_t(dtype.itemsize())) throw Error("[HostArray] element size " + std::to_string(sizeof(T)) + " asked, the dtype " + dtype.name() + " has " + std::to_string(dtype.itemsize()));
+    return reinterpret_cast<const T*>(bytes.data());
+  }
+};
+
+struct Schedule;
 
 /** A lazy tensor. Copies share the same node (like torch): realize() on one is seen by all. */
 class Tensor {
@@ -816,6 +838,38 @@ class Tensor {
   int64_t max_numel() const;
   /** The raw bytes of the realised tensor, row-major (tinygrad's data()). */
   std::vector<uint8_t> data(CallLoc loc = CallLoc::current()) const;
+  /** The values as nested lists (tinygrad's tolist): a 0-d tensor gives a leaf, a dim of size 0 an empty list. */
+  NestedList tolist(CallLoc loc = CallLoc::current()) const;
+  /** The values on the host as an array (tinygrad's numpy(): dtype, shape, strides, bytes). */
+  HostArray numpy(CallLoc loc = CallLoc::current()) const;
+  /** The bytes at `url` as a 1-d uint8 tensor on `device` (tinygrad's from_url): http:// and https://
+   *  (cpp-httplib; https where it has OpenSSL), file:// or a plain path; gunzip inflates a gzip body (several
+   *  members too). A status other than 200 or a failed read is a tg::Error naming the URL. */
+  static Tensor from_url(const std::string& url, bool gunzip = false, const std::string& device = "");
+  /** Marks this tensor (all handles of it) as a parameter or not (tinygrad's is_param_); returns it. */
+  Tensor& is_param_(bool is_param = true);
+  /// whether is_param_ marked it
+  bool is_param() const;
+  /** A placeholder for argument `slot` of a function body (tinygrad's as_param): this tensor's dtype, shape and
+   *  device, no value. Ops on placeholders build the body; call() substitutes arguments; realising a graph
+   *  that still holds one is a tg::Error. */
+  Tensor as_param(int64_t slot) const;
+  /** The function body `fxn` applied to (this, args...) (tinygrad's call): placeholder slot i is replaced by the
+   *  i-th of them (dtype and shape must match, each slot must be given). */
+  Tensor call(const std::vector<Tensor>& args, const Tensor& fxn) const;
+  /** The schedule that realises this tensor and `others` (tinygrad's linear_with_vars; kernels in order, as
+   *  create_schedule) with the values of its bound variables. The tensors become views of the schedule's output
+   *  buffers at once: run it (run_schedule, schedule.hpp) before reading them. */
+  std::pair<Schedule, std::vector<std::pair<std::string, int64_t>>> linear_with_vars(const std::vector<Tensor>& others = {}) const;
+  /** linear_with_vars without variables (tinygrad's schedule_linear); a bound variable is a tg::Error. */
+  Schedule schedule_linear(const std::vector<Tensor>& others = {}) const;
+  /** this @ w as tinygrad's IMAGE path computes it: a 1x1 image_conv2d of (1, k, m, 1) with w as (n, k, 1, 1);
+   *  the values of matmul (dtype: the accumulation and result dtype, as matmul's). */
+  Tensor image_dot(const Tensor& w, std::optional<DType> dtype = std::nullopt) const;
+  /** conv2d as tinygrad's IMAGE path lays it out: input and output channels zero-padded to multiples of 4 (unless
+   *  1 with groups a multiple of 4), channels last, the extra output channels dropped: the values of conv2d. */
+  Tensor image_conv2d(const Tensor& weight, const std::optional<Tensor>& bias = std::nullopt, int64_t groups = 1, IntArg stride = 1,
+                      IntArg dilation = 1, ConvPadding padding = 0, std::optional<DType> dtype = std::nullopt) const;
   /** A copy in a buffer of its own (later assigns to this tensor do not change it); gradients flow through. */
   Tensor clone() const;
   /** A copy on `device` (tinygrad's clone(device=)); the same device gives clone(). */
@@ -981,6 +1035,7 @@ struct TensorImpl {
   /// the accumulated gradient, or null
   std::shared_ptr<TensorImpl> grad;
   bool retain_graph = true;    ///< whether another backward() with this tensor as the root is allowed
+  bool is_param = false;       ///< marked by is_param_ (tinygrad's flag)
 };
 
 /** Graph nodes walked so far to substitute realised buffers into live tensors' graphs (a statistic for tests: a
@@ -988,6 +1043,15 @@ struct TensorImpl {
 size_t becomes_visits();
 
 /// A reduction's values and the indices (int64) where they were found (max_with_indices, min_with_indices).
+struct NestedList {
+  /// a leaf's value (unused in a list)
+  std::variant<double, int64_t, uint64_t, bool> value;
+  /// a list's items (empty for a leaf, and for a list of none)
+  std::vector<NestedList> items;
+  /// whether this is a list (a dim) rather than a leaf
+  bool is_list = false;
+};
+
 struct ValuesIndices {
   /// the reduced values, and the index of each along the reduced dim
   ///@{

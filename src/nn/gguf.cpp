@@ -35,8 +35,8 @@ GgmlType ggml_type(uint32_t t) {
     case 1: return {"f16", 1, 2};
     case 2: return {"q4_0", 32, 18};
     case 3: return {"q4_1", 32, 20};
-    case 6: return {"q5_0", 0, 0};
-    case 7: return {"q5_1", 0, 0};
+    case 6: return {"q5_0", 32, 22};
+    case 7: return {"q5_1", 32, 24};
     case 8: return {"q8_0", 32, 34};
     case 9: return {"q8_1", 0, 0};
     case 10: return {"q2_K", 0, 0};
@@ -45,7 +45,10 @@ GgmlType ggml_type(uint32_t t) {
     case 13: return {"q5_K", 256, 176};
     case 14: return {"q6_K", 256, 210};
     case 15: return {"q8_K", 0, 0};
+    case 20: return {"iq4_nl", 32, 18};
+    case 23: return {"iq4_xs", 256, 136};
     case 30: return {"bf16", 1, 2};
+    case 39: return {"mxfp4", 32, 17};
     default: return {nullptr, 0, 0};
   }
 }
@@ -148,6 +151,19 @@ void scale_min_k4(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {
   }
 }
 
+// ggml's non-linear 4-bit codebooks (ggml-common.h): iq4_nl/iq4_xs, and mxfp4's e2m1 values doubled (its scale is
+// halved to match: GGML_E8M0_TO_FP32_HALF)
+constexpr int8_t kvalues_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+constexpr int8_t kvalues_mxfp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
+
+// GGML_E8M0_TO_FP32_HALF: 2^(e - 128), the denormals 2^-128 and 2^-127 for e = 0 and 1
+float e8m0_half(uint8_t e) {
+  uint32_t b = e < 2 ? uint32_t(0x00200000) << e : uint32_t(e - 1) << 23;
+  float f;
+  std::memcpy(&f, &b, 4);
+  return f;
+}
+
 void dequantize(const uint8_t* src, const TensorInfo& t, float* y) {
   auto f16 = [](const uint8_t* q) {
     uint16_t h;
@@ -186,6 +202,55 @@ void dequantize(const uint8_t* src, const TensorInfo& t, float* y) {
         for (int j = 0; j < 16; j++) {
           y[j] = float(src[4 + j] & 0x0F) * d + m;
           y[j + 16] = float(src[4 + j] >> 4) * d + m;
+        }
+      }
+      break;
+    case 6:  // q5_0: d (f16), qh (32 high bits, little-endian), 16 bytes of nibbles; y = ((q | h << 4) - 16) * d
+    case 7:  // q5_1: d, m (f16), qh, 16 bytes of nibbles; y = (q | h << 4) * d + m
+      for (uint64_t i = 0, bytes = t.type == 6 ? 22 : 24; i < nb; i++, src += bytes, y += 32) {
+        float d = f16(src), m = t.type == 7 ? f16(src + 2) : 0.f;
+        const uint8_t* q = src + bytes - 20;
+        uint32_t qh;
+        std::memcpy(&qh, q, 4);
+        for (int j = 0; j < 16; j++) {
+          int x0 = (q[4 + j] & 0x0F) | int(((qh >> j) << 4) & 0x10), x1 = (q[4 + j] >> 4) | int((qh >> (j + 12)) & 0x10);
+          y[j] = t.type == 6 ? float(x0 - 16) * d : float(x0) * d + m;
+          y[j + 16] = t.type == 6 ? float(x1 - 16) * d : float(x1) * d + m;
+        }
+      }
+      break;
+    case 20:  // iq4_nl: d (f16), 16 bytes of nibbles indexing kvalues_iq4nl; y = d * kvalues[q]
+      for (uint64_t i = 0; i < nb; i++, src += 18, y += 32) {
+        float d = f16(src);
+        for (int j = 0; j < 16; j++) {
+          y[j] = d * float(kvalues_iq4nl[src[2 + j] & 0xF]);
+          y[j + 16] = d * float(kvalues_iq4nl[src[2 + j] >> 4]);
+        }
+      }
+      break;
+    case 23:  // iq4_xs: d (f16), scales_h (u16), scales_l[4], qs[128]; sub-block ib of 32: 6-bit scale ls,
+              // y = (d * (ls - 32)) * kvalues_iq4nl[q]
+      for (uint64_t i = 0; i < nb; i++, src += 136) {
+        float d = f16(src);
+        uint16_t sh;
+        std::memcpy(&sh, src + 2, 2);
+        const uint8_t* q = src + 8;
+        for (int ib = 0; ib < 8; ib++, y += 32, q += 16) {
+          int ls = ((src[4 + ib / 2] >> 4 * (ib % 2)) & 0xF) | (((sh >> 2 * ib) & 3) << 4);
+          float dl = d * float(ls - 32);
+          for (int j = 0; j < 16; j++) {
+            y[j] = dl * float(kvalues_iq4nl[q[j] & 0xF]);
+            y[j + 16] = dl * float(kvalues_iq4nl[q[j] >> 4]);
+          }
+        }
+      }
+      break;
+    case 39:  // mxfp4: e (E8M0 exponent), 16 bytes of e2m1 nibbles; y = kvalues_mxfp4[q] * 2^(e - 128)
+      for (uint64_t i = 0; i < nb; i++, src += 17, y += 32) {
+        float d = e8m0_half(src[0]);
+        for (int j = 0; j < 16; j++) {
+          y[j] = float(kvalues_mxfp4[src[1 + j] & 0xF]) * d;
+          y[j + 16] = float(kvalues_mxfp4[src[1 + j] >> 4]) * d;
         }
       }
       break;
@@ -297,7 +362,7 @@ GGUFFile parse(const Bytes& f, const std::string& path, const std::string& devic
     GgmlType gt = ggml_type(t.type);
     if (!gt.name) r.bad("tensor '" + t.name + "' has unknown ggml type " + std::to_string(t.type));
     if (gt.block == 0)
-      r.bad("tensor '" + t.name + "' has type " + gt.name + ", which tg does not dequantise (f32, f16, bf16, q8_0, q4_0, q4_1, q4_K, q5_K, q6_K)");
+      r.bad("tensor '" + t.name + "' has type " + gt.name + ", which tg does not dequantise (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, mxfp4)");
     if ((t.dims.empty() ? 1 : t.dims[0]) % gt.block != 0)
       r.bad("tensor '" + t.name + "' (" + gt.name + ") has a first dimension of " + std::to_string(t.dims.empty() ? 1 : t.dims[0]) +
             ", not a multiple of the block size " + std::to_string(gt.block));
@@ -397,6 +462,20 @@ std::pair<Tensor, Tensor> scale_min_k4_t(const Tensor& q) {
   return {sc.cast(dtypes::float32), m.cast(dtypes::float32)};
 }
 
+// The high bits of q5_0/q5_1 from the 4 bytes of qh (..., 4): bit j (little-endian) is element j's, (..., 32) uint8.
+Tensor bits32(const Tensor& qh) { return merge_last(unpack(qh, 1).transpose(-1, -2)); }
+
+// The 16-entry codebook `values` looked up by the 4-bit codes q (uint8): float32 of q's shape, as a chain of
+// selects on constants (no table buffer), which fuses into the kernel that reads q.
+Tensor lut16(const Tensor& q, const int8_t* values) {
+  Tensor y = Tensor(float(values[15])).expand(q.shape());
+  for (int c = 14; c >= 0; c--) y = q.eq(Tensor(c).cast(dtypes::uint8)).where(Tensor(float(values[c])), y);
+  return y;
+}
+
+// The 32 nibble codes of a 16-byte run (..., 16): low nibbles are elements 0..15, high ones 16..31, (..., 32) uint8.
+Tensor nibbles(const Tensor& x) { return merge_last(unpack(x, 4)); }
+
 }  // namespace
 
 Tensor ggml_dequantize(const Tensor& raw, const std::string& type) {
@@ -425,6 +504,38 @@ Tensor ggml_dequantize(const Tensor& raw, const std::string& type) {
     need(20);
     Tensor q = merge_last(unpack(cols(raw, 4, 20), 4)).cast(dtypes::float32);
     return merge_last(q * f16_at(raw, 0) + f16_at(raw, 2));
+  }
+  if (type == "q5_0" || type == "q5_1") {  // q5_0: y = (q - 16) * d; q5_1: y = q * d + m; q = nibble | high bit << 4
+    bool one = type == "q5_1";
+    int64_t o = one ? 4 : 2;
+    need(o + 20);
+    Tensor q = nibbles(cols(raw, o + 4, o + 20)).bitwise_or(bits32(cols(raw, o, o + 4)).lshift(Tensor(4).cast(dtypes::uint8)));
+    Tensor qf = q.cast(dtypes::float32);
+    return merge_last(one ? qf * f16_at(raw, 0) + f16_at(raw, 2) : (qf - 16.0) * f16_at(raw, 0));
+  }
+  if (type == "iq4_nl") {  // y = d * kvalues_iq4nl[q]
+    need(18);
+    return merge_last(f16_at(raw, 0) * lut16(nibbles(cols(raw, 2, 18)), kvalues_iq4nl));
+  }
+  if (type == "iq4_xs") {  // sub-block ib (32 elements): y = (d * (ls[ib] - 32)) * kvalues_iq4nl[q]
+    need(136);
+    // ls[ib] = nibble ib%2 of scales_l[ib/2] | bits 2ib..2ib+1 of scales_h (u16, little-endian) << 4
+    Tensor lo = merge_last(unpack(cols(raw, 4, 8), 4).transpose(-1, -2));  // (..., 8): byte ib/2, nibble ib%2
+    Tensor hi = merge_last(unpack(cols(raw, 2, 4), 2).transpose(-1, -2));  // (..., 8): byte ib/4, field ib%4
+    Tensor ls = lo.bitwise_or(hi.lshift(Tensor(4).cast(dtypes::uint8))).cast(dtypes::float32);
+    Tensor dl = f16_at(raw, 0) * (ls - 32.0);  // (..., 8)
+    Shape s = raw.shape();
+    s.back() = 8;
+    s.push_back(16);
+    Tensor q = merge_last(unpack(cols(raw, 8, 136).reshape(s), 4));  // (..., 8, 32): sub-block ib, nibble-half*16 + j
+    return merge_last(merge_last(dl.unsqueeze(-1) * lut16(q, kvalues_iq4nl)));
+  }
+  if (type == "mxfp4") {  // y = kvalues_mxfp4[q] * 2^(e - 128) (GGML_E8M0_TO_FP32_HALF; e = 0, 1: denormals)
+    need(17);
+    Tensor e = cols(raw, 0, 1).cast(dtypes::uint32);
+    Tensor small = Tensor(0x00200000).cast(dtypes::uint32).lshift(e), big = (e - Tensor(1).cast(dtypes::uint32)).lshift(Tensor(23).cast(dtypes::uint32));
+    Tensor d = e.lt(Tensor(2).cast(dtypes::uint32)).where(small, big).bitcast(dtypes::float32);
+    return merge_last(lut16(nibbles(cols(raw, 1, 17)), kvalues_mxfp4) * d);
   }
   if (type == "q4_K" || type == "q5_K") {  // sub-block s (32 elements): y = (d * sc[s]) * q - dmin * m[s]
     bool five = type == "q5_K";
@@ -469,7 +580,7 @@ Tensor ggml_dequantize(const Tensor& raw, const std::string& type) {
     out.back() *= 256;
     return y.reshape(out);
   }
-  throw Error("[ggml_dequantize] unknown type '" + type + "' (f32, f16, bf16, q8_0, q4_0, q4_1, q4_K, q5_K, q6_K)");
+  throw Error("[ggml_dequantize] unknown type '" + type + "' (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, mxfp4)");
 }
 
 namespace {
@@ -576,7 +687,7 @@ void gguf_save(const std::string& path, const std::map<std::string, GGUFValue>& 
     std::string type = it == types.end() ? "f32" : it->second;
     uint32_t code = type == "f32" ? 0 : type == "f16" ? 1 : type == "q4_0" ? 2 : type == "q8_0" ? 8 : ~0u;
     uint32_t raw_code = ~0u;  // a uint8 tensor of blocks, written as it is
-    for (uint32_t c = 2; c < 31 && t.dtype() == dtypes::uint8; c++)
+    for (uint32_t c = 2; c < 40 && t.dtype() == dtypes::uint8; c++)
       if (ggml_type(c).name && ggml_type(c).block > 1 && type == ggml_type(c).name) raw_code = c;
     if (raw_code != ~0u) {
       GgmlType gt = ggml_type(raw_code);

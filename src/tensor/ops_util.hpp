@@ -8,7 +8,12 @@
 
 #include "tg/tensor.hpp"
 
+#include <atomic>
+
 namespace tg::detail {
+
+/** How many as_param placeholders were made: while none, realize skips looking for them in its graphs. */
+extern std::atomic<int64_t> params_made;
 
 /** "(1, 2, 3)" */
 std::string ints_str(const std::vector<int64_t>& v);

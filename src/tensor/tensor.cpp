@@ -755,6 +755,8 @@ namespace {
 std::atomic<int64_t> g_next_contiguous{1};
 }  // namespace
 
+std::atomic<int64_t> detail::params_made{0};
+
 Tensor Tensor::contiguous() const {
   if (im().uop->op == Ops::CONTIGUOUS || contiguous_buffer(im().uop.get())) return *this;
   return Tensor(UOp::make(Ops::CONTIGUOUS, dtype(), {uop()}, g_next_contiguous++), max_shape(), device());
@@ -1266,27 +1268,63 @@ namespace {
 std::recursive_mutex g_realize_mu;
 }  // namespace
 
-void Tensor::realize_all(std::vector<Tensor*> ts) {
-  std::lock_guard lk(g_realize_mu);
+namespace {
+// The schedule for the tensors `ts` (those already realised left out), and the map of what each realised node
+// becomes; false when there is nothing to do. Under g_realize_mu.
+bool schedule_for(const std::vector<Tensor*>& ts, Schedule& s, std::vector<std::pair<const UOp*, UOpRef>>& becomes) {
   std::vector<UOpRef> roots;
   for (Tensor* t : ts) {
-    if (t->is_multi()) t->im().uop = detail::multi_realize_root(*t);  // a constant there: on every device
+    if (t->is_multi()) t->impl()->uop = detail::multi_realize_root(*t);  // a constant there: on every device
     const UOp* u = t->uop().get();
-    if (contiguous_buffer(u) || detail::multi_realized(u) || (u->op == Ops::CONST && t->im().weak)) continue;
+    if (contiguous_buffer(u) || detail::multi_realized(u) || (u->op == Ops::CONST && t->impl()->weak)) continue;
     roots.push_back(t->uop());
   }
-  if (roots.empty()) return;
+  if (roots.empty()) return false;
+  if (detail::params_made.load(std::memory_order_relaxed) > 0)  // as_param placeholders exist: none may reach a kernel
+    for (const UOp* u : toposort(roots))
+      if (u->op == Ops::PARAM)
+        throw Error("[realize] the graph holds the function parameter " + std::to_string(std::get<int64_t>(u->arg)) +
+                    " (as_param), which has no value: apply the body with call()");
   std::vector<const UOp*> assigns = add_old_readers(roots);
-  Schedule s = create_schedule(roots);
-  run_schedule(s);
-  std::vector<std::pair<const UOp*, UOpRef>> becomes;
+  s = create_schedule(roots);
   std::unordered_set<const UOp*> done;
   for (auto& [a, b] : s.becomes) becomes.emplace_back(a.get(), b), done.insert(a.get());
   // An assign done inside another tensor's graph is done: a handle still holding it reads the written buffer
   // (read again as an ASSIGN, it would write a second time).
   for (const UOp* a : assigns)
     if (!done.count(a)) becomes.emplace_back(a, a->src(0));
+  return true;
+}
+}  // namespace
+
+void Tensor::realize_all(std::vector<Tensor*> ts) {
+  std::lock_guard lk(g_realize_mu);
+  Schedule s;
+  std::vector<std::pair<const UOp*, UOpRef>> becomes;
+  if (!schedule_for(ts, s, becomes)) return;
+  run_schedule(s);
   replace_realized(becomes);
+}
+
+std::pair<Schedule, std::vector<std::pair<std::string, int64_t>>> Tensor::linear_with_vars(const std::vector<Tensor>& others) const {
+  std::lock_guard lk(g_realize_mu);
+  std::vector<Tensor> hold = {*this};
+  hold.insert(hold.end(), others.begin(), others.end());
+  std::vector<Tensor*> ts;
+  for (Tensor& t : hold) ts.push_back(&t);
+  Schedule s;
+  std::vector<std::pair<const UOp*, UOpRef>> becomes;
+  if (schedule_for(ts, s, becomes)) replace_realized(becomes);  // the tensors now view the schedule's outputs
+  auto vars = s.var_vals;
+  return {std::move(s), std::move(vars)};
+}
+
+Schedule Tensor::schedule_linear(const std::vector<Tensor>& others) const {
+  auto [s, vars] = linear_with_vars(others);
+  if (!vars.empty())
+    throw Error("[schedule_linear] the schedule has bound variables (" + vars[0].first + " = " + std::to_string(vars[0].second) +
+                ", ...): use linear_with_vars");
+  return std::move(s);
 }
 
 void realize_readers_of(const std::vector<const Buffer*>& written) {

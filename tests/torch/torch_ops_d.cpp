@@ -55,6 +55,17 @@ std::vector<Case> api_cases() {
     c.push_back(op2("normalize" + t, {In{{4, 6}, d, -2, 2, true, {}}},
                     [](TG& x) { return x[0].normalize(); }, [](TH& x) { return F_::normalize(x[0], F_::NormalizeFuncOptions()); }).tol(kSum, kSum));
   }
+  // tinygrad's IMAGE formulations: conv2d with channels padded to multiples of 4, dot as a 1x1 conv
+  c.push_back(op2("image_conv2d", {F({2, 3, 7, 6}), F({6, 3, 3, 3}), F({6})}, [](TG& x) { return x[0].image_conv2d(x[1], x[2], 1, 2, 1, 1); },
+                  [](TH& x) { return torch::conv2d(x[0], x[1], x[2], 2, 1); }).tol(kSum, kSum));
+  c.push_back(op2("image_conv2d_groups", {F({1, 4, 5, 5}), F({6, 2, 3, 3})}, [](TG& x) { return x[0].image_conv2d(x[1], std::nullopt, 2, 1, 2); },
+                  [](TH& x) { return F_::conv2d(x[0], x[1], F_::Conv2dFuncOptions().dilation(2).groups(2)); }).tol(kSum, kSum));
+  c.push_back(op2("image_dot", {F({5, 7}), F({7, 6})}, [](TG& x) { return x[0].image_dot(x[1]); },
+                  [](TH& x) { return torch::matmul(x[0], x[1]); }).tol(kSum, kSum));
+  c.push_back(op2("image_dot_batched", {F({2, 3, 5}), F({2, 5, 4})}, [](TG& x) { return x[0].image_dot(x[1]); },
+                  [](TH& x) { return torch::matmul(x[0], x[1]); }).tol(kSum, kSum));
+  c.push_back(op2("image_dot_vec", {F({7}), F({7, 3})}, [](TG& x) { return x[0].image_dot(x[1]); },
+                  [](TH& x) { return torch::matmul(x[0], x[1]); }).tol(kSum, kSum));
   c.push_back(op2("fmod_int", {I({3, 5}, -20, 20, int32), V({3, 5}, int32, away_from_zero(1, 6))},
                   [](TG& x) { return x[0].fmod(x[1]); }, [](TH& x) { return torch::fmod(x[0], x[1]); }));
   c.push_back(op2("fmod_half", {H({3, 5}, -6, 6), V({3, 5}, tg::dtypes::float16, away_from_zero(0.7, 2.3))},

@@ -46,6 +46,23 @@ std::map<std::string, Tensor> safe_load_bytes(const uint8_t* data, size_t size, 
 /** The metadata map (__metadata__) of a .safetensors file; a non-string value is an error. */
 std::map<std::string, std::string> safe_metadata(const std::string& path);
 
+// ---- PyTorch checkpoints (tinygrad's nn.state.torch_load)
+
+/** Read the tensors of a file torch.save (or libtorch's torch::pickle_save) wrote: the zip format (ARCHIVE/data.pkl
+ *  and the storages ARCHIVE/data/KEY) or the legacy format of torch < 1.6. Storages of float32, float16, bfloat16,
+ *  float64, int64, int32, int16, int8, uint8 and bool; views (offsets, any non-negative strides) read what torch
+ *  reads, and tensors sharing a storage each get their values (an expanded, stride-0 dim stays a lazy expand; a
+ *  view with overlapping strides may read at most its storage's element count plus 2^24). The result is flat: a tensor's name is its path
+ *  through the pickled dicts (keys) and lists/tuples (indices) joined by '.', so a state_dict keeps its names and
+ *  {"model": sd, "epoch": 3} gives "model.<name>"; values that are not tensors are skipped (a top-level tensor is
+ *  named ""). Each tensor is copied onto `device` ("" = the default). Every size, offset and pickle opcode is
+ *  checked: a truncated or corrupt file, an unsupported opcode or torch object (quantised, sparse tensors), or a
+ *  view that reads past its storage is a tg::Error naming the file and what was expected. */
+std::map<std::string, Tensor> torch_load(const std::string& path, const std::string& device = "");
+/** The same for a file's bytes in memory (`name` stands for the file in errors). */
+std::map<std::string, Tensor> torch_load_bytes(const uint8_t* data, size_t size, const std::string& name,
+                                               const std::string& device = "");
+
 // ---- GGUF (llama.cpp's format, versions 2 and 3)
 
 /** One GGUF metadata value: its GGUF type and the value (integers widened to int64/uint64, floats to double;
@@ -106,7 +123,7 @@ struct GGUFFile {
 };
 
 /** Load a GGUF file (v2 or v3; alignment from general.alignment, default 32). Types f32, f16, bf16, q8_0, q4_0,
- *  q4_1, q4_K, q5_K and q6_K are read; another type is an error naming it and the tensor. dequantise: each tensor
+ *  q4_1, q5_0, q5_1, q4_K, q5_K, q6_K, iq4_nl, iq4_xs and mxfp4 are read; another type is an error naming it and the tensor. dequantise: each tensor
  *  is dequantised on the host to float32 with ggml's formulas (dequantize_row_*), then placed on `device`.
  *  dequantise = false: each tensor keeps the file's bytes (see GGUFFile); on "DISK" the tensors view the mapped
  *  file (nothing is copied; the mapping lives while any of them does), on another device they are copied there. */
@@ -123,7 +140,7 @@ Tensor ggml_dequantize(const Tensor& raw, const std::string& type);
  *  float32; GGUF dims are its shape reversed) stored as the GGML type `types` names for it: "f32" (the default),
  *  "f16", "q8_0" or "q4_0", quantised with ggml's reference formulas (quantize_row_*_ref). A uint8 tensor of a
  *  quantised type's block shape (..., blocks, bytes per block, as gguf_load keeps it) is written as it is, for any
- *  type gguf_load reads (q4_1, q4_K, q5_K, q6_K too). A quantised tensor's last
+ *  type gguf_load reads (q4_1, q5_0, q5_1, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, mxfp4 too). A quantised tensor's last
  *  dim must be a multiple of 32; an unknown type, or metadata that sets general.alignment, is a tg::Error. */
 void gguf_save(const std::string& path, const std::map<std::string, GGUFValue>& metadata,
                const std::map<std::string, Tensor>& tensors, const std::map<std::string, std::string>& types = {});
