@@ -437,6 +437,37 @@ TEST_CASE("vector kernels on the default device (LLVM <8 x float>, OpenCL float4
   CHECK(!has(scalar, "<8 x float>"));
 }
 
+TEST_CASE("a contiguous elementwise kernel is vector loads, ops and stores of the machine's width, exp2 included") {
+  // The upcast its stores are contiguous in stays copies that the vectorize stage packs into <W x float> (W: the
+  // machine model's width; 8 under TG_CPU=x86-64-v3), not a Lane loop left to LLVM's loop vectoriser; the decomposed
+  // exp2's float <-> int32 bitcasts stay vectors. The values are those of the scalar kernel (VECTORIZE=0: a Lane loop).
+  Tensor a = vrand({4096}, 7), b = vrand({4096}, 8);
+  Device& dev = get_device(a.device());
+  if (dev.renderer().grid_limits().threads > 0 || !dev.renderer().vector_lanes()) return;  // the CPU's LLVM renderer
+  const int w = opt_config(dev).vector_width;
+  const std::string vf = "<" + std::to_string(w) + " x float>", vi = "<" + std::to_string(w) + " x i32>";
+  std::vector<float> as = a.to_vector<float>(), bs = b.to_vector<float>();
+  VKern add = test::last_kernel(a * b + a), ex = test::last_kernel((a * 0.25f).exp2());
+  std::vector<Opt> opts{{OptOp::UPCAST, 0, w}};
+  std::string src, esrc, scalar;
+  std::vector<float> av = run_lowered(add, opts, dev, src), ev = run_lowered(ex, opts, dev, esrc);
+  if (!has(src, "define void")) return;  // not the LLVM renderer (CPU_COMPILER=clang: C source)
+  CHECK(has(src, "load " + vf));
+  CHECK(has(src, "store " + vf));
+  CHECK(!has(src, "llvm.loop.vectorize"));  // no Lane loop
+  CHECK(has(esrc, "bitcast " + vf + " ")); // exp2's scale: the lanes' bits as int32, one vector op
+  CHECK(has(esrc, vi));
+  CHECK(!has(esrc, "extractelement"));
+  for (size_t i = 0; i < as.size(); i++) {
+    CHECK(av[i] == as[i] * bs[i] + as[i]);
+    CHECK(ev[i] == doctest::Approx(std::exp2(double(as[i] * 0.25f))).epsilon(2.4e-7));  // within 2 ulp
+  }
+  ScopedEnv off("VECTORIZE", "0");
+  CHECK(run_lowered(add, opts, dev, scalar) == av);
+  CHECK(has(scalar, "llvm.loop.vectorize"));
+  CHECK(run_lowered(ex, opts, dev, scalar) == ev);
+}
+
 TEST_CASE("vectorize takes the renderer's widths; devectorize splits what a renderer cannot take into lanes") {
   DType f = dtypes::float32;
   auto param = [&](int64_t i) { return UOp::make(Ops::PARAM, f.ptr_to(64), {}, i); };

@@ -13,6 +13,7 @@
 
 #include "src/uop/spec_pause.hpp"
 #include "gpudims.hpp"
+#include "opt/expander.hpp"
 #include "tg/codegen.hpp"
 #include "tg/device.hpp"
 #include "tg/env.hpp"
@@ -808,6 +809,12 @@ UOpRef do_lower_index_dtype(const UOpRef& k, LowerCtx& c) {
   return r;
 }
 
+// Whether the vectorize stage will pack the expander's copies into vector ops of the machine's width.
+bool packs_copies(const LowerCtx& c) {
+  return getenv_int("VECTORIZE", 1) && !c.gpu() && c.opt.config.vector_width >= 2 &&
+         c.renderer.vector_lanes_of(dtypes::float32) >= c.opt.config.vector_width;
+}
+
 // The expander's copies as vector ops (VECTORIZE=0: scalars): on a CPU up to the machine's vector width, on a GPU the
 // renderer's widths (float4).
 UOpRef do_vectorize(const UOpRef& k, LowerCtx& c) {
@@ -829,7 +836,7 @@ const std::vector<LowerStage>& lowering_stages() {
       {"split ranges", [](const UOpRef& k, LowerCtx&) { return split_ranges(k); }},
       {"apply opts", do_apply_opts},
       {"factor reduce invariants", [](const UOpRef& k, LowerCtx& c) { return c.gpu() ? k : factor_reduce_invariants(k, c.opt.config.vector_width); }},
-      {"expand upcasts", [](const UOpRef& k, LowerCtx& c) { return expand_upcasts(k, c.renderer.vector_lanes()); }},
+      {"expand upcasts", [](const UOpRef& k, LowerCtx& c) { return expand_upcasts(k, c.renderer.vector_lanes(), packs_copies(c)); }},
       {"simplify after opts", [](const UOpRef& k, LowerCtx&) { return simplify(k, "simplify after opts"); }},
       {"reuse row values", [](const UOpRef& k, LowerCtx& c) { return c.gpu() ? k : reuse_row_values(k); }},
       {"group reduces", [](const UOpRef& k, LowerCtx& c) { return c.gpu() ? lower_group_reduces(k) : k; }},

@@ -31,7 +31,7 @@ bool packable(Ops o) {
     case Ops::ADD: case Ops::SUB: case Ops::MUL: case Ops::FDIV: case Ops::IDIV: case Ops::MOD: case Ops::NEG:
     case Ops::MAX: case Ops::MULACC: case Ops::RECIPROCAL: case Ops::SQRT: case Ops::TRUNC: case Ops::EXP2:
     case Ops::LOG2: case Ops::SIN: case Ops::CMPLT: case Ops::CMPNE: case Ops::CMPEQ: case Ops::WHERE: case Ops::AND:
-    case Ops::OR: case Ops::XOR: case Ops::SHL: case Ops::SHR: case Ops::CAST: return true;
+    case Ops::OR: case Ops::XOR: case Ops::SHL: case Ops::SHR: case Ops::CAST: case Ops::BITCAST: return true;
     default: return false;
   }
 }
