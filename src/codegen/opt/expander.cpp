@@ -132,7 +132,7 @@ const PatternMatcher& pm_lanes_last() {
 
 // An UNROLL range whose REDUCEs have no other UNROLL and no REDUCE over it inside becomes a Lane range (not copied),
 // moved last among each REDUCE's ranges (the innermost loop; each lane still sums in the same order).
-UOpRef lanes_from_unrolls(const UOpRef& ast, bool packs) {
+UOpRef lanes_from_unrolls(const UOpRef& ast, bool packs, bool* kept) {
   std::unordered_map<const UOp*, std::vector<const UOp*>> reduces_of;
   for (const UOp* n : toposort(ast.get()))
     if (n->op == Ops::REDUCE)
@@ -157,8 +157,8 @@ UOpRef lanes_from_unrolls(const UOpRef& ast, bool packs) {
   // per gated load). Index arithmetic that is not linear in it (a pool's gradient, with divisions and gates) stays
   // with copies, where each copy's index folds to constants (as a Lane loop it is computed per lane at run time).
   // Where the lowering packs copies into vector ops (`packs`: the vectorize stage, a renderer with vectors), an
-  // elementwise kernel whose loads and stores all move 32- or 64-bit elements, none gated, keeps its copies: vector
-  // loads, ops and stores of the machine's width in tg's own IR instead of a loop left to LLVM's loop vectoriser.
+  // elementwise kernel whose values are all 32- or 64-bit (or bool) and whose loads and stores are ungated keeps its
+  // copies: vector loads, ops and stores of the machine's width in tg's IR, not a loop left to LLVM's vectoriser.
   {
     std::vector<const UOp*> reduces, upcasts, indexes, gates;
     for (const UOp* n : toposort(ast.get())) {
@@ -171,6 +171,9 @@ UOpRef lanes_from_unrolls(const UOpRef& ast, bool packs) {
           (n->op == Ops::STORE && (n->nsrc() != 2 || !wide_elements(n->src(1)->dtype))) ||
           (n->op == Ops::INDEX && n->nsrc() != 2))
         packs = false;  // only plain loads and stores are packed into vector ones (a gated load: a branch per lane)
+      DType d = n->dtype;
+      if (!d.ptr && d.scalar != Scalar::Void && d.scalar != Scalar::Index && !dtypes::is_bool(d) && !wide_elements(d))
+        packs = false;  // nor values of 8 or 16 bits (a bfloat16 rounding in between: scalar calls per copy)
     }
     packs &= reduces.empty();
     const UOp* pick = nullptr;
@@ -203,7 +206,8 @@ UOpRef lanes_from_unrolls(const UOpRef& ast, bool packs) {
       }
       return true;
     };
-    if (found == 1 && !(packs && only_indexed(pick))) lane[pick] = UOp::range(UOpRef(pick->src()[0]), range_id(pick), AxisType::Lane);
+    if (found == 1 && packs && only_indexed(pick)) *kept = true;
+    else if (found == 1) lane[pick] = UOp::range(UOpRef(pick->src()[0]), range_id(pick), AxisType::Lane);
   }
   if (lane.empty()) return ast;
   std::vector<std::pair<const UOp*, UOpRef>> map(lane.begin(), lane.end());
@@ -225,11 +229,14 @@ UOpRef reduce_tree(Ops op, std::vector<UOpRef> xs) {
   return xs[0];
 }
 
-UOpRef expand_upcasts(const UOpRef& ast_in, bool lanes, bool packs) {
+UOpRef expand_upcasts(const UOpRef& ast_in, bool lanes, bool packs, bool* kept_copies) {
+  bool kept = false;
+  if (kept_copies) *kept_copies = false;
   bool any = false;
   for (const UOp* n : toposort(ast_in.get())) any |= is_expanded(n);
   if (!any) return ast_in;
-  UOpRef ast = lanes ? lanes_from_unrolls(ast_in, packs) : ast_in;
+  UOpRef ast = lanes ? lanes_from_unrolls(ast_in, packs, &kept) : ast_in;
+  if (kept_copies) *kept_copies = kept;
   Expander ex(ast);
   std::vector<UOpRef> srcs;
   for (const UOpRef& st : ast->src())
@@ -237,6 +244,6 @@ UOpRef expand_upcasts(const UOpRef& ast_in, bool lanes, bool packs) {
   return ast->replace_src(srcs);
 }
 
-UOpRef expand_upcasts(const UOpRef& ast, bool lanes) { return expand_upcasts(ast, lanes, false); }
+UOpRef expand_upcasts(const UOpRef& ast, bool lanes) { return expand_upcasts(ast, lanes, false, nullptr); }
 
 }  // namespace tg
