@@ -10,6 +10,7 @@
 #include "test_util.hpp"
 #include "tg/codegen.hpp"
 #include "tg/device.hpp"
+#include "tg/nn/optim.hpp"
 #include "tg/nn/state.hpp"
 #include "tg/opt.hpp"
 #include "tg/render.hpp"
@@ -466,6 +467,40 @@ TEST_CASE("a contiguous elementwise kernel is vector loads, ops and stores of th
   CHECK(run_lowered(add, opts, dev, scalar) == av);
   CHECK(has(scalar, "llvm.loop.vectorize"));
   CHECK(run_lowered(ex, opts, dev, scalar) == ev);
+}
+
+TEST_CASE("elementwise copies that simplify into different trees stay a lane loop, not lanes gathered one by one") {
+  // LARS's step on a 3 x 64 weight: its copies fold apart in the simplifier, so packed they were vectors gathered
+  // element by element (insertelement at lane 1 onwards); the expander keeps such a kernel a Lane loop.
+  Tensor w = vrand({3, 64}, 9).requires_grad_();
+  Device& dev = get_device(w.device());
+  if (dev.renderer().grid_limits().threads > 0 || !dev.renderer().vector_lanes()) return;
+  Tensor(w * w * 0.5f).sum().backward();
+  w.grad().realize();
+  nn::optim::LARS opt({w}, 0.5, 0.9, 1e-4, false, true, 0.02);
+  std::vector<Tensor> outs = opt.schedule_step();
+  std::vector<UOpRef> roots;
+  for (const Tensor& t : outs) roots.push_back(t.uop());
+  Schedule sch = create_schedule(std::span<const UOpRef>(roots.data(), roots.size()));
+  int elementwise = 0;
+  for (const ScheduleItem& it : sch.items) {
+    bool reduce = false;
+    for (const UOp* u : toposort(it.ast.get())) reduce |= u->op == Ops::REDUCE;
+    if (reduce || it.kind != ScheduleItem::Kind::Kernel) continue;
+    LowerOptions lo;
+    lo.config = opt_config(dev);
+    CompiledKernel ck = lower_kernel(it.ast, "lars_step", dev.renderer(), lo);
+    if (!has(ck.src, "define void")) return;  // not the LLVM renderer
+    elementwise++;
+    size_t gathered = 0;  // inserts at lanes 1 and up (a broadcast inserts at lane 0 and shuffles)
+    for (size_t at = ck.src.find("insertelement <"); at != std::string::npos; at = ck.src.find("insertelement <", at + 1)) {
+      std::string line = ck.src.substr(at, ck.src.find('\n', at) - at);
+      gathered += line.substr(line.rfind(", i64 ")) != ", i64 0";
+    }
+    CAPTURE(ck.src);
+    CHECK(gathered == 0);
+  }
+  CHECK(elementwise > 0);
 }
 
 TEST_CASE("vectorize takes the renderer's widths; devectorize splits what a renderer cannot take into lanes") {
