@@ -7,6 +7,7 @@
 // that compiles; run through bench/run, which sets OPENBLAS_CORETYPE so libtorch's BLAS runs at its best.
 #include <torch/torch.h>
 
+#include <malloc.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -191,6 +192,35 @@ void bench_conv_dx(int64_t n, int64_t ci, int64_t co, int64_t hw, int64_t k, int
   report(what, json, tg_ms, th_ms);
 }
 
+// Memory-bound kernels against libtorch's (bench/bandwidth judges the same kernels against a triad): an elementwise
+// add of 2^24 floats, softmax and layer norm (no affine) over the rows of a 4096x4096 matrix; GB/s counts each input
+// read once and the output written once. glibc maps each 64 MiB result afresh (mmap above its 32 MiB threshold) and
+// the first touch of its pages cost libtorch 250-380 ms per call on the VM (0.5 GB/s): freed blocks stay in the heap
+// here, as tg's allocator keeps its freed buffers, so both sides reuse warm memory.
+void bench_memory() {
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  torch::manual_seed(4);
+  const int64_t n = int64_t(1) << 24, R = 4096;
+  torch::Tensor hx = torch::rand({n}), hy = torch::rand({n}), hm = torch::rand({R, R});
+  tg::Tensor tx = to_tg(hx), ty = to_tg(hy), tm = to_tg(hm);
+  std::printf("add 2^24: max difference %.2e; softmax 4096x4096: %.2e; layernorm 4096x4096: %.2e\n",
+              max_diff(tg::Tensor(tx + ty), hx + hy), max_diff(tm.softmax(-1), hm.softmax(-1)),
+              max_diff(tm.layer_norm({R}), torch::layer_norm(hm, {R})));
+  torch::NoGradGuard ng;
+  auto one = [&](const char* what, const char* json, double bytes, auto&& tg_f, auto&& th_f) {
+    double tg_ms = median_ms(tg_f, 15), th_ms = median_ms(th_f, 15);
+    char line[96];
+    std::snprintf(line, sizeof line, "%s (%.1f / %.1f GB/s)", what, bytes / tg_ms / 1e6, bytes / th_ms / 1e6);
+    report(line, json, tg_ms, th_ms);
+  };
+  one("add 2^24", "add_f32_2^24", 12.0 * double(n), [&] { tg::Tensor(tx + ty).realize(); }, [&] { hx + hy; });
+  one("softmax 4096x4096", "softmax_4096x4096", 8.0 * double(R * R), [&] { tm.softmax(-1).realize(); },
+      [&] { hm.softmax(-1); });
+  one("layernorm 4096x4096", "layernorm_4096x4096", 8.0 * double(R * R), [&] { tm.layer_norm({R}).realize(); },
+      [&] { torch::layer_norm(hm, {R}); });
+}
+
 void bench_bmm() {
   const int64_t B = 32, N = 256;
   torch::manual_seed(2);
@@ -263,7 +293,7 @@ int main(int argc, char** argv) {
   std::printf("libtorch %s, %d intra-op threads; tg on CPU; %ld cores\n", TORCH_VERSION, torch::get_num_threads(),
               sysconf(_SC_NPROCESSORS_ONLN));
   bench::LoadReport load;
-  // `torch_compare [CASE...]`: only the cases named (mlp, conv, conv_dx, bmm, gpt2)
+  // `torch_compare [CASE...]`: only the cases named (mlp, conv, conv_dx, memory, bmm, gpt2)
   auto want = [&](const char* c) { return argc < 2 || std::find_if(argv + 1, argv + argc, [&](const char* a) { return std::string(a) == c; }) != argv + argc; };
   if (want("mlp")) bench_mlp();
   if (want("conv")) bench_conv();
@@ -271,6 +301,7 @@ int main(int argc, char** argv) {
     bench_conv_dx(64, 128, 128, 28, 1, 1);
     bench_conv_dx(64, 64, 128, 56, 2, 2);
   }
+  if (want("memory")) bench_memory();
   if (want("bmm")) bench_bmm();
   if (want("gpt2")) bench_gpt2_block();
   return 0;

@@ -10,6 +10,7 @@
 #include "test_util.hpp"
 #include "tg/codegen.hpp"
 #include "tg/device.hpp"
+#include "tg/nn/optim.hpp"
 #include "tg/nn/state.hpp"
 #include "tg/opt.hpp"
 #include "tg/render.hpp"
@@ -519,6 +520,71 @@ TEST_CASE("vector kernels on the default device (LLVM <8 x float>, OpenCL float4
   CHECK(run_lowered(m, mo, dev, scalar) == mv);  // the same operations in the same order, lane by lane
   CHECK(run_lowered(e, eo, dev, scalar) == ev);
   CHECK(!has(scalar, "<8 x float>"));
+}
+
+TEST_CASE("a contiguous elementwise kernel is vector loads, ops and stores of the machine's width, exp2 included") {
+  // The upcast its stores are contiguous in stays copies that the vectorize stage packs into <W x float> (W: the
+  // machine model's width; 8 under TG_CPU=x86-64-v3), not a Lane loop left to LLVM's loop vectoriser; the decomposed
+  // exp2's float <-> int32 bitcasts stay vectors. The values are those of the scalar kernel (VECTORIZE=0: a Lane loop).
+  Tensor a = vrand({4096}, 7), b = vrand({4096}, 8);
+  Device& dev = get_device(a.device());
+  if (dev.renderer().grid_limits().threads > 0 || !dev.renderer().vector_lanes()) return;  // the CPU's LLVM renderer
+  const int w = opt_config(dev).vector_width;
+  const std::string vf = "<" + std::to_string(w) + " x float>", vi = "<" + std::to_string(w) + " x i32>";
+  std::vector<float> as = a.to_vector<float>(), bs = b.to_vector<float>();
+  VKern add = test::last_kernel(a * b + a), ex = test::last_kernel((a * 0.25f).exp2());
+  std::vector<Opt> opts{{OptOp::UPCAST, 0, w}};
+  std::string src, esrc, scalar;
+  std::vector<float> av = run_lowered(add, opts, dev, src), ev = run_lowered(ex, opts, dev, esrc);
+  if (!has(src, "define void")) return;  // not the LLVM renderer (CPU_COMPILER=clang: C source)
+  CHECK(has(src, "load " + vf));
+  CHECK(has(src, "store " + vf));
+  CHECK(!has(src, "llvm.loop.vectorize"));  // no Lane loop
+  CHECK(has(esrc, "bitcast " + vf + " ")); // exp2's scale: the lanes' bits as int32, one vector op
+  CHECK(has(esrc, vi));
+  CHECK(!has(esrc, "extractelement"));
+  for (size_t i = 0; i < as.size(); i++) {
+    CHECK(av[i] == as[i] * bs[i] + as[i]);
+    CHECK(ev[i] == doctest::Approx(std::exp2(double(as[i] * 0.25f))).epsilon(2.4e-7));  // within 2 ulp
+  }
+  ScopedEnv off("VECTORIZE", "0");
+  CHECK(run_lowered(add, opts, dev, scalar) == av);
+  CHECK(has(scalar, "llvm.loop.vectorize"));
+  CHECK(run_lowered(ex, opts, dev, scalar) == ev);
+}
+
+TEST_CASE("elementwise copies that simplify into different trees stay a lane loop, not lanes gathered one by one") {
+  // LARS's step on a 3 x 64 weight: its copies fold apart in the simplifier, so packed they were vectors gathered
+  // element by element (insertelement at lane 1 onwards); the expander keeps such a kernel a Lane loop.
+  Tensor w = vrand({3, 64}, 9).requires_grad_();
+  Device& dev = get_device(w.device());
+  if (dev.renderer().grid_limits().threads > 0 || !dev.renderer().vector_lanes()) return;
+  Tensor(w * w * 0.5f).sum().backward();
+  w.grad().realize();
+  nn::optim::LARS opt({w}, 0.5, 0.9, 1e-4, false, true, 0.02);
+  std::vector<Tensor> outs = opt.schedule_step();
+  std::vector<UOpRef> roots;
+  for (const Tensor& t : outs) roots.push_back(t.uop());
+  Schedule sch = create_schedule(std::span<const UOpRef>(roots.data(), roots.size()));
+  int elementwise = 0;
+  for (const ScheduleItem& it : sch.items) {
+    bool reduce = false;
+    for (const UOp* u : toposort(it.ast.get())) reduce |= u->op == Ops::REDUCE;
+    if (reduce || it.kind != ScheduleItem::Kind::Kernel) continue;
+    LowerOptions lo;
+    lo.config = opt_config(dev);
+    CompiledKernel ck = lower_kernel(it.ast, "lars_step", dev.renderer(), lo);
+    if (!has(ck.src, "define void")) return;  // not the LLVM renderer
+    elementwise++;
+    size_t gathered = 0;  // inserts at lanes 1 and up (a broadcast inserts at lane 0 and shuffles)
+    for (size_t at = ck.src.find("insertelement <"); at != std::string::npos; at = ck.src.find("insertelement <", at + 1)) {
+      std::string line = ck.src.substr(at, ck.src.find('\n', at) - at);
+      gathered += line.substr(line.rfind(", i64 ")) != ", i64 0";
+    }
+    CAPTURE(ck.src);
+    CHECK(gathered == 0);
+  }
+  CHECK(elementwise > 0);
 }
 
 TEST_CASE("vectorize takes the renderer's widths; devectorize splits what a renderer cannot take into lanes") {

@@ -7,12 +7,14 @@
 #include <functional>
 #include <map>
 #include <optional>
+#include <set>
 #include <tuple>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "src/uop/spec_pause.hpp"
 #include "gpudims.hpp"
+#include "opt/expander.hpp"
 #include "tg/codegen.hpp"
 #include "tg/device.hpp"
 #include "tg/env.hpp"
@@ -819,6 +821,45 @@ UOpRef do_lower_index_dtype(const UOpRef& k, LowerCtx& c) {
   return r;
 }
 
+// Whether the vectorize stage will pack the expander's copies into vector ops of the machine's width.
+bool packs_copies(const LowerCtx& c) {
+  return getenv_int("VECTORIZE", 1) && !c.gpu() && c.opt.config.vector_width >= 2 &&
+         c.renderer.vector_lanes_of(dtypes::float32) >= c.opt.config.vector_width;
+}
+
+// Whether every STORE of k writes a value of the same op tree as the first STORE into its buffer, but for constants
+// and the loads' addresses: copies the vectorize stage packs into vector ops without gathering lanes.
+bool copies_alike(const UOpRef& k) {
+  std::map<const UOp*, const UOp*> first;  // buffer -> its first stored value
+  std::vector<std::pair<const UOp*, const UOp*>> todo;
+  for (const UOpRef& st : k->src()) {
+    if (st->op != Ops::STORE || st->src(0)->op != Ops::INDEX) continue;
+    auto [it, fresh] = first.emplace(st->src(0)->src(0), st->src(1));
+    if (!fresh) todo.emplace_back(it->second, st->src(1));
+  }
+  std::set<std::pair<const UOp*, const UOp*>> seen;
+  while (!todo.empty()) {
+    auto [x, y] = todo.back();
+    todo.pop_back();
+    if (x == y || !seen.insert({x, y}).second) continue;
+    if (x->op != y->op || x->dtype != y->dtype || x->nsrc() != y->nsrc()) return false;
+    if (x->op == Ops::CONST) continue;                                  // a vector of constants
+    if (x->op == Ops::INDEX && x->src(0) == y->src(0)) continue;         // one buffer, other addresses
+    if (x->arg != y->arg) return false;
+    for (size_t i = 0; i < x->nsrc(); i++) todo.emplace_back(x->src(i), y->src(i));
+  }
+  return true;
+}
+
+// The expander (opt/expander.cpp). An elementwise kernel's copies that simplify into different op trees (the
+// simplifier folds each copy's constants its own way) would be gathered lane by lane: a Lane loop instead.
+UOpRef do_expand_upcasts(const UOpRef& k, LowerCtx& c) {
+  bool kept = false;
+  UOpRef e = expand_upcasts(k, c.renderer.vector_lanes(), packs_copies(c), &kept);
+  if (kept && !copies_alike(simplify(e, "copies alike"))) e = expand_upcasts(k, c.renderer.vector_lanes(), false, nullptr);
+  return e;
+}
+
 // The expander's copies as vector ops (VECTORIZE=0: scalars): on a CPU up to the machine's vector width, on a GPU the
 // renderer's widths (float4).
 UOpRef do_vectorize(const UOpRef& k, LowerCtx& c) {
@@ -840,7 +881,7 @@ const std::vector<LowerStage>& lowering_stages() {
       {"split ranges", [](const UOpRef& k, LowerCtx&) { return split_ranges(k); }},
       {"apply opts", do_apply_opts},
       {"factor reduce invariants", [](const UOpRef& k, LowerCtx& c) { return c.gpu() ? k : factor_reduce_invariants(k, c.opt.config.vector_width); }},
-      {"expand upcasts", [](const UOpRef& k, LowerCtx& c) { return expand_upcasts(k, c.renderer.vector_lanes()); }},
+      {"expand upcasts", do_expand_upcasts},
       {"simplify after opts", [](const UOpRef& k, LowerCtx&) { return simplify(k, "simplify after opts"); }},
       {"reuse row values", [](const UOpRef& k, LowerCtx& c) { return c.gpu() ? k : reuse_row_values(k); }},
       {"group reduces", [](const UOpRef& k, LowerCtx& c) { return c.gpu() ? lower_group_reduces(k) : k; }},

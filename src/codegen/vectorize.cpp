@@ -31,7 +31,7 @@ bool packable(Ops o) {
     case Ops::ADD: case Ops::SUB: case Ops::MUL: case Ops::FDIV: case Ops::IDIV: case Ops::MOD: case Ops::NEG:
     case Ops::MAX: case Ops::MULACC: case Ops::RECIPROCAL: case Ops::SQRT: case Ops::TRUNC: case Ops::EXP2:
     case Ops::LOG2: case Ops::SIN: case Ops::CMPLT: case Ops::CMPNE: case Ops::CMPEQ: case Ops::WHERE: case Ops::AND:
-    case Ops::OR: case Ops::XOR: case Ops::SHL: case Ops::SHR: case Ops::CAST: return true;
+    case Ops::OR: case Ops::XOR: case Ops::SHL: case Ops::SHR: case Ops::CAST: case Ops::BITCAST: return true;
     default: return false;
   }
 }
@@ -106,6 +106,8 @@ struct VecCtx {
   }
 };
 
+bool gathers(const UOpRef& v);
+
 // The lanes v[0..n) as one vector value: a broadcast, a vector LOAD, a vector op over packed sources, or the
 // scalars gathered (VECTORIZE). Recursion bounded by `depth` (deeper values are gathered).
 UOpRef pack(VecCtx& c, const std::vector<const UOp*>& v, int depth = 0) {
@@ -142,7 +144,10 @@ UOpRef pack(VecCtx& c, const std::vector<const UOp*>& v, int depth = 0) {
         for (const UOp* x : v) lane.push_back(x->src(k));
         s.push_back(pack(c, lane, depth + 1));
       }
-      res = UOp::make(a->op, d.vec(n), s, a->arg);
+      // a BITCAST's lanes only over a source that is vector work throughout (the decomposed exp2's scale); over
+      // gathered scalars (a threefry counter's copies) the scalar chain stays, and a vector of it would only add
+      // inserts
+      res = a->op == Ops::BITCAST && gathers(s[0]) ? gather() : UOp::make(a->op, d.vec(n), s, a->arg);
     } else {
       res = gather();
     }

@@ -5,7 +5,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
-#include "tg/opt.hpp"
+#include "expander.hpp"
 #include "tg/pattern.hpp"
 
 namespace tg {
@@ -109,6 +109,12 @@ class Expander {
   std::map<std::pair<const UOp*, std::vector<int64_t>>, UOpRef> memo_;
 };
 
+// A 32- or 64-bit element (not bool): what a vector load or store of the vectorize stage moves.
+bool wide_elements(DType d) {
+  int bits = d.scalar_type().bitsize();
+  return !d.ptr && !dtypes::is_bool(d) && (bits == 32 || bits == 64);
+}
+
 bool is_lane(const UOpRef& r) { return r->op == Ops::RANGE && range_type(r.get()) == AxisType::Lane; }
 
 // REDUCE(x, ..., lane, r...) -> REDUCE(x, ..., r..., lane): the lane loop innermost.
@@ -126,7 +132,7 @@ const PatternMatcher& pm_lanes_last() {
 
 // An UNROLL range whose REDUCEs have no other UNROLL and no REDUCE over it inside becomes a Lane range (not copied),
 // moved last among each REDUCE's ranges (the innermost loop; each lane still sums in the same order).
-UOpRef lanes_from_unrolls(const UOpRef& ast) {
+UOpRef lanes_from_unrolls(const UOpRef& ast, bool packs, bool* kept) {
   std::unordered_map<const UOp*, std::vector<const UOp*>> reduces_of;
   for (const UOp* n : toposort(ast.get()))
     if (n->op == Ops::REDUCE)
@@ -150,6 +156,9 @@ UOpRef lanes_from_unrolls(const UOpRef& ast) {
   // the stores (SLP left a softmax's output loop as 16 scalar exps, and a padded 24-channel row as 24 branches, one
   // per gated load). Index arithmetic that is not linear in it (a pool's gradient, with divisions and gates) stays
   // with copies, where each copy's index folds to constants (as a Lane loop it is computed per lane at run time).
+  // Where the lowering packs copies into vector ops (`packs`: the vectorize stage, a renderer with vectors), an
+  // elementwise kernel whose values are all 32- or 64-bit (or bool) and whose loads and stores are ungated keeps its
+  // copies: vector loads, ops and stores of the machine's width in tg's IR, not a loop left to LLVM's vectoriser.
   {
     std::vector<const UOp*> reduces, upcasts, indexes, gates;
     for (const UOp* n : toposort(ast.get())) {
@@ -158,7 +167,15 @@ UOpRef lanes_from_unrolls(const UOpRef& ast) {
       if (n->op == Ops::INDEX && n->src(0)->op == Ops::PARAM) indexes.push_back(n->src(1));
       if (n->op == Ops::LOAD && n->nsrc() == 3) gates.push_back(n->src(2));
       if (n->op == Ops::STORE && n->nsrc() == 3) gates.push_back(n->src(2));
+      if ((n->op == Ops::LOAD && (n->nsrc() != 1 || !wide_elements(n->dtype))) ||
+          (n->op == Ops::STORE && (n->nsrc() != 2 || !wide_elements(n->src(1)->dtype))) ||
+          (n->op == Ops::INDEX && n->nsrc() != 2))
+        packs = false;  // only plain loads and stores are packed into vector ones (a gated load: a branch per lane)
+      DType d = n->dtype;
+      if (!d.ptr && d.scalar != Scalar::Void && d.scalar != Scalar::Index && !dtypes::is_bool(d) && !wide_elements(d))
+        packs = false;  // nor values of 8 or 16 bits (a bfloat16 rounding in between: scalar calls per copy)
     }
+    packs &= reduces.empty();
     const UOp* pick = nullptr;
     int found = 0;
     for (const UOp* u : upcasts) {
@@ -176,7 +193,21 @@ UOpRef lanes_from_unrolls(const UOpRef& ast) {
       for (const UOp* r : reduces) ok &= ok && !depends_on(r, u);
       if (ok) pick = u, found++;
     }
-    if (found == 1) lane[pick] = UOp::range(UOpRef(pick->src()[0]), range_id(pick), AxisType::Lane);
+    // ... and whose values read the axis only through memory (an arange's or threefry's counter lanes would be
+    // gathered: the simplifier folds each copy's constant differently, and the copies stop being one op)
+    auto only_indexed = [&](const UOp* u) {
+      std::unordered_set<const UOp*> index_nodes;
+      for (const UOp* i : indexes)
+        for (const UOp* x : toposort(i)) index_nodes.insert(x);
+      for (const UOp* n : toposort(ast.get())) {
+        if (n->op == Ops::INDEX || index_nodes.count(n)) continue;
+        for (const UOpRef& x : n->src())
+          if (x->op != Ops::INDEX && index_nodes.count(x.get()) && depends_on(x.get(), u)) return false;
+      }
+      return true;
+    };
+    if (found == 1 && packs && only_indexed(pick)) *kept = true;
+    else if (found == 1) lane[pick] = UOp::range(UOpRef(pick->src()[0]), range_id(pick), AxisType::Lane);
   }
   if (lane.empty()) return ast;
   std::vector<std::pair<const UOp*, UOpRef>> map(lane.begin(), lane.end());
@@ -198,16 +229,21 @@ UOpRef reduce_tree(Ops op, std::vector<UOpRef> xs) {
   return xs[0];
 }
 
-UOpRef expand_upcasts(const UOpRef& ast_in, bool lanes) {
+UOpRef expand_upcasts(const UOpRef& ast_in, bool lanes, bool packs, bool* kept_copies) {
+  bool kept = false;
+  if (kept_copies) *kept_copies = false;
   bool any = false;
   for (const UOp* n : toposort(ast_in.get())) any |= is_expanded(n);
   if (!any) return ast_in;
-  UOpRef ast = lanes ? lanes_from_unrolls(ast_in) : ast_in;
+  UOpRef ast = lanes ? lanes_from_unrolls(ast_in, packs, &kept) : ast_in;
+  if (kept_copies) *kept_copies = kept;
   Expander ex(ast);
   std::vector<UOpRef> srcs;
   for (const UOpRef& st : ast->src())
     for (const Env& e : combinations(ex.deps(st.get()), {})) srcs.push_back(ex.expand(st.get(), e));
   return ast->replace_src(srcs);
 }
+
+UOpRef expand_upcasts(const UOpRef& ast, bool lanes) { return expand_upcasts(ast, lanes, false, nullptr); }
 
 }  // namespace tg

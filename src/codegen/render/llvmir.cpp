@@ -562,7 +562,10 @@ bool LLVMRenderer::vector_alu(const UOp* u) const {
       bool is = dtypes::is_int(s) || dtypes::is_bool(s), id = dtypes::is_int(d);
       return (fd && (fs || is)) || (id && (dtypes::is_int(s)));
     }
-    default: return false;  // transcendentals are decomposed (or libm calls), POW and BITCAST lane by lane
+    case Ops::BITCAST:  // lanes of one width (the decomposed exp2's float <-> int32 views); bools lane by lane
+      return d.count == s.count && !dtypes::is_bool(d) && !dtypes::is_bool(s) &&
+             d.scalar_type().itemsize() == s.scalar_type().itemsize();
+    default: return false;  // transcendentals are decomposed (or libm calls), POW lane by lane
   }
 }
 
