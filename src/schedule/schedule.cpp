@@ -117,12 +117,16 @@ void run_split_reduceop(ScheduleCtx& c) {
     }
 }
 
-int value_slot(ScheduleCtx& c, const UOp* u) {  // the slot holding u's value (contiguous)
+}  // namespace
+
+int value_slot(const ScheduleCtx& c, const UOp* u) {  // the slot holding u's value (contiguous)
   if (auto it = c.slot_of.find(u); it != c.slot_of.end()) return it->second;
   if (u->op == Ops::BUFFERIZE) u = u->src(0);  // a view of a buffer stored as it is: the buffer
   if (const UOp* b = contiguous_buffer(u)) return c.slot_of.at(b);
   throw Error(std::string("[schedule] internal: no buffer for ") + op_name(u->op));
 }
+
+namespace {
 
 // ---- stage "bufferize to store": each BUFFERIZE becomes the boundary of a kernel. Its value is computed by a kernel
 // that STOREs it into a buffer slot of its own (a kernel AST built by rangeify: range propagation over the value, the
@@ -229,7 +233,7 @@ const PatternMatcher& pm_bufferize_to_store() {
   return pm;
 }
 
-// One item per BUFFERIZE that is not a buffer already. False when a kernel would recompute a row-fused broadcast:
+// One item per BUFFERIZE that is not a buffer already, then the kernel graph (kernel_graph.cpp). False when a kernel would recompute a row-fused broadcast:
 // those EXPANDs are refused row fusion, and the realize map runs again.
 bool bufferize_to_store(ScheduleCtx& c) {
   Template& t = c.t;
@@ -248,6 +252,7 @@ bool bufferize_to_store(ScheduleCtx& c) {
     t.root_shapes.push_back(c.shapes.at(c.graph[i].get()));
     if (!contiguous_buffer(c.graph[i].get())) t.becomes.emplace_back(i, c.slot_of.at(c.graph[i].get()));
   }
+  kernel_graph(c);  // the graph with each BUFFERIZE as AFTER(BUFFER, CALL)
   return true;
 }
 
@@ -285,6 +290,10 @@ void print_stage(const char* name, const ScheduleCtx& c) {
         std::fprintf(stderr, "  BUFFERIZE %zu: %s %s on %s, %s\n", n++, op_name(u->src(0)->op),
                      shape_str(c.shapes.at(u)).c_str(), device_of(u).c_str(), BufferizeOpts::of(u).str().c_str());
     std::fprintf(stderr, "  %zu BUFFERIZE, %zu row-fused\n", n, c.row_fused.size());
+    return;
+  }
+  if (std::string(name) == "bufferize to store") {  // the kernel graph
+    std::fprintf(stderr, "%s", print_graph(c.kernels.get()).c_str());
     return;
   }
   if (std::string(name) == "linearize" || std::string(name) == "plan memory") {  // the LINEAR: a CALL per line

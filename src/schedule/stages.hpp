@@ -12,7 +12,11 @@
 //                                       and the item that fills it: a copy, or a kernel that STOREs the value, whose
 //                                       AST rangeify builds (rangeify.cpp: the BUFFERIZEs below are its LOADs), then
 //                                       pm_kernel_ast (kernel_ast.cpp)
-//   linearize       (linearize.cpp)     the kernels in read/write order: one LINEAR of CALLs over slot BUFFERs
+//                                       then the kernel graph (kernel_graph.cpp): each BUFFERIZE becomes
+//                                       AFTER(BUFFER, CALL) and its readers read that, an in-place write's
+//                                       output AFTER(BUFFER, CALLs reading the old contents)
+//   linearize       (linearize.cpp)     the kernel graph's CALLs in an order it allows: one LINEAR of CALLs over
+//                                       slot BUFFERs
 //   plan memory     (linearize.cpp)     intermediate buffers reused once their last reader has run: pm_plan_memory
 //                                       rewrites the LINEAR
 //   items           (linearize.cpp)     the template's items in the LINEAR's order, with its buffers
@@ -117,6 +121,9 @@ struct ScheduleCtx {
   std::unordered_map<const UOp*, int> slot_of;  // BUFFERs and realised nodes -> slot
   int n_inputs = 0;
   bool has_assign = false;
+  // bufferize to store: the kernel graph, SINK of the roots with each BUFFERIZE replaced by the buffer it reads,
+  // AFTER(BUFFER, CALL) (a BUFFER alone: an input nothing in the schedule writes)
+  UOpRef kernels;
   UOpRef linear;  // the schedule as a LINEAR of CALLs (linearize, plan memory)
 };
 
@@ -160,8 +167,10 @@ KernelAst rangeify(ScheduleCtx& ctx, const UOp* root);  // root: a BUFFERIZE
  *  compare (or, for the ops IndexCheck checks unfolded, the compare itself) also stores the IndexCheck record,
  *  PARAM check_param, sets *index_check and adds each check's diagnostic kernel to *diags. */
 UOpRef kernel_ast_rules(const UOpRef& ast, int check_param, bool* index_check, std::vector<IndexDiag>* diags = nullptr);
-/** linearize: ctx.linear, the items' CALLs with kernels after those whose results they read and in-place writes
- *  after the readers of the old contents. */
+/** The kernel graph of bufferize to store: ctx.kernels from ctx.t's items and ctx.graph. */
+void kernel_graph(ScheduleCtx& ctx);
+/** linearize: ctx.linear, the kernel graph's CALLs in an order it allows (kernels after those whose results they read,
+ *  in-place writes after the readers of the old contents). */
 void linearize(ScheduleCtx& ctx);
 /** plan memory: an intermediate buffer whose last reader has run is reused by a later one of its kind (a rewrite of
  *  ctx.linear). */
@@ -170,6 +179,12 @@ void plan_memory(ScheduleCtx& ctx);
 void items_from_linear(ScheduleCtx& ctx);
 
 // ---- shared helpers
+
+/** Slot sl as a BUFFER node: arg {-1 - sl, size} (the normalised graph's numbering of its inputs). */
+UOpRef slot_buffer(const Template& t, int sl);
+int slot_number(const UOp* b);
+/** The slot holding u's value, contiguous: its own (a BUFFER, a stored BUFFERIZE) or the buffer it views. */
+int value_slot(const ScheduleCtx& c, const UOp* u);
 
 /** graph_rewrite of the roots together (one SINK of them): the rewritten roots, in order. */
 std::vector<UOpRef> rewrite_roots(std::span<const UOpRef> roots, const PatternMatcher& pm, void* ctx, const char* name);
