@@ -52,8 +52,7 @@ const PatternMatcher& pm_plan_memory() {
 // buffer it writes in place, the readers of the old contents (WAR). A stable topological sort (Kahn's, lowest item
 // first): the graph's order wherever both allow it.
 void linearize(ScheduleCtx& ctx) {
-  const Template& t = ctx.t;
-  const size_t ni = t.items.size();
+  const size_t ni = ctx.t.items.size();
   std::vector<const UOp*> call_of(ni, nullptr);
   for (const UOp* u : toposort(ctx.kernels.get()))
     if (u->op == Ops::CALL) call_of.at(size_t(std::get<std::vector<int64_t>>(u->arg)[0])) = u;
@@ -75,10 +74,9 @@ void linearize(ScheduleCtx& ctx) {
   while (!ready.empty()) {
     size_t i = ready.top();
     ready.pop();
-    const Item& it = t.items[i];
-    std::vector<UOpRef> bufs;
-    for (int sl : it.slots) bufs.push_back(slot_buffer(t, sl));
-    calls.push_back(UOp::make(Ops::CALL, dtypes::void_, bufs, std::vector<int64_t>{int64_t(i), it.n_out}));
+    std::vector<UOpRef> bufs;  // the graph's CALL with its buffers as they are: the AFTERs' ordering is in the LINEAR's
+    for (auto& s : call_of[i]->src()) bufs.push_back(s->op == Ops::AFTER ? s->src()[0] : s);
+    calls.push_back(call_of[i]->replace_src(bufs));
     for (size_t b : next[i])
       if (--deps[b] == 0) ready.push(b);
   }
