@@ -825,6 +825,15 @@ TEST_CASE("bufferize to store leaves the kernel graph: each BUFFERIZE an AFTER(B
   REQUIRE(tcall.src.size() == 2);
   CHECK(tcall.src[0] == tread.src[0]);
   CHECK(g[tcall.src[1]].op == "BUFFER");  // a: an input, read as it is
+  // a multi-output kernel is one CALL under the AFTERs of each of its outputs' buffers
+  Tensor x = Tensor::empty({250}, dtypes::float32, "CPU");
+  Tensor t1 = Tensor(x + 1).contiguous();
+  Tensor t2 = Tensor(t1 * 2).contiguous();
+  g = kernel_graph_of({t1.uop(), t2.uop(), Tensor(t2 + t1).uop()});
+  REQUIRE(count_op(g, "CALL") == 1);
+  CHECK(count_op(g, "AFTER") == 3);
+  for (const GraphLine& l : g)
+    if (l.op == "AFTER") CHECK(g[l.src.at(1)].op == "CALL");
 }
 
 TEST_CASE("the kernel graph orders an in-place write after the readers of the old contents (AFTER of its output)") {
