@@ -150,7 +150,8 @@ void kernel_graph(ScheduleCtx& c) {
     for (int pos : c.t.items[i].old_reads)
       if (int sl = c.t.items[i].slots[size_t(pos)]; sl < c.n_inputs) g.old[sl].push_back(i);
   g.make_calls();
-  c.kernels = graph_rewrite(UOp::make(Ops::SINK, dtypes::void_, c.graph), pm_bufferize_after(), &g, true, "bufferize to store");
+  UOpRef sink = UOp::make(Ops::SINK, dtypes::void_, c.graph);
+  c.kernels = graph_rewrite(sink, pm_bufferize_after(), &g, true, "bufferize to store");
 }
 
 }  // namespace tg::sched

@@ -233,8 +233,8 @@ const PatternMatcher& pm_bufferize_to_store() {
   return pm;
 }
 
-// One item per BUFFERIZE that is not a buffer already, then the kernel graph (kernel_graph.cpp). False when a kernel would recompute a row-fused broadcast:
-// those EXPANDs are refused row fusion, and the realize map runs again.
+// One item per BUFFERIZE that is not a buffer already, then the kernel graph (kernel_graph.cpp). False when a kernel
+// would recompute a row-fused broadcast: those EXPANDs are refused row fusion, and the realize map runs again.
 bool bufferize_to_store(ScheduleCtx& c) {
   Template& t = c.t;
   t.slots.resize(size_t(c.n_inputs));
