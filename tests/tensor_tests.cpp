@@ -766,14 +766,15 @@ struct GraphLine {
   std::string op;
   std::vector<size_t> src;
 };
-std::vector<GraphLine> kernel_graph_of(std::vector<UOpRef> roots) {
+std::vector<GraphLine> kernel_graph_of(std::vector<UOpRef> roots, const char* stage = "bufferize to store",
+                                       const char* next = "linearize") {
   std::string err = test::stderr_of([&] {
     ScopedEnv dbg("DEBUG", "5");
     create_schedule(roots);
   });
-  size_t at = err.find("--- schedule: bufferize to store");
+  size_t at = err.find(std::string("--- schedule: ") + stage);
   REQUIRE(at != std::string::npos);
-  err = err.substr(at, err.find("--- schedule: linearize") - at);
+  err = err.substr(at, err.find(std::string("--- schedule: ") + next) - at);
   std::vector<GraphLine> g;
   std::istringstream in(err);
   std::string line;
@@ -834,6 +835,27 @@ TEST_CASE("bufferize to store leaves the kernel graph: each BUFFERIZE an AFTER(B
   CHECK(count_op(g, "AFTER") == 3);
   for (const GraphLine& l : g)
     if (l.op == "AFTER") CHECK(g[l.src.at(1)].op == "CALL");
+}
+
+TEST_CASE("group outputs puts a multi-output kernel in the graph: its leader BUFFERIZE has the members as sources") {
+  Tensor x = Tensor::empty({190}, dtypes::float32, "CPU");  // a shape no other test schedules
+  Tensor t1 = Tensor(x + 1).contiguous();
+  Tensor t2 = Tensor(t1 * 2).contiguous();
+  std::vector<UOpRef> roots{t1.uop(), t2.uop(), Tensor(t2 + t1).uop()};
+  std::vector<GraphLine> g = kernel_graph_of(roots, "group outputs", "bufferize to store");
+  std::vector<const GraphLine*> leaders;
+  for (const GraphLine& l : g)
+    if (l.op == "BUFFERIZE" && l.src.size() > 2) leaders.push_back(&l);
+  REQUIRE(leaders.size() == 1);
+  REQUIRE(leaders[0]->src.size() == 4);  // value, DEVICE, t1's and t2's BUFFERIZE (sources first)
+  CHECK(g[leaders[0]->src[2]].op == "BUFFERIZE");
+  CHECK(g[leaders[0]->src[3]].op == "BUFFERIZE");
+  CHECK(leaders[0]->src[2] < leaders[0]->src[3]);
+  CHECK(count_op(g, "BUFFERIZE") == 3);
+  // MULTI_OUTPUT=0: no leader, three kernels
+  ScopedEnv off("MULTI_OUTPUT", "0");
+  g = kernel_graph_of(roots, "group outputs", "bufferize to store");
+  for (const GraphLine& l : g) CHECK(!(l.op == "BUFFERIZE" && l.src.size() > 2));
 }
 
 TEST_CASE("the kernel graph orders an in-place write after the readers of the old contents (AFTER of its output)") {

@@ -8,6 +8,7 @@
 //   realize map     (realize_map.cpp)   which nodes materialise: pm_realize_map visited over the graph decides,
 //                                       pm_add_bufferize wraps each such node in a BUFFERIZE (ctx.graph)
 //   group outputs   (group.cpp)         multi-output kernels: nodes that read each other element for element
+//                                       join one kernel: its leader BUFFERIZE(value, DEVICE, members...)
 //   bufferize to store (schedule.cpp)   pm_bufferize_to_store: each BUFFERIZE a kernel boundary, with a buffer slot
 //                                       and the item that fills it: a copy, or a kernel that STOREs the value, whose
 //                                       AST rangeify builds (rangeify.cpp: the BUFFERIZEs below are its LOADs), then
@@ -113,9 +114,6 @@ struct ScheduleCtx {
   std::vector<std::vector<UOpRef>> old_graphs;        // earlier passes' graphs: their nodes keep their shapes' keys
   NodeSet row_fused;    // EXPANDs of reduces in graph that stay in their consumer's kernel (row fusion)
   NodeSet no_row_fuse;  // the tensor graph's EXPANDs a kernel would recompute: row fusion refused on the next pass
-  // multi-output kernels: BUFFERIZEs computed in the kernel of a later one (their group's leader)
-  std::unordered_map<const UOp*, std::vector<const UOp*>> groups;  // leader -> members, sources first, leader last
-  std::unordered_map<const UOp*, const UOp*> leader_of;             // member -> its leader
   // the kernels
   Template t;
   std::unordered_map<const UOp*, int> slot_of;  // BUFFERs and realised nodes -> slot
@@ -151,8 +149,11 @@ std::vector<UOpRef> split_reduceop(std::span<const UOpRef> roots, const Knobs& k
 /** realize map: ctx.graph (BUFFERIZE nodes), ctx.gtopo, ctx.origin and ctx.row_fused from ctx.roots, topo, shapes
  *  and consumers. */
 void realize_map(ScheduleCtx& ctx);
-/** group outputs: materialised elementwise nodes that read each other element for element join one kernel. */
+/** group outputs: materialised elementwise nodes that read each other element for element join one kernel: the
+ *  group's last BUFFERIZE (its leader) becomes BUFFERIZE(value, DEVICE, the other members...) in ctx.graph. */
 void group_outputs(ScheduleCtx& ctx);
+/** A leader's other members (sources first; empty for any other node): its kernel stores them, then the leader. */
+std::span<const UOpRef> group_members(const UOp* b);
 /** One kernel: its AST (a SINK of one STORE per output: PARAM 0..n-1 for the group's members, or PARAM 0), the
  *  materialised nodes it reads (PARAM n..), and the row-fused EXPANDs whose value it would recompute. */
 struct KernelAst {
