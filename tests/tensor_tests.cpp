@@ -1,10 +1,12 @@
 // Tensor primitives against plain C++ reference loops, and kernel counts of known programs.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <numeric>
 #include <random>
+#include <sstream>
 
 #include "scoped_env.hpp"
 #include "test_util.hpp"
@@ -757,6 +759,126 @@ std::vector<std::string> bufferize_lines(const Tensor& t) {
   return lines;
 }
 }  // namespace
+
+namespace {
+// The kernel graph as DEBUG=5 prints it after "bufferize to store": one node per line, "i OP dtype [sources] arg".
+struct GraphLine {
+  std::string op;
+  std::vector<size_t> src;
+};
+std::vector<GraphLine> kernel_graph_of(std::vector<UOpRef> roots, const char* stage = "bufferize to store",
+                                       const char* next = "linearize") {
+  std::string err = test::stderr_of([&] {
+    ScopedEnv dbg("DEBUG", "5");
+    create_schedule(roots);
+  });
+  size_t at = err.find(std::string("--- schedule: ") + stage);
+  REQUIRE(at != std::string::npos);
+  err = err.substr(at, err.find(std::string("--- schedule: ") + next) - at);
+  std::vector<GraphLine> g;
+  std::istringstream in(err);
+  std::string line;
+  std::getline(in, line);  // the stage's title
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    size_t i = 0;
+    GraphLine l;
+    std::string dtype;
+    REQUIRE((ls >> i >> l.op >> dtype));
+    REQUIRE(i == g.size());
+    std::string srcs = line.substr(line.find('[') + 1, line.find(']') - line.find('[') - 1);
+    std::istringstream ss(srcs);
+    for (std::string tok; std::getline(ss, tok, ',');) l.src.push_back(std::stoul(tok));
+    g.push_back(std::move(l));
+  }
+  return g;
+}
+size_t count_op(const std::vector<GraphLine>& g, const std::string& op) {
+  return size_t(std::count_if(g.begin(), g.end(), [&](const GraphLine& l) { return l.op == op; }));
+}
+}  // namespace
+
+TEST_CASE("bufferize to store leaves the kernel graph: each BUFFERIZE an AFTER(BUFFER, CALL) its readers read") {
+  // (a + 1).contiguous() read by a reduce: SINK(AFTER(r, CALL(r, AFTER(t, CALL(t, a))))) (shapes no other test
+  // schedules: a template built before prints nothing)
+  Tensor a = Tensor::empty({22, 30}, dtypes::float32, "CPU");
+  Tensor t = Tensor(a + 1).contiguous();
+  std::vector<GraphLine> g = kernel_graph_of({Tensor(t * 2).sum(1).uop()});
+  REQUIRE(g.size() >= 2);
+  CHECK(count_op(g, "BUFFERIZE") == 0);
+  CHECK(count_op(g, "CALL") == 2);
+  CHECK(count_op(g, "AFTER") == 2);
+  const GraphLine& sink = g.back();
+  CHECK(sink.op == "SINK");
+  REQUIRE(sink.src.size() == 1);
+  const GraphLine& root = g[sink.src[0]];  // the result's buffer after the reduce's kernel
+  REQUIRE(root.op == "AFTER");
+  REQUIRE(root.src.size() == 2);
+  CHECK(g[root.src[0]].op == "BUFFER");
+  const GraphLine& reduce = g[root.src[1]];
+  REQUIRE(reduce.op == "CALL");
+  REQUIRE(reduce.src.size() == 2);
+  CHECK(reduce.src[0] == root.src[0]);  // its output first
+  const GraphLine& tread = g[reduce.src[1]];  // t's buffer, after t's kernel
+  REQUIRE(tread.op == "AFTER");
+  const GraphLine& tcall = g[tread.src[1]];
+  REQUIRE(tcall.op == "CALL");
+  REQUIRE(tcall.src.size() == 2);
+  CHECK(tcall.src[0] == tread.src[0]);
+  CHECK(g[tcall.src[1]].op == "BUFFER");  // a: an input, read as it is
+  // a multi-output kernel is one CALL under the AFTERs of each of its outputs' buffers
+  Tensor x = Tensor::empty({250}, dtypes::float32, "CPU");
+  Tensor t1 = Tensor(x + 1).contiguous();
+  Tensor t2 = Tensor(t1 * 2).contiguous();
+  g = kernel_graph_of({t1.uop(), t2.uop(), Tensor(t2 + t1).uop()});
+  REQUIRE(count_op(g, "CALL") == 1);
+  CHECK(count_op(g, "AFTER") == 3);
+  for (const GraphLine& l : g)
+    if (l.op == "AFTER") CHECK(g[l.src.at(1)].op == "CALL");
+}
+
+TEST_CASE("group outputs puts a multi-output kernel in the graph: its leader BUFFERIZE has the members as sources") {
+  Tensor x = Tensor::empty({190}, dtypes::float32, "CPU");  // a shape no other test schedules
+  Tensor t1 = Tensor(x + 1).contiguous();
+  Tensor t2 = Tensor(t1 * 2).contiguous();
+  std::vector<UOpRef> roots{t1.uop(), t2.uop(), Tensor(t2 + t1).uop()};
+  std::vector<GraphLine> g = kernel_graph_of(roots, "group outputs", "bufferize to store");
+  std::vector<const GraphLine*> leaders;
+  for (const GraphLine& l : g)
+    if (l.op == "BUFFERIZE" && l.src.size() > 2) leaders.push_back(&l);
+  REQUIRE(leaders.size() == 1);
+  REQUIRE(leaders[0]->src.size() == 4);  // value, DEVICE, t1's and t2's BUFFERIZE (sources first)
+  CHECK(g[leaders[0]->src[2]].op == "BUFFERIZE");
+  CHECK(g[leaders[0]->src[3]].op == "BUFFERIZE");
+  CHECK(leaders[0]->src[2] < leaders[0]->src[3]);
+  CHECK(count_op(g, "BUFFERIZE") == 3);
+  // MULTI_OUTPUT=0: no leader, three kernels
+  ScopedEnv off("MULTI_OUTPUT", "0");
+  g = kernel_graph_of(roots, "group outputs", "bufferize to store");
+  for (const GraphLine& l : g) CHECK(!(l.op == "BUFFERIZE" && l.src.size() > 2));
+}
+
+TEST_CASE("the kernel graph orders an in-place write after the readers of the old contents (AFTER of its output)") {
+  auto a = Tensor::from_vector(iota_f(5));  // a graph of its own (a template scheduled before prints nothing)
+  Tensor old = Tensor(a * 3).contiguous();
+  a.assign(Tensor(a + 17));
+  std::vector<GraphLine> g = kernel_graph_of({old.uop(), a.uop()});
+  CHECK(count_op(g, "CALL") == 2);
+  // the assign's CALL writes a's BUFFER after the CALL that reads a's old contents from that same BUFFER
+  bool war = false;
+  for (const GraphLine& l : g) {
+    if (l.op != "CALL" || g[l.src[0]].op != "AFTER") continue;
+    const GraphLine& out = g[l.src[0]];
+    REQUIRE(out.src.size() == 2);
+    const GraphLine& reader = g[out.src[1]];
+    REQUIRE(reader.op == "CALL");
+    war = std::find(reader.src.begin() + 1, reader.src.end(), out.src[0]) != reader.src.end();
+  }
+  CHECK(war);
+  realize(old, a);
+  CHECK(a.to_vector<float>() == std::vector<float>{17, 18, 19, 20, 21});
+  CHECK(old.to_vector<float>() == std::vector<float>{0, 3, 6, 9, 12});
+}
 
 TEST_CASE("the realize map marks what materialises with BUFFERIZE nodes whose arg carries the layout (DEBUG=5)") {
   // (a + 1).contiguous() read by a reduce: two buffers, the CONTIGUOUS and the result (the reduce itself fuses)

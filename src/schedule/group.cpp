@@ -93,12 +93,16 @@ bool reaches(const UOp* from, const NodeSet& targets, std::unordered_map<const U
   return memo.at(from);
 }
 
-}  // namespace
+// Leader -> members, sources first, leader last; member -> its leader.
+struct Groups {
+  std::unordered_map<const UOp*, std::vector<const UOp*>> groups;
+  std::unordered_map<const UOp*, const UOp*> leader_of;
+};
 
-void group_outputs(ScheduleCtx& c) {
-  c.groups.clear();
-  c.leader_of.clear();
-  if (!c.knobs.multi_output) return;
+Groups find_groups(const ScheduleCtx& c) {
+  Groups gs;
+  auto& groups = gs.groups;
+  auto& leader_of = gs.leader_of;
   std::unordered_map<const UOp*, KernelReads> reads;
   std::unordered_map<const UOp*, size_t> pos;  // topological position: members are kept sources first
   for (size_t i = 0; i < c.gtopo.size(); i++) pos[c.gtopo[i]] = i;
@@ -110,13 +114,13 @@ void group_outputs(ScheduleCtx& c) {
     // the groups (or single nodes) u reads element for element, of its shape and device
     std::vector<const UOp*> join;
     for (const UOp* w : r.direct)
-      if (reads.count(w) && !c.leader_of.count(w) && c.shapes.at(w) == c.shapes.at(u) && device_of(w) == device_of(u))
+      if (reads.count(w) && !leader_of.count(w) && c.shapes.at(w) == c.shapes.at(u) && device_of(w) == device_of(u))
         join.push_back(w);
     std::sort(join.begin(), join.end(), by_pos);
     std::vector<const UOp*> members;
     for (const UOp* w : join) {
-      auto g = c.groups.find(w);
-      std::vector<const UOp*> add = g != c.groups.end() ? g->second : std::vector<const UOp*>{w};
+      auto g = groups.find(w);
+      std::vector<const UOp*> add = g != groups.end() ? g->second : std::vector<const UOp*>{w};
       NodeSet group(add.begin(), add.end());
       bool ok = true;
       for (const UOp* x : r.moved) ok &= !group.count(x);  // read at another element
@@ -138,14 +142,59 @@ void group_outputs(ScheduleCtx& c) {
           if (m != a) ok &= !reads.at(m).buffers.count(contiguous_buffer(a->src(0)->src(0)));
     if (!ok) continue;
     for (const UOp* m : members) {
-      c.groups.erase(m);
-      c.leader_of[m] = u;
+      groups.erase(m);
+      leader_of[m] = u;
     }
-    c.leader_of.erase(u);
+    leader_of.erase(u);
     std::sort(members.begin(), members.end(), by_pos);
     members.erase(std::unique(members.begin(), members.end()), members.end());
-    c.groups[u] = std::move(members);
+    groups[u] = std::move(members);
   }
+  return gs;
+}
+
+}  // namespace
+
+// The groups in the graph: a leader becomes BUFFERIZE(value, DEVICE, members...), its kernel's outputs (members
+// sources first, the leader last); the nodes above it are rebuilt over it and keep their shapes and origins.
+void group_outputs(ScheduleCtx& c) {
+  if (!c.knobs.multi_output) return;
+  Groups gs = find_groups(c);
+  if (gs.groups.empty()) return;
+  std::unordered_map<const UOp*, UOpRef> rebuilt;
+  for (const UOp* u : c.gtopo) {
+    std::vector<UOpRef> src;
+    bool changed = false;
+    for (auto& s : u->src()) {
+      src.push_back(rebuilt.at(s.get()));
+      changed |= src.back().get() != s.get();
+    }
+    if (auto g = gs.groups.find(u); g != gs.groups.end()) {
+      for (const UOp* m : g->second)
+        if (m != u) src.push_back(rebuilt.at(m));
+      changed = true;
+    }
+    UOpRef v = changed ? u->replace_src(src) : UOpRef(u);
+    if (changed) {
+      c.shapes[v.get()] = c.shapes.at(u);
+      const UOp* uv = u->op == Ops::BUFFERIZE ? u->src(0) : u;  // origin's key: a BUFFERIZE's value
+      const UOp* vv = v->op == Ops::BUFFERIZE ? v->src(0) : v.get();
+      if (vv != uv) {  // a node not in origin is the tensor graph's own
+        auto o = c.origin.find(uv);
+        c.origin[vv] = o != c.origin.end() ? o->second : uv;
+      }
+      if (c.row_fused.count(u)) c.row_fused.insert(v.get());
+    }
+    rebuilt.emplace(u, std::move(v));
+  }
+  c.old_graphs.push_back(c.graph);  // its nodes stay keys of shapes
+  for (auto& r : c.graph) r = rebuilt.at(r.get());
+  c.gtopo = toposort(c.graph);
+}
+
+std::span<const UOpRef> group_members(const UOp* b) {
+  if (b->op != Ops::BUFFERIZE || b->nsrc() <= 2) return {};
+  return b->src().subspan(2);
 }
 
 }  // namespace tg::sched

@@ -15,90 +15,6 @@
 
 namespace tg::sched {
 
-namespace {
-
-using Item = Template::Item;
-
-bool reads_old(const Item& it, size_t pos) {
-  return std::find(it.old_reads.begin(), it.old_reads.end(), int(pos)) != it.old_reads.end();
-}
-
-// A kernel that reads a buffer both before and after an assign to it (a reader of the old values combined with the
-// assigned tensor) reads the old values from a copy made before the write.
-void copy_old_contents(ScheduleCtx& ctx, std::unordered_map<int, size_t>& writer) {
-  Template& t = ctx.t;
-  for (size_t j = 0, n0 = t.items.size(); j < n0; j++) {
-    for (int pos : t.items[j].old_reads) {
-      int sl = t.items[j].slots[size_t(pos)];
-      auto w = writer.find(sl);
-      if (sl >= ctx.n_inputs || w == writer.end() || w->second == j) continue;
-      bool reads_new = false;
-      for (size_t k = size_t(t.items[j].n_out); k < t.items[j].slots.size(); k++) reads_new |= t.items[j].slots[k] == sl && !reads_old(t.items[j], k);
-      if (!reads_new) continue;
-      const UOp* bnode = nullptr;
-      for (auto& [node, v] : ctx.slot_of)
-        if (v == sl && node->op == Ops::BUFFER) bnode = node;
-      if (!bnode) continue;
-      int copy = int(t.slots.size());
-      const Slot old = t.slots[size_t(sl)];
-      t.slots.push_back({-1, old.device, old.dtype, old.size});
-      UOpRef dev = UOp::make(Ops::DEVICE, dtypes::void_, {}, old.device);
-      t.items.push_back(Item{ScheduleItem::Kind::Copy, UOp::make(Ops::COPY, bnode->dtype, {UOpRef(bnode), dev}), {copy, sl},
-                             old.device, {1}});
-      t.items[j].slots[size_t(pos)] = copy;
-      writer[copy] = t.items.size() - 1;
-    }
-  }
-}
-
-// The order: a kernel runs after the kernels whose results it reads (RAW; an ASSIGN's result is its target buffer after
-// the write), and an in-place write (ASSIGN) after every kernel that reads the old contents of its buffer (WAR). A
-// stable topological sort: the graph's order wherever both allow it. Without an assign or a multi-output kernel (which
-// runs where its last member was, after readers of its first) the graph's order is one.
-std::vector<size_t> run_order(ScheduleCtx& ctx) {
-  Template& t = ctx.t;
-  std::vector<size_t> order;
-  if (!ctx.has_assign && ctx.groups.empty()) {
-    for (size_t i = 0; i < t.items.size(); i++) order.push_back(i);
-    return order;
-  }
-  std::unordered_map<int, size_t> writer;  // slot -> the item that writes it
-  for (size_t i = 0; i < t.items.size(); i++)
-    for (int k = 0; k < t.items[i].n_out; k++) writer[t.items[i].slots[size_t(k)]] = i;
-  copy_old_contents(ctx, writer);
-  size_t ni = t.items.size();
-  std::vector<std::vector<size_t>> next(ni);
-  std::vector<int> deps(ni, 0);
-  auto edge = [&](size_t a, size_t b) {
-    if (a == b) return;
-    next[a].push_back(b);
-    deps[b]++;
-  };
-  for (size_t j = 0; j < ni; j++) {
-    const Item& it = t.items[j];
-    for (size_t k = size_t(it.n_out); k < it.slots.size(); k++) {
-      int sl = it.slots[k];
-      auto w = writer.find(sl);
-      if (w == writer.end()) continue;
-      bool old = reads_old(it, k);
-      if (old && sl < ctx.n_inputs) edge(j, w->second);  // WAR: only an ASSIGN writes an input
-      else if (!old) edge(w->second, j);                  // RAW
-    }
-  }
-  std::priority_queue<size_t, std::vector<size_t>, std::greater<>> ready;
-  for (size_t i = 0; i < ni; i++)
-    if (deps[i] == 0) ready.push(i);
-  while (!ready.empty()) {
-    size_t i = ready.top();
-    ready.pop();
-    order.push_back(i);
-    for (size_t b : next[i])
-      if (--deps[b] == 0) ready.push(b);
-  }
-  if (order.size() != ni) throw Error("[schedule] internal: the kernels' read/write order has a cycle");
-  return order;
-}
-
 UOpRef slot_buffer(const Template& t, int sl) {
   const Slot& s = t.slots[size_t(sl)];
   UOpRef dev = UOp::make(Ops::DEVICE, dtypes::void_, {}, s.device);
@@ -106,6 +22,10 @@ UOpRef slot_buffer(const Template& t, int sl) {
 }
 
 int slot_number(const UOp* b) { return int(-1 - std::get<std::vector<int64_t>>(b->arg)[0]); }
+
+namespace {
+
+using Item = Template::Item;
 
 // plan memory's rule: a buffer the plan gives another's storage becomes that buffer
 struct MemoryPlan {
@@ -127,17 +47,40 @@ const PatternMatcher& pm_plan_memory() {
 
 }  // namespace
 
-// Stage "linearize": copies of contents an in-place write would overwrite before their readers run, then one LINEAR
-// of the kernels' CALLs in the order they run.
+// Stage "linearize": the kernel graph's CALLs in an order it allows (tinygrad's linearisation of the kernel graph). A
+// CALL runs after the CALLs under the AFTERs among its sources: the writers of the buffers it reads (RAW) and, for a
+// buffer it writes in place, the readers of the old contents (WAR). A stable topological sort (Kahn's, lowest item
+// first): the graph's order wherever both allow it.
 void linearize(ScheduleCtx& ctx) {
-  const Template& t = ctx.t;
-  std::vector<UOpRef> calls;
-  for (size_t i : run_order(ctx)) {
-    const Item& it = t.items[i];
-    std::vector<UOpRef> bufs;
-    for (int sl : it.slots) bufs.push_back(slot_buffer(t, sl));
-    calls.push_back(UOp::make(Ops::CALL, dtypes::void_, bufs, std::vector<int64_t>{int64_t(i), it.n_out}));
+  const size_t ni = ctx.t.items.size();
+  std::vector<const UOp*> call_of(ni, nullptr);
+  for (const UOp* u : toposort(ctx.kernels.get()))
+    if (u->op == Ops::CALL) call_of.at(size_t(std::get<std::vector<int64_t>>(u->arg)[0])) = u;
+  std::vector<std::vector<size_t>> next(ni);
+  std::vector<int> deps(ni, 0);
+  for (size_t i = 0; i < ni; i++) {
+    if (!call_of[i]) throw Error("[schedule] internal: kernel " + std::to_string(i) + " is not in the kernel graph");
+    for (auto& s : call_of[i]->src())
+      if (s->op == Ops::AFTER)
+        for (size_t k = 1; k < s->nsrc(); k++) {
+          next.at(size_t(std::get<std::vector<int64_t>>(s->src(k)->arg)[0])).push_back(i);
+          deps[i]++;
+        }
   }
+  std::priority_queue<size_t, std::vector<size_t>, std::greater<>> ready;
+  for (size_t i = 0; i < ni; i++)
+    if (deps[i] == 0) ready.push(i);
+  std::vector<UOpRef> calls;
+  while (!ready.empty()) {
+    size_t i = ready.top();
+    ready.pop();
+    std::vector<UOpRef> bufs;  // the graph's CALL with its buffers as they are: the AFTERs' ordering is in the LINEAR's
+    for (auto& s : call_of[i]->src()) bufs.push_back(s->op == Ops::AFTER ? s->src()[0] : s);
+    calls.push_back(call_of[i]->replace_src(bufs));
+    for (size_t b : next[i])
+      if (--deps[b] == 0) ready.push(b);
+  }
+  if (calls.size() != ni) throw Error("[schedule] internal: the kernels' read/write order has a cycle");
   ctx.linear = UOp::make(Ops::LINEAR, dtypes::void_, calls);
 }
 

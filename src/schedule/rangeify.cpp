@@ -378,7 +378,11 @@ struct KernelBuilder {
 
 KernelAst rangeify(ScheduleCtx& ctx, const UOp* root) {
   KernelBuilder kb{ctx.shapes, root, ctx.row_fused, {}, {}, 0, {}, ctx.knobs.simplify_valid, {root}};
-  if (auto g = ctx.groups.find(root); g != ctx.groups.end()) kb.outputs = g->second;
+  if (auto ms = group_members(root); !ms.empty()) {  // a multi-output kernel: the members, then the leader
+    kb.outputs.clear();
+    for (auto& m : ms) kb.outputs.push_back(m.get());
+    kb.outputs.push_back(root);
+  }
   UOpRef built = kb.kernel_ast();
   bool check = false;
   std::vector<IndexDiag> diags;

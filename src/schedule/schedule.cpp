@@ -118,12 +118,16 @@ void run_split_reduceop(ScheduleCtx& c) {
     }
 }
 
-int value_slot(ScheduleCtx& c, const UOp* u) {  // the slot holding u's value (contiguous)
+}  // namespace
+
+int value_slot(const ScheduleCtx& c, const UOp* u) {  // the slot holding u's value (contiguous)
   if (auto it = c.slot_of.find(u); it != c.slot_of.end()) return it->second;
   if (u->op == Ops::BUFFERIZE) u = u->src(0);  // a view of a buffer stored as it is: the buffer
   if (const UOp* b = contiguous_buffer(u)) return c.slot_of.at(b);
   throw Error(std::string("[schedule] internal: no buffer for ") + op_name(u->op));
 }
+
+namespace {
 
 // ---- stage "bufferize to store": each BUFFERIZE becomes the boundary of a kernel. Its value is computed by a kernel
 // that STOREs it into a buffer slot of its own (a kernel AST built by rangeify: range propagation over the value, the
@@ -136,6 +140,7 @@ struct StoreCtx {
   const UOp* at = nullptr;  // the BUFFERIZE visited
   int slot = -1;          // its slot; -1: none yet (or none needed: a view of a buffer)
   bool aliased = false;   // its value is a buffer already: no item
+  NodeSet grouped;        // the members of multi-output kernels (stored by their leader's)
 
   int64_t numel(const UOp* b) const {
     int64_t n = 1;
@@ -147,12 +152,13 @@ struct StoreCtx {
     return *this;
   }
   // Whether b gets an item of its own: a slot, something to compute, not stored by its group's kernel.
-  bool stores(const UOp* b) const { return slot >= 0 && !aliased && numel(b) != 0 && !c.leader_of.count(b); }
+  bool stores(const UOp* b) const { return slot >= 0 && !aliased && numel(b) != 0 && !grouped.count(b); }
   Template::Item item_for(const UOp* b) {
     Template::Item item{ScheduleItem::Kind::Kernel, {}, {slot}, c.t.slots[size_t(slot)].device, {}};
-    if (auto g = c.groups.find(b); g != c.groups.end()) {  // a multi-output kernel: the members' slots, in order
+    if (auto ms = group_members(b); !ms.empty()) {  // a multi-output kernel: the members' slots, then its own
       item.slots.clear();
-      for (const UOp* m : g->second) item.slots.push_back(c.slot_of.at(m));
+      for (auto& m : ms) item.slots.push_back(c.slot_of.at(m.get()));
+      item.slots.push_back(slot);
       item.n_out = int(item.slots.size());
     }
     return item;
@@ -191,8 +197,10 @@ const PatternMatcher& pm_bufferize_to_store() {
         }
         return {};
       }),
-      // BUFFERIZE(ASSIGN(target, value)) -> the target buffer's slot, written in place
-      rule(op<Ops::BUFFERIZE>(op<Ops::ASSIGN>(x, y), z), [](auto& m) -> UOpRef {
+      // BUFFERIZE(ASSIGN(target, value), ...) -> the target buffer's slot, written in place (a multi-output
+      // kernel's leader has its members as further sources)
+      rule(op_any<opset<Ops::BUFFERIZE>>, [](auto& m) -> UOpRef {
+        if (m.root->src(0)->op != Ops::ASSIGN) return {};
         StoreCtx& s = m.template ctx<StoreCtx>().visit(m.root);
         const UOp* tb = assign_buffer(m.root->src(0)->src(0));
         if (!tb) throw Error("[assign] the target must be a realised buffer or a view of one");
@@ -230,8 +238,8 @@ const PatternMatcher& pm_bufferize_to_store() {
   return pm;
 }
 
-// One item per BUFFERIZE that is not a buffer already. False when a kernel would recompute a row-fused broadcast:
-// those EXPANDs are refused row fusion, and the realize map runs again.
+// One item per BUFFERIZE that is not a buffer already, then the kernel graph (kernel_graph.cpp). False when a kernel
+// would recompute a row-fused broadcast: those EXPANDs are refused row fusion, and the realize map runs again.
 bool bufferize_to_store(ScheduleCtx& c) {
   Template& t = c.t;
   t.slots.resize(size_t(c.n_inputs));
@@ -240,6 +248,8 @@ bool bufferize_to_store(ScheduleCtx& c) {
     it = it->first->op == Ops::BUFFER ? std::next(it) : c.slot_of.erase(it);
   c.has_assign = false;
   StoreCtx s{c};
+  for (const UOp* u : c.gtopo)
+    for (auto& m : group_members(u)) s.grouped.insert(m.get());
   graph_visit(c.gtopo, pm_bufferize_to_store(), &s, "bufferize to store");
   if (!s.retry.empty()) {
     c.no_row_fuse.insert(s.retry.begin(), s.retry.end());
@@ -249,6 +259,7 @@ bool bufferize_to_store(ScheduleCtx& c) {
     t.root_shapes.push_back(c.shapes.at(c.graph[i].get()));
     if (!contiguous_buffer(c.graph[i].get())) t.becomes.emplace_back(i, c.slot_of.at(c.graph[i].get()));
   }
+  kernel_graph(c);  // the graph with each BUFFERIZE as AFTER(BUFFER, CALL)
   return true;
 }
 
@@ -286,6 +297,14 @@ void print_stage(const char* name, const ScheduleCtx& c) {
         std::fprintf(stderr, "  BUFFERIZE %zu: %s %s on %s, %s\n", n++, op_name(u->src(0)->op),
                      shape_str(c.shapes.at(u)).c_str(), device_of(u).c_str(), BufferizeOpts::of(u).str().c_str());
     std::fprintf(stderr, "  %zu BUFFERIZE, %zu row-fused\n", n, c.row_fused.size());
+    return;
+  }
+  if (std::string(name) == "group outputs") {  // the graph: a multi-output kernel's leader has its members as sources
+    std::fprintf(stderr, "%s", print_graph(UOp::make(Ops::SINK, dtypes::void_, c.graph).get()).c_str());
+    return;
+  }
+  if (std::string(name) == "bufferize to store") {  // the kernel graph
+    std::fprintf(stderr, "%s", print_graph(c.kernels.get()).c_str());
     return;
   }
   if (std::string(name) == "linearize" || std::string(name) == "plan memory") {  // the LINEAR: a CALL per line

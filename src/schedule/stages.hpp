@@ -8,11 +8,16 @@
 //   realize map     (realize_map.cpp)   which nodes materialise: pm_realize_map visited over the graph decides,
 //                                       pm_add_bufferize wraps each such node in a BUFFERIZE (ctx.graph)
 //   group outputs   (group.cpp)         multi-output kernels: nodes that read each other element for element
+//                                       join one kernel: its leader BUFFERIZE(value, DEVICE, members...)
 //   bufferize to store (schedule.cpp)   pm_bufferize_to_store: each BUFFERIZE a kernel boundary, with a buffer slot
 //                                       and the item that fills it: a copy, or a kernel that STOREs the value, whose
 //                                       AST rangeify builds (rangeify.cpp: the BUFFERIZEs below are its LOADs), then
 //                                       pm_kernel_ast (kernel_ast.cpp)
-//   linearize       (linearize.cpp)     the kernels in read/write order: one LINEAR of CALLs over slot BUFFERs
+//                                       then the kernel graph (kernel_graph.cpp): each BUFFERIZE becomes
+//                                       AFTER(BUFFER, CALL) and its readers read that, an in-place write's
+//                                       output AFTER(BUFFER, CALLs reading the old contents)
+//   linearize       (linearize.cpp)     the kernel graph's CALLs in an order it allows: one LINEAR of CALLs over
+//                                       slot BUFFERs
 //   plan memory     (linearize.cpp)     intermediate buffers reused once their last reader has run: pm_plan_memory
 //                                       rewrites the LINEAR
 //   items           (linearize.cpp)     the template's items in the LINEAR's order, with its buffers
@@ -110,14 +115,14 @@ struct ScheduleCtx {
   std::vector<std::vector<UOpRef>> old_graphs;        // earlier passes' graphs: their nodes keep their shapes' keys
   NodeSet row_fused;    // EXPANDs of reduces in graph that stay in their consumer's kernel (row fusion)
   NodeSet no_row_fuse;  // the tensor graph's EXPANDs a kernel would recompute: row fusion refused on the next pass
-  // multi-output kernels: BUFFERIZEs computed in the kernel of a later one (their group's leader)
-  std::unordered_map<const UOp*, std::vector<const UOp*>> groups;  // leader -> members, sources first, leader last
-  std::unordered_map<const UOp*, const UOp*> leader_of;             // member -> its leader
   // the kernels
   Template t;
   std::unordered_map<const UOp*, int> slot_of;  // BUFFERs and realised nodes -> slot
   int n_inputs = 0;
   bool has_assign = false;
+  // bufferize to store: the kernel graph, SINK of the roots with each BUFFERIZE replaced by the buffer it reads,
+  // AFTER(BUFFER, CALL) (a BUFFER alone: an input nothing in the schedule writes)
+  UOpRef kernels;
   UOpRef linear;  // the schedule as a LINEAR of CALLs (linearize, plan memory)
 };
 
@@ -145,8 +150,11 @@ std::vector<UOpRef> split_reduceop(std::span<const UOpRef> roots, const Knobs& k
 /** realize map: ctx.graph (BUFFERIZE nodes), ctx.gtopo, ctx.origin and ctx.row_fused from ctx.roots, topo, shapes
  *  and consumers. */
 void realize_map(ScheduleCtx& ctx);
-/** group outputs: materialised elementwise nodes that read each other element for element join one kernel. */
+/** group outputs: materialised elementwise nodes that read each other element for element join one kernel: the
+ *  group's last BUFFERIZE (its leader) becomes BUFFERIZE(value, DEVICE, the other members...) in ctx.graph. */
 void group_outputs(ScheduleCtx& ctx);
+/** A leader's other members (sources first; empty for any other node): its kernel stores them, then the leader. */
+std::span<const UOpRef> group_members(const UOp* b);
 /** One kernel: its AST (a SINK of one STORE per output: PARAM 0..n-1 for the group's members, or PARAM 0), the
  *  materialised nodes it reads (PARAM n..), and the row-fused EXPANDs whose value it would recompute. */
 struct KernelAst {
@@ -161,8 +169,10 @@ KernelAst rangeify(ScheduleCtx& ctx, const UOp* root);  // root: a BUFFERIZE
  *  compare (or, for the ops IndexCheck checks unfolded, the compare itself) also stores the IndexCheck record,
  *  PARAM check_param, sets *index_check and adds each check's diagnostic kernel to *diags. */
 UOpRef kernel_ast_rules(const UOpRef& ast, int check_param, bool* index_check, std::vector<IndexDiag>* diags = nullptr);
-/** linearize: ctx.linear, the items' CALLs with kernels after those whose results they read and in-place writes
- *  after the readers of the old contents. */
+/** The kernel graph of bufferize to store: ctx.kernels from ctx.t's items and ctx.graph. */
+void kernel_graph(ScheduleCtx& ctx);
+/** linearize: ctx.linear, the kernel graph's CALLs in an order it allows (kernels after those whose results they read,
+ *  in-place writes after the readers of the old contents). */
 void linearize(ScheduleCtx& ctx);
 /** plan memory: an intermediate buffer whose last reader has run is reused by a later one of its kind (a rewrite of
  *  ctx.linear). */
@@ -171,6 +181,12 @@ void plan_memory(ScheduleCtx& ctx);
 void items_from_linear(ScheduleCtx& ctx);
 
 // ---- shared helpers
+
+/** Slot sl as a BUFFER node: arg {-1 - sl, size} (the normalised graph's numbering of its inputs). */
+UOpRef slot_buffer(const Template& t, int sl);
+int slot_number(const UOp* b);
+/** The slot holding u's value, contiguous: its own (a BUFFER, a stored BUFFERIZE) or the buffer it views. */
+int value_slot(const ScheduleCtx& c, const UOp* u);
 
 /** graph_rewrite of the roots together (one SINK of them): the rewritten roots, in order. */
 std::vector<UOpRef> rewrite_roots(std::span<const UOpRef> roots, const PatternMatcher& pm, void* ctx, const char* name);
