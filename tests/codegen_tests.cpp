@@ -371,6 +371,65 @@ TEST_CASE("a quantised matvec sums 8-bit integer products per block: x quantised
   }
 }
 
+TEST_CASE("INT_DOT's q8_0 block sums are pair multiply-adds: adjacent int8 products per lane (vpmaddwd's form)") {
+  // factor_reduce_invariants gives each lane the block's adjacent products x[2l] w[2l] + x[2l+1] w[2l+1]; LLVM's loop
+  // vectoriser reads them as the even and odd elements of one vector, and the CPU compiler's PairMulAdd
+  // (backends/cpu/llvm_jit.cpp) rewrites the sum as the product of the whole vectors with its even and odd lanes
+  // added: the shape x86 selects as vpmaddwd. Checked: the optimised IR (DEBUG=5) has that shuffle of an int32
+  // product, and the values are bit for bit those of PAIR_MADD=0 (the same integer sums, split apart) and of a host
+  // integer reference.
+#if defined(__x86_64__)
+  const int64_t N = 24, K = 512;
+  std::mt19937 gen{21};
+  std::vector<uint8_t> blocks(size_t(N * K / 32 * 34));
+  for (auto& b : blocks) b = uint8_t(gen());
+  for (size_t b = 0; b < blocks.size(); b += 34) blocks[b + 1] = uint8_t(0x18 + gen() % 9);
+  Tensor w = Tensor::from_vector(blocks, {N, K / 32, 34}).realize();
+  Tensor::manual_seed(8);
+  Tensor x = (Tensor::randn({1, K}) * 2.0).realize();
+  ScopedEnv on("INT_DOT", "1"), fresh("CACHELEVEL", "0");
+  auto run = [&] { return x.matmul(nn::ggml_dequantize(w, "q8_0").reshape({N, K}).T()).to_vector<float>(); };
+  // an odd-lane shuffle of an int32 vector: "shufflevector <2n x i32> %m, <2n x i32> poison, <n x i32> <i32 1, ..."
+  auto has_pair = [](const std::string& ir) {
+    const std::string shuffle = "shufflevector <";
+    for (size_t at = ir.find(shuffle); at != std::string::npos; at = ir.find(shuffle, at + 1)) {
+      const std::string line = ir.substr(at, ir.find('\n', at) - at);
+      if (line.find(" x i32> %") != std::string::npos && line.find("poison, <") != std::string::npos &&
+          line.find("<i32 1, i32 3, i32 5") != std::string::npos)
+        return true;
+    }
+    return false;
+  };
+  ScopedEnv dbg("DEBUG", "5");
+  std::vector<float> got, split;
+  CHECK(has_pair(test::stderr_of([&] { got = run(); })));
+  {
+    ScopedEnv off("PAIR_MADD", "0");  // the products split apart (compiled again: the compiler's id changes)
+    CHECK(!has_pair(test::stderr_of([&] { split = run(); })));
+  }
+  REQUIRE(got.size() == size_t(N));
+  REQUIRE(split.size() == size_t(N));
+  std::vector<float> xs = x.to_vector<float>();
+  for (int64_t j = 0; j < N; j++) {
+    CHECK(std::memcmp(&got[size_t(j)], &split[size_t(j)], sizeof(float)) == 0);
+    double want = 0, mag = 0;
+    for (int64_t b = 0; b < K / 32; b++) {
+      const uint8_t* blk = &blocks[size_t((j * K / 32 + b) * 34)];
+      uint16_t h = uint16_t(blk[0] | blk[1] << 8);
+      double dw = std::ldexp(1.0 + (h & 1023) / 1024.0, ((h >> 10) & 31) - 15);
+      float amax = 0;
+      for (int64_t i = 0; i < 32; i++) amax = std::max(amax, std::fabs(xs[size_t(b * 32 + i)]));
+      float d = amax / 127.0f;
+      int64_t sum = 0;
+      for (int64_t i = 0; i < 32; i++)
+        sum += int64_t(d == 0 ? 0 : std::nearbyint(xs[size_t(b * 32 + i)] / d)) * int(int8_t(blk[2 + i]));
+      want += double(sum) * double(through_f16(d)) * dw, mag += std::fabs(double(sum) * double(through_f16(d)) * dw);
+    }
+    CHECK(std::fabs(double(got[size_t(j)]) - want) <= 1e-6 * mag + 1e-30);
+  }
+#endif
+}
+
 TEST_CASE("q6_K's matvec gets vector lanes: its byte indices split into plain loops (split_ranges on (l + 32 g) % 64, l // 16)") {
   // Element 32g + l of a q6_K half-block reads ql[32(g%2) + l] and its scale sc[(32g + l) / 16]: once the reduce
   // range is split so that every load is linear in a 16-weight loop, the heuristic unrolls that loop into lanes

@@ -11,6 +11,8 @@
 #include <llvm/IR/DiagnosticHandler.h>
 #include <llvm/IR/DiagnosticInfo.h>
 #include <llvm/IR/DiagnosticPrinter.h>
+#include <llvm/IR/IRBuilder.h>
+#include <llvm/IR/Instructions.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/LegacyPassManager.h>
 #include <llvm/IR/Module.h>
@@ -27,6 +29,7 @@
 #include <llvm/Target/TargetMachine.h>
 #include <llvm/Target/TargetOptions.h>
 #include <llvm/TargetParser/Host.h>
+#include <llvm/Transforms/Utils/Local.h>
 
 #define XXH_STATIC_LINKING_ONLY
 #include <xxhash.h>
@@ -35,7 +38,9 @@
 #include <atomic>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <mutex>
+#include <optional>
 
 #include "cpu.hpp"
 #include "tg/env.hpp"
@@ -75,11 +80,139 @@ std::string llvm_message(llvm::Error e) {
   return s;
 }
 
+// Pair multiply-adds. tg's lane loops sum integer products in adjacent pairs (factor_reduce_invariants: lane l of a
+// q8_0 block takes x[2l] w[2l] + x[2l+1] w[2l+1]). The loop vectoriser deinterleaves each pair's operands first
+// (even and odd elements of one loaded vector, `strided.vec`) and multiplies the halves apart, which x86 selects as
+// vpmovwb + vpmovsxbd + vpmulld. Written as the product of the whole vectors with its even and odd lanes added, the
+// same sum is what the backends select as one multiply-add of 16-bit pairs (x86 vpmaddwd, vpdpwssd with an
+// accumulator; other targets their widening multiply-adds, or the plain multiply and shuffles):
+//   add(mul(E(even(A)), E'(even(B))), mul(E(odd(A)), E'(odd(B))))
+//     -> add(even(m), odd(m)), m = mul(E(A), E'(B)),
+// E, E' the same lane-wise casts and operations with splat constants on both halves (a sign extension; q4_0's
+// nibble arithmetic). The values are the same lane for lane (integer adds and multiplies, no rounding).
+class PairMulAdd {
+ public:
+  // Rewrites every such pair among the terms of each sum of vector integer adds in f (LLVM's reassociation may
+  // have put a pair's two products in different adds of the sum); returns how many pairs.
+  static int run(llvm::Function& f) {
+    auto is_add = [](llvm::Value* v) {
+      auto* b = llvm::dyn_cast<llvm::BinaryOperator>(v);
+      return b && b->getOpcode() == llvm::Instruction::Add && b->getType()->isVectorTy() &&
+             b->getType()->getScalarType()->isIntegerTy(32);
+    };
+    std::vector<llvm::BinaryOperator*> roots;  // adds not summed further by an add with only them as user
+    for (llvm::BasicBlock& bb : f)
+      for (llvm::Instruction& i : bb)
+        if (is_add(&i) && !(i.hasOneUse() && is_add(i.user_back()) &&
+                            llvm::cast<llvm::Instruction>(i.user_back())->getParent() == &bb))
+          roots.push_back(llvm::cast<llvm::BinaryOperator>(&i));
+    int n = 0;
+    std::optional<PairMulAdd> p;  // one per block: the whole vectors a block's rows share (x's) are widened once
+    std::vector<llvm::Instruction*> dead;
+    for (llvm::BinaryOperator* root : roots) {
+      std::vector<llvm::Value*> terms;
+      std::vector<llvm::Value*> stack{root};
+      while (!stack.empty()) {
+        llvm::Value* v = stack.back();
+        stack.pop_back();
+        auto* b = llvm::dyn_cast<llvm::BinaryOperator>(v);
+        if (is_add(v) && (v == root || (v->hasOneUse() && b->getParent() == root->getParent())))
+          stack.insert(stack.end(), {b->getOperand(1), b->getOperand(0)});
+        else
+          terms.push_back(v);
+      }
+      auto is_mul = [](llvm::Value* v) {
+        auto* b = llvm::dyn_cast<llvm::BinaryOperator>(v);
+        return b && b->getOpcode() == llvm::Instruction::Mul;
+      };
+      const unsigned lanes = llvm::cast<llvm::FixedVectorType>(root->getType())->getNumElements();
+      if (!p || p->block_ != root->getParent() || p->lanes_ != lanes) p.emplace(root, lanes);
+      p->b_.SetInsertPoint(root);
+      llvm::IRBuilder<>& b = p->b_;
+      llvm::SmallVector<int, 64> even, odd;
+      for (unsigned k = 0; k < lanes; k++) even.push_back(int(2 * k)), odd.push_back(int(2 * k + 1));
+      std::vector<llvm::Value*> sums;
+      std::vector<bool> used(terms.size(), false);
+      for (size_t i = 0; i < terms.size(); i++)
+        for (size_t j = i + 1; j < terms.size() && !used[i] && is_mul(terms[i]); j++) {
+          if (used[j] || !is_mul(terms[j])) continue;
+          llvm::Value* m = p->widen(terms[i], terms[j]);
+          if (!m) m = p->widen(terms[j], terms[i]);
+          if (!m) continue;
+          used[i] = used[j] = true;
+          sums.push_back(b.CreateAdd(b.CreateShuffleVector(m, even), b.CreateShuffleVector(m, odd)));
+        }
+      if (sums.empty()) continue;
+      n += int(sums.size());
+      for (size_t i = 0; i < terms.size(); i++)
+        if (!used[i]) sums.push_back(terms[i]);
+      llvm::Value* r = sums[0];
+      for (size_t i = 1; i < sums.size(); i++) r = b.CreateAdd(r, sums[i]);
+      root->replaceAllUsesWith(r);
+      dead.push_back(root);
+    }
+    for (llvm::Instruction* d : dead) llvm::RecursivelyDeleteTriviallyDeadInstructions(d);
+    return n;
+  }
+
+  PairMulAdd(llvm::Instruction* at, unsigned lanes) : b_(at), block_(at->getParent()), lanes_(lanes) {}
+
+  // the shuffle's source when s takes its even (parity 0) or odd (1) elements, each of a vector twice as long
+  llvm::Value* half_of(llvm::Value* v, int parity) const {
+    auto* s = llvm::dyn_cast<llvm::ShuffleVectorInst>(v);
+    if (!s || !llvm::isa<llvm::PoisonValue, llvm::UndefValue>(s->getOperand(1))) return nullptr;
+    auto* src = llvm::dyn_cast<llvm::FixedVectorType>(s->getOperand(0)->getType());
+    if (!src || src->getNumElements() != 2 * lanes_ || s->getShuffleMask().size() != lanes_) return nullptr;
+    for (unsigned k = 0; k < lanes_; k++)
+      if (s->getShuffleMask()[k] != int(2 * k) + parity) return nullptr;
+    return s->getOperand(0);
+  }
+  llvm::Type* twice(llvm::Type* t) const { return llvm::FixedVectorType::get(t->getScalarType(), 2 * lanes_); }
+
+  // e over the whole vectors, given e over their even elements and o the same over their odd ones; null if o is not
+  llvm::Value* widen(llvm::Value* e, llvm::Value* o) {
+    auto [it, fresh] = memo_.try_emplace({e, o}, nullptr);
+    if (fresh) it->second = widen_new(e, o);
+    return it->second;
+  }
+  llvm::Value* widen_new(llvm::Value* e, llvm::Value* o) {
+    if (llvm::Value* a = half_of(e, 0); a && a == half_of(o, 1)) return a;
+    if (auto* c = llvm::dyn_cast<llvm::Constant>(e)) {
+      llvm::Constant* s = c->getSplatValue();
+      return s && e == o ? llvm::ConstantVector::getSplat(llvm::ElementCount::getFixed(2 * lanes_), s) : nullptr;
+    }
+    if (auto* ce = llvm::dyn_cast<llvm::CastInst>(e)) {
+      auto* co = llvm::dyn_cast<llvm::CastInst>(o);
+      if (!co || co->getOpcode() != ce->getOpcode() || co->getType() != ce->getType()) return nullptr;
+      llvm::Value* w = widen(ce->getOperand(0), co->getOperand(0));
+      return w ? b_.CreateCast(ce->getOpcode(), w, twice(ce->getType())) : nullptr;
+    }
+    auto* be = llvm::dyn_cast<llvm::BinaryOperator>(e);
+    auto* bo = llvm::dyn_cast<llvm::BinaryOperator>(o);
+    if (!be || !bo || be->getOpcode() != bo->getOpcode()) return nullptr;
+    for (int swap = 0; swap < (be->isCommutative() ? 2 : 1); swap++) {
+      llvm::Value* x = widen(be->getOperand(0), bo->getOperand(swap));
+      llvm::Value* y = x ? widen(be->getOperand(1), bo->getOperand(1 - swap)) : nullptr;
+      if (!y) continue;
+      auto* r = llvm::cast<llvm::BinaryOperator>(b_.CreateBinOp(be->getOpcode(), x, y));
+      r->copyIRFlags(be);
+      r->andIRFlags(bo);
+      return r;
+    }
+    return nullptr;
+  }
+
+  llvm::IRBuilder<> b_;
+  llvm::BasicBlock* block_;
+  unsigned lanes_;
+  std::map<std::pair<llvm::Value*, llvm::Value*>, llvm::Value*> memo_;
+};
+
 class LLVMCompiler : public Compiler {
  public:
   // The id names everything that changes the binary (cached on disk under it): LLVM, pipeline, host.
   LLVMCompiler() : id_("llvm-" LLVM_VERSION_STRING "-O2-slp-noalias-" + host_id()) {}
-  std::string id() const override { return id_; }
+  std::string id() const override { return id_ + (getenv_int("PAIR_MADD", 1) ? "-pairmadd1" : ""); }
 
   std::vector<uint8_t> compile(const std::string& src, const std::string& name) override {
     const HostTarget& h = host();
@@ -143,6 +276,10 @@ class LLVMCompiler : public Compiler {
     pb.registerLoopAnalyses(lam);
     pb.crossRegisterProxies(lam, fam, cgam, mam);
     pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2).run(*m, mam);
+    if (getenv_int("PAIR_MADD", 1))
+      for (llvm::Function& f : *m)
+        if (!f.isDeclaration()) PairMulAdd::run(f);
+    if (debug_level() >= 5) llvm::errs() << "; optimised IR of " << name << "\n" << *m << "\n";
 
     llvm::SmallVector<char, 0> obj;
     llvm::raw_svector_ostream os(obj);

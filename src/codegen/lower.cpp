@@ -276,14 +276,38 @@ UOpRef factor_reduce_invariants(const UOpRef& k, int64_t lanes) {
         for (int64_t t = 0; t < count; t++) next.push_back(substitute(p, {{r, at(t)}}));
       parts = std::move(next);
     };
+    // Integer products (int_dot_product's) sum adjacent pairs in each lane: lane l of copy t takes element
+    // (t / 2) * 2 * lanes + 2 * l + t % 2, so the lane loop reads each pair's two operands as the even and odd
+    // elements of one vector, the form the CPU compiler turns into pair multiply-adds (vpmaddwd; llvm_jit.cpp).
+    // Only where both factors are loaded integers (q8_0's int8s; q4_0's nibbles would be read two bytes apart).
+    const UOp* ai = a->op == Ops::CAST ? a->src(0) : nullptr;
+    auto loaded = [](const UOp* f) {
+      if (f->op != Ops::CAST) return false;
+      f = f->src(0);
+      if (f->op == Ops::BITCAST) f = f->src(0);
+      return f->op == Ops::LOAD;
+    };
+    const bool pairs =
+        ai && ai->dtype == dtypes::int32 && ai->op == Ops::MUL && loaded(ai->src(0)) && loaded(ai->src(1));
+    auto copy_inner_loops = [&] {
+      if (copy_loops)
+        for (size_t j = *pick; j < loops.size(); j++)
+          copies(loops[j], size_of(loops[j]), [](int64_t t) { return ci(t); });
+    };
+    if (pairs) copy_inner_loops();  // the unrolled copies innermost: a pair's two terms stay next to each other
     for (const UOp* u : unrolls) {
       UOpRef l = UOp::range(ci(lanes), next_id++, AxisType::Unroll);
       keep.push_back(l);
       kept.emplace_back(u, l);
-      copies(u, size_of(u) / lanes, [&](int64_t t) { return ci(t * lanes)->alu(Ops::ADD, l); });
+      const int64_t count = size_of(u) / lanes;
+      if (pairs && count % 2 == 0)
+        copies(u, count, [&](int64_t t) {
+          return ci(t / 2 * 2 * lanes + t % 2)->alu(Ops::ADD, l->alu(Ops::MUL, ci(2)));
+        });
+      else
+        copies(u, count, [&](int64_t t) { return ci(t * lanes)->alu(Ops::ADD, l); });
     }
-    if (copy_loops)
-      for (size_t j = *pick; j < loops.size(); j++) copies(loops[j], size_of(loops[j]), [](int64_t t) { return ci(t); });
+    if (!pairs) copy_inner_loops();
     // Terms that are integers cast to float (int_dot_product's 8-bit products, in int32) are summed as integers and
     // cast once: the same value (float sums of integers below 2^24 are exact; past it the integer sum is the exact
     // one), one vector integer add a copy, and the form LLVM turns into multiply-adds of 16-bit pairs.
@@ -294,9 +318,15 @@ UOpRef factor_reduce_invariants(const UOpRef& k, int64_t lanes) {
     const bool ints = ie && ie->dtype == dtypes::int32 && ie->bounds().known && terms > 0 &&
                       std::max(-ie->vmin(), ie->vmax()) < (int64_t(1) << 31) / terms;
     // summed in order, each product fused into the sum (as an accumulator's update: pm_mulacc)
-    UOpRef inner = ints ? parts[0]->src()[0] : parts[0];
-    for (size_t i = 1; i < parts.size(); i++)
-      inner = ints                         ? inner->alu(Ops::ADD, parts[i]->src()[0])
+    // (integers: each pair added first, (p0 + p1) + (p2 + p3) + ...)
+    auto pair = [&](size_t i) {
+      UOpRef p = parts[i]->src()[0];
+      return pairs && i + 1 < parts.size() ? p->alu(Ops::ADD, parts[i + 1]->src()[0]) : p;
+    };
+    const size_t step = ints && pairs ? 2 : 1;
+    UOpRef inner = ints ? pair(0) : parts[0];
+    for (size_t i = step; i < parts.size(); i += step)
+      inner = ints                         ? inner->alu(Ops::ADD, pair(i))
               : parts[i]->op == Ops::MUL ? UOp::make(Ops::MULACC, n->dtype, {parts[i]->src()[0], parts[i]->src()[1], inner})
                                          : inner->alu(Ops::ADD, parts[i]);
     if (!copy_loops) {

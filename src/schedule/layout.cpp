@@ -201,10 +201,11 @@ std::optional<Dequant> dequant_of(const UOp* b, int64_t block, LayoutCtx& c) {
 // movement ops (matmul's transposes and reshapes) that keep the summed axis whole down to the reshape merging its
 // blocks (..., nb, 32) -> (..., nb * 32). Serial devices (CPUs) whose vector ISA has integer multiply-adds
 // (int_simd), fewer than 32 rows of x (a decode step, a short prompt; from 32 rows on packed_matmul dequantises the
-// weight once into float panels for a GEMM). Off by default (INT_DOT=1 turns it on): LLVM vectorises each lane's
-// sum as 32-bit multiplies (vpmovsxbd + vpmulld), not as 16-bit pair multiply-adds (vpmaddwd/vpdpwssd, which it
-// selects for mul(sext <32 x i8>, sext <32 x i8>) followed by adding the even and odd lanes), and with the two
-// quantising kernels the product ran 0.87-0.91x the float one (bench/qmatvec, Zen 5); the pairs form is the next step.
+// weight once into float panels for a GEMM). Off by default (INT_DOT=1 turns it on). q8_0's lanes sum adjacent pairs
+// of products, which the CPU compiler turns into 16-bit pair multiply-adds (vpmaddwd; PairMulAdd in
+// backends/cpu/llvm_jit.cpp): 1.15-1.18x the float product on AVX-512 (bench/qmatvec, Zen 5), but 0.85x on AVX2
+// (TG_CPU=haswell: 4-row tiles, two vpmaddwd of 16 bytes a block and row, against vpmovsxbd + cvt + FMA); q4_0's
+// nibbles are still multiplied as int32 lanes (vpmulld): 0.88-0.95x.
 UOpRef int_dot_product(const UOp* red, LayoutCtx& c) {
   constexpr int64_t B = 32, kMaxRows = 32;
   const auto& ra = std::get<ReduceArg>(red->arg);
