@@ -144,6 +144,50 @@ TEST_CASE("CPU exp2/log2 are decomposed into vectorisable ALU ops within about 1
   CHECK(sl[6] == 7.0f);
 }
 
+TEST_CASE("exp2 of a value known to be <= 0 (softmax's) scales in one step: the general form's bits, 13 ops") {
+  // x.clamp_max(0) is where(0 < x, 0, x): the decomposition sees the bound and drops the upper clamp and the
+  // two-step scale. Over [-160, 0], random negative bit patterns and the edges, its results are the general form's
+  // (exp2 of the same non-positive values, unclamped) to the last bit, and within 1 ulp of the float64 values.
+  if (!want_transcendental_decomposition(get_device(default_device()).renderer())) return;  // library exp2
+  std::mt19937 g{11};
+  std::uniform_real_distribution<float> wide(-160, 0), near0(-1, 0);
+  std::vector<float> v;
+  for (int i = 0; i < 200000; i++) {
+    uint32_t b = g() | 0x80000000u;  // negative, every exponent (and negative NaNs)
+    float f;
+    std::memcpy(&f, &b, 4);
+    v.push_back(f), v.push_back(wide(g)), v.push_back(near0(g));
+  }
+  for (float s : {0.0f, -0.0f, -INFINITY, NAN, -126.0f, -126.5f, -127.0f, -149.0f, -149.5f, -150.0f, -150.5f,
+                  -151.0f, -151.5f, -1e-45f, -0.5f, -1.5f})
+    v.push_back(s);
+  Tensor x = Tensor::from_vector(v, {int64_t(v.size())});
+  std::vector<float> e = x.clamp_max(0).exp2().to_vector<float>(), ref = x.exp2().to_vector<float>();
+  double worst = 0;
+  size_t differ = 0;
+  for (size_t i = 0; i < v.size(); i++) {
+    differ += std::memcmp(&e[i], &ref[i], 4) != 0 && !(std::isnan(e[i]) && std::isnan(ref[i]));
+    worst = std::max(worst, ulps(e[i], std::exp2(double(v[i]))));
+  }
+  CHECK(differ == 0);
+  CHECK(worst < 1.0);  // measured 0.91, as the general form
+  Tensor sp = Tensor::from_vector(std::vector<float>{0.0f, -1.0f, -149.0f, -150.0f, -INFINITY, -126.0f}, {6});
+  CHECK(sp.clamp_max(0).exp2().to_vector<float>() == std::vector<float>{1.0f, 0.5f, 0x1p-149f, 0.0f, 0.0f, 0x1p-126f});
+  // The op count of softmax's row kernel: one shift (the general form: two, and an arithmetic shift right), no
+  // upper clamp (one compare for the max(x, -151) and one for the clamp at 0).
+  Tensor r = Tensor(Tensor::randn({8, 512}));
+  r.realize();
+  int shl = 0, shr = 0, cmp = 0, fma = 0;
+  for (const UOp* u : lower_first(r.softmax(-1)).program) {
+    shl += u->op == Ops::SHL, shr += u->op == Ops::SHR, cmp += u->op == Ops::CMPLT && dtypes::is_float(u->src(0)->dtype);
+    fma += u->op == Ops::MULACC;
+  }
+  CHECK(fma == 6);
+  CHECK(shl == 1);
+  CHECK(shr == 0);
+  CHECK(cmp == 2);
+}
+
 TEST_CASE("TRANSCENDENTAL chooses library calls or the decomposition; bad values are errors") {
   Tensor a = Tensor::rand({64});
   a.realize();
