@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -19,6 +20,7 @@
 #include "tg/nn/nn.hpp"
 #include "tg/nn/state.hpp"
 #include "tg/schedule.hpp"
+#include "../src/nn/gguf_grids.hpp"
 
 using namespace tg;
 using Bytes = std::vector<uint8_t>;
@@ -645,7 +647,7 @@ TEST_CASE("GGUF dequantisation is exact: f16, bf16, q8_0, q4_0, q4_1, q4_K, q5_K
     CHECK(bits(y.to_vector<float>()) == bits(entry.second));
   }
   CHECK_ERROR(nn::ggml_dequantize(k.tensors.at("q4_0").to(default_device()), "q8_0"), "q8_0 blocks must be uint8 (..., blocks, 34)");
-  CHECK_ERROR(nn::ggml_dequantize(k.tensors.at("q4_0").to(default_device()), "q3_K"), "unknown type 'q3_K'");
+  CHECK_ERROR(nn::ggml_dequantize(k.tensors.at("q4_0").to(default_device()), "q8_K"), "unknown type 'q8_K'");
   CHECK_ERROR(nn::ggml_dequantize(k.tensors.at("f16").to(default_device()), "bf16"), "a bf16 tensor must be bfloat16");
   CHECK_ERROR(nn::gguf_load(p, "DISK"), "dequantised tensors cannot be placed on DISK");
   // written back as they are: the same file bytes for the blocks
@@ -759,6 +761,372 @@ TEST_CASE("GGUF q5_0, q5_1, iq4_nl, iq4_xs and mxfp4 blocks dequantise exactly, 
   auto g2 = nn::gguf_load(p2);
   for (const auto& entry : want) CHECK(bits(g2.tensors.at(entry.first).to_vector<float>()) == bits(entry.second));
   CHECK_ERROR(nn::ggml_dequantize(k.tensors.at("q5_0").to(default_device()), "q5_1"), "q5_1 blocks must be uint8 (..., blocks, 24)");
+}
+
+TEST_CASE("GGUF q1_0, q2_K and q3_K blocks dequantise exactly, on the host and by tensor ops") {
+  // blocks packed by hand from chosen codes as ggml-common.h lays them out; expected values computed in double (each
+  // product exact there) and rounded once to float, as ggml's dequantize_row_* computes them in float
+  const uint16_t d_bits = 0x2E4B, m_bits = 0x38CD;  // d ~ 0.0983, dmin ~ 0.6001
+  double d = half_value(d_bits), dmin = half_value(m_bits);
+  std::map<std::string, std::vector<float>> want;
+  // q1_0: 2 blocks of 128; element j of a block is bit j%8 of qs[j/8]; y = bit ? d : -d
+  Bytes q1;
+  for (int b = 0; b < 2; b++) {
+    GGUFWriter::put(q1, d_bits);
+    uint8_t qs[16] = {};
+    for (int j = 0; j < 128; j++) {
+      int bit = (7 * j + 3 * b + j / 5) % 3 == 0;
+      qs[j / 8] = uint8_t(qs[j / 8] | bit << (j % 8));
+      want["q1_0"].push_back(float(bit ? d : -d));
+    }
+    append(q1, qs, 16);
+  }
+  REQUIRE(q1.size() == 36);
+  // q2_K / q3_K: 2 blocks of 256. Element e = 128h + 32j + 16k + l (sub-block s = 8h + 2j + k of 16) holds a 2-bit
+  // code in bits 2j, 2j+1 of qs[32h + 16k + l]; q3_K adds a high bit, bit 4h + j of hmask[16k + l]
+  Bytes q2, q3;
+  for (int b = 0; b < 2; b++) {
+    uint8_t qs[64] = {}, hmask[32] = {}, sc2[16], sc3[12] = {};
+    int ls2[16], lm2[16], ls3[16], code[256], high[256];
+    for (int s = 0; s < 16; s++) {
+      ls2[s] = (5 * s + 3 + b) % 16, lm2[s] = (11 * s + 7 * b) % 16, ls3[s] = (37 * s + 13 + 9 * b) % 64;
+      sc2[s] = uint8_t(ls2[s] | lm2[s] << 4);
+      // q3_K's 6-bit scale s: low nibble in nibble s/8 of byte s%8, high 2 bits in bits 2(s/4) of byte 8 + s%4
+      sc3[s % 8] = uint8_t(sc3[s % 8] | (ls3[s] & 15) << 4 * (s / 8));
+      sc3[8 + s % 4] = uint8_t(sc3[8 + s % 4] | (ls3[s] >> 4) << 2 * (s / 4));
+    }
+    for (int h = 0; h < 2; h++)
+      for (int j = 0; j < 4; j++)
+        for (int k = 0; k < 2; k++)
+          for (int l = 0; l < 16; l++) {
+            int e = 128 * h + 32 * j + 16 * k + l;
+            code[e] = (3 * e + b + e / 7) % 4, high[e] = (e * 5 + b) % 3 != 0;
+            qs[32 * h + 16 * k + l] = uint8_t(qs[32 * h + 16 * k + l] | code[e] << 2 * j);
+            hmask[16 * k + l] = uint8_t(hmask[16 * k + l] | high[e] << (4 * h + j));
+          }
+    for (int e = 0; e < 256; e++) {
+      int s = (e / 128) * 8 + (e % 128) / 32 * 2 + (e % 32) / 16;
+      want["q2_K"].push_back(float(d * ls2[s] * code[e] - dmin * lm2[s]));
+      want["q3_K"].push_back(float(d * (ls3[s] - 32) * (code[e] - (high[e] ? 0 : 4))));
+    }
+    append(q2, sc2, 16);
+    append(q2, qs, 64);
+    GGUFWriter::put(q2, d_bits);
+    GGUFWriter::put(q2, m_bits);
+    append(q3, hmask, 32);
+    append(q3, qs, 64);
+    append(q3, sc3, 12);
+    GGUFWriter::put(q3, d_bits);
+  }
+  REQUIRE(q2.size() == 2 * 84);
+  REQUIRE(q3.size() == 2 * 110);
+  CHECK(*std::min_element(want["q3_K"].begin(), want["q3_K"].end()) < 0);
+  GGUFWriter w;
+  w.tensors.push_back({"q1_0", {128, 2}, 41, q1});
+  w.tensors.push_back({"q2_K", {256, 2}, 10, q2});
+  w.tensors.push_back({"q3_K", {256, 2}, 11, q3});
+  std::string p = tmp_path("quant3.gguf");
+  write_bytes(p, w.build());
+  auto bits = [](const std::vector<float>& v) {
+    std::vector<uint32_t> b(v.size());
+    std::memcpy(b.data(), v.data(), v.size() * 4);
+    return b;
+  };
+  auto g = nn::gguf_load(p);
+  auto k = nn::gguf_load(p, "DISK", false);
+  CHECK(g.tensors.at("q3_K").shape() == Shape{2, 256});
+  CHECK(k.tensors.at("q1_0").shape() == Shape{2, 1, 18});
+  CHECK(k.tensors.at("q2_K").shape() == Shape{2, 1, 84});
+  std::map<std::string, Tensor> raw;
+  std::map<std::string, std::string> types;
+  for (const auto& entry : want) {
+    const std::string name = entry.first;  // a plain variable: clang 14 cannot capture bindings (CAPTURE)
+    CAPTURE(name);
+    CHECK(g.tensor_types.at(name) == name);
+    CHECK(bits(g.tensors.at(name).to_vector<float>()) == bits(entry.second));
+    Tensor y = nn::ggml_dequantize(k.tensors.at(name).to(default_device()), name);
+    CHECK(y.shape() == g.tensors.at(name).shape());
+    CHECK(bits(y.to_vector<float>()) == bits(entry.second));
+    raw[name] = k.tensors.at(name), types[name] = name;
+  }
+  std::string p2 = tmp_path("quant3_raw.gguf");
+  nn::gguf_save(p2, {}, raw, types);
+  auto g2 = nn::gguf_load(p2);
+  for (const auto& entry : want) CHECK(bits(g2.tensors.at(entry.first).to_vector<float>()) == bits(entry.second));
+  CHECK_ERROR(nn::ggml_dequantize(k.tensors.at("q2_K").to(default_device()), "q3_K"), "q3_K blocks must be uint8 (..., blocks, 110)");
+}
+
+TEST_CASE("GGUF IQ blocks (iq1_s, iq1_m, iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s) dequantise exactly") {
+  // blocks packed by hand from chosen grid indices, sign bits and scales as ggml-common.h lays them out; magnitudes
+  // from ggml's grids (gguf_grids.hpp, generated and checked against tinygrad's copy by scripts/gen_gguf_grids.py);
+  // the 7-bit sign codes expanded here by their definition (bit 7 = parity), not by ksigns_iq2xs; expected values
+  // computed in double (each exact there) and rounded once
+  namespace G = nn::ggml_grids;
+  const uint16_t d_bits = 0x2E4B;  // d ~ 0.0983
+  double d = half_value(d_bits);
+  auto sign_byte = [](int code) { return code | (__builtin_popcount(unsigned(code)) % 2) << 7; };
+  auto u8 = [](uint64_t g, int j) { return double((g >> 8 * j) & 0xFF); };
+  auto s8 = [](uint64_t g, int j) { return double(int8_t(uint8_t(g >> 8 * j))); };
+  auto sgn = [](int bits, int j) { return (bits >> j) & 1 ? -1.0 : 1.0; };
+  auto pick = [](int i, int mod) { return int((uint32_t(i) * 2654435761u >> 7) % uint32_t(mod)); };
+  std::map<std::string, std::vector<float>> want;
+  std::map<std::string, Bytes> blocks;
+  {  // iq2_xxs: per 32: u32 of 4 grid indices (bytes), u32 of 4 7-bit sign codes | 4-bit scale << 28; db = d(0.5+s)/4
+    Bytes b;
+    GGUFWriter::put(b, d_bits);
+    for (int ib = 0; ib < 8; ib++) {
+      int sc = pick(ib, 16);
+      uint32_t idx = 0, codes = uint32_t(sc) << 28;
+      for (int l = 0; l < 4; l++) {
+        int gi = pick(4 * ib + l + 100, 256), code = pick(4 * ib + l + 200, 128);
+        idx |= uint32_t(gi) << 8 * l, codes |= uint32_t(code) << 7 * l;
+        for (int j = 0; j < 8; j++)
+          want["iq2_xxs"].push_back(float(d * (0.5 + sc) * 0.25 * u8(G::iq2xxs_grid[gi], j) * sgn(sign_byte(code), j)));
+      }
+      GGUFWriter::put(b, idx);
+      GGUFWriter::put(b, codes);
+    }
+    blocks["iq2_xxs"] = b;
+  }
+  {  // iq2_xs: 32 u16 (9-bit grid index | 7-bit sign code << 9), then 8 bytes of two 4-bit scales (groups 0-1, 2-3)
+    Bytes b, scales;
+    GGUFWriter::put(b, d_bits);
+    for (int ib = 0; ib < 8; ib++) {
+      int s0 = pick(ib + 300, 16), s1 = pick(ib + 310, 16);
+      scales.push_back(uint8_t(s0 | s1 << 4));
+      for (int l = 0; l < 4; l++) {
+        int gi = pick(4 * ib + l + 400, 512), code = pick(4 * ib + l + 500, 128);
+        GGUFWriter::put(b, uint16_t(gi | code << 9));
+        for (int j = 0; j < 8; j++)
+          want["iq2_xs"].push_back(float(d * (0.5 + (l < 2 ? s0 : s1)) * 0.25 * u8(G::iq2xs_grid[gi], j) * sgn(sign_byte(code), j)));
+      }
+    }
+    append(b, scales.data(), 8);
+    blocks["iq2_xs"] = b;
+  }
+  {  // iq2_s: qs[32] (index low 8 bits), signs[32] (a bit per element), qh[8] (2 high index bits per group), scales[8]
+    uint8_t qs[32], signs[32], qh[8] = {}, scales[8];
+    for (int ib = 0; ib < 8; ib++) {
+      int s0 = pick(ib + 600, 16), s1 = pick(ib + 610, 16);
+      scales[ib] = uint8_t(s0 | s1 << 4);
+      for (int l = 0; l < 4; l++) {
+        int gi = pick(4 * ib + l + 700, 1024), sg = pick(4 * ib + l + 800, 256);
+        qs[4 * ib + l] = uint8_t(gi & 0xFF), signs[4 * ib + l] = uint8_t(sg);
+        qh[ib] = uint8_t(qh[ib] | (gi >> 8) << 2 * l);
+        for (int j = 0; j < 8; j++)
+          want["iq2_s"].push_back(float(d * (0.5 + (l < 2 ? s0 : s1)) * 0.25 * u8(G::iq2s_grid[gi], j) * sgn(sg, j)));
+      }
+    }
+    Bytes b;
+    GGUFWriter::put(b, d_bits);
+    for (const uint8_t* part : {qs, signs}) append(b, part, 32);
+    append(b, qh, 8);
+    append(b, scales, 8);
+    blocks["iq2_s"] = b;
+  }
+  {  // iq3_xxs: qs[64] (grid indices, 4 values each; 2 per 8 elements), per 32 a u32 of 4 sign codes | scale << 28
+    uint8_t qs[64];
+    Bytes tail;
+    for (int ib = 0; ib < 8; ib++) {
+      int sc = pick(ib + 900, 16);
+      uint32_t codes = uint32_t(sc) << 28;
+      for (int l = 0; l < 4; l++) {
+        int g1 = pick(8 * ib + 2 * l + 1000, 256), g2 = pick(8 * ib + 2 * l + 1001, 256), code = pick(4 * ib + l + 1100, 128);
+        qs[8 * ib + 2 * l] = uint8_t(g1), qs[8 * ib + 2 * l + 1] = uint8_t(g2);
+        codes |= uint32_t(code) << 7 * l;
+        for (int j = 0; j < 8; j++)
+          want["iq3_xxs"].push_back(float(d * (0.5 + sc) * 0.5 * u8(G::iq3xxs_grid[j < 4 ? g1 : g2], j % 4) * sgn(sign_byte(code), j)));
+      }
+      GGUFWriter::put(tail, codes);
+    }
+    Bytes b;
+    GGUFWriter::put(b, d_bits);
+    append(b, qs, 64);
+    append(b, tail.data(), tail.size());
+    blocks["iq3_xxs"] = b;
+  }
+  {  // iq3_s: qs[64] (index low bits), qh[8] (bit 2l / 2l+1 of qh[ib]: 9th bit of index 2l / 2l+1), signs[32],
+     // scales[4] (4-bit s per 32, db = d(1 + 2s))
+    uint8_t qs[64], qh[8] = {}, signs[32], scales[4] = {};
+    for (int ib = 0; ib < 8; ib++) {
+      int sc = pick(ib + 1200, 16);
+      scales[ib / 2] = uint8_t(scales[ib / 2] | sc << 4 * (ib % 2));
+      for (int l = 0; l < 4; l++) {
+        int g1 = pick(8 * ib + 2 * l + 1300, 512), g2 = pick(8 * ib + 2 * l + 1301, 512), sg = pick(4 * ib + l + 1400, 256);
+        qs[8 * ib + 2 * l] = uint8_t(g1 & 0xFF), qs[8 * ib + 2 * l + 1] = uint8_t(g2 & 0xFF), signs[4 * ib + l] = uint8_t(sg);
+        qh[ib] = uint8_t(qh[ib] | (g1 >> 8) << 2 * l | (g2 >> 8) << (2 * l + 1));
+        for (int j = 0; j < 8; j++)
+          want["iq3_s"].push_back(float(d * (1 + 2 * sc) * u8(G::iq3s_grid[j < 4 ? g1 : g2], j % 4) * sgn(sg, j)));
+      }
+    }
+    Bytes b;
+    GGUFWriter::put(b, d_bits);
+    append(b, qs, 64);
+    append(b, qh, 8);
+    append(b, signs, 32);
+    append(b, scales, 4);
+    blocks["iq3_s"] = b;
+  }
+  {  // iq1_s: qs[32] (index low bits), qh[8] u16: 3 high bits per group of 8 (bits 3l), scale s (bits 12-14), the
+     // sign of delta (bit 15); y = d(2s + 1) * (grid value + delta), delta = +-1/8
+    uint8_t qs[32];
+    Bytes b, hs;
+    for (int ib = 0; ib < 8; ib++) {
+      int sc = pick(ib + 1500, 8), neg = pick(ib + 1510, 2);
+      uint16_t qh = uint16_t(sc << 12 | neg << 15);
+      for (int l = 0; l < 4; l++) {
+        int gi = pick(4 * ib + l + 1600, 2048);
+        qs[4 * ib + l] = uint8_t(gi & 0xFF);
+        qh = uint16_t(qh | (gi >> 8) << 3 * l);
+        for (int j = 0; j < 8; j++) want["iq1_s"].push_back(float(d * (2 * sc + 1) * (s8(G::iq1s_grid[gi], j) + (neg ? -0.125 : 0.125))));
+      }
+      GGUFWriter::put(hs, qh);
+    }
+    GGUFWriter::put(b, d_bits);
+    append(b, qs, 32);
+    append(b, hs.data(), hs.size());
+    blocks["iq1_s"] = b;
+  }
+  {  // iq1_m: qs[32], qh[16] (per group of 8: 3 high index bits and the sign of delta, a nibble each), scales as 4 u16:
+     // 3-bit scales (bits 6(ib%2) and +3 of u16 ib/2: groups 0-1 and 2-3 of 32), d's f16 bits in their top nibbles
+    const uint16_t dm_bits = 0x3A21;
+    double dm = half_value(dm_bits);
+    uint8_t qs[32], qh[16] = {};
+    uint16_t sc[4] = {};
+    for (int q = 0; q < 4; q++) sc[q] = uint16_t(((dm_bits >> 4 * q) & 0xF) << 12);
+    for (int ib = 0; ib < 8; ib++) {
+      int s1 = pick(ib + 1700, 8), s2 = pick(ib + 1710, 8);
+      sc[ib / 2] = uint16_t(sc[ib / 2] | s1 << 6 * (ib % 2) | s2 << (6 * (ib % 2) + 3));
+      for (int l = 0; l < 4; l++) {
+        int gi = pick(4 * ib + l + 1800, 2048), neg = pick(4 * ib + l + 1900, 2);
+        qs[4 * ib + l] = uint8_t(gi & 0xFF);
+        qh[2 * ib + l / 2] = uint8_t(qh[2 * ib + l / 2] | ((gi >> 8) | neg << 3) << 4 * (l % 2));
+        for (int j = 0; j < 8; j++)
+          want["iq1_m"].push_back(float(dm * (2 * (l < 2 ? s1 : s2) + 1) * (s8(G::iq1s_grid[gi], j) + (neg ? -0.125 : 0.125))));
+      }
+    }
+    Bytes b;
+    append(b, qs, 32);
+    append(b, qh, 16);
+    for (uint16_t v : sc) GGUFWriter::put(b, v);
+    blocks["iq1_m"] = b;
+  }
+  const std::map<std::string, std::pair<uint32_t, size_t>> code = {{"iq2_xxs", {16, 66}}, {"iq2_xs", {17, 74}},
+      {"iq3_xxs", {18, 98}}, {"iq1_s", {19, 50}}, {"iq3_s", {21, 110}}, {"iq2_s", {22, 82}}, {"iq1_m", {29, 56}}};
+  GGUFWriter w;
+  for (const auto& entry : blocks) {
+    const std::string name = entry.first;
+    CAPTURE(name);
+    CHECK(entry.second.size() == code.at(name).second);
+    CHECK(want.at(name).size() == 256);
+    w.tensors.push_back({name, {256}, code.at(name).first, entry.second});
+  }
+  std::string p = tmp_path("quant_iq.gguf");
+  write_bytes(p, w.build());
+  auto bits = [](const std::vector<float>& v) {
+    std::vector<uint32_t> b(v.size());
+    std::memcpy(b.data(), v.data(), v.size() * 4);
+    return b;
+  };
+  auto g = nn::gguf_load(p);
+  auto k = nn::gguf_load(p, "DISK", false);
+  for (const auto& entry : want) {
+    const std::string name = entry.first;
+    CAPTURE(name);
+    CHECK(g.tensor_types.at(name) == name);
+    CHECK(bits(g.tensors.at(name).to_vector<float>()) == bits(entry.second));
+    CHECK(k.tensors.at(name).shape() == Shape{1, int64_t(code.at(name).second)});
+    // one byte short: an error naming the file
+    Bytes one;
+    GGUFWriter t;
+    t.tensors.push_back({name, {256}, code.at(name).first, Bytes(blocks.at(name).begin(), blocks.at(name).end() - 1)});
+    one = t.build();
+    CHECK_ERROR(gguf_of(one), "mem.gguf", "lies past the end of the file");
+  }
+  CHECK(bits(g.tensors.at("iq1_s").to_vector<float>()) != bits(g.tensors.at("iq1_m").to_vector<float>()));
+  CHECK_ERROR(nn::ggml_dequantize(k.tensors.at("iq2_s").to(default_device()), "iq2_s"), "[ggml_dequantize] iq2_s",
+              "dequantised on load only");
+  // kept as stored, they are written back as they are
+  std::map<std::string, Tensor> raw;
+  std::map<std::string, std::string> types;
+  for (const auto& entry : blocks) raw[entry.first] = k.tensors.at(entry.first), types[entry.first] = entry.first;
+  std::string p2 = tmp_path("quant_iq_raw.gguf");
+  nn::gguf_save(p2, {}, raw, types);
+  auto g2 = nn::gguf_load(p2);
+  for (const auto& entry : want) CHECK(bits(g2.tensors.at(entry.first).to_vector<float>()) == bits(entry.second));
+}
+
+TEST_CASE("GGUF int8/16/32/64 and float64 tensors keep their dtype and values") {
+  GGUFWriter w;
+  std::vector<int8_t> i8 = {-128, -1, 0, 127};
+  std::vector<int16_t> i16 = {-32768, 12345, -2, 32767};
+  std::vector<int32_t> i32 = {INT32_MIN, 16777217, -7, INT32_MAX};
+  std::vector<int64_t> i64 = {INT64_MIN, (int64_t(1) << 53) + 1, -3, INT64_MAX};
+  std::vector<double> f64 = {0.1, -1e300, 5e-324, 1.0 / 3};
+  auto bytes_of = [](const auto& v) {
+    Bytes b;
+    append(b, v.data(), v.size() * sizeof(v[0]));
+    return b;
+  };
+  w.tensors.push_back({"i8", {4}, 24, bytes_of(i8)});
+  w.tensors.push_back({"i16", {2, 2}, 25, bytes_of(i16)});
+  w.tensors.push_back({"i32", {4}, 26, bytes_of(i32)});
+  w.tensors.push_back({"i64", {2, 2}, 27, bytes_of(i64)});
+  w.tensors.push_back({"f64", {4}, 28, bytes_of(f64)});
+  std::string p = tmp_path("native.gguf");
+  write_bytes(p, w.build());
+  for (bool deq : {true, false}) {
+    CAPTURE(deq);
+    auto g = nn::gguf_load(p, "", deq);
+    CHECK(g.tensor_types.at("i64") == "i64");
+    CHECK(g.tensors.at("i8").dtype() == dtypes::int8);
+    CHECK(g.tensors.at("i16").shape() == Shape{2, 2});
+    CHECK(g.tensors.at("i8").to_vector<int8_t>() == i8);
+    CHECK(g.tensors.at("i16").to_vector<int16_t>() == i16);
+    CHECK(g.tensors.at("i32").to_vector<int32_t>() == i32);
+    CHECK(g.tensors.at("i64").to_vector<int64_t>() == i64);
+    CHECK(g.tensors.at("f64").to_vector<double>() == f64);
+  }
+  auto k = nn::gguf_load(p, "DISK", false);
+  CHECK(k.tensors.at("i64").to(default_device()).to_vector<int64_t>() == i64);
+  CHECK(nn::ggml_dequantize(k.tensors.at("i32").to(default_device()), "i32").to_vector<float>() ==
+        std::vector<float>{-2147483648.f, 16777216.f, -7.f, 2147483648.f});
+  CHECK(nn::ggml_dequantize(k.tensors.at("f64").to(default_device()), "f64").to_vector<float>() ==
+        std::vector<float>{0.1f, -INFINITY, 0.f, float(1.0 / 3)});
+  CHECK_ERROR(nn::ggml_dequantize(k.tensors.at("i8").to(default_device()), "i16"), "a i16 tensor must be int16");
+  // written back (from DISK views and from a computed tensor) and read again: the same elements
+  std::map<std::string, Tensor> back;
+  std::map<std::string, std::string> types;
+  for (const char* name : {"i8", "i16", "i32", "i64", "f64"}) back[name] = k.tensors.at(name), types[name] = name;
+  back["i32"] = Tensor::from_vector(i32, {4}) + 0;
+  std::string p2 = tmp_path("native_back.gguf");
+  nn::gguf_save(p2, {}, back, types);
+  auto g2 = nn::gguf_load(p2);
+  CHECK(g2.tensors.at("i16").shape() == Shape{2, 2});
+  CHECK(g2.tensors.at("i8").to_vector<int8_t>() == i8);
+  CHECK(g2.tensors.at("i16").to_vector<int16_t>() == i16);
+  CHECK(g2.tensors.at("i32").to_vector<int32_t>() == i32);
+  CHECK(g2.tensors.at("i64").to_vector<int64_t>() == i64);
+  CHECK(g2.tensors.at("f64").to_vector<double>() == f64);
+  CHECK_ERROR(nn::gguf_save(p2, {}, {{"x", Tensor::zeros({2})}}, {{"x", "i32"}}), "tensor 'x' is float32; type i32 stores int32 tensors");
+}
+
+TEST_CASE("a truncated tensor of each newly read GGUF type is an error naming the file") {
+  struct Case {
+    uint32_t type;
+    uint64_t elems, bytes;
+  };
+  for (Case c : {Case{41, 128, 18}, Case{10, 256, 84}, Case{11, 256, 110}, Case{24, 4, 4}, Case{25, 4, 8},
+                 Case{26, 4, 16}, Case{27, 4, 32}, Case{28, 4, 32}}) {
+    CAPTURE(c.type);
+    GGUFWriter w;
+    w.tensors.push_back({"t", {c.elems}, c.type, Bytes(size_t(c.bytes), 1)});
+    Bytes full = w.build();
+    CHECK_NOTHROW(gguf_of(full));
+    Bytes cut(full.begin(), full.end() - 1);
+    CHECK_ERROR(gguf_of(cut), "mem.gguf", "tensor 't'", "lies past the end of the file");
+    CHECK_ERROR(nn::gguf_load_bytes(cut.data(), cut.size(), "mem.gguf", "DISK", false), "mem.gguf", "lies past the end");
+  }
 }
 
 TEST_CASE("gguf_save writes metadata and f32/f16/q8_0/q4_0 tensors that gguf_load reads back") {
@@ -887,8 +1255,8 @@ TEST_CASE("malformed GGUF files are errors naming the file and the problem") {
     w.tensors[0].dims = {4};
     CHECK_ERROR(gguf_of(w.build()), "'t'", "lies past the end of the file");
     w.tensors[0].dims = {2};
-    w.tensors[0].type = 10;
-    CHECK_ERROR(gguf_of(w.build()), "type q2_K, which tg does not dequantise");
+    w.tensors[0].type = 9;
+    CHECK_ERROR(gguf_of(w.build()), "type q8_1, which tg does not dequantise");
     w.tensors[0].type = 99;
     CHECK_ERROR(gguf_of(w.build()), "unknown ggml type 99");
     w.tensors[0].type = 12;  // q4_K: blocks of 256 elements, 144 bytes

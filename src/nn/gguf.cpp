@@ -7,6 +7,7 @@
 #include <cstring>
 #include <set>
 
+#include "gguf_grids.hpp"
 #include "mapped.hpp"
 #include "tg/device.hpp"
 #include "tg/schedule.hpp"
@@ -39,19 +40,50 @@ GgmlType ggml_type(uint32_t t) {
     case 7: return {"q5_1", 32, 24};
     case 8: return {"q8_0", 32, 34};
     case 9: return {"q8_1", 0, 0};
-    case 10: return {"q2_K", 0, 0};
-    case 11: return {"q3_K", 0, 0};
+    case 10: return {"q2_K", 256, 84};
+    case 11: return {"q3_K", 256, 110};
     case 12: return {"q4_K", 256, 144};
     case 13: return {"q5_K", 256, 176};
     case 14: return {"q6_K", 256, 210};
     case 15: return {"q8_K", 0, 0};
     case 20: return {"iq4_nl", 32, 18};
     case 23: return {"iq4_xs", 256, 136};
+    case 24: return {"i8", 1, 1};
+    case 25: return {"i16", 1, 2};
+    case 26: return {"i32", 1, 4};
+    case 27: return {"i64", 1, 8};
+    case 28: return {"f64", 1, 8};
     case 30: return {"bf16", 1, 2};
     case 39: return {"mxfp4", 32, 17};
+    case 41: return {"q1_0", 128, 18};
+    case 16: return {"iq2_xxs", 256, 66};
+    case 17: return {"iq2_xs", 256, 74};
+    case 18: return {"iq3_xxs", 256, 98};
+    case 19: return {"iq1_s", 256, 50};
+    case 21: return {"iq3_s", 256, 110};
+    case 22: return {"iq2_s", 256, 82};
+    case 29: return {"iq1_m", 256, 56};
     default: return {nullptr, 0, 0};
   }
 }
+
+// The dtype of a type stored one element at a time (f32, f16, bf16, the ints, f64); uint8 (the blocks) otherwise.
+DType element_dtype(uint32_t t) {
+  switch (t) {
+    case 0: return dtypes::float32;
+    case 1: return dtypes::float16;
+    case 24: return dtypes::int8;
+    case 25: return dtypes::int16;
+    case 26: return dtypes::int32;
+    case 27: return dtypes::int64;
+    case 28: return dtypes::float64;
+    case 30: return dtypes::bfloat16;
+    default: return dtypes::uint8;
+  }
+}
+
+// ggml's integer and float64 types are data, not weights: they keep their dtype even when the rest is dequantised.
+bool keeps_dtype(uint32_t t) { return t >= 24 && t <= 28; }
 
 struct Reader {
   const uint8_t* p;
@@ -311,6 +343,165 @@ void dequantize(const uint8_t* src, const TensorInfo& t, float* y) {
         }
       }
       break;
+    // The IQ types: each group of 8 (or 4) elements is a lattice point, an index into a ggml grid (gguf_grids.hpp)
+    // whose bytes are the magnitudes, with signs from a 7-bit code (ksigns_iq2xs: the 8th sign makes the count of
+    // minus signs even) or from a bit per element; a 4-bit (or 3-bit) scale per sub-block.
+    case 16:  // iq2_xxs: d (f16), per 32 elements two u32: 4 grid indices (bytes) and 4 7-bit sign codes + a 4-bit scale
+      for (uint64_t i = 0; i < nb; i++, src += 66) {
+        float d = f16(src);
+        for (int ib = 0; ib < 8; ib++) {
+          uint32_t aux[2];
+          std::memcpy(aux, src + 2 + 8 * ib, 8);
+          float db = d * (0.5f + float(aux[1] >> 28)) * 0.25f;
+          for (int l = 0; l < 4; l++, y += 8) {
+            uint64_t g = ggml_grids::iq2xxs_grid[(aux[0] >> 8 * l) & 0xFF];
+            uint8_t signs = ggml_grids::ksigns_iq2xs[(aux[1] >> 7 * l) & 127];
+            for (int j = 0; j < 8; j++) y[j] = db * float((g >> 8 * j) & 0xFF) * (signs >> j & 1 ? -1.f : 1.f);
+          }
+        }
+      }
+      break;
+    case 17:  // iq2_xs: d (f16), 32 u16 (9-bit grid index | 7-bit sign code << 9), 8 bytes of two 4-bit scales
+      for (uint64_t i = 0; i < nb; i++, src += 74) {
+        float d = f16(src);
+        for (int ib = 0; ib < 8; ib++) {
+          uint8_t sc = src[66 + ib];
+          float db[2] = {d * (0.5f + float(sc & 0xF)) * 0.25f, d * (0.5f + float(sc >> 4)) * 0.25f};
+          for (int l = 0; l < 4; l++, y += 8) {
+            uint16_t q;
+            std::memcpy(&q, src + 2 + 2 * (4 * ib + l), 2);
+            uint64_t g = ggml_grids::iq2xs_grid[q & 511];
+            uint8_t signs = ggml_grids::ksigns_iq2xs[q >> 9];
+            for (int j = 0; j < 8; j++) y[j] = db[l / 2] * float((g >> 8 * j) & 0xFF) * (signs >> j & 1 ? -1.f : 1.f);
+          }
+        }
+      }
+      break;
+    case 22:  // iq2_s: d (f16), qs[32] (grid index low bits), signs[32] (a bit per element), qh[8] (2 high bits per
+              // index), scales[8] (two 4-bit scales)
+      for (uint64_t i = 0; i < nb; i++, src += 82) {
+        float d = f16(src);
+        const uint8_t *qs = src + 2, *signs = src + 34, *qh = src + 66, *scales = src + 74;
+        for (int ib = 0; ib < 8; ib++) {
+          float db[2] = {d * (0.5f + float(scales[ib] & 0xF)) * 0.25f, d * (0.5f + float(scales[ib] >> 4)) * 0.25f};
+          for (int l = 0; l < 4; l++, y += 8) {
+            uint64_t g = ggml_grids::iq2s_grid[qs[4 * ib + l] | ((qh[ib] << (8 - 2 * l)) & 0x300)];
+            uint8_t sg = signs[4 * ib + l];
+            for (int j = 0; j < 8; j++) y[j] = db[l / 2] * float((g >> 8 * j) & 0xFF) * (sg >> j & 1 ? -1.f : 1.f);
+          }
+        }
+      }
+      break;
+    case 18:  // iq3_xxs: d (f16), qs[64] (grid indices, 4 values each), per 32 elements a u32 of 4 7-bit sign codes +
+              // a 4-bit scale
+      for (uint64_t i = 0; i < nb; i++, src += 98) {
+        float d = f16(src);
+        const uint8_t* qs = src + 2;
+        for (int ib = 0; ib < 8; ib++, qs += 8) {
+          uint32_t aux;
+          std::memcpy(&aux, src + 66 + 4 * ib, 4);
+          float db = d * (0.5f + float(aux >> 28)) * 0.5f;
+          for (int l = 0; l < 4; l++, y += 8) {
+            uint8_t signs = ggml_grids::ksigns_iq2xs[(aux >> 7 * l) & 127];
+            uint32_t g1 = ggml_grids::iq3xxs_grid[qs[2 * l]], g2 = ggml_grids::iq3xxs_grid[qs[2 * l + 1]];
+            for (int j = 0; j < 4; j++) {
+              y[j] = db * float((g1 >> 8 * j) & 0xFF) * (signs >> j & 1 ? -1.f : 1.f);
+              y[j + 4] = db * float((g2 >> 8 * j) & 0xFF) * (signs >> (j + 4) & 1 ? -1.f : 1.f);
+            }
+          }
+        }
+      }
+      break;
+    case 21:  // iq3_s: d (f16), qs[64] (grid index low bits), qh[8] (a 9th bit per index), signs[32], scales[4]
+              // (two 4-bit scales s: 1 + 2s)
+      for (uint64_t i = 0; i < nb; i++, src += 110) {
+        float d = f16(src);
+        const uint8_t *qs = src + 2, *qh = src + 66, *signs = src + 74, *scales = src + 106;
+        for (int ib = 0; ib < 8; ib++, qs += 8, signs += 4) {
+          float db = d * float(1 + 2 * ((scales[ib / 2] >> 4 * (ib % 2)) & 0xF));
+          for (int l = 0; l < 4; l++, y += 8) {
+            uint32_t g1 = ggml_grids::iq3s_grid[qs[2 * l] | ((qh[ib] << (8 - 2 * l)) & 256)];
+            uint32_t g2 = ggml_grids::iq3s_grid[qs[2 * l + 1] | ((qh[ib] << (7 - 2 * l)) & 256)];
+            for (int j = 0; j < 4; j++) {
+              y[j] = db * float((g1 >> 8 * j) & 0xFF) * (signs[l] >> j & 1 ? -1.f : 1.f);
+              y[j + 4] = db * float((g2 >> 8 * j) & 0xFF) * (signs[l] >> (j + 4) & 1 ? -1.f : 1.f);
+            }
+          }
+        }
+      }
+      break;
+    case 19:  // iq1_s: d (f16), qs[32] (grid index low bits), qh[8] u16 (4 x 3 high index bits, a 3-bit scale s,
+              // the sign of delta); y = (d * (2s + 1)) * (grid value (-1, 0, 1) + delta)
+      for (uint64_t i = 0; i < nb; i++, src += 50) {
+        float d = f16(src);
+        const uint8_t* qs = src + 2;
+        for (int ib = 0; ib < 8; ib++, qs += 4) {
+          uint16_t qh;
+          std::memcpy(&qh, src + 34 + 2 * ib, 2);
+          float dl = d * float(2 * ((qh >> 12) & 7) + 1);
+          float delta = qh & 0x8000 ? -ggml_grids::iq1s_delta : ggml_grids::iq1s_delta;
+          for (int l = 0; l < 4; l++, y += 8) {
+            uint64_t g = ggml_grids::iq1s_grid[qs[l] | (((qh >> 3 * l) & 7) << 8)];
+            for (int j = 0; j < 8; j++) y[j] = dl * (float(int8_t(g >> 8 * j)) + delta);
+          }
+        }
+      }
+      break;
+    case 29:  // iq1_m: qs[32] (grid index low bits), qh[16] (per 8 elements 3 high index bits and the sign of delta),
+              // scales[8] (4 u16: 3-bit scales, and the 4 top bits of each make d's f16 bits)
+      for (uint64_t i = 0; i < nb; i++, src += 56) {
+        uint16_t sc[4];
+        std::memcpy(sc, src + 48, 8);
+        uint16_t dbits = uint16_t((sc[0] >> 12) | ((sc[1] >> 8) & 0x00F0) | ((sc[2] >> 4) & 0x0F00) | (sc[3] & 0xF000));
+        float d = half_bits_to_float(dbits);
+        const uint8_t *qs = src, *qh = src + 32;
+        for (int ib = 0; ib < 8; ib++, qs += 4, qh += 2) {
+          float dl[2] = {d * float(2 * ((sc[ib / 2] >> (6 * (ib % 2))) & 7) + 1),
+                         d * float(2 * ((sc[ib / 2] >> (6 * (ib % 2) + 3)) & 7) + 1)};
+          for (int l = 0; l < 4; l++, y += 8) {
+            uint8_t h = uint8_t(qh[l / 2] >> 4 * (l % 2));  // 3 high index bits, then the sign of delta
+            uint64_t g = ggml_grids::iq1s_grid[qs[l] | ((h & 7) << 8)];
+            float delta = h & 0x08 ? -ggml_grids::iq1s_delta : ggml_grids::iq1s_delta;
+            for (int j = 0; j < 8; j++) y[j] = dl[l / 2] * (float(int8_t(g >> 8 * j)) + delta);
+          }
+        }
+      }
+      break;
+    case 41:  // q1_0: d (f16), 16 bytes of sign bits, element j = bit j%8 of byte j/8; y = bit ? d : -d
+      for (uint64_t i = 0; i < nb; i++, src += 18, y += 128) {
+        float d = f16(src);
+        for (int j = 0; j < 128; j++) y[j] = (src[2 + j / 8] >> (j % 8)) & 1 ? d : -d;
+      }
+      break;
+    case 10:  // q2_K: scales[16] (4-bit scale | 4-bit min << 4), qs[64], d, dmin (f16); sub-block s of 16:
+              // y = (d * sc[s]) * q - dmin * m[s], q = 2 bits of qs
+    case 11:  // q3_K: hmask[32], qs[64], 12 bytes of 6-bit scales, d (f16); y = (d * (sc[s] - 32)) * (q - (h ? 0 : 4))
+      for (uint64_t i = 0; i < nb; i++) {
+        bool three = t.type == 11;
+        const uint8_t* hm = src;
+        const uint8_t* q = src + (three ? 32 : 16);
+        const uint8_t* sc = three ? src + 96 : src;
+        float d = f16(src + (three ? 108 : 80)), dmin = three ? 0.f : f16(src + 82);
+        // half h, shift j, k: sub-block s = 8h + 2j + k, elements 128h + 32j + 16k + l from qs[32h + 16k + l] >> 2j,
+        // q3_K's high bit from bit 4h + j of hmask[16k + l]
+        for (int h = 0; h < 2; h++)
+          for (int j = 0; j < 4; j++)
+            for (int k = 0; k < 2; k++) {
+              int s = 8 * h + 2 * j + k;
+              const uint8_t* qq = q + 32 * h + 16 * k;
+              if (three) {
+                int ls = ((sc[s % 8] >> 4 * (s / 8)) & 0xF) | (((sc[8 + s % 4] >> 2 * (s / 4)) & 3) << 4);
+                float dl = d * float(ls - 32);
+                for (int l = 0; l < 16; l++)
+                  *y++ = dl * float(((qq[l] >> 2 * j) & 3) - ((hm[16 * k + l] >> (4 * h + j)) & 1 ? 0 : 4));
+              } else {
+                float dl = d * float(sc[s] & 0xF), ml = dmin * float(sc[s] >> 4);
+                for (int l = 0; l < 16; l++) *y++ = dl * float((qq[l] >> 2 * j) & 3) - ml;
+              }
+            }
+        src += three ? 110 : 84;
+      }
+      break;
   }
 }
 
@@ -362,7 +553,7 @@ GGUFFile parse(const Bytes& f, const std::string& path, const std::string& devic
     GgmlType gt = ggml_type(t.type);
     if (!gt.name) r.bad("tensor '" + t.name + "' has unknown ggml type " + std::to_string(t.type));
     if (gt.block == 0)
-      r.bad("tensor '" + t.name + "' has type " + gt.name + ", which tg does not dequantise (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, mxfp4)");
+      r.bad("tensor '" + t.name + "' has type " + gt.name + ", which tg does not dequantise (f32, f16, bf16, f64, i8-i64, q1_0, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq1_s, iq1_m, iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s, iq4_nl, iq4_xs, mxfp4)");
     if ((t.dims.empty() ? 1 : t.dims[0]) % gt.block != 0)
       r.bad("tensor '" + t.name + "' (" + gt.name + ") has a first dimension of " + std::to_string(t.dims.empty() ? 1 : t.dims[0]) +
             ", not a multiple of the block size " + std::to_string(gt.block));
@@ -395,7 +586,7 @@ GGUFFile parse(const Bytes& f, const std::string& path, const std::string& devic
     out.tensor_types.emplace(t.name, ggml_type(t.type).name);
     out.shapes.emplace(t.name, s);
     const uint8_t* src = f.p + data_start + t.offset;
-    if (dequantise) {
+    if (dequantise && !keeps_dtype(t.type)) {
       std::vector<float> y(size_t(t.nelem));
       if (t.nelem) dequantize(src, t, y.data());
       out.tensors.emplace(t.name, Tensor::from_blob(y.data(), s, dtypes::float32, device));
@@ -403,7 +594,7 @@ GGUFFile parse(const Bytes& f, const std::string& path, const std::string& devic
     }
     // as stored: f32/f16/bf16 in their dtype, quantised blocks as uint8 (..., blocks per row, bytes per block)
     GgmlType gt = ggml_type(t.type);
-    DType dt = t.type == 0 ? dtypes::float32 : t.type == 1 ? dtypes::float16 : t.type == 30 ? dtypes::bfloat16 : dtypes::uint8;
+    DType dt = element_dtype(t.type);
     Shape rs = s;
     if (gt.block > 1) {
       if (rs.empty()) rs.push_back(1);
@@ -491,6 +682,51 @@ Tensor ggml_dequantize(const Tensor& raw, const std::string& type) {
   if (type == "f32") return as_float(dtypes::float32);
   if (type == "f16") return as_float(dtypes::float16);
   if (type == "bf16") return as_float(dtypes::bfloat16);
+  if (type == "f64") return as_float(dtypes::float64);
+  if (type == "i8") return as_float(dtypes::int8);
+  if (type == "i16") return as_float(dtypes::int16);
+  if (type == "i32") return as_float(dtypes::int32);
+  if (type == "i64") return as_float(dtypes::int64);
+  if (type == "q1_0") {  // y = bit ? d : -d = (2 bit - 1) * d; element j is bit j%8 of byte j/8
+    need(18);
+    Tensor b = merge_last(unpack(cols(raw, 2, 18), 1).transpose(-1, -2)).cast(dtypes::float32);  // (..., 128)
+    return merge_last((b * 2.0 - 1.0) * f16_at(raw, 0));
+  }
+  if (type == "q2_K" || type == "q3_K") {  // sub-block s of 16: q2_K y = (d * sc[s]) * q - dmin * m[s];
+                                          // q3_K y = (d * (sc[s] - 32)) * (q | h << 2) - 4)
+    bool three = type == "q3_K";
+    need(three ? 110 : 84);
+    auto shape = [&](std::initializer_list<int64_t> tail) {
+      Shape s = raw.shape();
+      s.pop_back();
+      s.insert(s.end(), tail);
+      return s;
+    };
+    // element 128h + 32j + 16k + l is bits 2j..2j+1 of qs[32h + 16k + l]: (..., h, k, j, l) -> (..., h, j, k, l)
+    int64_t o = three ? 32 : 16;
+    Tensor q = unpack(cols(raw, o, o + 64).reshape(shape({2, 2, 16})), 2).transpose(-3, -2);
+    Tensor d = f16_at(raw, three ? 108 : 80).reshape(shape({1, 1, 1, 1}));
+    Tensor y;
+    if (three) {
+      // the high bit is bit 4h + j of hmask[16k + l]: (..., k, h, j, l) -> (..., h, j, k, l)
+      Tensor h = unpack(cols(raw, 0, 32).reshape(shape({2, 16})), 1).reshape(shape({2, 2, 4, 16}));
+      h = h.transpose(-4, -3).transpose(-3, -2);
+      Tensor qf = q.bitwise_or(h.lshift(Tensor(2).cast(dtypes::uint8))).cast(dtypes::float32) - 4.0;
+      // sc[s] = nibble s/8 of byte s%8 | bits 2(s/4).. of byte 8 + s%4 << 4
+      Tensor lo = merge_last(unpack(cols(raw, 96, 104), 4)), hi = merge_last(unpack(cols(raw, 104, 108), 2));
+      Tensor sc = lo.bitwise_or(hi.lshift(Tensor(4).cast(dtypes::uint8))).cast(dtypes::float32) - 32.0;
+      y = (d * sc.reshape(shape({2, 4, 2, 1}))) * qf;
+    } else {
+      Tensor sc = cols(raw, 0, 16).reshape(shape({2, 4, 2, 1}));
+      Tensor dl = d * sc.bitwise_and(Tensor(15).cast(dtypes::uint8)).cast(dtypes::float32);
+      Tensor ml = f16_at(raw, 82).reshape(shape({1, 1, 1, 1})) * sc.rshift(Tensor(4).cast(dtypes::uint8)).cast(dtypes::float32);
+      y = dl * q.cast(dtypes::float32) - ml;
+    }
+    Shape out = raw.shape();
+    out.pop_back();
+    out.back() *= 256;
+    return y.reshape(out);
+  }
   if (type == "q8_0") {  // y = d * q
     need(34);
     return merge_last(cols(raw, 2, 34).bitcast(dtypes::int8).cast(dtypes::float32) * f16_at(raw, 0));
@@ -580,7 +816,11 @@ Tensor ggml_dequantize(const Tensor& raw, const std::string& type) {
     out.back() *= 256;
     return y.reshape(out);
   }
-  throw Error("[ggml_dequantize] unknown type '" + type + "' (f32, f16, bf16, q8_0, q4_0, q4_1, q5_0, q5_1, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, mxfp4)");
+  for (uint32_t c : {16, 17, 18, 19, 21, 22, 29})
+    if (type == ggml_type(c).name)
+      throw Error("[ggml_dequantize] " + type + " (a lattice-grid type) is dequantised on load only: load the file with "
+                  "gguf_load(path, device, true); its grid lookups have no tensor-op form in tg yet");
+  throw Error("[ggml_dequantize] unknown type '" + type + "' (f32, f16, bf16, f64, i8, i16, i32, i64, q1_0, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, mxfp4)");
 }
 
 namespace {
@@ -687,10 +927,39 @@ void gguf_save(const std::string& path, const std::map<std::string, GGUFValue>& 
     std::string type = it == types.end() ? "f32" : it->second;
     uint32_t code = type == "f32" ? 0 : type == "f16" ? 1 : type == "q4_0" ? 2 : type == "q8_0" ? 8 : ~0u;
     uint32_t raw_code = ~0u;  // a uint8 tensor of blocks, written as it is
-    for (uint32_t c = 2; c < 40 && t.dtype() == dtypes::uint8; c++)
+    for (uint32_t c = 2; c < 42 && t.dtype() == dtypes::uint8; c++)
       if (ggml_type(c).name && ggml_type(c).block > 1 && type == ggml_type(c).name) raw_code = c;
+    for (uint32_t c = 24; c <= 28; c++)
+      if (type == ggml_type(c).name) {  // ints and f64: the tensor's own elements, in its dtype
+        if (t.dtype() != element_dtype(c))
+          throw Error("[gguf_save] " + path + ": tensor '" + name + "' is " + t.dtype().name() + "; type " + type +
+                      " stores " + element_dtype(c).name() + " tensors");
+        raw_code = c;
+      }
     if (raw_code != ~0u) {
       GgmlType gt = ggml_type(raw_code);
+      if (gt.block == 1) {
+        if (t.ndim() > 4)
+          throw Error("[gguf_save] " + path + ": tensor '" + name + "' has " + std::to_string(t.ndim()) + " dims, GGUF allows 4");
+        Tensor c = (get_device(t.device()).runs_kernels() ? t : t.to(default_device())).contiguous();
+        std::vector<uint8_t> bytes(size_t(t.numel()) * gt.bytes);
+        auto copy = [&](auto v) { std::memcpy(bytes.data(), v.data(), bytes.size()); };
+        switch (raw_code) {
+          case 24: copy(c.to_vector<int8_t>()); break;
+          case 25: copy(c.to_vector<int16_t>()); break;
+          case 26: copy(c.to_vector<int32_t>()); break;
+          case 27: copy(c.to_vector<int64_t>()); break;
+          default: copy(c.to_vector<double>()); break;
+        }
+        head.str(name);
+        head.put(uint32_t(t.ndim()));
+        for (auto d = t.shape().rbegin(); d != t.shape().rend(); ++d) head.put(uint64_t(*d));
+        head.put(raw_code);
+        head.put(uint64_t(data.b.size()));
+        data.b.insert(data.b.end(), bytes.begin(), bytes.end());
+        data.pad(kAlign);
+        continue;
+      }
       if (t.ndim() < 2 || t.shape().back() != int64_t(gt.bytes) || t.ndim() > 5)
         throw Error("[gguf_save] " + path + ": tensor '" + name + "' is uint8 " + shape_str(t.shape()) + ": " + type +
                     " blocks must be (..., blocks, " + std::to_string(gt.bytes) + ") with at most 4 element dims");

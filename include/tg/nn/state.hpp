@@ -122,9 +122,11 @@ struct GGUFFile {
   std::map<std::string, Shape> shapes;
 };
 
-/** Load a GGUF file (v2 or v3; alignment from general.alignment, default 32). Types f32, f16, bf16, q8_0, q4_0,
- *  q4_1, q5_0, q5_1, q4_K, q5_K, q6_K, iq4_nl, iq4_xs and mxfp4 are read; another type is an error naming it and the tensor. dequantise: each tensor
- *  is dequantised on the host to float32 with ggml's formulas (dequantize_row_*), then placed on `device`.
+/** Load a GGUF file (v2 or v3; alignment from general.alignment, default 32). The types tinygrad's gguf_load reads
+ *  are read: f32, f16, bf16, f64, i8, i16, i32, i64, q1_0, q8_0, q4_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K,
+ *  q6_K, iq1_s, iq1_m, iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s, iq4_nl, iq4_xs and mxfp4; another type is an error
+ *  naming it and the tensor. dequantise: each tensor is dequantised on the host to float32 with ggml's formulas
+ *  (dequantize_row_*), then placed on `device`; the integer types and f64 keep their dtype (int8 ... int64, float64).
  *  dequantise = false: each tensor keeps the file's bytes (see GGUFFile); on "DISK" the tensors view the mapped
  *  file (nothing is copied; the mapping lives while any of them does), on another device they are copied there. */
 GGUFFile gguf_load(const std::string& path, const std::string& device = "", bool dequantise = true);
@@ -134,14 +136,17 @@ GGUFFile gguf_load_bytes(const uint8_t* data, size_t size, const std::string& na
 /** A tensor as gguf_load(..., dequantise = false) keeps it, of GGML type `type`, dequantised to float32 by lazy
  *  tensor ops (bitcast of the f16 scales, nibble and bit unpacking, scale and offset), so that the dequantisation
  *  fuses into the kernel that reads it (a matmul reads the file's bytes, never a float32 copy). Its values equal
- *  the host dequantisation's exactly. A wrong dtype or block size, or an unknown type, is a tg::Error. */
+ *  the host dequantisation's exactly. The integer types and f64 are cast to float32. The lattice-grid types (iq1_s,
+ *  iq1_m, iq2_*, iq3_*) are dequantised on load only: here they are a tg::Error saying so, as are a wrong dtype or
+ *  block size and an unknown type. */
 Tensor ggml_dequantize(const Tensor& raw, const std::string& type);
 /** Write a GGUF v3 file (all or nothing, as safe_save): the metadata, then each tensor (realised, read back as
  *  float32; GGUF dims are its shape reversed) stored as the GGML type `types` names for it: "f32" (the default),
  *  "f16", "q8_0" or "q4_0", quantised with ggml's reference formulas (quantize_row_*_ref). A uint8 tensor of a
  *  quantised type's block shape (..., blocks, bytes per block, as gguf_load keeps it) is written as it is, for any
- *  type gguf_load reads (q4_1, q5_0, q5_1, q4_K, q5_K, q6_K, iq4_nl, iq4_xs, mxfp4 too). A quantised tensor's last
- *  dim must be a multiple of 32; an unknown type, or metadata that sets general.alignment, is a tg::Error. */
+ *  type gguf_load reads (q1_0, q4_1, q5_0, q5_1, q2_K, q3_K, q4_K, q5_K, q6_K, the iq types, mxfp4 too); "i8", "i16",
+ *  "i32", "i64" and "f64" store a tensor of that dtype as it is. A quantised tensor's last dim must be a multiple of
+ *  32; an unknown type, a dtype that does not match, or metadata that sets general.alignment, is a tg::Error. */
 void gguf_save(const std::string& path, const std::map<std::string, GGUFValue>& metadata,
                const std::map<std::string, Tensor>& tensors, const std::map<std::string, std::string>& types = {});
 
