@@ -29,6 +29,16 @@ CompiledKernel lower_first(const Tensor& t) {
   lo.opts = &none;
   return lower_kernel(s.items.back().ast, "k", get_device("CPU").renderer(), lo);
 }
+
+// q8_0/q4_0-style blocks of `bytes` each (an f16 scale, then the codes) for n_blocks: random codes, scales of
+// 2^-9..2^-7 (the f16's high byte 0x18..0x20).
+std::vector<uint8_t> random_blocks(std::mt19937& gen, int64_t n_blocks, int64_t bytes) {
+  std::vector<uint8_t> blocks(size_t(n_blocks * bytes));
+  for (auto& b : blocks) b = uint8_t(gen());
+  for (size_t b = 0; b < blocks.size(); b += size_t(bytes)) blocks[b + 1] = uint8_t(0x18 + gen() % 9);
+  return blocks;
+}
+
 }  // namespace
 
 TEST_CASE("index arithmetic past 2^31 elements is lowered to int64") {
@@ -283,9 +293,7 @@ TEST_CASE("a quantised block's scale multiplies once per block and lane, not per
     const std::string& type = type_bytes.first;  // not a structured binding: clang before 16 cannot capture one
     const int64_t bytes = type_bytes.second;
     CAPTURE(type);
-    std::vector<uint8_t> blocks(size_t(N * K / 32 * bytes));
-    for (auto& b : blocks) b = uint8_t(gen());
-    for (size_t b = 0; b < blocks.size(); b += size_t(bytes)) blocks[b + 1] = uint8_t(0x18 + gen() % 9);  // 2^-9..2^-7
+    std::vector<uint8_t> blocks = random_blocks(gen, N * K / 32, bytes);
     Tensor w = Tensor::from_vector(blocks, {N, K / 32, bytes}).realize();
     Tensor::manual_seed(3);
     Tensor x = Tensor::randn({1, K}).realize();
@@ -369,9 +377,7 @@ TEST_CASE("a quantised matvec sums 8-bit integer products per block: x quantised
     const std::string& type = type_bytes.first;  // not a structured binding: clang before 16 cannot capture one
     const int64_t bytes = type_bytes.second;
     CAPTURE(type);
-    std::vector<uint8_t> blocks(size_t(N * K / 32 * bytes));
-    for (auto& b : blocks) b = uint8_t(gen());
-    for (size_t b = 0; b < blocks.size(); b += size_t(bytes)) blocks[b + 1] = uint8_t(0x18 + gen() % 9);  // 2^-9..2^-7
+    std::vector<uint8_t> blocks = random_blocks(gen, N * K / 32, bytes);
     Tensor w = Tensor::from_vector(blocks, {N, K / 32, bytes}).realize();
     Tensor::manual_seed(5);
     Tensor x = (Tensor::randn({1, K}) * 3.0).realize();
@@ -425,9 +431,7 @@ TEST_CASE("INT_DOT's q8_0 block sums are pair multiply-adds: adjacent int8 produ
 #if defined(__x86_64__)
   const int64_t N = 24, K = 512;
   std::mt19937 gen{21};
-  std::vector<uint8_t> blocks(size_t(N * K / 32 * 34));
-  for (auto& b : blocks) b = uint8_t(gen());
-  for (size_t b = 0; b < blocks.size(); b += 34) blocks[b + 1] = uint8_t(0x18 + gen() % 9);
+  std::vector<uint8_t> blocks = random_blocks(gen, N * K / 32, 34);
   Tensor w = Tensor::from_vector(blocks, {N, K / 32, 34}).realize();
   Tensor::manual_seed(8);
   Tensor x = (Tensor::randn({1, K}) * 2.0).realize();

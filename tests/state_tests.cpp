@@ -162,6 +162,35 @@ Bytes gzip_bytes(const Bytes& in) {
   return out;
 }
 
+// Float bit patterns: compared, they are exact, and -0 differs from 0.
+std::vector<uint32_t> bits(const std::vector<float>& v) {
+  std::vector<uint32_t> b(v.size());
+  std::memcpy(b.data(), v.data(), v.size() * 4);
+  return b;
+}
+
+// Each tensor of `want`, of the GGML type its name gives: read at load (g) and dequantised by tensor ops from its
+// blocks as stored (k), the same bits; the stored blocks written back as they are (file `again`) read the same bits.
+void check_blocks_exact(const nn::GGUFFile& g, const nn::GGUFFile& k, const std::map<std::string, std::vector<float>>& want,
+                        const std::string& again) {
+  std::map<std::string, Tensor> raw;
+  std::map<std::string, std::string> types;
+  for (const auto& entry : want) {
+    const std::string name = entry.first;  // a plain variable: clang 14 cannot capture bindings (CAPTURE)
+    CAPTURE(name);
+    CHECK(g.tensor_types.at(name) == name);
+    CHECK(bits(g.tensors.at(name).to_vector<float>()) == bits(entry.second));
+    Tensor y = nn::ggml_dequantize(k.tensors.at(name).to(default_device()), name);
+    CHECK(y.shape() == g.tensors.at(name).shape());
+    CHECK(bits(y.to_vector<float>()) == bits(entry.second));
+    raw[name] = k.tensors.at(name), types[name] = name;
+  }
+  std::string p2 = tmp_path(again);
+  nn::gguf_save(p2, {}, raw, types);
+  auto g2 = nn::gguf_load(p2);
+  for (const auto& entry : want) CHECK(bits(g2.tensors.at(entry.first).to_vector<float>()) == bits(entry.second));
+}
+
 }  // namespace
 
 // ================================================================ safetensors
@@ -612,11 +641,6 @@ TEST_CASE("GGUF dequantisation is exact: f16, bf16, q8_0, q4_0, q4_1, q4_K, q5_K
   std::string p = tmp_path("quant.gguf");
   write_bytes(p, file);
   auto g = nn::gguf_load(p);
-  auto bits = [](const std::vector<float>& v) {  // compare bit patterns: exact, and -0 differs from 0
-    std::vector<uint32_t> b(v.size());
-    std::memcpy(b.data(), v.data(), v.size() * 4);
-    return b;
-  };
   CHECK(bits(g.tensors.at("f16").to_vector<float>()) == bits(want_f16));
   CHECK(bits(g.tensors.at("bf16").to_vector<float>()) == bits(want_bf16));
   CHECK(g.tensors.at("q8_0").shape() == Shape{2, 32});
@@ -733,33 +757,12 @@ TEST_CASE("GGUF q5_0, q5_1, iq4_nl, iq4_xs and mxfp4 blocks dequantise exactly, 
   w.tensors.push_back({"mxfp4", {32, 3}, 39, mx});
   std::string p = tmp_path("quant2.gguf");
   write_bytes(p, w.build());
-  auto bits = [](const std::vector<float>& v) {
-    std::vector<uint32_t> b(v.size());
-    std::memcpy(b.data(), v.data(), v.size() * 4);
-    return b;
-  };
   auto g = nn::gguf_load(p);
   auto k = nn::gguf_load(p, "DISK", false);
   CHECK(g.tensors.at("mxfp4").shape() == Shape{3, 32});
   CHECK(k.tensors.at("mxfp4").shape() == Shape{3, 1, 17});
   CHECK(k.tensors.at("iq4_xs").shape() == Shape{1, 136});
-  std::map<std::string, Tensor> raw;
-  std::map<std::string, std::string> types;
-  for (const auto& entry : want) {
-    const std::string name = entry.first;  // a plain variable: clang 14 cannot capture bindings (CAPTURE)
-    CAPTURE(name);
-    CHECK(g.tensor_types.at(name) == name);
-    CHECK(bits(g.tensors.at(name).to_vector<float>()) == bits(entry.second));
-    Tensor y = nn::ggml_dequantize(k.tensors.at(name).to(default_device()), name);
-    CHECK(y.shape() == g.tensors.at(name).shape());
-    CHECK(bits(y.to_vector<float>()) == bits(entry.second));
-    raw[name] = k.tensors.at(name), types[name] = name;
-  }
-  // written back as they are, read again: the same values
-  std::string p2 = tmp_path("quant2_raw.gguf");
-  nn::gguf_save(p2, {}, raw, types);
-  auto g2 = nn::gguf_load(p2);
-  for (const auto& entry : want) CHECK(bits(g2.tensors.at(entry.first).to_vector<float>()) == bits(entry.second));
+  check_blocks_exact(g, k, want, "quant2_raw.gguf");
   CHECK_ERROR(nn::ggml_dequantize(k.tensors.at("q5_0").to(default_device()), "q5_1"), "q5_1 blocks must be uint8 (..., blocks, 24)");
 }
 
@@ -827,32 +830,12 @@ TEST_CASE("GGUF q1_0, q2_K and q3_K blocks dequantise exactly, on the host and b
   w.tensors.push_back({"q3_K", {256, 2}, 11, q3});
   std::string p = tmp_path("quant3.gguf");
   write_bytes(p, w.build());
-  auto bits = [](const std::vector<float>& v) {
-    std::vector<uint32_t> b(v.size());
-    std::memcpy(b.data(), v.data(), v.size() * 4);
-    return b;
-  };
   auto g = nn::gguf_load(p);
   auto k = nn::gguf_load(p, "DISK", false);
   CHECK(g.tensors.at("q3_K").shape() == Shape{2, 256});
   CHECK(k.tensors.at("q1_0").shape() == Shape{2, 1, 18});
   CHECK(k.tensors.at("q2_K").shape() == Shape{2, 1, 84});
-  std::map<std::string, Tensor> raw;
-  std::map<std::string, std::string> types;
-  for (const auto& entry : want) {
-    const std::string name = entry.first;  // a plain variable: clang 14 cannot capture bindings (CAPTURE)
-    CAPTURE(name);
-    CHECK(g.tensor_types.at(name) == name);
-    CHECK(bits(g.tensors.at(name).to_vector<float>()) == bits(entry.second));
-    Tensor y = nn::ggml_dequantize(k.tensors.at(name).to(default_device()), name);
-    CHECK(y.shape() == g.tensors.at(name).shape());
-    CHECK(bits(y.to_vector<float>()) == bits(entry.second));
-    raw[name] = k.tensors.at(name), types[name] = name;
-  }
-  std::string p2 = tmp_path("quant3_raw.gguf");
-  nn::gguf_save(p2, {}, raw, types);
-  auto g2 = nn::gguf_load(p2);
-  for (const auto& entry : want) CHECK(bits(g2.tensors.at(entry.first).to_vector<float>()) == bits(entry.second));
+  check_blocks_exact(g, k, want, "quant3_raw.gguf");
   CHECK_ERROR(nn::ggml_dequantize(k.tensors.at("q2_K").to(default_device()), "q3_K"), "q3_K blocks must be uint8 (..., blocks, 110)");
 }
 
@@ -1023,11 +1006,6 @@ TEST_CASE("GGUF IQ blocks (iq1_s, iq1_m, iq2_xxs, iq2_xs, iq2_s, iq3_xxs, iq3_s)
   }
   std::string p = tmp_path("quant_iq.gguf");
   write_bytes(p, w.build());
-  auto bits = [](const std::vector<float>& v) {
-    std::vector<uint32_t> b(v.size());
-    std::memcpy(b.data(), v.data(), v.size() * 4);
-    return b;
-  };
   auto g = nn::gguf_load(p);
   auto k = nn::gguf_load(p, "DISK", false);
   for (const auto& entry : want) {
