@@ -378,9 +378,10 @@ TEST_CASE("a quantised matvec sums 8-bit integer products per block: x quantised
     const int64_t bytes = type_bytes.second;
     CAPTURE(type);
     std::vector<uint8_t> blocks = random_blocks(gen, N * K / 32, bytes);
-    Tensor w = Tensor::from_vector(blocks, {N, K / 32, bytes}).realize();
+    // on the CPU in every run of the suite (DEVICE=CL too): the rule is for serial devices with integer SIMD
+    Tensor w = Tensor::from_vector(blocks, {N, K / 32, bytes}, "CPU").realize();
     Tensor::manual_seed(5);
-    Tensor x = (Tensor::randn({1, K}) * 3.0).realize();
+    Tensor x = (Tensor::randn({1, K}, dtypes::float32, "CPU") * 3.0).realize();
     Tensor y = x.matmul(nn::ggml_dequantize(w, type).reshape({N, K}).T());
     {
       ScopedEnv on("INT_DOT", "1");
@@ -432,9 +433,9 @@ TEST_CASE("INT_DOT's q8_0 block sums are pair multiply-adds: adjacent int8 produ
   const int64_t N = 24, K = 512;
   std::mt19937 gen{21};
   std::vector<uint8_t> blocks = random_blocks(gen, N * K / 32, 34);
-  Tensor w = Tensor::from_vector(blocks, {N, K / 32, 34}).realize();
+  Tensor w = Tensor::from_vector(blocks, {N, K / 32, 34}, "CPU").realize();  // the CPU compiler's rewrite, in every run
   Tensor::manual_seed(8);
-  Tensor x = (Tensor::randn({1, K}) * 2.0).realize();
+  Tensor x = (Tensor::randn({1, K}, dtypes::float32, "CPU") * 2.0).realize();
   ScopedEnv on("INT_DOT", "1"), fresh("CACHELEVEL", "0");
   auto run = [&] { return x.matmul(nn::ggml_dequantize(w, "q8_0").reshape({N, K}).T()).to_vector<float>(); };
   // an odd-lane shuffle of an int32 vector: "shufflevector <2n x i32> %m, <2n x i32> poison, <n x i32> <i32 1, ..."

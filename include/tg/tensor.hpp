@@ -1042,7 +1042,7 @@ struct TensorImpl {
  *  host read in the middle of a graph walks only what was built after the nodes it realised). */
 size_t becomes_visits();
 
-/// A reduction's values and the indices (int64) where they were found (max_with_indices, min_with_indices).
+/// A tensor's values as nested lists (Tensor::tolist): a leaf holds one value, a list its items.
 struct NestedList {
   /// a leaf's value (unused in a list)
   std::variant<double, int64_t, uint64_t, bool> value;
@@ -1052,6 +1052,7 @@ struct NestedList {
   bool is_list = false;
 };
 
+/// A reduction's values and the indices (int64) where they were found (max_with_indices, min_with_indices).
 struct ValuesIndices {
   /// the reduced values, and the index of each along the reduced dim
   ///@{
