@@ -349,6 +349,36 @@ float through_f16(float v) {
   double step = std::ldexp(1.0, std::max(e - 11, -24));
   return float(std::nearbyint(double(v) / step) * step);
 }
+
+// Row j of x @ W.T as INT_DOT computes it, on the host: x quantised per block of 32 as ggml's quantize_row_q8_0
+// (d = max|x| / 127, q = round(x / d), d kept as float16), integer block sums with W's codes (q8_0, or q4_0's
+// nibbles - 8), times the two scales. want: that value; mag: the sum of its terms' magnitudes; exact: the product with
+// x unquantised; bound: how far quantising x may move it (|x - q(x) d16| <= d/2 + 127 d 2^-11 per element).
+struct IntDotRef {
+  double want, mag, exact, bound;
+};
+IntDotRef int_dot_reference(const std::vector<uint8_t>& blocks, const std::vector<float>& xs, int64_t j, int64_t K,
+                            int64_t bytes, const std::string& type) {
+  IntDotRef r{0, 0, 0, 0};
+  for (int64_t b = 0; b < K / 32; b++) {
+    const uint8_t* blk = &blocks[size_t((j * K / 32 + b) * bytes)];
+    uint16_t h = uint16_t(blk[0] | blk[1] << 8);
+    double dw = std::ldexp(1.0 + (h & 1023) / 1024.0, ((h >> 10) & 31) - 15);
+    float amax = 0;
+    for (int64_t i = 0; i < 32; i++) amax = std::max(amax, std::fabs(xs[size_t(b * 32 + i)]));
+    float d = amax / 127.0f;
+    int64_t sum = 0;
+    for (int64_t i = 0; i < 32; i++) {
+      int q = type == "q8_0" ? int(int8_t(blk[2 + i])) : (i < 16 ? blk[2 + i] & 15 : blk[2 + i % 16] >> 4) - 8;
+      float xv = xs[size_t(b * 32 + i)];
+      sum += int64_t(d == 0 ? 0 : std::nearbyint(xv / d)) * q;  // round half to even, as the kernel's round
+      r.exact += double(xv) * dw * q;
+      r.bound += 0.57 * double(d) * dw * std::abs(q);
+    }
+    r.want += double(sum) * double(through_f16(d)) * dw, r.mag += std::fabs(double(sum) * double(through_f16(d)) * dw);
+  }
+  return r;
+}
 }  // namespace
 
 TEST_CASE("a quantised matvec sums 8-bit integer products per block: x quantised to q8_0 blocks once (INT_DOT=1)") {
@@ -398,24 +428,7 @@ TEST_CASE("a quantised matvec sums 8-bit integer products per block: x quantised
     ScopedEnv on("INT_DOT", "1");
     std::vector<float> got = y.to_vector<float>(), xs = x.to_vector<float>();
     for (int64_t j = 0; j < N; j++) {
-      double want = 0, mag = 0, exact = 0, bound = 0;
-      for (int64_t b = 0; b < K / 32; b++) {
-        const uint8_t* blk = &blocks[size_t((j * K / 32 + b) * bytes)];
-        uint16_t h = uint16_t(blk[0] | blk[1] << 8);
-        double dw = std::ldexp(1.0 + (h & 1023) / 1024.0, ((h >> 10) & 31) - 15);
-        float amax = 0;
-        for (int64_t i = 0; i < 32; i++) amax = std::max(amax, std::fabs(xs[size_t(b * 32 + i)]));
-        float d = amax / 127.0f;
-        int64_t sum = 0;
-        for (int64_t i = 0; i < 32; i++) {
-          int q = type == "q8_0" ? int(int8_t(blk[2 + i])) : (i < 16 ? blk[2 + i] & 15 : blk[2 + i % 16] >> 4) - 8;
-          float xv = xs[size_t(b * 32 + i)];
-          sum += int64_t(d == 0 ? 0 : std::nearbyint(xv / d)) * q;  // round half to even, as the kernel's round
-          exact += double(xv) * dw * q;
-          bound += 0.57 * double(d) * dw * std::abs(q);  // |x - q(x) d16| <= d/2 + 127 d 2^-11
-        }
-        want += double(sum) * double(through_f16(d)) * dw, mag += std::fabs(double(sum) * double(through_f16(d)) * dw);
-      }
+      auto [want, mag, exact, bound] = int_dot_reference(blocks, xs, j, K, bytes, type);
       CHECK(std::fabs(double(got[size_t(j)]) - want) <= 1e-6 * mag + 1e-30);
       CHECK(std::fabs(double(got[size_t(j)]) - exact) <= bound);
     }
@@ -461,19 +474,8 @@ TEST_CASE("INT_DOT's q8_0 block sums are pair multiply-adds: adjacent int8 produ
   std::vector<float> xs = x.to_vector<float>();
   for (int64_t j = 0; j < N; j++) {
     CHECK(std::memcmp(&got[size_t(j)], &split[size_t(j)], sizeof(float)) == 0);
-    double want = 0, mag = 0;
-    for (int64_t b = 0; b < K / 32; b++) {
-      const uint8_t* blk = &blocks[size_t((j * K / 32 + b) * 34)];
-      uint16_t h = uint16_t(blk[0] | blk[1] << 8);
-      double dw = std::ldexp(1.0 + (h & 1023) / 1024.0, ((h >> 10) & 31) - 15);
-      float amax = 0;
-      for (int64_t i = 0; i < 32; i++) amax = std::max(amax, std::fabs(xs[size_t(b * 32 + i)]));
-      float d = amax / 127.0f;
-      int64_t sum = 0;
-      for (int64_t i = 0; i < 32; i++)
-        sum += int64_t(d == 0 ? 0 : std::nearbyint(xs[size_t(b * 32 + i)] / d)) * int(int8_t(blk[2 + i]));
-      want += double(sum) * double(through_f16(d)) * dw, mag += std::fabs(double(sum) * double(through_f16(d)) * dw);
-    }
+    auto [want, mag, exact, bound] = int_dot_reference(blocks, xs, j, K, 34, "q8_0");
+    (void)exact, (void)bound;
     CHECK(std::fabs(double(got[size_t(j)]) - want) <= 1e-6 * mag + 1e-30);
   }
 #endif
