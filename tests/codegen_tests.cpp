@@ -198,6 +198,47 @@ TEST_CASE("exp2 of a value known to be <= 0 (softmax's) scales in one step: the 
   CHECK(cmp == 2);
 }
 
+// The SHLs of every kernel of t's schedule, lowered without opts: exp2's short form (an argument known <= 0) has one,
+// the general form two (its scale by 2^q in two steps); log2 has none.
+int shls(const Tensor& t) {
+  UOpRef root = t.uop();
+  Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+  static const std::vector<Opt> none;
+  LowerOptions lo;
+  lo.opts = &none;
+  int n = 0;
+  for (const ScheduleItem& it : s.items)
+    if (it.kind == ScheduleItem::Kind::Kernel)
+      for (const UOp* u : lower_kernel(it.ast, "k", get_device("CPU").renderer(), lo).program) n += u->op == Ops::SHL;
+  return n;
+}
+
+TEST_CASE("x - max(x) <= 0 is the scheduler's fact: exp of it takes the short exp2 form with no clamp written") {
+  // src/schedule/bounds.cpp: exp2((x - max(x)) * c) with c > 0 gets the clamp at 0 the exp2 decomposition reads
+  if (!want_transcendental_decomposition(get_device(default_device()).renderer())) return;  // library exp2
+  Tensor r = Tensor(Tensor::randn({8, 512}));
+  r.realize();
+  Tensor e = (r - r.max(-1, true)).exp();  // softmax written out, no clamp
+  CHECK(shls(e * e.sum(-1, true).reciprocal()) == 1);
+  CHECK(shls(r.log_softmax(-1)) == 1);
+  CHECK(shls((r - r.max(0, true)).exp()) == 1);           // along another axis
+  // logsumexp shifts by 0 where the maximum is infinite: exp(x - 0) with x = inf is not bounded, the general form
+  CHECK(shls(r.reshape({8, 8, 64}).logsumexp({2})) == 2);
+  // not the row maximum of the same x: no bound, the general form
+  CHECK(shls((r - (r * 2).max(-1, true)).exp()) == 2);
+  CHECK(shls((r.max(-1, true) - r).exp()) == 2);          // max(x) - x >= 0
+  CHECK(shls((r - r.max(-1, true)).neg().exp()) == 2);    // exp(max(x) - x): a negative multiplier
+  // the values: the clamp changes none (rows of -inf, NaN and inf included)
+  std::vector<float> v{1, 2, 3, -INFINITY, -INFINITY, -INFINITY, NAN, 0, 1, INFINITY, 0, 1};
+  Tensor x = Tensor::from_vector(v, {4, 3});
+  std::vector<float> got = (x - x.max(-1, true)).exp().to_vector<float>(), m = x.max(-1).to_vector<float>();
+  for (size_t i = 0; i < v.size(); i++) {
+    double want = std::exp(double(v[i]) - double(m[i / 3]));
+    if (std::isnan(want)) CHECK(std::isnan(got[i]));
+    else CHECK(ulps(got[i], want) < 1.0);
+  }
+}
+
 TEST_CASE("TRANSCENDENTAL chooses library calls or the decomposition; bad values are errors") {
   Tensor a = Tensor::rand({64});
   a.realize();

@@ -62,8 +62,9 @@ UOpRef xexp2(const UOpRef& x) {
 }
 
 // Whether x is known to be <= 0 or NaN from its form: a constant, min(y, c) with c <= 0 as the clamps write it
-// (where(c < y, c, y)), or such a value times a positive constant. softmax's exp(x - max) is clamped so (the
-// difference is <= 0 already; the clamp makes it visible here and costs one min for the exp2 clamp it removes).
+// (where(c < y, c, y)), or such a value times a positive constant. The scheduler's bounds stage clamps exp(x - max(x))
+// so (src/schedule/bounds.cpp: the difference is <= 0 already; the clamp makes it visible here, where x and its row
+// maximum are a load and a reduce, and costs one min for the exp2 clamp it removes).
 bool nonpositive(const UOp* x) {
   while (x->op == Ops::MUL) {
     const UOp* a = x->src(0);

@@ -1,7 +1,7 @@
 // The scheduler: from the tensor graph under a realize's roots to a list of kernels. One list of named stages, run
 // in order over one ScheduleCtx, as lower_kernel runs the lowering's (stages.hpp says which file holds each):
-// early rewrites (split reduceop), the realize map (what materialises: BUFFERIZE nodes in the graph), bufferize to
-// store (each BUFFERIZE a buffer and the kernel that stores it, built by rangeify: movement ops become index
+// early rewrites (bounds, split reduceop), the realize map (what materialises: BUFFERIZE nodes in the graph), bufferize
+// to store (each BUFFERIZE a buffer and the kernel that stores it, built by rangeify: movement ops become index
 // arithmetic, elementwise ops and reductions fuse), the kernels' order, and memory planning. The result is a
 // template over buffer slots, cached by the graph's structure and instantiated with each realize's buffers. DEBUG=5
 // prints each stage's output.
@@ -272,6 +272,7 @@ struct ScheduleStage {
 const std::vector<ScheduleStage>& schedule_stages() {
   static const std::vector<ScheduleStage> stages = {
       {"layouts", [](ScheduleCtx& c) { return c.roots = apply_layouts(c.roots, c.knobs), true; }},
+      {"bounds", [](ScheduleCtx& c) { return c.roots = apply_bounds(c.roots), true; }},
       {"split reduceop", [](ScheduleCtx& c) { return run_split_reduceop(c), true; }},
       {"realize map", [](ScheduleCtx& c) { return realize_map(c), true; }},
       {"group outputs", [](ScheduleCtx& c) { return group_outputs(c), true; }},
@@ -285,7 +286,7 @@ const std::vector<ScheduleStage>& schedule_stages() {
 
 void print_stage(const char* name, const ScheduleCtx& c) {
   std::fprintf(stderr, "--- schedule: %s\n", name);
-  if (std::string(name) == "layouts" || std::string(name) == "split reduceop") {
+  if (std::string(name) == "layouts" || std::string(name) == "bounds" || std::string(name) == "split reduceop") {
     std::fprintf(stderr, "%s", print_graph(UOp::make(Ops::SINK, dtypes::void_, c.roots).get()).c_str());
     return;
   }

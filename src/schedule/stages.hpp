@@ -4,6 +4,8 @@
 //   multi           (multi.cpp)         multi-device graphs -> per-device graphs + COPY (ALLREDUCE lowered): pm_multi;
 //                                       runs in create_schedule before normalisation, on graphs with a MULTI only
 //   layouts         (layout.cpp)        pm_layout: memory layouts by the device's capabilities
+//   bounds          (bounds.cpp)        early rewrites: pm_bounds writes facts of the tensor graph a kernel cannot
+//                                       see (x - max(x) <= 0 under an exp2) as the ops the lowering reads
 //   split reduceop  (split_reduce.cpp)  early rewrites: a graph_rewrite with pm_split_reduceop
 //   realize map     (realize_map.cpp)   which nodes materialise: pm_realize_map visited over the graph decides,
 //                                       pm_add_bufferize wraps each such node in a BUFFERIZE (ctx.graph)
@@ -145,6 +147,8 @@ std::optional<int> multi_axis(const UOpRef& u);
 
 /** layouts: pm_layout, memory layouts chosen by the device's capabilities (the panelled matmul). */
 std::vector<UOpRef> apply_layouts(std::span<const UOpRef> roots, const Knobs& knobs);
+/** bounds: pm_bounds, exp2 of x - max(x) (softmax's) gets its bound <= 0 as a clamp the exp2 decomposition reads. */
+std::vector<UOpRef> apply_bounds(std::span<const UOpRef> roots);
 /** split reduceop: big reductions become two kernels (SPLIT_REDUCEOP, REDUCEOP_SPLIT_THRESHOLD). */
 std::vector<UOpRef> split_reduceop(std::span<const UOpRef> roots, const Knobs& knobs);
 /** realize map: ctx.graph (BUFFERIZE nodes), ctx.gtopo, ctx.origin and ctx.row_fused from ctx.roots, topo, shapes

@@ -1245,9 +1245,8 @@ Tensor Tensor::softmax(int64_t axis, CallLoc loc) const {
   Tensor x = detail::to_opmath(*this);
   int64_t a = norm_axis(axis, "softmax");
   if (ndim() > 0 && max_shape()[size_t(a)] == 0) return x.cast(out);  // an empty axis: an empty result (torch)
-  // x - max is <= 0 (or NaN); the clamp (one min) says so to the exp2 decomposition, which then drops its own upper
-  // clamp and scales in one step (src/codegen/transcendental.cpp). Its gradient is the identity's where x - max <= 0.
-  Tensor m = (x - x.max(axis, true)).clamp_max(0).exp();
+  // x - max is <= 0 (or NaN): the scheduler's bounds stage (src/schedule/bounds.cpp) tells the exp2 decomposition
+  Tensor m = (x - x.max(axis, true)).exp();
   return (m * m.sum(axis, true).reciprocal()).cast(out);
 }
 
