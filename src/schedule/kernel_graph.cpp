@@ -133,6 +133,7 @@ const PatternMatcher& pm_bufferize_after() {
   static const PatternMatcher pm(table(
       // BUFFERIZE(value) -> AFTER(BUFFER, CALL): the buffer holding the value, after the kernel that stores it
       rule(op_any<opset<Ops::BUFFERIZE>>, [](auto& m) -> UOpRef {
+        if (is_row_bufferize(m.root)) return {};  // inside its reader's kernel (a root is never one)
         const GraphCtx& g = m.template ctx<GraphCtx>();
         return g.read(value_slot(g.c, m.root), false, SIZE_MAX);
       })));
