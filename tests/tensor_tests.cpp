@@ -919,6 +919,48 @@ TEST_CASE("the realize map marks what materialises with BUFFERIZE nodes whose ar
   CHECK(input_cl);
 }
 
+TEST_CASE("the LINEAR's CALLs hold what they run: the schedule's items are read off it (DEBUG=5)") {
+  // two kernels, a copy to another device, and a gather whose kernel checks its indices (shapes no other test
+  // schedules: a template built before prints nothing)
+  Tensor a = Tensor::empty({26, 18}, dtypes::float32, "CPU");
+  Tensor t = Tensor(a + 1).contiguous();
+  Tensor c = Tensor(Tensor(t * 2).sum(1)).to("CPU:1");
+  Tensor x = Tensor::empty({50, 6}, dtypes::float32, "CPU");
+  Tensor idx = Tensor::empty({9}, dtypes::int32, "CPU");
+  std::vector<UOpRef> roots{c.uop(), x.index({idx}).uop()};
+  Schedule sched;
+  std::string err = test::stderr_of([&] {
+    ScopedEnv dbg("DEBUG", "5");
+    sched = create_schedule(roots);
+  });
+  size_t at = err.find("--- schedule: plan memory");
+  REQUIRE(at != std::string::npos);
+  std::istringstream in(err.substr(at, err.find("--- schedule: items") - at));
+  std::vector<std::string> calls;
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("    CALL ", 0) == 0) calls.push_back(line);
+  REQUIRE(calls.size() == sched.items.size());
+  REQUIRE(calls.size() == 5);
+  size_t copies = 0, checked = 0;
+  for (size_t i = 0; i < calls.size(); i++) {  // each CALL: its kind, device and program, as the item runs them
+    const ScheduleItem& it = sched.items[i];
+    bool copy = it.kind == ScheduleItem::Kind::Copy;
+    std::string head = std::string("    CALL ") + (copy ? "copy" : "kernel") + " on " + it.device + ", buffers ";
+    CHECK(calls[i].rfind(head, 0) == 0);
+    std::string program = std::string(", program ") + (copy ? "COPY " : "SINK ") + it.ast->key();
+    CHECK(calls[i].find(program) != std::string::npos);
+    copies += copy;
+    if (it.index_check) {  // the diagnostic kernels travel in the CALL too
+      checked++;
+      CHECK(it.index_diags.size() == 1);
+      CHECK(calls[i].find(", index check (1 diagnostic kernels)") != std::string::npos);
+    }
+  }
+  CHECK(copies == 1);
+  if (serial_default_device()) CHECK(checked == 1);  // (DEVICE=CL: the gather is checked otherwise)
+  CHECK(sched.items[2].device == "CPU:1");  // the copy runs on its destination
+}
+
 TEST_CASE("row fusion is graph structure: a row BUFFERIZE in the realize map, refused as BUFFERIZEd reduces (DEBUG=5)") {
   // softmax over rows on the CPU: max and sum stay in the output's kernel, each the source of its EXPAND in a row
   // BUFFERIZE (no kernel of its own); one pass of the realize map

@@ -324,11 +324,12 @@ void print_stage(const char* name, const ScheduleCtx& c) {
   if (std::string(name) == "linearize" || std::string(name) == "plan memory") {  // the LINEAR: a CALL per line
     std::fprintf(stderr, "  LINEAR\n");
     for (auto& call : c.linear->src()) {
-      const auto& a = std::get<std::vector<int64_t>>(call->arg);
-      const Template::Item& it = c.t.items[size_t(a[0])];
-      std::fprintf(stderr, "    CALL %s %lld on %s, buffers", it.kind == ScheduleItem::Kind::Copy ? "copy" : "kernel",
-                   (long long)a[0], it.device.c_str());
-      for (auto& b : call->src()) std::fprintf(stderr, " %lld", (long long)(-1 - std::get<std::vector<int64_t>>(b->arg)[0]));
+      const Template::Item it = call_item(call.get());
+      std::fprintf(stderr, "    CALL %s on %s, buffers", it.kind == ScheduleItem::Kind::Copy ? "copy" : "kernel",
+                   it.device.c_str());
+      for (int sl : it.slots) std::fprintf(stderr, " %d", sl);
+      std::fprintf(stderr, ", program %s %s", op_name(it.ast->op), it.ast->key().c_str());  // the AST's content key
+      if (it.index_check) std::fprintf(stderr, ", index check (%zu diagnostic kernels)", it.diags.size());
       std::fprintf(stderr, "\n");
     }
     return;

@@ -192,8 +192,18 @@ void linearize(ScheduleCtx& ctx);
 /** plan memory: an intermediate buffer whose last reader has run is reused by a later one of its kind (a rewrite of
  *  ctx.linear). */
 void plan_memory(ScheduleCtx& ctx);
-/** items: ctx.t.items in ctx.linear's order, with its buffers. */
+/** items: ctx.t.items read off ctx.linear alone, in its order. */
 void items_from_linear(ScheduleCtx& ctx);
+
+/** A CALL of the LINEAR holds what it runs (as tinygrad's CALL holds its kernel's AST):
+ *  CALL(program, buffers..., diagnostic ASTs...), the program a kernel's AST (SINK) or a copy's COPY, the buffers
+ *  slot BUFFERs (outputs first), then its index checks' diagnostic kernels; arg {outputs, buffers, index check, then
+ *  per diagnostic: code, size, number of parameters, parameters...}. */
+UOpRef linear_call(const Template::Item& it, std::vector<UOpRef> buffers);
+/** A LINEAR CALL's buffers. */
+std::span<const UOpRef> call_buffers(const UOp* call);
+/** The item a LINEAR CALL runs (its slots: its buffers' numbers). */
+Template::Item call_item(const UOp* call);
 
 // ---- shared helpers
 
