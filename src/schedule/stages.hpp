@@ -21,10 +21,10 @@
 //                                       in BUFFERIZE nodes of the tensor graph, and the stages run again from the
 //                                       realize map (which keeps them)
 //   linearize       (linearize.cpp)     the kernel graph's CALLs in an order it allows: one LINEAR of CALLs over
-//                                       slot BUFFERs
+//                                       slot BUFFERs, each holding what it runs (its AST: linear_call)
 //   plan memory     (linearize.cpp)     intermediate buffers reused once their last reader has run: pm_plan_memory
 //                                       rewrites the LINEAR
-//   items           (linearize.cpp)     the template's items in the LINEAR's order, with its buffers
+//   items           (linearize.cpp)     the template's items read off the LINEAR alone, in its order
 #include <optional>
 #include <string>
 #include <unordered_map>
