@@ -180,7 +180,12 @@ void plan_memory(ScheduleCtx& ctx) {
         free_slots.push_back(held);
     }
   }
-  ctx.linear = graph_rewrite(ctx.linear, pm_plan_memory(), &plan, false, "plan memory");
+  std::vector<UOpRef> planned;  // each CALL rewritten once (a walk of the whole LINEAR would visit the programs too)
+  for (auto& call : calls) {
+    UOpRef p = pm_plan_memory().rewrite(call.get(), &plan);
+    planned.push_back(p ? p : call);
+  }
+  ctx.linear = ctx.linear->replace_src(planned);
 }
 
 // Stage "items": the template's items, read off the LINEAR alone (each CALL holds what it runs), in its order.
