@@ -740,23 +740,34 @@ TEST_CASE("a multi-output kernel stores every materialised node of an elementwis
 }
 
 namespace {
-// The realize map's graph as DEBUG=5 prints it: one "BUFFERIZE i: ..." line per materialised node, then the count.
-std::vector<std::string> bufferize_lines(const Tensor& t) {
+// The realize map's graphs as DEBUG=5 prints them, one per pass: one "BUFFERIZE i: ..." line per materialised node,
+// one "row BUFFERIZE i: ..." line per row-fused reduce, then the counts.
+std::vector<std::vector<std::string>> realize_map_passes(const Tensor& t) {
   UOpRef root = t.uop();
   std::string err = test::stderr_of([&] {
     ScopedEnv dbg("DEBUG", "5");
     create_schedule(std::span<const UOpRef>(&root, 1));
   });
-  size_t at = err.find("--- schedule: realize map");
-  REQUIRE(at != std::string::npos);
-  err = err.substr(at, err.find("--- schedule: group outputs") - at);
-  std::vector<std::string> lines;
-  for (size_t p = 0, q; p < err.size(); p = q + 1) {
-    q = std::min(err.find('\n', p), err.size());
-    std::string line = err.substr(p, q - p);
-    if (line.rfind("  BUFFERIZE ", 0) == 0 || line.find(" BUFFERIZE, ") != std::string::npos) lines.push_back(line);
+  std::vector<std::vector<std::string>> passes;
+  for (size_t at = err.find("--- schedule: realize map"); at != std::string::npos;
+       at = err.find("--- schedule: realize map", at + 1)) {
+    std::string part = err.substr(at, err.find("--- schedule: group outputs", at) - at);
+    std::vector<std::string> lines;
+    for (size_t p = 0, q; p < part.size(); p = q + 1) {
+      q = std::min(part.find('\n', p), part.size());
+      std::string line = part.substr(p, q - p);
+      if (line.rfind("  BUFFERIZE ", 0) == 0 || line.rfind("  row BUFFERIZE ", 0) == 0 ||
+          line.find(" BUFFERIZE, ") != std::string::npos)
+        lines.push_back(line);
+    }
+    passes.push_back(std::move(lines));
   }
-  return lines;
+  return passes;
+}
+std::vector<std::string> bufferize_lines(const Tensor& t) {
+  auto passes = realize_map_passes(t);
+  REQUIRE(!passes.empty());
+  return passes[0];
 }
 }  // namespace
 
@@ -906,4 +917,68 @@ TEST_CASE("the realize map marks what materialises with BUFFERIZE nodes whose ar
   bool input_cl = false;
   for (auto& s : l) input_cl |= s.find("(1, 22, 22, 16) on CPU, intermediate, layout (0, 2, 3, 1)") != s.npos;
   CHECK(input_cl);
+}
+
+TEST_CASE("the LINEAR's CALLs hold what they run: the schedule's items are read off it (DEBUG=5)") {
+  // two kernels, a copy to another device, and a gather whose kernel checks its indices (shapes no other test
+  // schedules: a template built before prints nothing)
+  Tensor a = Tensor::empty({26, 18}, dtypes::float32, "CPU");
+  Tensor t = Tensor(a + 1).contiguous();
+  Tensor c = Tensor(Tensor(t * 2).sum(1)).to("CPU:1");
+  Tensor x = Tensor::empty({50, 6}, dtypes::float32, "CPU");
+  Tensor idx = Tensor::empty({9}, dtypes::int32, "CPU");
+  std::vector<UOpRef> roots{c.uop(), x.index({idx}).uop()};
+  Schedule sched;
+  std::string err = test::stderr_of([&] {
+    ScopedEnv dbg("DEBUG", "5");
+    sched = create_schedule(roots);
+  });
+  size_t at = err.find("--- schedule: plan memory");
+  REQUIRE(at != std::string::npos);
+  std::istringstream in(err.substr(at, err.find("--- schedule: items") - at));
+  std::vector<std::string> calls;
+  for (std::string line; std::getline(in, line);)
+    if (line.rfind("    CALL ", 0) == 0) calls.push_back(line);
+  REQUIRE(calls.size() == sched.items.size());
+  REQUIRE(calls.size() == 5);
+  size_t copies = 0, checked = 0;
+  for (size_t i = 0; i < calls.size(); i++) {  // each CALL: its kind, device and program, as the item runs them
+    const ScheduleItem& it = sched.items[i];
+    bool copy = it.kind == ScheduleItem::Kind::Copy;
+    std::string head = std::string("    CALL ") + (copy ? "copy" : "kernel") + " on " + it.device + ", buffers ";
+    CHECK(calls[i].rfind(head, 0) == 0);
+    std::string program = std::string(", program ") + (copy ? "COPY " : "SINK ") + it.ast->key();
+    CHECK(calls[i].find(program) != std::string::npos);
+    copies += copy;
+    if (it.index_check) {  // the diagnostic kernels travel in the CALL too
+      checked++;
+      CHECK(it.index_diags.size() == 1);
+      CHECK(calls[i].find(", index check (1 diagnostic kernels)") != std::string::npos);
+    }
+  }
+  CHECK(copies == 1);
+  if (serial_default_device()) CHECK(checked == 1);  // (DEVICE=CL: the gather is checked otherwise)
+  CHECK(sched.items[2].device == "CPU:1");  // the copy runs on its destination
+}
+
+TEST_CASE("row fusion is graph structure: a row BUFFERIZE in the realize map, refused as BUFFERIZEd reduces (DEBUG=5)") {
+  // softmax over rows on the CPU: max and sum stay in the output's kernel, each the source of its EXPAND in a row
+  // BUFFERIZE (no kernel of its own); one pass of the realize map
+  Tensor a = Tensor::empty({7, 44}, dtypes::float32, "CPU");  // a shape no other test schedules (cached)
+  auto passes = realize_map_passes(a.softmax(1));
+  REQUIRE(passes.size() == 1);
+  std::vector<std::string> want{
+      "  row BUFFERIZE 0: NEG (7, 1) on CPU, row: once per row, in its reader's kernel",         // -max
+      "  row BUFFERIZE 1: RECIPROCAL (7, 1) on CPU, row: once per row, in its reader's kernel",  // 1 / sum
+      "  BUFFERIZE 0: MUL (7, 44) on CPU, output, as computed", "  1 BUFFERIZE, 2 row-fused"};
+  CHECK(passes[0] == want);
+  // stored transposed, the rows are not the output's inner loops: the kernel would run max and sum again for every
+  // element, refuses both, and the second pass finds them in BUFFERIZE nodes of the graph: three kernels
+  passes = realize_map_passes(a.softmax(1).T().contiguous());
+  REQUIRE(passes.size() == 2);
+  CHECK(passes[0].back() == "  1 BUFFERIZE, 2 row-fused");
+  want = {"  BUFFERIZE 0: REDUCE_AXIS (7, 1) on CPU, intermediate, as computed",  // max
+          "  BUFFERIZE 1: REDUCE_AXIS (7, 1) on CPU, intermediate, as computed",  // sum
+          "  BUFFERIZE 2: CONTIGUOUS (44, 7) on CPU, output, layout (1, 0)", "  3 BUFFERIZE, 0 row-fused"};
+  CHECK(passes[1] == want);
 }

@@ -44,7 +44,7 @@ KernelReads kernel_reads(const UOp* root) {  // root: a BUFFERIZE
       if (!direct) r.moved.insert(n);
       continue;
     }
-    if (n->op == Ops::BUFFERIZE) {
+    if (is_stored_bufferize(n)) {
       (direct ? r.direct : r.moved).insert(n);
       continue;
     }
@@ -108,7 +108,7 @@ Groups find_groups(const ScheduleCtx& c) {
   for (size_t i = 0; i < c.gtopo.size(); i++) pos[c.gtopo[i]] = i;
   auto by_pos = [&](const UOp* a, const UOp* b) { return pos.at(a) < pos.at(b); };
   for (const UOp* u : c.gtopo) {
-    if (u->op != Ops::BUFFERIZE) continue;
+    if (!is_stored_bufferize(u)) continue;
     KernelReads r = kernel_reads(u);
     if (!groupable(c, u, r)) continue;
     // the groups (or single nodes) u reads element for element, of its shape and device
@@ -183,7 +183,6 @@ void group_outputs(ScheduleCtx& c) {
         auto o = c.origin.find(uv);
         c.origin[vv] = o != c.origin.end() ? o->second : uv;
       }
-      if (c.row_fused.count(u)) c.row_fused.insert(v.get());
     }
     rebuilt.emplace(u, std::move(v));
   }

@@ -6,7 +6,8 @@
 // A CALL's read is the buffer it reads: AFTER(BUFFER, CALL writer) for a value this schedule computes (RAW), the
 // BUFFER alone for an input's contents before the schedule. An output written in place (an ASSIGN's target) whose old
 // contents other kernels read is AFTER(BUFFER, CALL reader...) (WAR): the write comes after those reads. A
-// multi-output kernel is one CALL under several AFTERs. The value itself is dropped: the CALL's item holds its AST.
+// multi-output kernel is one CALL under several AFTERs. The value itself is dropped: the CALL's item holds its AST
+// (linearize puts it in the LINEAR's CALL).
 #include <algorithm>
 
 #include "tg/pattern.hpp"
@@ -133,6 +134,7 @@ const PatternMatcher& pm_bufferize_after() {
   static const PatternMatcher pm(table(
       // BUFFERIZE(value) -> AFTER(BUFFER, CALL): the buffer holding the value, after the kernel that stores it
       rule(op_any<opset<Ops::BUFFERIZE>>, [](auto& m) -> UOpRef {
+        if (is_row_bufferize(m.root)) return {};  // inside its reader's kernel (a root is never one)
         const GraphCtx& g = m.template ctx<GraphCtx>();
         return g.read(value_slot(g.c, m.root), false, SIZE_MAX);
       })));

@@ -2,10 +2,10 @@
 // CALLs (tinygrad's linear schedule), the intermediate buffers they share as a rewrite of that LINEAR, and the
 // template's items read back from it.
 //
-// A CALL's sources are its buffers, outputs first; its arg is {the template item it runs, its number of outputs}
-// (the item keeps what is not a buffer: the AST, the device, the reads of old contents, the index checks). A buffer
-// is a BUFFER node numbered as the normalised graph numbers its inputs, -1 - slot: the first slots are the graph's
-// own input BUFFERs, the others the buffers the schedule makes.
+// A CALL of the LINEAR holds all it runs: CALL(program, buffers..., diagnostic ASTs...) (linear_call), the program
+// the kernel's AST or the copy's COPY; the items are read back from the LINEAR alone. A buffer is a BUFFER node
+// numbered as the normalised graph numbers its inputs, -1 - slot: the first slots are the graph's own input BUFFERs,
+// the others the buffers the schedule makes; its device is the device the CALL runs on (its first output's).
 #include <algorithm>
 #include <queue>
 
@@ -23,6 +23,39 @@ UOpRef slot_buffer(const Template& t, int sl) {
 
 int slot_number(const UOp* b) { return int(-1 - std::get<std::vector<int64_t>>(b->arg)[0]); }
 
+UOpRef linear_call(const Template::Item& it, std::vector<UOpRef> buffers) {
+  std::vector<int64_t> arg{it.n_out, int64_t(buffers.size()), int64_t(it.index_check)};
+  std::vector<UOpRef> src{it.ast};
+  src.insert(src.end(), buffers.begin(), buffers.end());
+  for (const IndexDiag& d : it.diags) {
+    src.push_back(d.ast);
+    arg.insert(arg.end(), {d.code, d.size, int64_t(d.params.size())});
+    arg.insert(arg.end(), d.params.begin(), d.params.end());
+  }
+  return UOp::make(Ops::CALL, dtypes::void_, src, arg);
+}
+
+std::span<const UOpRef> call_buffers(const UOp* call) {
+  return call->src().subspan(1, size_t(std::get<std::vector<int64_t>>(call->arg).at(1)));
+}
+
+Template::Item call_item(const UOp* call) {
+  const auto& a = std::get<std::vector<int64_t>>(call->arg);
+  const UOpRef& program = call->src()[0];
+  Template::Item it{program->op == Ops::COPY ? ScheduleItem::Kind::Copy : ScheduleItem::Kind::Kernel, program, {}, {}, {}};
+  for (auto& b : call_buffers(call)) it.slots.push_back(slot_number(b.get()));
+  it.device = std::get<std::string>(call->src(1)->src(0)->arg);
+  it.n_out = int(a.at(0));
+  it.index_check = a.at(2) != 0;
+  for (size_t k = 1 + size_t(a.at(1)), p = 3; k < call->nsrc(); k++) {
+    IndexDiag d{a.at(p), call->src()[k], a.at(p + 1), {}};
+    d.params.assign(a.begin() + std::ptrdiff_t(p + 3), a.begin() + std::ptrdiff_t(p + 3 + size_t(a.at(p + 2))));
+    p += 3 + d.params.size();
+    it.diags.push_back(std::move(d));
+  }
+  return it;
+}
+
 namespace {
 
 using Item = Template::Item;
@@ -36,11 +69,18 @@ struct MemoryPlan {
 const PatternMatcher& pm_plan_memory() {
   using namespace pat;
   static const PatternMatcher pm(table(
-      rule(op_any<opset<Ops::BUFFER>>, [](auto& m) -> UOpRef {
+      // CALL(program, buffers...) -> the CALL with each buffer the plan gives another's storage as that buffer
+      rule(op_any<opset<Ops::CALL>>, [](auto& m) -> UOpRef {
         const MemoryPlan& p = m.template ctx<MemoryPlan>();
-        int sl = slot_number(m.root);
-        if (sl < 0 || size_t(sl) >= p.remap.size() || p.remap[size_t(sl)] == sl) return nullptr;
-        return slot_buffer(*p.t, p.remap[size_t(sl)]);
+        std::vector<UOpRef> src(m.root->src().begin(), m.root->src().end());
+        bool changed = false;
+        for (size_t k = 1; k <= call_buffers(m.root).size(); k++) {
+          int sl = slot_number(src[k].get());
+          if (sl < 0 || size_t(sl) >= p.remap.size() || p.remap[size_t(sl)] == sl) continue;
+          src[k] = slot_buffer(*p.t, p.remap[size_t(sl)]);
+          changed = true;
+        }
+        return changed ? m.root->replace_src(src) : nullptr;
       })));
   return pm;
 }
@@ -76,7 +116,7 @@ void linearize(ScheduleCtx& ctx) {
     ready.pop();
     std::vector<UOpRef> bufs;  // the graph's CALL with its buffers as they are: the AFTERs' ordering is in the LINEAR's
     for (auto& s : call_of[i]->src()) bufs.push_back(s->op == Ops::AFTER ? s->src()[0] : s);
-    calls.push_back(call_of[i]->replace_src(bufs));
+    calls.push_back(linear_call(ctx.t.items[i], std::move(bufs)));  // with what it runs
     for (size_t b : next[i])
       if (--deps[b] == 0) ready.push(b);
   }
@@ -96,16 +136,17 @@ void plan_memory(ScheduleCtx& ctx) {
   std::vector<bool> exposed(t.slots.size(), false);
   for (auto& [r, sl] : t.becomes) exposed[size_t(sl)] = true;
   std::vector<bool> pinned(t.slots.size(), false);  // never freed: a checked kernel's inputs and record
-  for (const auto& it : t.items)
-    if (it.index_check)
-      for (size_t k = size_t(it.n_out); k < it.slots.size(); k++) pinned[size_t(it.slots[k])] = true;
+  for (auto& call : calls)
+    if (std::get<std::vector<int64_t>>(call->arg).at(2))  // an index check
+      for (size_t k = size_t(std::get<std::vector<int64_t>>(call->arg)[0]); k < call_buffers(call.get()).size(); k++)
+        pinned[size_t(slot_number(call_buffers(call.get())[k].get()))] = true;
   std::vector<size_t> last_use(t.slots.size(), 0);
   for (size_t i = 0; i < calls.size(); i++)
-    for (auto& b : calls[i]->src()) last_use[size_t(slot_number(b.get()))] = i;
+    for (auto& b : call_buffers(calls[i].get())) last_use[size_t(slot_number(b.get()))] = i;
   std::vector<bool> copied(t.slots.size(), false);  // read or written by a copy: a buffer of exactly its size
   for (auto& call : calls)
-    if (t.items[size_t(std::get<std::vector<int64_t>>(call->arg)[0])].kind == ScheduleItem::Kind::Copy)
-      for (auto& b : call->src()) copied[size_t(slot_number(b.get()))] = true;
+    if (call->src(0)->op == Ops::COPY)
+      for (auto& b : call_buffers(call.get())) copied[size_t(slot_number(b.get()))] = true;
   MemoryPlan plan{&t, std::vector<int>(t.slots.size())};
   std::vector<int>& remap = plan.remap;  // slot -> the slot whose buffer holds it
   for (size_t i = 0; i < remap.size(); i++) remap[i] = int(i);
@@ -113,8 +154,8 @@ void plan_memory(ScheduleCtx& ctx) {
   for (size_t i = 0; i < calls.size(); i++) {
     const auto& call = calls[i];
     const auto& a = std::get<std::vector<int64_t>>(call->arg);
-    for (int k = 0; k < int(a[1]); k++) {
-      int out = slot_number(call->src(size_t(k)));
+    for (int k = 0; k < int(a[0]); k++) {
+      int out = slot_number(call_buffers(call.get())[size_t(k)].get());
       if (out < n_inputs || exposed[size_t(out)] || remap[size_t(out)] != out) continue;
       const Slot& so = t.slots[size_t(out)];
       // the smallest free buffer of its device and dtype that holds it (a kernel reads and writes only the elements
@@ -131,7 +172,7 @@ void plan_memory(ScheduleCtx& ctx) {
         free_slots.erase(best);
       }
     }
-    for (auto& b : call->src()) {  // a slot read for the last time frees the buffer that holds it
+    for (auto& b : call_buffers(call.get())) {  // a slot read for the last time frees the buffer that holds it
       int sl = slot_number(b.get());
       int held = remap[size_t(sl)];
       if (sl >= n_inputs && !exposed[size_t(sl)] && !pinned[size_t(sl)] && last_use[size_t(sl)] == i &&
@@ -139,18 +180,18 @@ void plan_memory(ScheduleCtx& ctx) {
         free_slots.push_back(held);
     }
   }
-  ctx.linear = graph_rewrite(ctx.linear, pm_plan_memory(), &plan, false, "plan memory");
+  std::vector<UOpRef> planned;  // each CALL rewritten once (a walk of the whole LINEAR would visit the programs too)
+  for (auto& call : calls) {
+    UOpRef p = pm_plan_memory().rewrite(call.get(), &plan);
+    planned.push_back(p ? p : call);
+  }
+  ctx.linear = ctx.linear->replace_src(planned);
 }
 
-// Stage "items": the template's items in the LINEAR's order, with its buffers.
+// Stage "items": the template's items, read off the LINEAR alone (each CALL holds what it runs), in its order.
 void items_from_linear(ScheduleCtx& ctx) {
   std::vector<Item> items;
-  for (auto& call : ctx.linear->src()) {
-    Item it = ctx.t.items[size_t(std::get<std::vector<int64_t>>(call->arg)[0])];
-    it.slots.clear();
-    for (auto& b : call->src()) it.slots.push_back(slot_number(b.get()));
-    items.push_back(std::move(it));
-  }
+  for (auto& call : ctx.linear->src()) items.push_back(call_item(call.get()));
   ctx.t.items = std::move(items);
 }
 

@@ -94,9 +94,8 @@ struct AccessKeyHash {
 struct KernelBuilder {
   const ShapeMap& shapes;
   const UOp* root;  // a BUFFERIZE
-  const std::unordered_set<const UOp*>& row_fused;  // EXPANDs of reduces that may stay in the kernel (see below)
   std::vector<const UOp*> params;  // BUFFERs and BUFFERIZEs read (param n_out + i); params 0.. are the outputs
-  std::vector<const UOp*> not_hoisted;  // row_fused EXPANDs whose value would be recomputed in this kernel
+  std::vector<const UOp*> not_hoisted;  // row BUFFERIZEs whose value would be recomputed in this kernel
   int next_range = 0;
   std::unordered_map<AccessKey, UOpRef, AccessKeyHash> memo;
   bool simplify_valid = true;
@@ -117,7 +116,7 @@ struct KernelBuilder {
   }
 
   bool is_source(const UOp* n) const {
-    if (n->op != Ops::BUFFER && n->op != Ops::BUFFERIZE) return false;
+    if (n->op != Ops::BUFFER && !is_stored_bufferize(n)) return false;
     return std::find(outputs.begin(), outputs.end(), n) == outputs.end();
   }
 
@@ -291,7 +290,6 @@ struct KernelBuilder {
         if (is_movement(n->op)) {
           f.child.push_back(child_access(n, f.a));
           if (n->op == Ops::PAD) f.pad_valid = f.child[0].valid;
-          if (n->op == Ops::EXPAND && row_fused.count(n) && !hoisted(f.child[0])) not_hoisted.push_back(n);
         } else if (n->op == Ops::REDUCE_AXIS) {
           const Shape& in = shapes.at(n->src(0));
           Access c;
@@ -313,7 +311,8 @@ struct KernelBuilder {
           }
           f.child.push_back(std::move(c));
         } else if (n->op == Ops::ASSIGN || n->op == Ops::BUFFERIZE) {
-          f.child.push_back(f.a);  // the value (an ASSIGN's source 1; a stored BUFFERIZE's source 0)
+          f.child.push_back(f.a);  // the value (an ASSIGN's source 1; a stored or row BUFFERIZE's source 0)
+          if (is_row_bufferize(n) && !hoisted(f.a)) not_hoisted.push_back(n);
         } else {
           for (size_t i = 0; i < n->nsrc(); i++) f.child.push_back(f.a);
         }
@@ -377,7 +376,7 @@ struct KernelBuilder {
 }  // namespace
 
 KernelAst rangeify(ScheduleCtx& ctx, const UOp* root) {
-  KernelBuilder kb{ctx.shapes, root, ctx.row_fused, {}, {}, 0, {}, ctx.knobs.simplify_valid, {root}};
+  KernelBuilder kb{ctx.shapes, root, {}, {}, 0, {}, ctx.knobs.simplify_valid, {root}};
   if (auto ms = group_members(root); !ms.empty()) {  // a multi-output kernel: the members, then the leader
     kb.outputs.clear();
     for (auto& m : ms) kb.outputs.push_back(m.get());

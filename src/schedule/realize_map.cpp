@@ -154,8 +154,9 @@ const PatternMatcher& pm_realize_map() {
           c.realized.insert(m.root);
         return {};
       }),
-      // contiguous, copies and in-place writes are buffers by definition
-      rule(op_any<opset<Ops::CONTIGUOUS, Ops::COPY, Ops::ASSIGN>>, [](auto& m) -> UOpRef {
+      // contiguous, copies and in-place writes are buffers by definition, and so is a BUFFERIZE already in the
+      // graph (a reduce whose row fusion a kernel refused: pm_refuse_row_fusion)
+      rule(op_any<opset<Ops::CONTIGUOUS, Ops::COPY, Ops::ASSIGN, Ops::BUFFERIZE>>, [](auto& m) -> UOpRef {
         ctx_of(m).realized.insert(m.root);
         return {};
       }),
@@ -177,11 +178,12 @@ const PatternMatcher& pm_realize_map() {
       // Row fusion: a reduce broadcast back over the axes it reduced (softmax's max and sum, layernorm's mean and
       // variance) stays in the kernel of its consumer when those axes are its innermost output loops: the reduce
       // runs once per row, before the row's output loop, and the row's second and third passes read it from cache.
-      // Kernels where the broadcast value would be recomputed (the axes are not the inner ones after the movement
-      // ops above) are found by rangeify, and those EXPANDs materialise on the next pass. FUSE_REDUCE_ROWS=0: off.
+      // pm_add_bufferize puts the EXPAND's source in a row BUFFERIZE. Kernels where the broadcast value would be
+      // recomputed (the axes are not the inner ones after the movement ops above) are found by rangeify, and
+      // pm_refuse_row_fusion materialises those reduces for the next pass. FUSE_REDUCE_ROWS=0: off.
       rule(op_any<opset<Ops::EXPAND>>, [](auto& m) -> UOpRef {
         Ctx& c = ctx_of(m);
-        if (c.fuse_rows && c.hr && !c.s.no_row_fuse.count(m.root) && row_fusable(c, m.root)) {
+        if (c.fuse_rows && c.hr && row_fusable(c, m.root)) {
           c.row_fused.insert(m.root);
           c.row = true;
           c.hr = false;  // computed once per row: no recompute for the rules below
@@ -240,10 +242,26 @@ std::vector<int64_t> stored_layout(const UOp* u) {
   return {};
 }
 
+// Whether an unrealised reduce lies below v (down to realised nodes): a row-fused EXPAND's reduce may have been
+// realised after its visit (a reduce read by an outer one), and then the EXPAND reads a buffer.
+bool keeps_reduce(const RealizeCtx& c, const UOp* v) {
+  std::vector<const UOp*> st{v};
+  NodeSet seen;
+  while (!st.empty()) {
+    const UOp* n = st.back();
+    st.pop_back();
+    if (!seen.insert(n).second || n->op == Ops::BUFFER || c.is_realized(n)) continue;
+    if (n->op == Ops::REDUCE_AXIS) return true;
+    for (auto& x : n->src()) st.push_back(x.get());
+  }
+  return false;
+}
+
 const PatternMatcher& pm_add_bufferize() {
   using namespace pat;
   static const PatternMatcher pm(table(
-      // x -> x with its sources' replacements, in a BUFFERIZE where the realize map materialises it
+      // x -> x with its sources' replacements, in a BUFFERIZE where the realize map materialises it; a row-fused
+      // EXPAND(v) -> EXPAND(BUFFERIZE(v) row), v computed once per row in the reader's kernel
       rule(op_any<all_ops>, [](auto& m) -> UOpRef {
         auto& c = m.template ctx<BufferizeCtx>();
         const UOp* u = m.root;
@@ -253,8 +271,13 @@ const PatternMatcher& pm_add_bufferize() {
           src.push_back(c.rebuilt.at(s.get()));
           changed |= src.back().get() != s.get();
         }
+        if (c.r.row_fused.count(u) && keeps_reduce(c.r, u->src(0))) {
+          src[0] = bufferize(src[0], device_of(u), {false, true, {}});
+          changed = true;
+        }
         UOpRef v = changed ? u->replace_src(src) : UOpRef(u);
-        if (c.r.is_realized(u)) v = bufferize(v, device_of(u), {c.outputs.count(u) != 0, stored_layout(u)});
+        if (c.r.is_realized(u) && u->op != Ops::BUFFERIZE)
+          v = bufferize(v, device_of(u), {c.outputs.count(u) != 0, false, stored_layout(u)});
         c.rebuilt.emplace(u, v);
         return {};
       })));
@@ -282,10 +305,10 @@ void realize_map(ScheduleCtx& s) {
   for (auto& r : s.roots) s.graph.push_back(b.rebuilt.at(r.get()));
   s.gtopo = toposort(s.graph);
   s.origin.clear();
-  s.row_fused.clear();
-  for (auto& [u, v] : b.rebuilt) {
-    if (v.get() != u) s.origin[v->op == Ops::BUFFERIZE ? v->src(0) : v.get()] = u;
-    if (c.row_fused.count(u)) s.row_fused.insert(v.get());
+  for (auto& [u, v] : b.rebuilt) {  // a BUFFERIZE's key: its value
+    const UOp* from = v->op == Ops::BUFFERIZE ? v->src(0) : v.get();
+    const UOp* to = u->op == Ops::BUFFERIZE ? u->src(0) : u;
+    if (from != to) s.origin[from] = to;
   }
   for (const UOp* u : s.gtopo) {  // the new nodes' shapes (a BUFFERIZE's: its value's)
     if (s.shapes.count(u)) continue;
@@ -293,6 +316,64 @@ void realize_map(ScheduleCtx& s) {
     for (auto& x : u->src()) in.push_back(&s.shapes.at(x.get()));
     s.shapes[u] = infer_shape(u->op, in, u->arg, u->dtype);
   }
+}
+
+// ---- pm_refuse_row_fusion: a row BUFFERIZE a kernel would recompute (its reduce would run again for every output
+// element) -> the reduces it keeps in the kernel materialise: BUFFERIZE in the tensor graph, for the next pass
+
+namespace {
+
+struct RefuseCtx {
+  NodeSet reduces;                                 // the tensor graph's reduces to materialise
+  std::unordered_map<const UOp*, UOpRef> rebuilt;  // tensor graph node -> its node in the next pass's graph
+};
+
+const PatternMatcher& pm_refuse_row_fusion() {
+  using namespace pat;
+  static const PatternMatcher pm(table(
+      // x -> x with its sources' replacements; a reduce a kernel would recompute r -> BUFFERIZE(r, DEVICE)
+      rule(op_any<all_ops>, [](auto& m) -> UOpRef {
+        auto& c = m.template ctx<RefuseCtx>();
+        const UOp* u = m.root;
+        std::vector<UOpRef> src;
+        bool changed = false;
+        for (auto& s : u->src()) {
+          src.push_back(c.rebuilt.at(s.get()));
+          changed |= src.back().get() != s.get();
+        }
+        UOpRef v = changed ? u->replace_src(src) : UOpRef(u);
+        if (c.reduces.count(u)) v = bufferize(v, device_of(u), {});
+        c.rebuilt.emplace(u, std::move(v));
+        return {};
+      })));
+  return pm;
+}
+
+}  // namespace
+
+void refuse_row_fusion(ScheduleCtx& s, std::span<const UOp* const> row_bufferizes) {
+  // the reduces each keeps in its kernel: those below it down to the kernel's loads (a reduce below another runs in
+  // that one's kernel), as the tensor graph's nodes
+  RefuseCtx c;
+  std::vector<const UOp*> st;
+  for (const UOp* b : row_bufferizes) st.push_back(b->src(0));
+  NodeSet seen;
+  while (!st.empty()) {
+    const UOp* v = st.back();
+    st.pop_back();
+    if (!seen.insert(v).second || v->op == Ops::BUFFER || v->op == Ops::DEVICE || is_stored_bufferize(v)) continue;
+    if (v->op == Ops::REDUCE_AXIS) {
+      c.reduces.insert(s.origin.count(v) ? s.origin.at(v) : v);
+      continue;
+    }
+    for (auto& x : v->src()) st.push_back(x.get());
+  }
+  // each row BUFFERIZE keeps a reduce (keeps_reduce): every pass materialises one more, and the passes end
+  if (c.reduces.empty()) throw Error("[schedule] internal: a row fusion refused without a reduce to materialise");
+  graph_visit(s.topo, pm_refuse_row_fusion(), &c, "refuse row fusion");
+  s.old_graphs.push_back(s.roots);  // its nodes stay keys of shapes
+  for (auto& r : s.roots) r = c.rebuilt.at(r.get());
+  graph_facts(s);
 }
 
 }  // namespace tg::sched

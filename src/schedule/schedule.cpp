@@ -50,7 +50,7 @@ std::string Knobs::key() const {
 }
 
 Arg BufferizeOpts::arg() const {
-  std::vector<int64_t> a{int64_t(output)};
+  std::vector<int64_t> a{int64_t(output) | int64_t(row) << 1};
   a.insert(a.end(), perm.begin(), perm.end());
   return a;
 }
@@ -58,10 +58,15 @@ Arg BufferizeOpts::arg() const {
 BufferizeOpts BufferizeOpts::of(const UOp* b) {
   if (b->op != Ops::BUFFERIZE) throw Error(std::string("[schedule] internal: BufferizeOpts of ") + op_name(b->op));
   const auto& a = std::get<std::vector<int64_t>>(b->arg);
-  return {a.at(0) != 0, std::vector<int64_t>(a.begin() + 1, a.end())};
+  return {(a.at(0) & 1) != 0, (a.at(0) & 2) != 0, std::vector<int64_t>(a.begin() + 1, a.end())};
+}
+
+bool is_row_bufferize(const UOp* u) {
+  return u->op == Ops::BUFFERIZE && (std::get<std::vector<int64_t>>(u->arg).at(0) & 2) != 0;
 }
 
 std::string BufferizeOpts::str() const {
+  if (row) return "row: once per row, in its reader's kernel";
   std::string s = output ? "output" : "intermediate";
   if (perm.empty()) return s + ", as computed";
   s += ", layout (";
@@ -88,13 +93,9 @@ std::string device_of(const UOp* u) {
   return default_device();
 }
 
-namespace {
-
-// ---- the stages' drivers over the context
-
-void run_split_reduceop(ScheduleCtx& c) {
-  c.roots = split_reduceop(c.roots, c.knobs);
+void graph_facts(ScheduleCtx& c) {
   c.topo = toposort(c.roots);
+  c.consumers.clear();
   for (const UOp* u : c.topo) {
     std::vector<const Shape*> in;
     for (auto& s : u->src()) {
@@ -103,6 +104,15 @@ void run_split_reduceop(ScheduleCtx& c) {
     }
     c.shapes[u] = infer_shape(u->op, in, u->arg, u->dtype);
   }
+}
+
+namespace {
+
+// ---- the stages' drivers over the context
+
+void run_split_reduceop(ScheduleCtx& c) {
+  c.roots = split_reduceop(c.roots, c.knobs);
+  graph_facts(c);
   // the graph's input buffers are the first slots, by their normalised number (an input the graph no longer
   // reads, one under a custom gradient's marker, keeps its number and an unused slot)
   for (const UOp* u : c.topo)
@@ -136,7 +146,7 @@ namespace {
 
 struct StoreCtx {
   ScheduleCtx& c;
-  NodeSet retry;          // row-fused EXPANDs (of the tensor graph) a kernel would recompute
+  std::vector<const UOp*> retry;  // row BUFFERIZEs a kernel would recompute
   const UOp* at = nullptr;  // the BUFFERIZE visited
   int slot = -1;          // its slot; -1: none yet (or none needed: a view of a buffer)
   bool aliased = false;   // its value is a buffer already: no item
@@ -171,7 +181,7 @@ void kernel_item(StoreCtx& s, const UOp* b) {
   Template::Item item = s.item_for(b);
   KernelAst k = rangeify(c, b);
   item.ast = k.ast;
-  for (const UOp* e : k.not_hoisted) s.retry.insert(c.origin.count(e) ? c.origin.at(e) : e);
+  s.retry.insert(s.retry.end(), k.not_hoisted.begin(), k.not_hoisted.end());
   for (const UOp* p : k.params) {
     item.slots.push_back(value_slot(c, p));
     if (p->op == Ops::BUFFER) item.old_reads.push_back(int(item.slots.size() - 1));
@@ -248,11 +258,14 @@ bool bufferize_to_store(ScheduleCtx& c) {
     it = it->first->op == Ops::BUFFER ? std::next(it) : c.slot_of.erase(it);
   c.has_assign = false;
   StoreCtx s{c};
-  for (const UOp* u : c.gtopo)
+  std::vector<const UOp*> nodes;  // the graph but its row BUFFERIZEs: those stay inside their readers' kernels
+  for (const UOp* u : c.gtopo) {
     for (auto& m : group_members(u)) s.grouped.insert(m.get());
-  graph_visit(c.gtopo, pm_bufferize_to_store(), &s, "bufferize to store");
+    if (!is_row_bufferize(u)) nodes.push_back(u);
+  }
+  graph_visit(nodes, pm_bufferize_to_store(), &s, "bufferize to store");
   if (!s.retry.empty()) {
-    c.no_row_fuse.insert(s.retry.begin(), s.retry.end());
+    refuse_row_fusion(c, s.retry);
     return false;
   }
   for (size_t i = 0; i < c.graph.size(); i++) {
@@ -292,12 +305,13 @@ void print_stage(const char* name, const ScheduleCtx& c) {
   }
   if (std::string(name) == "realize map") {  // the graph with its BUFFERIZE nodes, then one line for each
     std::fprintf(stderr, "%s", print_graph(UOp::make(Ops::SINK, dtypes::void_, c.graph).get()).c_str());
-    size_t n = 0;
+    size_t n = 0, rows = 0;
     for (const UOp* u : c.gtopo)
       if (u->op == Ops::BUFFERIZE)
-        std::fprintf(stderr, "  BUFFERIZE %zu: %s %s on %s, %s\n", n++, op_name(u->src(0)->op),
-                     shape_str(c.shapes.at(u)).c_str(), device_of(u).c_str(), BufferizeOpts::of(u).str().c_str());
-    std::fprintf(stderr, "  %zu BUFFERIZE, %zu row-fused\n", n, c.row_fused.size());
+        std::fprintf(stderr, "  %s %zu: %s %s on %s, %s\n", is_row_bufferize(u) ? "row BUFFERIZE" : "BUFFERIZE",
+                     is_row_bufferize(u) ? rows++ : n++, op_name(u->src(0)->op), shape_str(c.shapes.at(u)).c_str(),
+                     device_of(u).c_str(), BufferizeOpts::of(u).str().c_str());
+    std::fprintf(stderr, "  %zu BUFFERIZE, %zu row-fused\n", n, rows);
     return;
   }
   if (std::string(name) == "group outputs") {  // the graph: a multi-output kernel's leader has its members as sources
@@ -311,11 +325,12 @@ void print_stage(const char* name, const ScheduleCtx& c) {
   if (std::string(name) == "linearize" || std::string(name) == "plan memory") {  // the LINEAR: a CALL per line
     std::fprintf(stderr, "  LINEAR\n");
     for (auto& call : c.linear->src()) {
-      const auto& a = std::get<std::vector<int64_t>>(call->arg);
-      const Template::Item& it = c.t.items[size_t(a[0])];
-      std::fprintf(stderr, "    CALL %s %lld on %s, buffers", it.kind == ScheduleItem::Kind::Copy ? "copy" : "kernel",
-                   (long long)a[0], it.device.c_str());
-      for (auto& b : call->src()) std::fprintf(stderr, " %lld", (long long)(-1 - std::get<std::vector<int64_t>>(b->arg)[0]));
+      const Template::Item it = call_item(call.get());
+      std::fprintf(stderr, "    CALL %s on %s, buffers", it.kind == ScheduleItem::Kind::Copy ? "copy" : "kernel",
+                   it.device.c_str());
+      for (int sl : it.slots) std::fprintf(stderr, " %d", sl);
+      std::fprintf(stderr, ", program %s %s", op_name(it.ast->op), it.ast->key().c_str());  // the AST's content key
+      if (it.index_check) std::fprintf(stderr, ", index check (%zu diagnostic kernels)", it.diags.size());
       std::fprintf(stderr, "\n");
     }
     return;

@@ -8,7 +8,8 @@
 //                                       see (x - max(x) <= 0 under an exp2) as the ops the lowering reads
 //   split reduceop  (split_reduce.cpp)  early rewrites: a graph_rewrite with pm_split_reduceop
 //   realize map     (realize_map.cpp)   which nodes materialise: pm_realize_map visited over the graph decides,
-//                                       pm_add_bufferize wraps each such node in a BUFFERIZE (ctx.graph)
+//                                       pm_add_bufferize wraps each such node in a BUFFERIZE (ctx.graph), and the
+//                                       source of each row-fused EXPAND in a row BUFFERIZE (kept in its kernel)
 //   group outputs   (group.cpp)         multi-output kernels: nodes that read each other element for element
 //                                       join one kernel: its leader BUFFERIZE(value, DEVICE, members...)
 //   bufferize to store (schedule.cpp)   pm_bufferize_to_store: each BUFFERIZE a kernel boundary, with a buffer slot
@@ -17,12 +18,15 @@
 //                                       pm_kernel_ast (kernel_ast.cpp)
 //                                       then the kernel graph (kernel_graph.cpp): each BUFFERIZE becomes
 //                                       AFTER(BUFFER, CALL) and its readers read that, an in-place write's
-//                                       output AFTER(BUFFER, CALLs reading the old contents)
+//                                       output AFTER(BUFFER, CALLs reading the old contents). A kernel that would
+//                                       recompute a row BUFFERIZE refuses it: pm_refuse_row_fusion puts its reduces
+//                                       in BUFFERIZE nodes of the tensor graph, and the stages run again from the
+//                                       realize map (which keeps them)
 //   linearize       (linearize.cpp)     the kernel graph's CALLs in an order it allows: one LINEAR of CALLs over
-//                                       slot BUFFERs
+//                                       slot BUFFERs, each holding what it runs (its AST: linear_call)
 //   plan memory     (linearize.cpp)     intermediate buffers reused once their last reader has run: pm_plan_memory
 //                                       rewrites the LINEAR
-//   items           (linearize.cpp)     the template's items in the LINEAR's order, with its buffers
+//   items           (linearize.cpp)     the template's items read off the LINEAR alone, in its order
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -92,16 +96,24 @@ struct Knobs {
 /** A BUFFERIZE node: BUFFERIZE(value, DEVICE), a value the realize map materialises into a buffer of its own on that
  *  device, with the value's dtype and shape (row-major). Its arg: whether it is a result of the schedule (a root),
  *  then the layout the layout stage chose for it (the permutation of the stored view of the value it copies: a
- *  channels-last input (0, 2, 3, 1), a matmul operand's panels (0, 2, 1); none: the value as computed). */
+ *  channels-last input (0, 2, 3, 1), a matmul operand's panels (0, 2, 1); none: the value as computed).
+ *  A row BUFFERIZE is no kernel boundary: the source of a row-fused EXPAND, a reduce's value computed once per row
+ *  inside its reader's kernel (as tinygrad's BUFFERIZE into a kernel-local address space); the kernels that read
+ *  it look through it. */
 struct BufferizeOpts {
   bool output = false;
+  bool row = false;
   std::vector<int64_t> perm;
-  Arg arg() const;
+  Arg arg() const;  // {output | row << 1, perm...}
   static BufferizeOpts of(const UOp* b);
   std::string str() const;  // "output, layout (0, 2, 1)"
 };
 /** BUFFERIZE(value) on `device`. */
 UOpRef bufferize(const UOpRef& value, const std::string& device, const BufferizeOpts& opts);
+/** Whether u is a row BUFFERIZE (a row-fused reduce's value, inside its reader's kernel). */
+bool is_row_bufferize(const UOp* u);
+/** Whether u is a kernel boundary: a BUFFERIZE that is not a row BUFFERIZE. */
+inline bool is_stored_bufferize(const UOp* u) { return u->op == Ops::BUFFERIZE && !is_row_bufferize(u); }
 
 /** What every stage reads and writes. */
 struct ScheduleCtx {
@@ -115,8 +127,6 @@ struct ScheduleCtx {
   std::vector<const UOp*> gtopo;                      // its nodes, sources first
   std::unordered_map<const UOp*, const UOp*> origin;  // a rebuilt node of graph -> the tensor graph's node
   std::vector<std::vector<UOpRef>> old_graphs;        // earlier passes' graphs: their nodes keep their shapes' keys
-  NodeSet row_fused;    // EXPANDs of reduces in graph that stay in their consumer's kernel (row fusion)
-  NodeSet no_row_fuse;  // the tensor graph's EXPANDs a kernel would recompute: row fusion refused on the next pass
   // the kernels
   Template t;
   std::unordered_map<const UOp*, int> slot_of;  // BUFFERs and realised nodes -> slot
@@ -151,16 +161,21 @@ std::vector<UOpRef> apply_layouts(std::span<const UOpRef> roots, const Knobs& kn
 std::vector<UOpRef> apply_bounds(std::span<const UOpRef> roots);
 /** split reduceop: big reductions become two kernels (SPLIT_REDUCEOP, REDUCEOP_SPLIT_THRESHOLD). */
 std::vector<UOpRef> split_reduceop(std::span<const UOpRef> roots, const Knobs& knobs);
-/** realize map: ctx.graph (BUFFERIZE nodes), ctx.gtopo, ctx.origin and ctx.row_fused from ctx.roots, topo, shapes
- *  and consumers. */
+/** The tensor graph's facts the realize map reads: ctx.topo, ctx.shapes and ctx.consumers of ctx.roots. */
+void graph_facts(ScheduleCtx& ctx);
+/** realize map: ctx.graph (BUFFERIZE nodes; a row-fused EXPAND reads a row BUFFERIZE), ctx.gtopo and ctx.origin
+ *  from ctx.roots, topo, shapes and consumers. */
 void realize_map(ScheduleCtx& ctx);
+/** Row fusion refused where a kernel would recompute it: the reduces under each of these row BUFFERIZEs (nodes of
+ *  ctx.graph) materialise, as BUFFERIZE nodes in ctx.roots (pm_refuse_row_fusion), for the next realize map. */
+void refuse_row_fusion(ScheduleCtx& ctx, std::span<const UOp* const> row_bufferizes);
 /** group outputs: materialised elementwise nodes that read each other element for element join one kernel: the
  *  group's last BUFFERIZE (its leader) becomes BUFFERIZE(value, DEVICE, the other members...) in ctx.graph. */
 void group_outputs(ScheduleCtx& ctx);
 /** A leader's other members (sources first; empty for any other node): its kernel stores them, then the leader. */
 std::span<const UOpRef> group_members(const UOp* b);
 /** One kernel: its AST (a SINK of one STORE per output: PARAM 0..n-1 for the group's members, or PARAM 0), the
- *  materialised nodes it reads (PARAM n..), and the row-fused EXPANDs whose value it would recompute. */
+ *  materialised nodes it reads (PARAM n..), and the row BUFFERIZEs whose value it would recompute. */
 struct KernelAst {
   UOpRef ast;
   std::vector<const UOp*> params;
@@ -181,8 +196,18 @@ void linearize(ScheduleCtx& ctx);
 /** plan memory: an intermediate buffer whose last reader has run is reused by a later one of its kind (a rewrite of
  *  ctx.linear). */
 void plan_memory(ScheduleCtx& ctx);
-/** items: ctx.t.items in ctx.linear's order, with its buffers. */
+/** items: ctx.t.items read off ctx.linear alone, in its order. */
 void items_from_linear(ScheduleCtx& ctx);
+
+/** A CALL of the LINEAR holds what it runs (as tinygrad's CALL holds its kernel's AST):
+ *  CALL(program, buffers..., diagnostic ASTs...), the program a kernel's AST (SINK) or a copy's COPY, the buffers
+ *  slot BUFFERs (outputs first), then its index checks' diagnostic kernels; arg {outputs, buffers, index check, then
+ *  per diagnostic: code, size, number of parameters, parameters...}. */
+UOpRef linear_call(const Template::Item& it, std::vector<UOpRef> buffers);
+/** A LINEAR CALL's buffers. */
+std::span<const UOpRef> call_buffers(const UOp* call);
+/** The item a LINEAR CALL runs (its slots: its buffers' numbers). */
+Template::Item call_item(const UOp* call);
 
 // ---- shared helpers
 
