@@ -59,13 +59,14 @@ UOpRef renumber_params(const UOpRef& ast, const std::vector<int64_t>& to) {
   });
 }
 
+// (a tensor-graph CALL's arg is one integer; the kernel graph's CALLs carry {item, outputs})
 bool is_custom_after(const UOp* u) {
   return u->op == Ops::AFTER && u->nsrc() == 2 && u->src(1)->op == Ops::CALL &&
-         std::get<int64_t>(u->src(1)->arg) != kCallifyArg;
+         std::holds_alternative<int64_t>(u->src(1)->arg) && std::get<int64_t>(u->src(1)->arg) != kCallifyArg;
 }
 bool is_callify_after(const UOp* u) {
   return u->op == Ops::AFTER && u->nsrc() == 2 && u->src(1)->op == Ops::CALL &&
-         std::get<int64_t>(u->src(1)->arg) == kCallifyArg;
+         std::holds_alternative<int64_t>(u->src(1)->arg) && std::get<int64_t>(u->src(1)->arg) == kCallifyArg;
 }
 
 std::vector<UOpRef> with_callify_siblings(std::span<const UOpRef> roots) {
