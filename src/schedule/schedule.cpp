@@ -189,7 +189,7 @@ void kernel_item(StoreCtx& s, const UOp* b) {
 // The item of a custom kernel (Tensor::custom_kernel), made at the first of its outputs visited: a new slot for each
 // source its AST stores, then the slots of the sources it reads, its PARAMs renumbered to those (outputs first).
 // Each output BUFFERIZE(AFTER(source i, CALL)) is source i's slot: no item of its own.
-void call_item(StoreCtx& s, const UOp* b) {
+void custom_call_item(StoreCtx& s, const UOp* b) {
   ScheduleCtx& c = s.c;
   const UOp* after = b->src(0);
   const UOp* call = after->src(1);
@@ -227,7 +227,7 @@ const PatternMatcher& pm_bufferize_to_store() {
       // BUFFERIZE(AFTER(source, CALL)) -> a custom kernel's output: its slot, written by the call's one item
       rule(op_any<opset<Ops::BUFFERIZE>>, [](auto& m) -> UOpRef {
         if (!is_custom_after(m.root->src(0))) return {};
-        call_item(m.template ctx<StoreCtx>().visit(m.root), m.root);
+        custom_call_item(m.template ctx<StoreCtx>().visit(m.root), m.root);
         return {};
       }),
       // BUFFERIZE(CONTIGUOUS(view of a buffer)) -> the buffer's slot: already contiguous, no kernel
