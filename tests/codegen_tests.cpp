@@ -481,6 +481,48 @@ TEST_CASE("INT_DOT's q8_0 block sums are pair multiply-adds: adjacent int8 produ
 #endif
 }
 
+TEST_CASE("INT_DOT's q4_0 block sums are unsigned-by-signed byte multiply-adds: nibble pairs times x's int8 (pmaddubsw)") {
+  // Lane l of a q4_0 block sums (lo[l] - 8) x[l] + (hi[l] - 8) x[l + 16]; the CPU compiler's ByteMulAdd
+  // (backends/cpu/llvm_jit.cpp) computes each such pair of products as pmaddubsw of the interleaved nibbles (unsigned
+  // bytes below 16) and x's interleaved int8s, plus -8 (x[l] + x[l + 16]) from x alone. Checked: the optimised IR
+  // (DEBUG=5) calls pmaddubsw at the width of the target's lanes (16 bytes under TG_CPU=x86-64-v3, the avx2 suite;
+  // 32 on AVX-512), BYTE_MADD=0 does not, and the values are bit for bit BYTE_MADD=0's (the same integer sums) and
+  // the host integer reference's.
+#if defined(__x86_64__)
+  const int64_t N = 24, K = 512;
+  std::mt19937 gen{23};
+  std::vector<uint8_t> blocks = random_blocks(gen, N * K / 32, 18);
+  Tensor w = Tensor::from_vector(blocks, {N, K / 32, 18}, "CPU").realize();
+  Tensor::manual_seed(9);
+  Tensor x = (Tensor::randn({1, K}, dtypes::float32, "CPU") * 2.0).realize();
+  ScopedEnv on("INT_DOT", "1"), fresh("CACHELEVEL", "0");
+  auto run = [&] { return x.matmul(nn::ggml_dequantize(w, "q4_0").reshape({N, K}).T()).to_vector<float>(); };
+  auto has_madd = [](const std::string& ir) {
+    for (const char* call : {"call <8 x i16> @llvm.x86.ssse3.pmadd.ub.sw.128(<16 x i8>",
+                             "call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8>",
+                             "call <32 x i16> @llvm.x86.avx512.pmaddubs.w.512(<64 x i8>"})
+      if (ir.find(call) != std::string::npos) return true;
+    return false;
+  };
+  ScopedEnv dbg("DEBUG", "5");
+  std::vector<float> got, plain;
+  CHECK(has_madd(test::stderr_of([&] { got = run(); })));
+  {
+    ScopedEnv off("BYTE_MADD", "0");  // int32 products (compiled again: the compiler's id changes)
+    CHECK(!has_madd(test::stderr_of([&] { plain = run(); })));
+  }
+  REQUIRE(got.size() == size_t(N));
+  REQUIRE(plain.size() == size_t(N));
+  std::vector<float> xs = x.to_vector<float>();
+  for (int64_t j = 0; j < N; j++) {
+    CHECK(std::memcmp(&got[size_t(j)], &plain[size_t(j)], sizeof(float)) == 0);
+    auto [want, mag, exact, bound] = int_dot_reference(blocks, xs, j, K, 18, "q4_0");
+    (void)exact, (void)bound;
+    CHECK(std::fabs(double(got[size_t(j)]) - want) <= 1e-6 * mag + 1e-30);
+  }
+#endif
+}
+
 TEST_CASE("q6_K's matvec gets vector lanes: its byte indices split into plain loops (split_ranges on (l + 32 g) % 64, l // 16)") {
   // Element 32g + l of a q6_K half-block reads ql[32(g%2) + l] and its scale sc[(32g + l) / 16]: once the reduce
   // range is split so that every load is linear in a 16-weight loop, the heuristic unrolls that loop into lanes
