@@ -5,6 +5,7 @@
 #include <cstring>
 #include <random>
 
+#include "../backends/cpu/cpu.hpp"
 #include "../backends/cuda/cuda.hpp"
 #include "scoped_env.hpp"
 #include "test_util.hpp"
@@ -481,14 +482,18 @@ TEST_CASE("INT_DOT's q8_0 block sums are pair multiply-adds: adjacent int8 produ
 #endif
 }
 
-TEST_CASE("INT_DOT's q4_0 block sums are unsigned-by-signed byte multiply-adds: nibble pairs times x's int8 (pmaddubsw)") {
+TEST_CASE("INT_DOT's q4_0 block sums are byte multiply-adds: nibble pairs times x's int8 (vpdpbusd with VNNI, else pmaddubsw)") {
   // Lane l of a q4_0 block sums (lo[l] - 8) x[l] + (hi[l] - 8) x[l + 16]; the CPU compiler's ByteMulAdd
-  // (backends/cpu/llvm_jit.cpp) computes each such pair of products as pmaddubsw of the interleaved nibbles (unsigned
-  // bytes below 16) and x's interleaved int8s, plus -8 (x[l] + x[l + 16]) from x alone. Checked: the optimised IR
-  // (DEBUG=5) calls pmaddubsw at the width of the target's lanes (16 bytes under TG_CPU=x86-64-v3, the avx2 suite;
-  // 32 on AVX-512), BYTE_MADD=0 does not, and the values are bit for bit BYTE_MADD=0's (the same integer sums) and
-  // the host integer reference's.
+  // (backends/cpu/llvm_jit.cpp) computes each such pair of products from the interleaved nibbles (unsigned bytes
+  // below 16) and x's interleaved int8s: one vpdpbusd a lane's 32 bits where the target has VNNI (AVX512-VNNI,
+  // AVX-VNNI; the offset -8 (x[l] + x[l + 16]), from x alone, as its accumulator), else pmaddubsw (SSSE3, AVX2,
+  // AVX-512BW) and the offset added. Checked: the optimised IR (DEBUG=5) calls the form the target's features choose
+  // (pmaddubsw under TG_CPU=x86-64-v3, the avx2 suite, and haswell; vpdpbusd on Zen 4/5), BYTE_MADD=0 neither, and
+  // the values are bit for bit BYTE_MADD=0's (the same integer sums) and the host integer reference's.
 #if defined(__x86_64__)
+  const std::string feats = cpu::cpu_target().features + ",";
+  const bool vnni = feats.find("+avx512vnni,") != std::string::npos || feats.find("+avxvnni,") != std::string::npos;
+  CAPTURE(feats);
   const int64_t N = 24, K = 512;
   std::mt19937 gen{23};
   std::vector<uint8_t> blocks = random_blocks(gen, N * K / 32, 18);
@@ -497,19 +502,28 @@ TEST_CASE("INT_DOT's q4_0 block sums are unsigned-by-signed byte multiply-adds: 
   Tensor x = (Tensor::randn({1, K}, dtypes::float32, "CPU") * 2.0).realize();
   ScopedEnv on("INT_DOT", "1"), fresh("CACHELEVEL", "0");
   auto run = [&] { return x.matmul(nn::ggml_dequantize(w, "q4_0").reshape({N, K}).T()).to_vector<float>(); };
-  auto has_madd = [](const std::string& ir) {
-    for (const char* call : {"call <8 x i16> @llvm.x86.ssse3.pmadd.ub.sw.128(<16 x i8>",
-                             "call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8>",
-                             "call <32 x i16> @llvm.x86.avx512.pmaddubs.w.512(<64 x i8>"})
+  auto calls = [](const std::string& ir, bool dpbusd) {
+    const std::vector<const char*> forms =
+        dpbusd ? std::vector<const char*>{"call <4 x i32> @llvm.x86.avx512.vpdpbusd.128(",
+                                          "call <8 x i32> @llvm.x86.avx512.vpdpbusd.256(",
+                                          "call <16 x i32> @llvm.x86.avx512.vpdpbusd.512("}
+               : std::vector<const char*>{"call <8 x i16> @llvm.x86.ssse3.pmadd.ub.sw.128(<16 x i8>",
+                                          "call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8>",
+                                          "call <32 x i16> @llvm.x86.avx512.pmaddubs.w.512(<64 x i8>"};
+    for (const char* call : forms)
       if (ir.find(call) != std::string::npos) return true;
     return false;
   };
   ScopedEnv dbg("DEBUG", "5");
   std::vector<float> got, plain;
-  CHECK(has_madd(test::stderr_of([&] { got = run(); })));
+  const std::string ir = test::stderr_of([&] { got = run(); });
+  CHECK(calls(ir, vnni));
+  CHECK(!calls(ir, !vnni));
   {
     ScopedEnv off("BYTE_MADD", "0");  // int32 products (compiled again: the compiler's id changes)
-    CHECK(!has_madd(test::stderr_of([&] { plain = run(); })));
+    const std::string plain_ir = test::stderr_of([&] { plain = run(); });
+    CHECK(!calls(plain_ir, true));
+    CHECK(!calls(plain_ir, false));
   }
   REQUIRE(got.size() == size_t(N));
   REQUIRE(plain.size() == size_t(N));

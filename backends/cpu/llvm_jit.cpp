@@ -246,10 +246,20 @@ class ByteMulAdd {
     for (llvm::BinaryOperator* root : sum_roots(f)) {
       auto* vt = llvm::cast<llvm::FixedVectorType>(root->getType());
       const unsigned lanes = vt->getNumElements(), bits = 16 * lanes;
+      // VNNI: vpdpbusd on the lanes' 32 bits (each lane's pair of bytes and two zero bytes), else pmaddubsw
+      const unsigned lane_bits = 32 * lanes;
+      const bool vnni = (lane_bits == 512 && has("avx512vnni")) ||
+                        ((lane_bits == 128 || lane_bits == 256) && ((has("avx512vnni") && has("avx512vl")) || has("avxvnni")));
       llvm::Intrinsic::ID id = llvm::Intrinsic::not_intrinsic;
-      if (bits == 128) id = llvm::Intrinsic::x86_ssse3_pmadd_ub_sw_128;
-      if (bits == 256 && has("avx2")) id = llvm::Intrinsic::x86_avx2_pmadd_ub_sw;
-      if (bits == 512 && has("avx512bw")) id = llvm::Intrinsic::x86_avx512_pmaddubs_w_512;
+      if (vnni) {
+        id = lane_bits == 512 ? llvm::Intrinsic::x86_avx512_vpdpbusd_512
+             : lane_bits == 256 ? llvm::Intrinsic::x86_avx512_vpdpbusd_256
+                                : llvm::Intrinsic::x86_avx512_vpdpbusd_128;
+      } else {
+        if (bits == 128) id = llvm::Intrinsic::x86_ssse3_pmadd_ub_sw_128;
+        if (bits == 256 && has("avx2")) id = llvm::Intrinsic::x86_avx2_pmadd_ub_sw;
+        if (bits == 512 && has("avx512bw")) id = llvm::Intrinsic::x86_avx512_pmaddubs_w_512;
+      }
       if (id == llvm::Intrinsic::not_intrinsic) continue;
       std::vector<llvm::Value*> terms = sum_terms(root);
       struct Prod {
@@ -280,15 +290,19 @@ class ByteMulAdd {
       std::vector<llvm::Value*> sums;
       for (size_t k = 0; k + 1 < prods.size(); k += 2) {
         Prod a = prods[k], c = prods[k + 1];
-        llvm::Value* u = p->nibbles(a.u, c.u);
+        llvm::Type* ut = vnni ? vt : llvm::FixedVectorType::get(b.getInt8Ty(), 2 * lanes);
+        llvm::Value* u = p->nibbles(a.u, c.u, ut);
         if (!u) {
-          if ((u = p->nibbles(c.u, a.u))) std::swap(a, c);
-          else u = p->interleave(a.u, c.u);
+          if ((u = p->nibbles(c.u, a.u, ut))) std::swap(a, c);
+          else u = p->interleave(a.u, c.u, ut);
         }
-        llvm::Value* s = p->interleave(a.s, c.s);
-        llvm::Value* r = b.CreateSExt(b.CreateCall(madd, {u, s}), vt);
-        if (a.c || c.c) r = b.CreateAdd(r, p->offset(a.s, a.c, c.s, c.c, vt));
-        sums.push_back(r);
+        llvm::Value* s = p->interleave(a.s, c.s, ut);
+        llvm::Value* off = a.c || c.c ? p->offset(a.s, a.c, c.s, c.c, vt) : nullptr;
+        if (vnni)  // the offset as the accumulator
+          sums.push_back(b.CreateCall(madd, {off ? off : llvm::Constant::getNullValue(vt), u, s}));
+        else
+          sums.push_back(off ? b.CreateAdd(b.CreateSExt(b.CreateCall(madd, {u, s}), vt), off)
+                             : b.CreateSExt(b.CreateCall(madd, {u, s}), vt));
         used[a.term] = used[c.term] = true;
       }
       n += int(sums.size());
@@ -325,19 +339,24 @@ class ByteMulAdd {
     u = z->getOperand(0);
     return true;
   }
-  // The elements of a and b alternating (a[0], b[0], a[1], ...).
-  llvm::Value* interleave(llvm::Value* a, llvm::Value* c) {
-    auto [it, fresh] = memo_.try_emplace({a, c}, nullptr);
+  // The elements of a and b alternating (a[0], b[0], a[1], ...) as bytes of type t: <2n x i8>, or <n x i32> with
+  // each pair zero-extended to 32 bits (vpdpbusd's four bytes a lane, two of them zero).
+  llvm::Value* interleave(llvm::Value* a, llvm::Value* c, llvm::Type* t) {
+    auto [it, fresh] = memo_.try_emplace({{a, c}, t}, nullptr);
     if (fresh) {
       const unsigned l = llvm::cast<llvm::FixedVectorType>(a->getType())->getNumElements();
       llvm::SmallVector<int, 64> mask;
       for (unsigned k = 0; k < l; k++) mask.push_back(int(k)), mask.push_back(int(l + k));
-      it->second = b_.CreateShuffleVector(a, c, mask);
+      llvm::Value* v = b_.CreateShuffleVector(a, c, mask);
+      if (t != v->getType())
+        v = b_.CreateZExt(b_.CreateBitCast(v, llvm::FixedVectorType::get(b_.getInt16Ty(), l)), t);
+      it->second = v;
     }
     return it->second;
   }
-  // interleave(w & 15, w >> 4) computed on 16-bit lanes, or null when lo and hi are not those nibbles of one w
-  llvm::Value* nibbles(llvm::Value* lo, llvm::Value* hi) {
+  // interleave(w & 15, w >> 4) computed on 16-bit (or 32-bit) lanes, or null when lo and hi are not those nibbles of
+  // one w
+  llvm::Value* nibbles(llvm::Value* lo, llvm::Value* hi, llvm::Type* t) {
     auto splat_is = [](llvm::Value* v, uint64_t k) {
       auto* c = llvm::dyn_cast<llvm::Constant>(v);
       auto* s = c ? llvm::dyn_cast_or_null<llvm::ConstantInt>(c->getSplatValue()) : nullptr;
@@ -348,13 +367,14 @@ class ByteMulAdd {
     if (!a || !h || a->getOpcode() != llvm::Instruction::And || h->getOpcode() != llvm::Instruction::LShr ||
         a->getOperand(0) != h->getOperand(0) || !splat_is(a->getOperand(1), 15) || !splat_is(h->getOperand(1), 4))
       return nullptr;
-    auto [it, fresh] = memo_.try_emplace({lo, hi}, nullptr);
+    auto [it, fresh] = memo_.try_emplace({{lo, hi}, t}, nullptr);
     if (fresh) {
       auto* w = llvm::cast<llvm::FixedVectorType>(a->getType());
-      auto* w16 = llvm::FixedVectorType::get(b_.getInt16Ty(), w->getNumElements());
-      llvm::Value* z = b_.CreateZExt(a->getOperand(0), w16);
-      llvm::Value* t = b_.CreateAnd(b_.CreateOr(z, b_.CreateShl(z, 4)), llvm::ConstantInt::get(w16, 0x0F0F));
-      it->second = b_.CreateBitCast(t, llvm::FixedVectorType::get(b_.getInt8Ty(), 2 * w->getNumElements()));
+      auto* wide = t->getScalarType()->isIntegerTy(32) ? llvm::cast<llvm::FixedVectorType>(t)
+                                                        : llvm::FixedVectorType::get(b_.getInt16Ty(), w->getNumElements());
+      llvm::Value* z = b_.CreateZExt(a->getOperand(0), wide);
+      llvm::Value* v = b_.CreateAnd(b_.CreateOr(z, b_.CreateShl(z, 4)), llvm::ConstantInt::get(wide, 0x0F0F));
+      it->second = b_.CreateBitCast(v, t);
     }
     return it->second;
   }
@@ -372,7 +392,7 @@ class ByteMulAdd {
 
   llvm::IRBuilder<> b_;
   llvm::BasicBlock* block_;
-  std::map<std::pair<llvm::Value*, llvm::Value*>, llvm::Value*> memo_;
+  std::map<std::pair<std::pair<llvm::Value*, llvm::Value*>, llvm::Type*>, llvm::Value*> memo_;
   std::map<std::tuple<llvm::Value*, int64_t, llvm::Value*, int64_t>, llvm::Value*> offsets_;
 };
 
@@ -380,7 +400,7 @@ class ByteMulAdd {
 // kernel's source), so a binary an older rewrite made is not read back under the same source. Bump it with every
 // change to the rewrite. (Work-in-progress builds of the first version cached binaries under "-pairmadd1" whose
 // TG_CPU=haswell q8_0 matvec ran 0.85x the float product, against 1.33-1.38x compiled afresh: bench/qmatvec.)
-constexpr int kPairMulAddVersion = 2, kByteMulAddVersion = 1;
+constexpr int kPairMulAddVersion = 2, kByteMulAddVersion = 2;
 
 class LLVMCompiler : public Compiler {
  public:
