@@ -232,7 +232,10 @@ class PairMulAdd {
 // and two of them stay below 2^15 (no saturation). The second term reads only s (x, shared by a tile's rows: computed
 // once per block). u1 = w & 15, u2 = w >> 4 (q4_0's two nibbles of the same bytes) interleave as one 16-bit operation:
 // (zext(w) | zext(w) << 4) & 0x0F0F (low byte the low nibble). x86 with SSSE3 (16-byte operands), AVX2 (32) or
-// AVX-512BW (64) only; BYTE_MADD=0 turns it off.
+// AVX-512BW (64) only; several pairs of one sum add their 16-bit results while the sum's bound stays below 2^15 and
+// widen once (AVX2's 8 lanes: two pairs a q4_0 block). With VNNI (AVX512-VNNI, AVX-VNNI) each pair is one vpdpbusd
+// on the lane's 32 bits instead (the pair's two bytes and two zero bytes), accumulating into the offset or the sum's
+// previous pair: no widening, no add. BYTE_MADD=0 turns it off.
 class ByteMulAdd {
  public:
   static int run(llvm::Function& f) {
@@ -266,6 +269,7 @@ class ByteMulAdd {
         size_t term;
         llvm::Value *u, *s;
         int64_t c;
+        uint64_t umax;  // u's largest value (known bits)
       };
       std::vector<Prod> prods;
       for (size_t i = 0; i < terms.size(); i++) {
@@ -276,8 +280,9 @@ class ByteMulAdd {
           int64_t c = 0;
           llvm::Value* s = sext_byte(m->getOperand(1 - side));
           if (!s || !unsigned_byte(m->getOperand(side), u, c)) continue;
-          if (llvm::computeKnownBits(u, dl).getMaxValue().getZExtValue() > 127) continue;
-          prods.push_back({i, u, s, c});
+          const uint64_t umax = llvm::computeKnownBits(u, dl).getMaxValue().getZExtValue();
+          if (umax > 127) continue;
+          prods.push_back({i, u, s, c, umax});
           break;
         }
       }
@@ -288,6 +293,14 @@ class ByteMulAdd {
       llvm::Function* madd = llvm::Intrinsic::getDeclaration(f.getParent(), id);
       std::vector<bool> used(terms.size(), false);
       std::vector<llvm::Value*> sums;
+      // pmaddubsw's 16-bit results are summed as such while the sum's bound stays below 2^15 (q4_0 on AVX2: a
+      // lane's two pairs a block), then widened once; vpdpbusd accumulates each pair into the last one's result
+      llvm::Value *acc16 = nullptr, *acc32 = nullptr;
+      uint64_t bound16 = 0;
+      auto flush16 = [&] {
+        if (acc16) sums.push_back(b.CreateSExt(acc16, vt));
+        acc16 = nullptr, bound16 = 0;
+      };
       for (size_t k = 0; k + 1 < prods.size(); k += 2) {
         Prod a = prods[k], c = prods[k + 1];
         llvm::Type* ut = vnni ? vt : llvm::FixedVectorType::get(b.getInt8Ty(), 2 * lanes);
@@ -298,14 +311,23 @@ class ByteMulAdd {
         }
         llvm::Value* s = p->interleave(a.s, c.s, ut);
         llvm::Value* off = a.c || c.c ? p->offset(a.s, a.c, c.s, c.c, vt) : nullptr;
-        if (vnni)  // the offset as the accumulator
-          sums.push_back(b.CreateCall(madd, {off ? off : llvm::Constant::getNullValue(vt), u, s}));
-        else
-          sums.push_back(off ? b.CreateAdd(b.CreateSExt(b.CreateCall(madd, {u, s}), vt), off)
-                             : b.CreateSExt(b.CreateCall(madd, {u, s}), vt));
+        if (vnni) {  // the offset as the accumulator
+          llvm::Value* start = acc32 ? acc32 : off ? off : llvm::Constant::getNullValue(vt);
+          if (acc32 && off) sums.push_back(off);
+          acc32 = b.CreateCall(madd, {start, u, s});
+        } else {
+          const uint64_t bound = 128 * (a.umax + c.umax);
+          if (acc16 && bound16 + bound > 32767) flush16();
+          llvm::Value* r = b.CreateCall(madd, {u, s});
+          acc16 = acc16 ? b.CreateAdd(acc16, r) : r;
+          bound16 += bound;
+          if (off) sums.push_back(off);
+        }
         used[a.term] = used[c.term] = true;
+        n++;
       }
-      n += int(sums.size());
+      flush16();
+      if (acc32) sums.push_back(acc32);
       for (size_t i = 0; i < terms.size(); i++)
         if (!used[i]) sums.push_back(terms[i]);
       llvm::Value* r = sums[0];
@@ -400,7 +422,7 @@ class ByteMulAdd {
 // kernel's source), so a binary an older rewrite made is not read back under the same source. Bump it with every
 // change to the rewrite. (Work-in-progress builds of the first version cached binaries under "-pairmadd1" whose
 // TG_CPU=haswell q8_0 matvec ran 0.85x the float product, against 1.33-1.38x compiled afresh: bench/qmatvec.)
-constexpr int kPairMulAddVersion = 2, kByteMulAddVersion = 2;
+constexpr int kPairMulAddVersion = 2, kByteMulAddVersion = 3;
 
 class LLVMCompiler : public Compiler {
  public:
