@@ -382,13 +382,13 @@ IntDotRef int_dot_reference(const std::vector<uint8_t>& blocks, const std::vecto
 }
 }  // namespace
 
-TEST_CASE("a quantised matvec sums 8-bit integer products per block: x quantised to q8_0 blocks once (INT_DOT=1)") {
+TEST_CASE("a quantised matvec sums 8-bit integer products per block: x quantised to q8_0 blocks once (INT_DOT, the default)") {
   // y = x @ W.T, W a q8_0 or q4_0 weight: the layout rule int_dot_product quantises x in its own kernels to blocks of
   // 32 int8 with a float16 scale (ggml's quantize_row_q8_0: the block's max |x|, then x / d rounded), and the matvec's
   // terms become integer products, which factor_reduce_invariants sums per block and lane in int32 (cast to float
   // once, times the two scales). Checked: the kernels (max, quantise, matvec), the lowered matvec's integer sums, the
   // values against the same quantisation done here (tight) and against the unquantised product (within the
-  // quantisation's bound), and INT_DOT=0 (the default: one kernel, float products, no integer sum).
+  // quantisation's bound); the default is INT_DOT=1; INT_DOT=0: one kernel, float products, no integer sum.
   const int64_t N = 64, K = 256;
   std::mt19937 gen{11};
   auto schedule_of = [](const Tensor& t) {
@@ -415,18 +415,18 @@ TEST_CASE("a quantised matvec sums 8-bit integer products per block: x quantised
     Tensor x = (Tensor::randn({1, K}, dtypes::float32, "CPU") * 3.0).realize();
     Tensor y = x.matmul(nn::ggml_dequantize(w, type).reshape({N, K}).T());
     {
-      ScopedEnv on("INT_DOT", "1");
+      ScopedEnv on("INT_DOT", nullptr);  // on by default
       Schedule s = schedule_of(y);
       CHECK(s.items.size() == 3);  // x's block maxima, x's blocks, the matvec
       CHECK(int_sums(s) >= 1);
     }
     {
-      ScopedEnv off("INT_DOT", nullptr);  // off by default
+      ScopedEnv off("INT_DOT", "0");
       Schedule s = schedule_of(y);
       CHECK(s.items.size() == 1);
       CHECK(int_sums(s) == 0);
     }
-    ScopedEnv on("INT_DOT", "1");
+    ScopedEnv on("INT_DOT", nullptr);
     std::vector<float> got = y.to_vector<float>(), xs = x.to_vector<float>();
     for (int64_t j = 0; j < N; j++) {
       auto [want, mag, exact, bound] = int_dot_reference(blocks, xs, j, K, bytes, type);
