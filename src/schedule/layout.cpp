@@ -204,8 +204,8 @@ std::optional<Dequant> dequant_of(const UOp* b, int64_t block, LayoutCtx& c) {
 // weight once into float panels for a GEMM). On by default (INT_DOT=0 turns it off). The CPU compiler turns the lane
 // sums into byte multiply-adds (backends/cpu/llvm_jit.cpp): q8_0's adjacent pairs of products into vpmaddwd
 // (vpdpwssd with VNNI; PairMulAdd), q4_0's nibble pairs into vpdpbusd (VNNI) or pmaddubsw (ByteMulAdd). bench/qmatvec
-// (5632 x 2048, Zen 5, THREADS=1 and 2): q8_0 1.09-1.18x the float product native, 1.10-1.34x TG_CPU=haswell; q4_0
-// 1.13-1.14x native, 1.02-1.05x haswell.
+// (5632 x 2048, Zen 5, THREADS=1 and 2): q8_0 1.20-1.22x the float product native, 1.26-1.34x TG_CPU=haswell; q4_0
+// 1.17-1.18x native, 1.09-1.13x haswell.
 UOpRef int_dot_product(const UOp* red, LayoutCtx& c) {
   constexpr int64_t B = 32, kMaxRows = 32;
   const auto& ra = std::get<ReduceArg>(red->arg);
