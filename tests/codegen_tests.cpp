@@ -5,6 +5,7 @@
 #include <cstring>
 #include <random>
 
+#include "../backends/cpu/cpu.hpp"
 #include "../backends/cuda/cuda.hpp"
 #include "scoped_env.hpp"
 #include "test_util.hpp"
@@ -422,13 +423,13 @@ IntDotRef int_dot_reference(const std::vector<uint8_t>& blocks, const std::vecto
 }
 }  // namespace
 
-TEST_CASE("a quantised matvec sums 8-bit integer products per block: x quantised to q8_0 blocks once (INT_DOT=1)") {
+TEST_CASE("a quantised matvec sums 8-bit integer products per block: x quantised to q8_0 blocks once (INT_DOT, the default)") {
   // y = x @ W.T, W a q8_0 or q4_0 weight: the layout rule int_dot_product quantises x in its own kernels to blocks of
   // 32 int8 with a float16 scale (ggml's quantize_row_q8_0: the block's max |x|, then x / d rounded), and the matvec's
   // terms become integer products, which factor_reduce_invariants sums per block and lane in int32 (cast to float
   // once, times the two scales). Checked: the kernels (max, quantise, matvec), the lowered matvec's integer sums, the
   // values against the same quantisation done here (tight) and against the unquantised product (within the
-  // quantisation's bound), and INT_DOT=0 (the default: one kernel, float products, no integer sum).
+  // quantisation's bound); the default is INT_DOT=1; INT_DOT=0: one kernel, float products, no integer sum.
   const int64_t N = 64, K = 256;
   std::mt19937 gen{11};
   auto schedule_of = [](const Tensor& t) {
@@ -455,18 +456,18 @@ TEST_CASE("a quantised matvec sums 8-bit integer products per block: x quantised
     Tensor x = (Tensor::randn({1, K}, dtypes::float32, "CPU") * 3.0).realize();
     Tensor y = x.matmul(nn::ggml_dequantize(w, type).reshape({N, K}).T());
     {
-      ScopedEnv on("INT_DOT", "1");
+      ScopedEnv on("INT_DOT", nullptr);  // on by default
       Schedule s = schedule_of(y);
       CHECK(s.items.size() == 3);  // x's block maxima, x's blocks, the matvec
       CHECK(int_sums(s) >= 1);
     }
     {
-      ScopedEnv off("INT_DOT", nullptr);  // off by default
+      ScopedEnv off("INT_DOT", "0");
       Schedule s = schedule_of(y);
       CHECK(s.items.size() == 1);
       CHECK(int_sums(s) == 0);
     }
-    ScopedEnv on("INT_DOT", "1");
+    ScopedEnv on("INT_DOT", nullptr);
     std::vector<float> got = y.to_vector<float>(), xs = x.to_vector<float>();
     for (int64_t j = 0; j < N; j++) {
       auto [want, mag, exact, bound] = int_dot_reference(blocks, xs, j, K, bytes, type);
@@ -516,6 +517,61 @@ TEST_CASE("INT_DOT's q8_0 block sums are pair multiply-adds: adjacent int8 produ
   for (int64_t j = 0; j < N; j++) {
     CHECK(std::memcmp(&got[size_t(j)], &split[size_t(j)], sizeof(float)) == 0);
     auto [want, mag, exact, bound] = int_dot_reference(blocks, xs, j, K, 34, "q8_0");
+    (void)exact, (void)bound;
+    CHECK(std::fabs(double(got[size_t(j)]) - want) <= 1e-6 * mag + 1e-30);
+  }
+#endif
+}
+
+TEST_CASE("INT_DOT's q4_0 block sums are byte multiply-adds: nibble pairs times x's int8 (vpdpbusd with VNNI, else pmaddubsw)") {
+  // Lane l of a q4_0 block sums (lo[l] - 8) x[l] + (hi[l] - 8) x[l + 16]; the CPU compiler's ByteMulAdd
+  // (backends/cpu/llvm_jit.cpp) computes each such pair of products from the interleaved nibbles (unsigned bytes
+  // below 16) and x's interleaved int8s: one vpdpbusd a lane's 32 bits where the target has VNNI (AVX512-VNNI,
+  // AVX-VNNI; the offset -8 (x[l] + x[l + 16]), from x alone, as its accumulator), else pmaddubsw (SSSE3, AVX2,
+  // AVX-512BW) and the offset added. Checked: the optimised IR (DEBUG=5) calls the form the target's features choose
+  // (pmaddubsw under TG_CPU=x86-64-v3, the avx2 suite, and haswell; vpdpbusd on Zen 4/5), BYTE_MADD=0 neither, and
+  // the values are bit for bit BYTE_MADD=0's (the same integer sums) and the host integer reference's.
+#if defined(__x86_64__)
+  const std::string feats = cpu::cpu_target().features + ",";
+  const bool vnni = feats.find("+avx512vnni,") != std::string::npos || feats.find("+avxvnni,") != std::string::npos;
+  CAPTURE(feats);
+  const int64_t N = 24, K = 512;
+  std::mt19937 gen{23};
+  std::vector<uint8_t> blocks = random_blocks(gen, N * K / 32, 18);
+  Tensor w = Tensor::from_vector(blocks, {N, K / 32, 18}, "CPU").realize();
+  Tensor::manual_seed(9);
+  Tensor x = (Tensor::randn({1, K}, dtypes::float32, "CPU") * 2.0).realize();
+  ScopedEnv on("INT_DOT", "1"), fresh("CACHELEVEL", "0");
+  auto run = [&] { return x.matmul(nn::ggml_dequantize(w, "q4_0").reshape({N, K}).T()).to_vector<float>(); };
+  auto calls = [](const std::string& ir, bool dpbusd) {
+    const std::vector<const char*> forms =
+        dpbusd ? std::vector<const char*>{"call <4 x i32> @llvm.x86.avx512.vpdpbusd.128(",
+                                          "call <8 x i32> @llvm.x86.avx512.vpdpbusd.256(",
+                                          "call <16 x i32> @llvm.x86.avx512.vpdpbusd.512("}
+               : std::vector<const char*>{"call <8 x i16> @llvm.x86.ssse3.pmadd.ub.sw.128(<16 x i8>",
+                                          "call <16 x i16> @llvm.x86.avx2.pmadd.ub.sw(<32 x i8>",
+                                          "call <32 x i16> @llvm.x86.avx512.pmaddubs.w.512(<64 x i8>"};
+    for (const char* call : forms)
+      if (ir.find(call) != std::string::npos) return true;
+    return false;
+  };
+  ScopedEnv dbg("DEBUG", "5");
+  std::vector<float> got, plain;
+  const std::string ir = test::stderr_of([&] { got = run(); });
+  CHECK(calls(ir, vnni));
+  CHECK(!calls(ir, !vnni));
+  {
+    ScopedEnv off("BYTE_MADD", "0");  // int32 products (compiled again: the compiler's id changes)
+    const std::string plain_ir = test::stderr_of([&] { plain = run(); });
+    CHECK(!calls(plain_ir, true));
+    CHECK(!calls(plain_ir, false));
+  }
+  REQUIRE(got.size() == size_t(N));
+  REQUIRE(plain.size() == size_t(N));
+  std::vector<float> xs = x.to_vector<float>();
+  for (int64_t j = 0; j < N; j++) {
+    CHECK(std::memcmp(&got[size_t(j)], &plain[size_t(j)], sizeof(float)) == 0);
+    auto [want, mag, exact, bound] = int_dot_reference(blocks, xs, j, K, 18, "q4_0");
     (void)exact, (void)bound;
     CHECK(std::fabs(double(got[size_t(j)]) - want) <= 1e-6 * mag + 1e-30);
   }

@@ -414,6 +414,7 @@ TEST_CASE("a prompt-sized matmul (32+ rows of A) packs B too: a quantised weight
   for (size_t b = 0; b < blocks.size(); b += 34) blocks[b] = 0, blocks[b + 1] = 0x1c;  // f16 scale 2^-8
   Tensor w = Tensor::from_vector(blocks, {2048, 16, 34}).realize();
   auto product = [&](const Tensor& x) { return x.matmul(nn::ggml_dequantize(w, "q8_0").reshape({2048, 512}).T()); };
+  ScopedEnv float_products("INT_DOT", "0");  // 8 rows: the float product (INT_DOT quantises x: codegen_tests)
   for (int64_t rows : {64, 32, 8}) {
     CAPTURE(rows);
     Tensor x = randn({rows, 512}, 22);
@@ -957,6 +958,7 @@ TEST_CASE("PREFETCH: a q4_0 matvec streaming more than L2 prefetches each row's 
   for (size_t b = 0; b < blocks.size(); b += 18) blocks[b] = uint8_t(gen() % 256), blocks[b + 1] = 0x1c;  // f16 scales near 2^-8
   Tensor w = Tensor::from_vector(blocks, {rows, cols / 32, 18}).realize();
   Tensor x = randn({1, cols}, 32).realize();
+  ScopedEnv float_products("INT_DOT", "0");  // the float matvec, one kernel (INT_DOT quantises x in two more)
   Tensor y = x.matmul(nn::ggml_dequantize(w, "q4_0").reshape({rows, cols}).T());
   Kern k = last_kernel(y);
   Device& dev = get_device("CPU");

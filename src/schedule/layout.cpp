@@ -22,7 +22,7 @@ struct LayoutCtx {
   bool packed_matmul;                            // PACKED_MATMUL=0 turns the panelled matmul off
   bool channels_last;                            // CHANNELS_LAST=0 turns the channels-last convolution off
   bool conv_input_grad;                          // CONV_INPUT_GRAD=0 leaves autograd's convolution input gradient as is
-  bool int_dot;                                  // INT_DOT=1: quantised weights' products as integer block sums
+  bool int_dot;                                  // INT_DOT=0 turns the integer block sums off
   std::unordered_map<std::string, bool> serial;  // device -> runs kernels with output loops in order (a CPU)
   std::vector<UOpRef> keep;
   NodeSet made;  // reduces a rule made: not rewritten again
@@ -201,11 +201,11 @@ std::optional<Dequant> dequant_of(const UOp* b, int64_t block, LayoutCtx& c) {
 // movement ops (matmul's transposes and reshapes) that keep the summed axis whole down to the reshape merging its
 // blocks (..., nb, 32) -> (..., nb * 32). Serial devices (CPUs) whose vector ISA has integer multiply-adds
 // (int_simd), fewer than 32 rows of x (a decode step, a short prompt; from 32 rows on packed_matmul dequantises the
-// weight once into float panels for a GEMM). Off by default (INT_DOT=1 turns it on). q8_0's lanes sum adjacent pairs
-// of products, which the CPU compiler turns into 16-bit pair multiply-adds (vpmaddwd; PairMulAdd in
-// backends/cpu/llvm_jit.cpp): 1.15-1.18x the float product on AVX-512 (bench/qmatvec, Zen 5), but 0.85x on AVX2
-// (TG_CPU=haswell: 4-row tiles, two vpmaddwd of 16 bytes a block and row, against vpmovsxbd + cvt + FMA); q4_0's
-// nibbles are still multiplied as int32 lanes (vpmulld): 0.88-0.95x.
+// weight once into float panels for a GEMM). On by default (INT_DOT=0 turns it off). The CPU compiler turns the lane
+// sums into byte multiply-adds (backends/cpu/llvm_jit.cpp): q8_0's adjacent pairs of products into vpmaddwd
+// (vpdpwssd with VNNI; PairMulAdd), q4_0's nibble pairs into vpdpbusd (VNNI) or pmaddubsw (ByteMulAdd). bench/qmatvec
+// (5632 x 2048, Zen 5, THREADS=1 and 2): q8_0 1.20-1.22x the float product native, 1.26-1.34x TG_CPU=haswell; q4_0
+// 1.17-1.18x native, 1.09-1.13x haswell.
 UOpRef int_dot_product(const UOp* red, LayoutCtx& c) {
   constexpr int64_t B = 32, kMaxRows = 32;
   const auto& ra = std::get<ReduceArg>(red->arg);

@@ -39,7 +39,7 @@ Knobs Knobs::from_env() {
   k.fuse_rows = getenv_int("FUSE_REDUCE_ROWS", 1) != 0;
   k.simplify_valid = getenv_int("SIMPLIFY_VALID", 1) != 0;
   k.multi_output = getenv_int("MULTI_OUTPUT", 1) != 0;
-  k.int_dot = getenv_int("INT_DOT", 0) != 0;
+  k.int_dot = getenv_int("INT_DOT", 1) != 0;
   return k;
 }
 

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "../../examples/llm_model_util.hpp"
+#include "../scoped_env.hpp"
 #include "tg/device.hpp"
 #include "tg/models/gpt2.hpp"
 #include "tg/models/llama.hpp"
@@ -108,7 +109,9 @@ TEST_CASE(
   // 2 layers, dim 64, 4 query heads over 2 KV heads (and over 1: multi-query),
   // SwiGLU 128, vocab 320; f32 and q8_0 files (the q8_0 reference uses the
   // dequantised weights the file holds; tg keeps the q8_0 blocks and
-  // dequantises them inside its kernels, Llama::from_gguf's default)
+  // dequantises them inside its kernels, Llama::from_gguf's default; INT_DOT=0: float products, as the reference's,
+  // where the default quantises x to q8_0 blocks as llama.cpp does, compared with llama.cpp in the llm suite)
+  ScopedEnv float_products("INT_DOT", "0");
   std::vector<Model> models;
   LlamaConfig c;
   c.dim = 64, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.hidden_dim = 128, c.max_context = 32;
