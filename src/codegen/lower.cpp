@@ -81,9 +81,10 @@ int64_t dense_extent(const UOp* idx, const std::vector<const UOp*>& rs) {
 // computes E again for every output element. Where the output's value contains the summed value E at the output's
 // own position, E is stored into the output buffer inside the sum's loop and read back in the output loop: one
 // exp per element instead of two. The stored and the recomputed E are the same value, so results are
-// bit-identical (ROW_REUSE=0 turns this off). Conditions: one STORE, ungated; E contains a transcendental and one
-// load of a buffer other than the output at an index that runs densely over the row, as the output's does, with a
-// fixed offset between the two; the output buffer is not read, and the input not read by the output otherwise.
+// bit-identical (ROW_REUSE=0 turns this off). Conditions: one STORE, ungated; E has the output's dtype; E contains
+// a transcendental and one load of a buffer other than the output at an index that runs densely over the row, as
+// the output's does, with a fixed offset between the two; the output buffer is not read, and the input not read by
+// the output otherwise.
 UOpRef reuse_row_values(const UOpRef& k) {
   if (!getenv_int("ROW_REUSE", 1) || k->nsrc() != 1 || k->src(0)->op != Ops::STORE) return k;
   const UOp* st = k->src(0);
@@ -116,6 +117,10 @@ UOpRef reuse_row_values(const UOpRef& k) {
       return false;
     };
     const UOp* es = red->src(0);
+    // E goes into the output buffer as it is and comes back bit-identical only where it has the buffer's dtype:
+    // a float16 softmax sums E in float32 and a float16 store would round it (and render a float32 STORE into a
+    // float16 pointer); there E is recomputed.
+    if (es->dtype != pout->dtype.base()) continue;
     const UOp* ls = nullptr;  // the one load of E that moves with the sum's ranges
     bool ok = true;
     for (const UOp* n : toposort(es))
