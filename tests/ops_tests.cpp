@@ -1,6 +1,7 @@
 // Every elementwise primitive on every dtype it supports, against plain C++ loops on the same values.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -146,6 +147,59 @@ TEST_CASE("half and bfloat16 arithmetic rounds to the dtype") {
       CHECK(s[i] == float(truncate_float(double(ar[i]) + double(br[i]), d)));
       CHECK(m[i] == float(truncate_float(double(ar[i]) * double(br[i]), d)));
     }
+  }
+}
+
+// Row reductions over a realised 16-bit float buffer (and a float32 row whose result is cast to one, fused into the
+// same kernel) against float64 loops on the same values. The ops compute in float32 and round once to the dtype:
+// within half an ulp of the dtype plus float32's error (2^-20 of the row's scale). The row kernel of softmax once
+// stored its float32 exp into the float16 output (reuse_row_values in src/codegen/lower.cpp) and failed to render.
+TEST_CASE("softmax, log_softmax, layernorm and reductions of float16 and bfloat16 rows") {
+  const int64_t R = 32, N = 4 * 8 * R;
+  std::mt19937 g(17);
+  std::vector<float> xv(size_t(N), 0.f);
+  for (float& v : xv) v = float(std::normal_distribution<double>(0, 2)(g));
+  for (DType d : {dtypes::float16, dtypes::bfloat16}) {
+    const double eps = d == dtypes::float16 ? 0x1p-10 : 0x1p-7;  // the dtype's ulp at 1
+    Tensor x = Tensor::from_vector(xv, {4, 8, R}).cast(d).realize();
+    std::vector<double> xs = x.to_doubles();  // the values the kernels read, exactly
+    Tensor x32 = Tensor::from_vector(std::vector<float>(xs.begin(), xs.end()), {4, 8, R}).realize();
+    // per row: max, sum, mean, biased variance, sum of exps (all float64)
+    std::vector<double> mx(N / R), sm(N / R), mean(N / R), var(N / R), se(N / R), sa(N / R);
+    for (int64_t r = 0; r < N / R; r++) {
+      const double* row = xs.data() + r * R;
+      mx[r] = *std::max_element(row, row + R);
+      for (int64_t i = 0; i < R; i++) sm[r] += row[i], sa[r] += std::fabs(row[i]), se[r] += std::exp(row[i] - mx[r]);
+      mean[r] = sm[r] / double(R);
+      for (int64_t i = 0; i < R; i++) var[r] += (row[i] - mean[r]) * (row[i] - mean[r]);
+      var[r] /= double(R);
+    }
+    auto check = [&](const char* what, const Tensor& t, int64_t per, auto ref, auto scale) {
+      INFO(what << " in " << d.name());
+      REQUIRE(t.dtype() == d);
+      std::vector<double> got = t.to_doubles();
+      REQUIRE(int64_t(got.size()) == N / per);
+      int bad = 0;
+      for (int64_t i = 0; i < int64_t(got.size()); i++) {
+        double want = ref(i), tol = 0.5 * eps * std::fabs(want) + 0x1p-20 * scale(i) + 1e-7;
+        if (!(std::fabs(got[size_t(i)] - want) <= tol) && bad++ < 3) CHECK(got[size_t(i)] == doctest::Approx(want));
+      }
+      CHECK(bad == 0);
+    };
+    auto one = [](int64_t) { return 1.0; };
+    auto sm_ref = [&](int64_t i) { return std::exp(xs[size_t(i)] - mx[i / R]) / se[i / R]; };
+    auto lsm_ref = [&](int64_t i) { return xs[size_t(i)] - mx[i / R] - std::log(se[i / R]); };
+    auto ln_ref = [&](int64_t i) { return (xs[size_t(i)] - mean[i / R]) / std::sqrt(var[i / R] + 1e-5); };
+    auto row_scale = [&](int64_t i) { return 16 * (1 + std::fabs(mx[i / R])); };
+    check("softmax", x.softmax(-1), 1, sm_ref, one);
+    check("log_softmax", x.log_softmax(-1), 1, lsm_ref, row_scale);
+    check("layernorm", x.layernorm({-1}), 1, ln_ref, [&](int64_t i) { return 16 * std::fabs(ln_ref(i)) + 1; });
+    check("float32 softmax cast", x32.softmax(-1).cast(d), 1, sm_ref, one);
+    check("float32 log_softmax cast", x32.log_softmax(-1).cast(d), 1, lsm_ref, row_scale);
+    check("sum", x.sum(-1), R, [&](int64_t r) { return sm[r]; }, [&](int64_t r) { return 16 * sa[r]; });
+    check("max", x.max(-1), R, [&](int64_t r) { return mx[r]; }, [](int64_t) { return 0.0; });
+    check("mean", x.mean(-1), R, [&](int64_t r) { return mean[r]; }, [&](int64_t r) { return sa[r]; });
+    check("var", x.var({-1}, false, 0), R, [&](int64_t r) { return var[r]; }, [&](int64_t r) { return 64 * var[r]; });
   }
 }
 

@@ -158,6 +158,55 @@ TEST_CASE("max and min propagate NaN, as torch") {
   CHECK(same_floats(a.minimum(b).to_vector<float>(), {kNan, kNan, 2}));
 }
 
+// A float MAX reduce keeps a plain maximum and a NaN carrier in separate accumulators (src/codegen/lower.cpp,
+// plain_max): long rows (unrolled lanes, several accumulators, the lane tree) carry a NaN from any position, -inf
+// rows stay -inf, and a row of zeros keeps its sign where all agree. Each row against a float64 fold.
+TEST_CASE("max and min of long rows carry a NaN from any position, as torch") {
+  for (int64_t n : {4096, 1000, 33, 7}) {
+    INFO("row length " << n);
+    std::vector<float> v;
+    std::vector<std::pair<double, double>> want;  // (max, min) of each row, NaN when it has one
+    auto row = [&](auto f) {
+      double mx = -kInf, mn = kInf;
+      bool nan = false;
+      for (int64_t i = 0; i < n; i++) {
+        float x = f(i);
+        v.push_back(x);
+        nan |= std::isnan(x), mx = std::max(mx, double(x)), mn = std::min(mn, double(x));
+      }
+      want.emplace_back(nan ? kNan : mx, nan ? kNan : mn);
+    };
+    auto wave = [](int64_t i) { return float(std::sin(double(i) * 0.37) * 100); };
+    row(wave);
+    for (int64_t p : {int64_t(0), int64_t(1), n / 2, n - 2, n - 1})  // a NaN in each lane position class
+      row([&](int64_t i) { return i == p ? kNan : wave(i); });
+    row([&](int64_t i) { return i % 5 == 3 ? kNan : -kInf; });
+    row([](int64_t) { return kNan; });
+    row([](int64_t) { return -kInf; });
+    row([](int64_t) { return kInf; });
+    row([&](int64_t i) { return i == n - 1 ? 1.0f : -kInf; });
+    row([](int64_t) { return -0.0f; });
+    row([](int64_t) { return 0.0f; });
+    row([](int64_t i) { return i % 2 ? 0.0f : -0.0f; });
+    const int64_t rows = int64_t(want.size());
+    Tensor x = Tensor::from_vector(v, {rows, n}).realize();
+    std::vector<float> mx = x.max(1).to_vector<float>(), mn = x.min(1).to_vector<float>();
+    for (int64_t r = 0; r < rows; r++) {
+      INFO("row " << r);
+      CHECK(same_floats({mx[size_t(r)]}, {float(want[size_t(r)].first)}));
+      CHECK(same_floats({mn[size_t(r)]}, {float(want[size_t(r)].second)}));
+    }
+    // rows of one sign of zero keep it
+    CHECK(std::signbit(mx[size_t(rows - 3)]));
+    CHECK(!std::signbit(mx[size_t(rows - 2)]));
+    CHECK(std::signbit(mn[size_t(rows - 3)]));
+    CHECK(!std::signbit(mn[size_t(rows - 2)]));
+    // the whole tensor in one reduce (the split-reduce path): NaN
+    CHECK(std::isnan(x.max().item<float>()));
+    CHECK(std::isnan(x.min().item<float>()));
+  }
+}
+
 TEST_CASE("sort and topk keep every value with NaN and infinities, NaN last ascending and first descending") {
   auto x = Tensor::from_vector(std::vector<float>{1, kNan, -kInf, 3, kNan, kInf, -2}, {7});
   auto [v, i] = x.sort();

@@ -42,6 +42,16 @@ UOpRef identity_of(Ops op, DType d) {
   }
 }
 
+// A float MAX accumulator is two (expand_reduces): a plain maximum that a NaN does not enter, acc < v ? v : acc
+// (x86's maxps, one instruction: the loop-carried chain is its latency, where the NaN-carrying max was a compare, a
+// select, an unordered compare, an add and a select), and a NaN carrier, v != v ? v : nan (a blend, off the max's
+// chain), merged after the loop: nan != nan ? nan : acc. Equal to the NaN-carrying max (exec_alu's a < b ? b : a,
+// a + b when either is NaN) on every value, +-0 and ties included (the accumulator is kept on ties), and NaN
+// wherever a NaN was summed.
+UOpRef plain_max(const UOpRef& acc, const UOpRef& v) { return acc->alu(Ops::CMPLT, v)->alu(Ops::WHERE, v, acc); }
+UOpRef carry_nan(const UOpRef& nan, const UOpRef& v) { return v->alu(Ops::CMPNE, v)->alu(Ops::WHERE, v, nan); }
+bool splits_nan(Ops op, DType d) { return op == Ops::MAX && dtypes::is_float(d); }
+
 // The RANGEs still open at every node of the graph (an END closes its range), in one pass.
 std::unordered_map<const UOp*, std::vector<const UOp*>> open_ranges(const UOpRef& root) {
   std::unordered_map<const UOp*, std::vector<const UOp*>> open;
@@ -81,9 +91,10 @@ int64_t dense_extent(const UOp* idx, const std::vector<const UOp*>& rs) {
 // computes E again for every output element. Where the output's value contains the summed value E at the output's
 // own position, E is stored into the output buffer inside the sum's loop and read back in the output loop: one
 // exp per element instead of two. The stored and the recomputed E are the same value, so results are
-// bit-identical (ROW_REUSE=0 turns this off). Conditions: one STORE, ungated; E contains a transcendental and one
-// load of a buffer other than the output at an index that runs densely over the row, as the output's does, with a
-// fixed offset between the two; the output buffer is not read, and the input not read by the output otherwise.
+// bit-identical (ROW_REUSE=0 turns this off). Conditions: one STORE, ungated; E has the output's dtype; E contains
+// a transcendental and one load of a buffer other than the output at an index that runs densely over the row, as
+// the output's does, with a fixed offset between the two; the output buffer is not read, and the input not read by
+// the output otherwise.
 UOpRef reuse_row_values(const UOpRef& k) {
   if (!getenv_int("ROW_REUSE", 1) || k->nsrc() != 1 || k->src(0)->op != Ops::STORE) return k;
   const UOp* st = k->src(0);
@@ -116,6 +127,10 @@ UOpRef reuse_row_values(const UOpRef& k) {
       return false;
     };
     const UOp* es = red->src(0);
+    // E goes into the output buffer as it is and comes back bit-identical only where it has the buffer's dtype:
+    // a float16 softmax sums E in float32 and a float16 store would round it (and render a float32 STORE into a
+    // float16 pointer); there E is recomputed.
+    if (es->dtype != pout->dtype.base()) continue;
     const UOp* ls = nullptr;  // the one load of E that moves with the sum's ranges
     bool ok = true;
     for (const UOp* n : toposort(es))
@@ -492,7 +507,7 @@ UOpRef expand_reduces(UOpRef k) {
         if (!sub.count(sk)) sub_order.push_back(sk);
         sub[sk].push_back(m);
       }
-      struct Acc { UOpRef acc; std::vector<const UOp*> ms; };
+      struct Acc { UOpRef acc, nan; std::vector<const UOp*> ms; };  // nan: a float MAX's NaN carrier (plain_max)
       std::vector<Acc> accs;
       std::vector<UOpRef> updates;
       // A Lane range (the expander's kept UNROLL, innermost): each REDUCE gets an array of that many
@@ -513,32 +528,44 @@ UOpRef expand_reduces(UOpRef k) {
         const auto& ms = sub[sk];
         Ops op = Ops(std::get<int64_t>(ms[0]->arg));
         DType d = ms[0]->dtype;
-        UOpRef acc = UOp::make(Ops::DEFINE_REG, d.ptr_to(int64_t(ms.size()) * lanes, AddrSpace::Reg), {},
-                               int64_t(next_reg++));
-        std::vector<UOpRef> os{acc};
-        os.insert(os.end(), outer.begin(), outer.end());
-        UOpRef acc_outer = outer.empty() ? acc : UOp::make(Ops::AFTER, acc->dtype, os);
-        std::vector<UOpRef> is{acc};
-        if (lane) {
-          UOpRef l0 = UOp::range(lane->src()[0], next_id++, AxisType::Lane);
-          keep.push_back(l0);
-          is.push_back(UOp::make(Ops::END, dtypes::void_,
-                                 {UOp::make(Ops::STORE, dtypes::void_,
-                                            {UOp::make(Ops::INDEX, acc->dtype, {acc_outer, l0}), identity_of(op, d)}),
-                                  l0}));
-        } else {
-          for (size_t i = 0; i < ms.size(); i++)
-            is.push_back(UOp::make(Ops::STORE, dtypes::void_,
-                                   {UOp::make(Ops::INDEX, acc->dtype, {acc_outer, ci(int64_t(i))}), identity_of(op, d)}));
-        }
-        is.insert(is.end(), own.begin(), own.end());
-        UOpRef acc_in = UOp::make(Ops::AFTER, acc->dtype, is);
+        const bool split_nan = splits_nan(op, d);
+        // One register array with its init stores (before the loop) and its view inside the loop.
+        auto registers = [&](const UOpRef& identity) {
+          UOpRef acc = UOp::make(Ops::DEFINE_REG, d.ptr_to(int64_t(ms.size()) * lanes, AddrSpace::Reg), {},
+                                 int64_t(next_reg++));
+          std::vector<UOpRef> os{acc};
+          os.insert(os.end(), outer.begin(), outer.end());
+          UOpRef acc_outer = outer.empty() ? acc : UOp::make(Ops::AFTER, acc->dtype, os);
+          std::vector<UOpRef> is{acc};
+          if (lane) {
+            UOpRef l0 = UOp::range(lane->src()[0], next_id++, AxisType::Lane);
+            keep.push_back(l0);
+            is.push_back(UOp::make(Ops::END, dtypes::void_,
+                                   {UOp::make(Ops::STORE, dtypes::void_,
+                                              {UOp::make(Ops::INDEX, acc->dtype, {acc_outer, l0}), identity}),
+                                    l0}));
+          } else {
+            for (size_t i = 0; i < ms.size(); i++)
+              is.push_back(UOp::make(Ops::STORE, dtypes::void_,
+                                     {UOp::make(Ops::INDEX, acc->dtype, {acc_outer, ci(int64_t(i))}), identity}));
+          }
+          is.insert(is.end(), own.begin(), own.end());
+          return std::make_pair(acc, UOp::make(Ops::AFTER, acc->dtype, is));
+        };
+        auto [acc, acc_in] = registers(identity_of(op, d));
+        UOpRef nan, nan_in;
+        if (split_nan) std::tie(nan, nan_in) = registers(UOp::cnst(d, 0));
         for (size_t i = 0; i < ms.size(); i++) {
-          UOpRef idx = UOp::make(Ops::INDEX, acc->dtype, {acc_in, lane ? lane : ci(int64_t(i))});
+          UOpRef at = lane ? lane : ci(int64_t(i)), v = value_of(ms[i]);
+          UOpRef idx = UOp::make(Ops::INDEX, acc->dtype, {acc_in, at});
           UOpRef cur = UOp::make(Ops::LOAD, d, {idx});
-          updates.push_back(UOp::make(Ops::STORE, dtypes::void_, {idx, UOp::make(op, d, {cur, value_of(ms[i])})}));
+          updates.push_back(UOp::make(Ops::STORE, dtypes::void_,
+                                      {idx, split_nan ? plain_max(cur, v) : UOp::make(op, d, {cur, v})}));
+          if (!split_nan) continue;
+          UOpRef nidx = UOp::make(Ops::INDEX, nan->dtype, {nan_in, at});
+          updates.push_back(UOp::make(Ops::STORE, dtypes::void_, {nidx, carry_nan(UOp::make(Ops::LOAD, d, {nidx}), v)}));
         }
-        accs.push_back({acc, ms});
+        accs.push_back({acc, nan, ms});
       }
       // One END chain closes every update of the group.
       std::vector<UOpRef> e = updates;
@@ -547,44 +574,65 @@ UOpRef expand_reduces(UOpRef k) {
         e = {UOp::make(Ops::END, dtypes::void_, e)};
       }
       for (const Acc& a : accs) {
-        UOpRef after = UOp::make(Ops::AFTER, a.acc->dtype, {a.acc, e[0]});
-        auto read = [&](int64_t i) {
-          return UOp::make(Ops::LOAD, a.ms[0]->dtype, {UOp::make(Ops::INDEX, a.acc->dtype, {after, ci(i)})});
+        Ops rop = Ops(std::get<int64_t>(a.ms[0]->arg));
+        DType d = a.ms[0]->dtype;
+        // How two partial results of one array combine: the reduce's op, or plain_max / carry_nan for a float MAX.
+        auto combine = [&](bool nan, const UOpRef& x, const UOpRef& y) {
+          return !a.nan ? UOp::make(rop, d, {x, y}) : nan ? carry_nan(x, y) : plain_max(x, y);
         };
-        if (lane && (lanes & (lanes - 1)) == 0) {
-          // The lanes combine as reduce_tree's halving order, but in place: a Lane loop per level,
-          // acc[l] = acc[l] op acc[l + h] for l < h, so each level is one vector op (as scalar reads, LLVM
-          // left the tree scalar: ~60 instructions for 32 lanes, as many as a linear layer's whole K loop).
-          Ops rop = Ops(std::get<int64_t>(a.ms[0]->arg));
-          DType d = a.ms[0]->dtype;
-          // The last levels (h < 4, narrower than a vector) are plain stores.
-          for (int64_t h = lanes / 2; h >= 1; h /= 2) {
-            auto at = [&](const UOpRef& i) { return UOp::make(Ops::INDEX, a.acc->dtype, {after, i}); };
-            auto level = [&](const UOpRef& l) {
-              UOpRef v = UOp::make(rop, d, {UOp::make(Ops::LOAD, d, {at(l)}),
-                                            UOp::make(Ops::LOAD, d, {at(l->alu(Ops::ADD, ci(h)))})});
-              return UOp::make(Ops::STORE, dtypes::void_, {at(l), v});
-            };
-            std::vector<UOpRef> deps{a.acc};
-            if (h >= 4) {
-              UOpRef l = UOp::range(ci(h), next_id++, AxisType::Lane);
-              keep.push_back(l);
-              deps.push_back(UOp::make(Ops::END, dtypes::void_, {level(l), l}));
-            } else {
-              for (int64_t i = 0; i < h; i++) deps.push_back(level(ci(i)));
+        // The array's value at i (0 after the lanes are combined) after the loop.
+        auto finish = [&](const UOpRef& reg, bool nan) -> std::function<UOpRef(int64_t)> {
+          UOpRef after = UOp::make(Ops::AFTER, reg->dtype, {reg, e[0]});
+          auto read = [reg, d](const UOpRef& aft, int64_t i) {
+            return UOp::make(Ops::LOAD, d, {UOp::make(Ops::INDEX, reg->dtype, {aft, ci(i)})});
+          };
+          if (lane && (lanes & (lanes - 1)) == 0) {
+            // The lanes combine as reduce_tree's halving order, but in place: a Lane loop per level,
+            // acc[l] = acc[l] op acc[l + h] for l < h, so each level is one vector op (as scalar reads, LLVM
+            // left the tree scalar: ~60 instructions for 32 lanes, as many as a linear layer's whole K loop).
+            // The last levels (h < 4, narrower than a vector) are plain stores.
+            for (int64_t h = lanes / 2; h >= 1; h /= 2) {
+              auto at = [&](const UOpRef& i) { return UOp::make(Ops::INDEX, reg->dtype, {after, i}); };
+              auto level = [&](const UOpRef& l) {
+                UOpRef v = combine(nan, UOp::make(Ops::LOAD, d, {at(l)}), UOp::make(Ops::LOAD, d, {at(l->alu(Ops::ADD, ci(h)))}));
+                return UOp::make(Ops::STORE, dtypes::void_, {at(l), v});
+              };
+              std::vector<UOpRef> deps{reg};
+              if (h >= 4) {
+                UOpRef l = UOp::range(ci(h), next_id++, AxisType::Lane);
+                keep.push_back(l);
+                deps.push_back(UOp::make(Ops::END, dtypes::void_, {level(l), l}));
+              } else {
+                for (int64_t i = 0; i < h; i++) deps.push_back(level(ci(i)));
+              }
+              after = UOp::make(Ops::AFTER, reg->dtype, deps);
             }
-            after = UOp::make(Ops::AFTER, a.acc->dtype, deps);
+            UOpRef r = read(after, 0);
+            return [r](int64_t) { return r; };
           }
-          repl.emplace_back(a.ms[0], read(0));
-          continue;
+          if (lane) {
+            UOpRef r = read(after, 0);
+            if (!a.nan) {
+              std::vector<UOpRef> parts;
+              for (int64_t i = 0; i < lanes; i++) parts.push_back(read(after, i));
+              r = reduce_tree(rop, std::move(parts));
+            } else {
+              for (int64_t i = 1; i < lanes; i++) r = combine(nan, r, read(after, i));
+            }
+            return [r](int64_t) { return r; };
+          }
+          return [read, after](int64_t i) { return read(after, i); };
+        };
+        auto value = finish(a.acc, false);
+        std::function<UOpRef(int64_t)> nan_value = a.nan ? finish(a.nan, true) : nullptr;
+        for (size_t i = 0; i < (lane ? 1 : a.ms.size()); i++) {
+          UOpRef m = value(int64_t(i));
+          if (nan_value) {
+            UOpRef n = nan_value(int64_t(i));
+            m = n->alu(Ops::CMPNE, n)->alu(Ops::WHERE, n, m);
+          }
+          repl.emplace_back(a.ms[i], m);
         }
-        if (lane) {
-          std::vector<UOpRef> parts;
-          for (int64_t i = 0; i < lanes; i++) parts.push_back(read(i));
-          repl.emplace_back(a.ms[0], reduce_tree(Ops(std::get<int64_t>(a.ms[0]->arg)), std::move(parts)));
-          continue;
-        }
-        for (size_t i = 0; i < a.ms.size(); i++) repl.emplace_back(a.ms[i], read(int64_t(i)));
       }
     }
     k = substitute(k, repl);
