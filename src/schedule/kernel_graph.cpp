@@ -142,6 +142,42 @@ const PatternMatcher& pm_bufferize_after() {
   return pm;
 }
 
+// The graph from its roots down to its stored BUFFERIZEs, each rewritten once by pm_bufferize_after, the nodes
+// above them rebuilt (iterative). The walk stops at what the rules rewrite: below a BUFFERIZE is its value, which its
+// CALL's program computes (a graph_rewrite would walk on into the CALLs' programs, and a copy's COPY reads the tensor
+// graph's BUFFERIZEs, which stay as they are there).
+UOpRef bufferize_after(const UOpRef& sink, GraphCtx& g) {
+  std::unordered_map<const UOp*, UOpRef> memo;
+  std::vector<std::pair<const UOp*, bool>> st{{sink.get(), false}};  // a node, whether its sources are pushed
+  while (!st.empty()) {
+    const UOp* u = st.back().first;
+    if (memo.count(u)) {
+      st.pop_back();
+      continue;
+    }
+    if (!st.back().second) {
+      if (UOpRef r = pm_bufferize_after().rewrite(u, &g)) {
+        memo[u] = std::move(r);
+        st.pop_back();
+        continue;
+      }
+      st.back().second = true;
+      for (auto& s : u->src())
+        if (!memo.count(s.get())) st.emplace_back(s.get(), false);
+      continue;
+    }
+    st.pop_back();
+    bool changed = false;
+    std::vector<UOpRef> src;
+    for (auto& s : u->src()) {
+      src.push_back(memo.at(s.get()));
+      changed |= src.back().get() != s.get();
+    }
+    memo[u] = changed ? u->replace_src(src) : UOpRef(u);
+  }
+  return memo.at(sink.get());
+}
+
 }  // namespace
 
 void kernel_graph(ScheduleCtx& c, std::vector<Item> items) {
@@ -153,10 +189,7 @@ void kernel_graph(ScheduleCtx& c, std::vector<Item> items) {
     for (int pos : g.items[i].old_reads)
       if (int sl = g.items[i].slots[size_t(pos)]; sl < c.n_inputs) g.old[sl].push_back(i);
   g.make_calls();
-  // each node of the graph rewritten once by pm_bufferize_after (a graph_rewrite would walk on into the CALLs'
-  // programs: a copy's COPY reads the tensor graph's BUFFERIZEs, which stay as they are there)
-  UOpRef sink = UOp::make(Ops::SINK, dtypes::void_, c.graph);
-  c.kernels = substitute(sink, [&](const UOp* u) { return pm_bufferize_after().rewrite(u, &g); });
+  c.kernels = bufferize_after(UOp::make(Ops::SINK, dtypes::void_, c.graph), g);
 }
 
 }  // namespace tg::sched
