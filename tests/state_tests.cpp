@@ -1428,6 +1428,61 @@ TEST_CASE("torch_load reads hand-written torch.save files: zip and legacy, views
   CHECK(old.at("s").to_vector<int16_t>() == (std::vector<int16_t>{300, 12}));
 }
 
+TEST_CASE("torch_load onto DISK views the file: the same values, DISK tensors, nothing copied or run at load") {
+  std::vector<float> st(12);
+  for (int i = 0; i < 12; i++) st[size_t(i)] = float(i) * 1.5f - 4;
+  std::vector<int16_t> sh = {-7, 300, 12};
+  std::vector<PtTensor> ts = {{"w", "0", "FloatStorage", 12, 0, {3, 4}, {4, 1}},
+                              {"w_t", "0", "FloatStorage", 12, 0, {4, 3}, {1, 4}},     // transposed: a permute
+                              {"rows", "0", "FloatStorage", 12, 4, {2, 2}, {4, 2}},    // offset and strides: shrinks
+                              {"cols", "0", "FloatStorage", 12, 5, {2, 2}, {4, 2}},    // past the storage's end as a grid
+                              {"bcast", "0", "FloatStorage", 12, 2, {2, 3}, {0, 1}},   // stride 0: an expand
+                              {"overlap", "0", "FloatStorage", 12, 1, {3, 2}, {1, 1}}, // overlapping: gathered
+                              {"s", "1", "ShortStorage", 3, 1, {2}, {1}}};
+  Bytes zip = zip_of({{"model/data.pkl", pt_pickle(ts)}, {"model/data/0", raw_bytes(st)}, {"model/data/1", raw_bytes(sh)},
+                      {"model/version", {'3'}}});
+  std::string p = tmp_path("disk.pt");
+  write_bytes(p, zip);
+  auto ref = nn::torch_load(p);
+  size_t k0 = kernels_run();
+  auto got = nn::torch_load(p, "DISK");
+  CHECK(kernels_run() == k0);
+  REQUIRE(got.size() == ts.size());
+  for (auto& kv : got) {
+    const std::string& k = kv.first;
+    const Tensor& t = kv.second;
+    CAPTURE(k);
+    CHECK(t.device() == "DISK");
+    CHECK(t.shape() == ref.at(k).shape());
+    CHECK(t.dtype() == ref.at(k).dtype());
+  }
+  for (const char* k : {"w", "w_t", "rows", "cols", "bcast", "overlap"})
+    CHECK(got.at(k).to_vector<float>() == ref.at(k).to_vector<float>());
+  CHECK(got.at("s").to_vector<int16_t>() == (std::vector<int16_t>{300, 12}));
+  CHECK(got.at("rows").to_vector<float>() == (std::vector<float>{st[4], st[6], st[8], st[10]}));
+  // the views read the file's bytes: element 6 of storage 0 overwritten in place shows in every view of it (the
+  // gathered overlapping view is a copy taken at load)
+  auto at = std::search(zip.begin(), zip.end(), reinterpret_cast<const uint8_t*>(st.data()),
+                        reinterpret_cast<const uint8_t*>(st.data()) + 48);
+  REQUIRE(at != zip.end());
+  float nine = 99.f;
+  {
+    std::fstream fs(p, std::ios::binary | std::ios::in | std::ios::out);  // same inode, no truncation
+    fs.seekp(int64_t(at - zip.begin()) + 6 * 4);
+    fs.write(reinterpret_cast<const char*>(&nine), 4);
+  }
+  CHECK(got.at("w").to_vector<float>()[6] == 99.f);
+  CHECK(got.at("w_t").to_vector<float>()[2 * 3 + 1] == 99.f);  // w_t[2][1] = storage 1 * 4 + 2
+  CHECK(got.at("rows").to_vector<float>()[1] == 99.f);
+  CHECK(got.at("overlap").to_vector<float>() == ref.at("overlap").to_vector<float>());
+  // moved to a device that runs kernels: an ordinary tensor there
+  CHECK(Tensor(got.at("w_t").to(default_device()) * 2.f).to_vector<float>()[2 * 3 + 1] == 198.f);
+  // bytes in memory (the legacy format's reader too): DISK tensors view a copy of them
+  auto mem = nn::torch_load_bytes(zip.data(), zip.size(), "mem.pt", "DISK");
+  CHECK(mem.at("w_t").device() == "DISK");
+  CHECK(mem.at("w_t").to_vector<float>() == ref.at("w_t").to_vector<float>());
+}
+
 TEST_CASE("malformed torch.save files are errors naming the file and what was expected") {
   std::vector<float> st(12, 1.f);
   auto pt = [&](const std::vector<PtTensor>& ts, const Bytes& data) {

@@ -115,6 +115,18 @@ const UOp* contiguous_buffer(const UOp* u);
  *  once (RESHAPE, PERMUTE, SHRINK, FLIP: `cache.shrink(rows).assign(x)` writes those rows in place); else null. */
 const UOp* assign_buffer(const UOp* target);
 
+// ---- CALL nodes in the tensor graph (src/schedule/call.cpp)
+
+/** A CALL's arg in the tensor graph: kCallifyArg for Tensor::callify's CALL(values...) (compute these together), or
+ *  the id of a custom kernel's AST (Tensor::custom_kernel) for CALL(sources...), its AST's PARAM i reading or
+ *  writing source i. The outputs are AFTER(source i, CALL) with arg i. */
+inline constexpr int64_t kCallifyArg = -1;
+/** The id of a custom kernel's AST (the same id for the same AST, so its schedule is cached by structure). The
+ *  registry keeps each distinct AST: it grows with the number of distinct custom kernels, not with calls. */
+int64_t register_call_ast(const UOpRef& ast);
+/** The AST registered under id (a tg::Error for an unknown id). */
+UOpRef call_ast(int64_t id);
+
 /** Number of schedules built (a realize whose graph structure was seen before builds none). */
 size_t schedules_built();
 /** Number of kernels run since start (tests count kernels with it). */

@@ -123,6 +123,23 @@ struct BackwardOptions {
 
 /** Values and their indices (int64) along a reduced dim: `auto [v, i] = t.max_with_indices(1);`. */
 struct ValuesIndices;
+/** One parameter of a custom kernel as its builder sees it (Tensor::custom_kernel): PARAM `slot` of the kernel,
+ *  over the row-major elements of source `slot` (its shape and dtype). */
+struct KernelParam {
+  /// the PARAM node (a pointer to the dtype)
+  UOpRef param;
+  /// the source's shape and dtype
+  ///@{
+  std::vector<int64_t> shape;
+  DType dtype;
+  ///@}
+  /// INDEX(PARAM, row-major offset of idx): one index per dim (a tg::Error naming custom_kernel otherwise)
+  UOpRef index(const std::vector<UOpRef>& idx) const;
+  /// LOAD of the element at idx
+  UOpRef load(const std::vector<UOpRef>& idx) const;
+  /// STORE of v (of the parameter's dtype) into the element at idx
+  UOpRef store(const std::vector<UOpRef>& idx, const UOpRef& v) const;
+};
 
 /** A tensor's values as nested lists (Tensor::tolist): a leaf holds one value (double for floats, int64 for
  *  integers, uint64 for uint64, bool), a list its items; a (2, 3) tensor is a list of 2 lists of 3 leaves. */
@@ -998,6 +1015,28 @@ class Tensor {
                                                                           const std::vector<Tensor>& inputs)>;
   /// this value with the gradient rule `backward` for `inputs`, registered under `key` (see CustomBackward)
   Tensor custom_gradient(const std::vector<Tensor>& inputs, const std::string& key, CustomBackward backward) const;
+
+  /** Builds a custom kernel's AST from its parameters (Tensor::custom_kernel). */
+  using CustomKernelFn = std::function<UOpRef(const std::vector<KernelParam>& params)>;
+  /** A kernel written in UOps (tinygrad's Tensor.custom_kernel): fxn gets one KernelParam per source and returns
+   *  SINK(STORE(INDEX(PARAM, i), value), ...) as the scheduler's kernels are (RANGE loops, REDUCE(value, ranges)
+   *  for reductions, LOADs of the parameters). The tensor graph gets one CALL over the sources; it runs as one
+   *  kernel, as written (nothing fuses into it or across it), after its sources are realised. Returns one tensor
+   *  per source: a source the kernel stores into is returned as the kernel's output, a new buffer of its shape and
+   *  dtype (the source gives only those: the output starts uninitialised, and the kernel's loads of that
+   *  parameter read the output); any other source is returned as it is. Gradient: `backward` is called for each
+   *  output as a CustomBackward (grad, output, sources) returning one entry per source; without one, backward()
+   *  through an output is a tg::Error. Bad ASTs (a PARAM beyond the sources, a dtype that is not the source's, an
+   *  index outside a source, tensor-graph ops) are tg::Errors naming custom_kernel. */
+  static std::vector<Tensor> custom_kernel(const std::vector<Tensor>& srcs, const CustomKernelFn& fxn,
+                                           CustomBackward backward = {});
+  /** tinygrad's callify: the computation of this tensor and `others` becomes one CALL in the tensor graph. Each
+   *  tensor now reads its value after that CALL: realising any of them runs the whole CALL (one schedule that
+   *  computes all of them into buffers of their own), and their consumers read those buffers (nothing fuses
+   *  across the CALL; an elementwise consumer realised with them may share their kernel as a further output, the
+   *  scheduler's multi-output kernels, which still store them). A graph of the same structure reuses the CALL's schedule (the schedule cache). Returns this
+   *  tensor. Realised tensors are left as they are. */
+  Tensor& callify(const std::vector<Tensor*>& others = {});
 
   /** Realise several tensors together (one schedule). */
   static void realize_all(std::vector<Tensor*> ts);

@@ -6,7 +6,8 @@
 // arena (no recursion; shared and cyclic references are plain pointers). Tensors are torch._utils._rebuild_tensor(_v2)
 // of a storage (persistent id ('storage', torch.XStorage, key, location, numel)), an offset, sizes and strides;
 // each is gathered from its storage on the host with every index checked, so views, non-contiguous strides and
-// storages shared between tensors read what torch reads.
+// storages shared between tensors read what torch reads. Onto DISK, a tensor is a view of its storage's bytes in the
+// file (one DISK buffer per storage, the tensor's offset and strides as movement ops over it), as safe_load's.
 // The zip container is read here: its central directory (zip64 too) and the local headers; torch stores entries
 // uncompressed, and a deflated entry (a re-zipped file) is inflated with zlib.
 #include <zlib.h>
@@ -16,12 +17,14 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <optional>
 #include <set>
 #include <unordered_map>
 
 #include "mapped.hpp"
 #include "tg/device.hpp"
 #include "tg/nn/state.hpp"
+#include "tg/schedule.hpp"
 
 namespace tg::nn {
 
@@ -480,8 +483,73 @@ struct StorageBytes {
   uint64_t n;
 };
 
+// Where the tensors go: a device that runs kernels gets a copy of each; a DISK device gets views of the storages'
+// bytes (what `owner` keeps alive: the file's mapping and any inflated entries), one DISK buffer per storage.
+struct Target {
+  std::string device;
+  bool disk = false;
+  std::shared_ptr<const void> owner;
+  std::map<std::string, Tensor> flat;  // storage key -> its DISK buffer, flat
+};
+
+// A view (offset, sizes, strides) of a flat storage as movement ops: the dims of size > 1 and stride > 0, outermost
+// stride first, must nest (each stride a multiple of the next, at least the next dim's extent: no overlap); then the
+// storage's range [offset, offset + size0 * stride0) reshaped to (size0, stride0 / stride1, ..., strideN) holds the
+// view as a shrink of that grid, permuted back to the dims' order; stride-0 dims are expands. Null when the strides
+// overlap or the grid would reach past the storage's end.
+std::optional<Tensor> strided_view(const Tensor& flat, int64_t offset, const std::vector<int64_t>& sizes,
+                                   const std::vector<int64_t>& strides) {
+  std::vector<size_t> dims;
+  for (size_t d = 0; d < sizes.size(); d++)
+    if (sizes[d] > 1 && strides[d] > 0) dims.push_back(d);
+  std::stable_sort(dims.begin(), dims.end(), [&](size_t a, size_t b) { return strides[a] > strides[b]; });
+  for (size_t k = 1; k < dims.size(); k++)
+    if (strides[dims[k - 1]] % strides[dims[k]] != 0 || strides[dims[k - 1]] < sizes[dims[k]] * strides[dims[k]]) return std::nullopt;
+  Shape compact(sizes.begin(), sizes.end());
+  bool expanded = false;
+  for (size_t d = 0; d < sizes.size(); d++)
+    if (strides[d] == 0 && sizes[d] > 1) compact[d] = 1, expanded = true;
+  Tensor v;
+  if (dims.empty()) {
+    if (offset >= flat.shape()[0]) return std::nullopt;
+    v = flat.shrink({{offset, offset + 1}});
+  } else {
+    int64_t len = sizes[dims[0]] * strides[dims[0]];
+    if (offset + len > flat.shape()[0]) return std::nullopt;
+    Shape grid{sizes[dims[0]]}, sized{sizes[dims[0]]};
+    std::vector<std::pair<int64_t, int64_t>> keep{{0, sizes[dims[0]]}};
+    for (size_t k = 1; k < dims.size(); k++) {
+      grid.push_back(strides[dims[k - 1]] / strides[dims[k]]);
+      keep.push_back({0, sizes[dims[k]]});
+      sized.push_back(sizes[dims[k]]);
+    }
+    grid.push_back(strides[dims.back()]);
+    keep.push_back({0, 1});
+    v = flat.shrink({{offset, offset + len}}).reshape(grid).shrink(keep).reshape(sized);
+    std::vector<int64_t> perm(dims.size());  // the dims in their own order: position of each in the sorted list
+    std::vector<size_t> by_index(dims);
+    std::sort(by_index.begin(), by_index.end());
+    bool identity = true;
+    for (size_t j = 0; j < by_index.size(); j++) {
+      perm[j] = int64_t(std::find(dims.begin(), dims.end(), by_index[j]) - dims.begin());
+      identity &= perm[j] == int64_t(j);
+    }
+    if (!identity) v = v.permute(perm);
+  }
+  v = v.reshape(compact);
+  return expanded ? v.expand(Shape(sizes.begin(), sizes.end())) : v;
+}
+
+// A DISK tensor over `n` bytes at p, kept alive by owner.
+Tensor disk_tensor(const uint8_t* p, const Shape& shape, int64_t numel, DType dtype, const std::string& dev,
+                   std::shared_ptr<const void> owner) {
+  auto buf = std::make_shared<Buffer>(dev, dtype, size_t(numel), const_cast<uint8_t*>(p), std::move(owner));
+  return Tensor(UOp::make(Ops::RESHAPE, dtype, {buffer_uop(std::move(buf))}, std::vector<int64_t>(shape)), shape, dev);
+}
+
 Tensor build_tensor(const Obj& t, const std::map<std::string, StorageBytes>& storages, const std::string& name,
-                    const std::string& key, const std::string& device) {
+                    const std::string& key, Target& to) {
+  const std::string& device = to.device;
   const Obj& s = *t.items[0];
   auto it = storages.find(s.s);
   if (it == storages.end()) fail(name, "tensor '" + key + "': storage '" + s.s + "' is not in the file");
@@ -509,6 +577,13 @@ Tensor build_tensor(const Obj& t, const std::map<std::string, StorageBytes>& sto
     fail(name, "tensor '" + key + "' (offset " + std::to_string(t.numel) + ", sizes " + shape_str(Shape(t.sizes)) +
                ") reads element " + std::to_string(last) + " of storage '" + s.s + "', which has " + std::to_string(s.numel));
   if (!empty && uint64_t(t.numel) > uint64_t(s.numel)) fail(name, "tensor '" + key + "': storage offset past the storage");
+  if (to.disk) {  // a view of the storage's bytes where the strides allow it (no copy)
+    auto f = to.flat.find(s.s);
+    if (f == to.flat.end())
+      f = to.flat.emplace(s.s, disk_tensor(it->second.p, {s.numel}, s.numel, s.dtype, device, to.owner)).first;
+    if (empty) return f->second.shrink({{0, 0}}).reshape(Shape(t.sizes));
+    if (auto v = strided_view(f->second, t.numel, t.sizes, t.strides)) return *v;
+  }
   // A stride-0 dim (an expanded tensor) is gathered once and expanded lazily. What is left reads distinct elements
   // unless its strides overlap (an unfold-like view): such a view may hold more elements than its storage, up to
   // the storage's count plus 2^24 (a small file cannot ask for a huge copy), and what the device can hold.
@@ -541,13 +616,19 @@ Tensor build_tensor(const Obj& t, const std::map<std::string, StorageBytes>& sto
       }
     }
   }
-  Tensor r = Tensor::from_blob(out.data(), empty ? Shape(t.sizes) : compact, s.dtype, device);
+  Tensor r;
+  if (to.disk) {  // overlapping strides on DISK: the gathered copy, as a DISK buffer of its own
+    Bytes c = copy_bytes(out.data(), out.size());
+    r = disk_tensor(c.p, compact, int64_t(cnum), s.dtype, device, c.owner);
+  } else {
+    r = Tensor::from_blob(out.data(), empty ? Shape(t.sizes) : compact, s.dtype, device);
+  }
   return expanded && !empty ? r.expand(Shape(t.sizes)) : r;
 }
 
 // The tensors of the object tree under `root`, by dotted path (dict keys, list indices); other values are skipped.
 std::map<std::string, Tensor> collect(P root, const std::map<std::string, StorageBytes>& storages, const std::string& name,
-                                      const std::string& device) {
+                                      Target& to) {
   std::map<std::string, Tensor> out;
   std::vector<std::pair<P, std::string>> todo = {{root, ""}};
   std::set<P> seen;  // containers already walked: a cycle through the memo ends here
@@ -556,7 +637,7 @@ std::map<std::string, Tensor> collect(P root, const std::map<std::string, Storag
     auto [o, path] = todo.back();
     todo.pop_back();
     if (o->kind == Obj::TensorRef) {
-      if (!out.emplace(path, build_tensor(*o, storages, name, path, device)).second)
+      if (!out.emplace(path, build_tensor(*o, storages, name, path, to)).second)
         fail(name, "two tensors are named '" + path + "'");
       continue;
     }
@@ -575,8 +656,12 @@ std::map<std::string, Tensor> collect(P root, const std::map<std::string, Storag
   return out;
 }
 
-std::map<std::string, Tensor> load(const uint8_t* p, size_t n, const std::string& name, const std::string& device) {
+std::map<std::string, Tensor> load(const uint8_t* p, size_t n, const std::string& name, const std::string& device,
+                                   std::shared_ptr<const void> owner) {
   std::deque<Obj> arena;
+  Target to;
+  to.disk = !device.empty() && !get_device(device).runs_kernels();
+  to.device = to.disk ? get_device(device).name() : device;
   if (n >= 4 && le<uint32_t>(p) == 0x04034b50) {
     std::map<std::string, ZipEntry> dir = zip_directory(p, n, name);
     std::string prefix;
@@ -588,7 +673,9 @@ std::map<std::string, Tensor> load(const uint8_t* p, size_t n, const std::string
       }
     }
     if (prefix.empty()) fail(name, "zip file without an ARCHIVE/data.pkl entry (not written by torch.save)");
-    std::deque<std::vector<uint8_t>> keep;
+    auto kept = std::make_shared<std::deque<std::vector<uint8_t>>>();  // inflated entries: DISK tensors may view them
+    std::deque<std::vector<uint8_t>>& keep = *kept;
+    to.owner = std::make_shared<std::pair<std::shared_ptr<const void>, std::shared_ptr<const void>>>(owner, kept);
     if (auto bo = dir.find(prefix + "byteorder"); bo != dir.end()) {
       auto [b, k] = zip_read(p, n, bo->first, bo->second, keep, name);
       if (std::string(reinterpret_cast<const char*>(b), size_t(k)) != "little") fail(name, "storages are not little-endian");
@@ -603,7 +690,7 @@ std::map<std::string, Tensor> load(const uint8_t* p, size_t n, const std::string
     auto pk = dir.find(prefix + "data.pkl");
     auto [b, k] = zip_read(p, n, pk->first, pk->second, keep, name);
     Unpickler u(b, size_t(k), name, arena);
-    return collect(u.load(), storages, name, device);
+    return collect(u.load(), storages, name, to);
   }
   // legacy: magic number, protocol version, system info, the object, the storage keys; then the storages in that order
   if (n < 2 || p[0] != 0x80) fail(name, "neither a zip file nor a legacy torch.save file (no pickle at the start)");
@@ -634,18 +721,23 @@ std::map<std::string, Tensor> load(const uint8_t* p, size_t n, const std::string
     storages[k->s] = {p + at, cnt * item};
     at += size_t(cnt * item);
   }
-  return collect(root, storages, name, device);
+  to.owner = owner;
+  return collect(root, storages, name, to);
 }
 
 }  // namespace
 
 std::map<std::string, Tensor> torch_load(const std::string& path, const std::string& device) {
   Bytes f = map_file(path, "torch_load");
-  return load(f.p, f.n, path, device);
+  return load(f.p, f.n, path, device, f.owner);
 }
 
 std::map<std::string, Tensor> torch_load_bytes(const uint8_t* data, size_t size, const std::string& name, const std::string& device) {
-  return load(data, size, name, device);
+  if (!device.empty() && !get_device(device).runs_kernels()) {  // DISK tensors view a copy of the bytes
+    Bytes c = copy_bytes(data, size);
+    return load(c.p, c.n, name, device, c.owner);
+  }
+  return load(data, size, name, device, nullptr);
 }
 
 }  // namespace tg::nn

@@ -61,7 +61,8 @@ KernelReads kernel_reads(const UOp* root) {  // root: a BUFFERIZE
 // compute.
 bool groupable(const ScheduleCtx& c, const UOp* b, const KernelReads& r) {
   const UOp* u = b->src(0);
-  if (!r.elementwise || u->op == Ops::COPY || contiguous_buffer(u) || u->sym()) return false;
+  // a custom kernel's output (AFTER of a CALL) is stored by that kernel, as written
+  if (!r.elementwise || u->op == Ops::COPY || u->op == Ops::AFTER || contiguous_buffer(u) || u->sym()) return false;
   if (u->op == Ops::CONTIGUOUS && contiguous_buffer(u->src(0))) return false;
   if (u->op == Ops::ASSIGN && !contiguous_buffer(u->src(0))) return false;  // stored through its view
   for (int64_t d : c.shapes.at(b))

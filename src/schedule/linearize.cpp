@@ -175,8 +175,8 @@ void plan_memory(ScheduleCtx& ctx) {
   const size_t n = plan.buffer.size();
   std::vector<bool> exposed(n, false);  // a result's buffer: the kernel graph's roots
   for (auto& r : ctx.kernels->src())
-    if (r->op == Ops::AFTER || r->op == Ops::BUFFER)
-      if (size_t sl = size_t(slot_number(buffer_node(r.get()))); sl < n) exposed[sl] = true;
+    if (const UOp* b = r->op == Ops::AFTER ? r->src(0) : r.get(); b->op == Ops::BUFFER)
+      if (size_t sl = size_t(slot_number(b)); sl < n) exposed[sl] = true;
   std::vector<bool> pinned(n, false);  // never freed: a checked kernel's inputs and record
   for (auto& call : calls)
     if (std::get<std::vector<int64_t>>(call->arg).at(2))  // an index check

@@ -160,6 +160,21 @@ const PatternMatcher& pm_realize_map() {
         ctx_of(m).realized.insert(m.root);
         return {};
       }),
+      // a custom kernel's outputs are buffers, and the sources it reads are realised before it (contiguous, as its
+      // AST indexes them)
+      rule(op_any<opset<Ops::CALL, Ops::AFTER>>, [](auto& m) -> UOpRef {
+        Ctx& c = ctx_of(m);
+        const UOp* u = m.root;
+        if (u->op == Ops::AFTER) {
+          if (is_custom_after(u)) c.realized.insert(u);
+          return {};
+        }
+        if (std::get<int64_t>(u->arg) == kCallifyArg) return {};
+        CallParams p = call_params(u, u->nsrc());
+        for (size_t i = 0; i < u->nsrc(); i++)
+          if (p.read[i] && !p.stored[i] && !contiguous_buffer(u->src(i))) c.realized.insert(u->src(i));
+        return {};
+      }),
       // a reduce read by several nodes runs once
       rule(op_any<opset<Ops::REDUCE_AXIS>>, [](auto& m) -> UOpRef {
         if (ctx_of(m).s.consumers[m.root] > 1) ctx_of(m).realized.insert(m.root);

@@ -153,6 +153,7 @@ struct StoreCtx {
   bool aliased = false;   // its value is a buffer already: no item
   NodeSet grouped;        // the members of multi-output kernels (stored by their leader's)
   std::vector<Template::Item> items;  // what fills each buffer, in the graph's order: the kernel graph's CALLs
+  std::unordered_map<const UOp*, std::vector<int>> call_slots;  // a custom kernel's CALL -> its sources' output slots
 
   int64_t numel(const UOp* b) const {
     int64_t n = 1;
@@ -197,9 +198,50 @@ void kernel_item(StoreCtx& s, const UOp* b) {
   s.items.push_back(std::move(item));
 }
 
+// The item of a custom kernel (Tensor::custom_kernel), made at the first of its outputs visited: a new slot for each
+// source its AST stores, then the slots of the sources it reads, its PARAMs renumbered to those (outputs first).
+// Each output BUFFERIZE(AFTER(source i, CALL)) is source i's slot: no item of its own.
+void custom_call_item(StoreCtx& s, const UOp* b) {
+  ScheduleCtx& c = s.c;
+  const UOp* after = b->src(0);
+  const UOp* call = after->src(1);
+  auto [it, fresh] = s.call_slots.try_emplace(call);
+  if (fresh) {
+    CallParams p = call_params(call, call->nsrc());
+    std::vector<int>& slots = it->second;
+    slots.assign(call->nsrc(), -1);
+    std::vector<int64_t> to(call->nsrc(), -1);
+    Template::Item item{ScheduleItem::Kind::Kernel, {}, {}, device_of(b), {}};
+    for (size_t k = 0; k < call->nsrc(); k++) {
+      if (!p.stored[k]) continue;
+      slots[k] = int(c.bufs.size());
+      c.bufs.push_back({-1, item.device, call->src(k)->dtype, s.numel(call->src(k))});
+      to[k] = int64_t(item.slots.size());
+      item.slots.push_back(slots[k]);
+    }
+    item.n_out = int(item.slots.size());
+    for (size_t k = 0; k < call->nsrc(); k++) {
+      if (p.stored[k] || !p.read[k]) continue;
+      to[k] = int64_t(item.slots.size());
+      item.slots.push_back(value_slot(c, call->src(k)));
+      if (contiguous_buffer(call->src(k))) item.old_reads.push_back(int(item.slots.size() - 1));  // the contents before
+    }
+    item.ast = renumber_params(call_ast(std::get<int64_t>(call->arg)), to);
+    s.items.push_back(std::move(item));
+  }
+  s.slot = c.slot_of[b] = it->second.at(size_t(std::get<int64_t>(after->arg)));
+  s.aliased = true;  // stored by the call's item
+}
+
 const PatternMatcher& pm_bufferize_to_store() {
   using namespace pat;
   static const PatternMatcher pm(table(
+      // BUFFERIZE(AFTER(source, CALL)) -> a custom kernel's output: its slot, written by the call's one item
+      rule(op_any<opset<Ops::BUFFERIZE>>, [](auto& m) -> UOpRef {
+        if (!is_custom_after(m.root->src(0))) return {};
+        custom_call_item(m.template ctx<StoreCtx>().visit(m.root), m.root);
+        return {};
+      }),
       // BUFFERIZE(CONTIGUOUS(view of a buffer)) -> the buffer's slot: already contiguous, no kernel
       rule(op<Ops::BUFFERIZE>(op<Ops::CONTIGUOUS>(x), y), [](auto& m) -> UOpRef {
         StoreCtx& s = m.template ctx<StoreCtx>().visit(m.root);
@@ -384,11 +426,18 @@ using sched::Template;
 
 size_t schedules_built() { return sched::g_schedules_built.load(); }
 
-Schedule create_schedule(std::span<const UOpRef> orig_roots) {
+Schedule create_schedule(std::span<const UOpRef> given_roots) {
   viz::Context vctx("schedule", "schedule");  // VIZ / PROFILE stage label
   profile::Span span("schedule", "create_schedule");
+  std::span<const UOpRef> orig_roots = given_roots;
+  std::vector<const UOp*> topo = toposort(orig_roots);
+  std::vector<UOpRef> with_siblings;  // a callified tensor is realised with its CALL's other values (Tensor::callify)
+  if (std::any_of(topo.begin(), topo.end(), sched::is_callify_after)) {
+    with_siblings = sched::with_callify_siblings(given_roots);
+    orig_roots = with_siblings;
+    topo = toposort(orig_roots);
+  }
   std::span<const UOpRef> roots = orig_roots;
-  std::vector<const UOp*> topo = toposort(roots);
   std::optional<sched::MultiLowered> multi;  // stage "multi": per-device graphs
   if (sched::has_multi(topo)) {
     multi = sched::lower_multi(roots);
@@ -407,6 +456,10 @@ Schedule create_schedule(std::span<const UOpRef> orig_roots) {
       continue;
     }
     if (u->op == Ops::FUNCTION || u->op == Ops::CONTIGUOUS_BACKWARD) {  // gradient markers: the value is the first source
+      norm[u] = norm.at(u->src(0));
+      continue;
+    }
+    if (sched::is_callify_after(u)) {  // a callified value: the value itself (every value of its CALL is a root)
       norm[u] = norm.at(u->src(0));
       continue;
     }

@@ -192,6 +192,20 @@ KernelAst rangeify(ScheduleCtx& ctx, const UOp* root);  // root: a BUFFERIZE
  *  compare (or, for the ops IndexCheck checks unfolded, the compare itself) also stores the IndexCheck record,
  *  PARAM check_param, sets *index_check and adds each check's diagnostic kernel to *diags. */
 UOpRef kernel_ast_rules(const UOpRef& ast, int check_param, bool* index_check, std::vector<IndexDiag>* diags = nullptr);
+/** CALL nodes of the tensor graph (call.cpp). A custom kernel's CALL(sources...): which sources its AST stores
+ *  (outputs) and which it reads (LOADs; a stored source it also reads is read through its output). */
+struct CallParams {
+  std::vector<bool> stored, read;
+};
+CallParams call_params(const UOp* call, size_t nsrc);
+/** The AST with PARAM i renumbered to to[i]. */
+UOpRef renumber_params(const UOpRef& ast, const std::vector<int64_t>& to);
+/** AFTER(source, CALL) of a custom kernel (an output) / of Tensor::callify's CALL. */
+bool is_custom_after(const UOp* u);
+bool is_callify_after(const UOp* u);
+/** The roots with every callified tensor's siblings added (AFTER(value i, CALL) for each value of its CALL): one
+ *  schedule computes them all. */
+std::vector<UOpRef> with_callify_siblings(std::span<const UOpRef> roots);
 /** The kernel graph of bufferize to store: ctx.kernels from the items bufferize to store made (over ctx.bufs) and
  *  ctx.graph. Its CALLs are linear_call's, their buffers read through AFTER nodes. */
 void kernel_graph(ScheduleCtx& ctx, std::vector<Template::Item> items);

@@ -1,6 +1,7 @@
 // Symbolic autograd: one gradient rule per primitive op; backward() and gradient() on Tensor.
 #include "tg/gradient.hpp"
 #include "tg/multi.hpp"
+#include "tg/schedule.hpp"
 
 #include <cmath>
 #include <mutex>
@@ -265,6 +266,13 @@ const PatternMatcher& pm_gradient() {
              return tup1(g_of(m).flip(axes));
            }),
       rule(op_any<opset<Ops::FUNCTION>>, [](auto& m) { return do_grad_custom(m.root, ctx_of(m)); }),  // custom_gradient
+      // d callify(x) = dx (the CALL gets none); a custom kernel's output has the gradient its backward gives (a
+      // FUNCTION above it): reaching the kernel itself means it has none
+      rule(op_any<opset<Ops::AFTER>>, [](auto& m) -> UOpRef {
+        const UOp* call = m.root->src(1);
+        if (call->op == Ops::CALL && std::get<int64_t>(call->arg) == kCallifyArg) return tup({g_of(m).uop(), none()});
+        throw Error("[backward] a custom kernel's output has no gradient: pass a backward to Tensor::custom_kernel");
+      }),
       rule(op_any<opset<Ops::CONTIGUOUS>>, [](auto& m) { return tup1(g_of(m)); }),  // d contiguous(x) = dx
       rule(op_any<opset<Ops::CONTIGUOUS_BACKWARD>>, [](auto& m) { return tup1(g_of(m).contiguous()); }),
       rule(op_any<opset<Ops::COPY>>,  // d x.to(dev) = the gradient copied back to x's device

@@ -55,7 +55,10 @@ std::map<std::string, std::string> safe_metadata(const std::string& path);
  *  view with overlapping strides may read at most its storage's element count plus 2^24). The result is flat: a tensor's name is its path
  *  through the pickled dicts (keys) and lists/tuples (indices) joined by '.', so a state_dict keeps its names and
  *  {"model": sd, "epoch": 3} gives "model.<name>"; values that are not tensors are skipped (a top-level tensor is
- *  named ""). Each tensor is copied onto `device` ("" = the default). Every size, offset and pickle opcode is
+ *  named ""). Each tensor is copied onto `device` ("" = the default); onto a DISK device it is a view of the file instead,
+ *  as safe_load's: one DISK buffer per storage over the mapped bytes, the tensor's offset and strides as movement ops
+ *  over it (a view with overlapping strides, or whose strides' grid reaches past its storage, is gathered into a
+ *  DISK buffer of its own); torch_load_bytes' DISK tensors view a copy of the bytes. Every size, offset and pickle opcode is
  *  checked: a truncated or corrupt file, an unsupported opcode or torch object (quantised, sparse tensors), or a
  *  view that reads past its storage is a tg::Error naming the file and what was expected. */
 std::map<std::string, Tensor> torch_load(const std::string& path, const std::string& device = "");
