@@ -810,8 +810,9 @@ size_t count_op(const std::vector<GraphLine>& g, const std::string& op) {
 }  // namespace
 
 TEST_CASE("bufferize to store leaves the kernel graph: each BUFFERIZE an AFTER(BUFFER, CALL) its readers read") {
-  // (a + 1).contiguous() read by a reduce: SINK(AFTER(r, CALL(r, AFTER(t, CALL(t, a))))) (shapes no other test
-  // schedules: a template built before prints nothing)
+  // (a + 1).contiguous() read by a reduce: SINK(AFTER(r, CALL(AST, r, AFTER(t, CALL(AST, t, a))))), each CALL holding
+  // its program (no index into a list beside the graph) (shapes no other test schedules: a template built before
+  // prints nothing)
   Tensor a = Tensor::empty({22, 30}, dtypes::float32, "CPU");
   Tensor t = Tensor(a + 1).contiguous();
   std::vector<GraphLine> g = kernel_graph_of({Tensor(t * 2).sum(1).uop()});
@@ -828,15 +829,30 @@ TEST_CASE("bufferize to store leaves the kernel graph: each BUFFERIZE an AFTER(B
   CHECK(g[root.src[0]].op == "BUFFER");
   const GraphLine& reduce = g[root.src[1]];
   REQUIRE(reduce.op == "CALL");
-  REQUIRE(reduce.src.size() == 2);
-  CHECK(reduce.src[0] == root.src[0]);  // its output first
-  const GraphLine& tread = g[reduce.src[1]];  // t's buffer, after t's kernel
+  REQUIRE(reduce.src.size() == 3);
+  CHECK(g[reduce.src[0]].op == "SINK");  // its program: the kernel's AST
+  CHECK(reduce.src[1] == root.src[0]);   // then its buffers, its output first
+  const GraphLine& tread = g[reduce.src[2]];  // t's buffer, after t's kernel
   REQUIRE(tread.op == "AFTER");
   const GraphLine& tcall = g[tread.src[1]];
   REQUIRE(tcall.op == "CALL");
-  REQUIRE(tcall.src.size() == 2);
-  CHECK(tcall.src[0] == tread.src[0]);
-  CHECK(g[tcall.src[1]].op == "BUFFER");  // a: an input, read as it is
+  REQUIRE(tcall.src.size() == 3);
+  CHECK(g[tcall.src[0]].op == "SINK");
+  CHECK(tcall.src[0] != reduce.src[0]);
+  CHECK(tcall.src[1] == tread.src[0]);
+  CHECK(g[tcall.src[2]].op == "BUFFER");  // a: an input, read as it is
+  // a copy's CALL holds its COPY
+  Tensor b = Tensor::empty({23, 29}, dtypes::float32, "CPU");
+  g = kernel_graph_of({Tensor(Tensor(b * 2).contiguous()).to("CPU:1").uop()});
+  REQUIRE(count_op(g, "CALL") == 2);
+  size_t copies = 0;
+  for (const GraphLine& l : g)
+    if (l.op == "CALL") {
+      REQUIRE(l.src.size() == 3);
+      copies += g[l.src[0]].op == "COPY";
+      CHECK(g[l.src[1]].op == "BUFFER");  // its output
+    }
+  CHECK(copies == 1);
   // a multi-output kernel is one CALL under the AFTERs of each of its outputs' buffers
   Tensor x = Tensor::empty({250}, dtypes::float32, "CPU");
   Tensor t1 = Tensor(x + 1).contiguous();
@@ -878,8 +894,8 @@ TEST_CASE("the kernel graph orders an in-place write after the readers of the ol
   // the assign's CALL writes a's BUFFER after the CALL that reads a's old contents from that same BUFFER
   bool war = false;
   for (const GraphLine& l : g) {
-    if (l.op != "CALL" || g[l.src[0]].op != "AFTER") continue;
-    const GraphLine& out = g[l.src[0]];
+    if (l.op != "CALL" || g[l.src[1]].op != "AFTER") continue;  // CALL(program, output, ...)
+    const GraphLine& out = g[l.src[1]];
     REQUIRE(out.src.size() == 2);
     const GraphLine& reader = g[out.src[1]];
     REQUIRE(reader.op == "CALL");

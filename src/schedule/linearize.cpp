@@ -15,8 +15,8 @@
 
 namespace tg::sched {
 
-UOpRef slot_buffer(const Template& t, int sl) {
-  const Slot& s = t.slots[size_t(sl)];
+UOpRef slot_buffer(const std::vector<Slot>& bufs, int sl) {
+  const Slot& s = bufs[size_t(sl)];
   UOpRef dev = UOp::make(Ops::DEVICE, dtypes::void_, {}, s.device);
   return UOp::make(Ops::BUFFER, s.dtype, {dev}, std::vector<int64_t>{-1 - int64_t(sl), s.size});
 }
@@ -62,8 +62,8 @@ using Item = Template::Item;
 
 // plan memory's rule: a buffer the plan gives another's storage becomes that buffer
 struct MemoryPlan {
-  const Template* t;
-  std::vector<int> remap;  // slot -> the slot whose storage it takes
+  std::vector<int> remap;           // slot -> the slot whose storage it takes
+  std::vector<const UOp*> buffer;  // slot -> its BUFFER node in the LINEAR
 };
 
 const PatternMatcher& pm_plan_memory() {
@@ -77,7 +77,7 @@ const PatternMatcher& pm_plan_memory() {
         for (size_t k = 1; k <= call_buffers(m.root).size(); k++) {
           int sl = slot_number(src[k].get());
           if (sl < 0 || size_t(sl) >= p.remap.size() || p.remap[size_t(sl)] == sl) continue;
-          src[k] = slot_buffer(*p.t, p.remap[size_t(sl)]);
+          src[k] = p.buffer[size_t(p.remap[size_t(sl)])]->ref();
           changed = true;
         }
         return changed ? m.root->replace_src(src) : nullptr;
@@ -87,26 +87,51 @@ const PatternMatcher& pm_plan_memory() {
 
 }  // namespace
 
+// A buffer of the kernel graph or the LINEAR: the BUFFER itself, or the BUFFER under an AFTER.
+const UOp* buffer_node(const UOp* u) {
+  if (u->op == Ops::AFTER) u = u->src(0);
+  if (u->op != Ops::BUFFER) throw Error(std::string("[schedule] internal: a kernel's buffer is a ") + op_name(u->op));
+  return u;
+}
+
+// The kernel graph's CALLs, each after those it runs after (a depth-first walk from the SINK's roots, sources in
+// order, iterative; a CALL's program is not walked: only its buffers).
+std::vector<const UOp*> kernel_calls(const UOp* kernels) {
+  std::vector<const UOp*> order;
+  std::unordered_set<const UOp*> seen{kernels};
+  std::vector<std::pair<const UOp*, size_t>> st{{kernels, 0}};
+  while (!st.empty()) {
+    auto& [u, next] = st.back();
+    std::span<const UOpRef> src = u->op == Ops::CALL ? call_buffers(u) : u->src();
+    if (u->op == Ops::BUFFER || next == src.size()) {
+      if (u->op == Ops::CALL) order.push_back(u);
+      st.pop_back();
+      continue;
+    }
+    const UOp* s = src[next++].get();
+    if (seen.insert(s).second) st.emplace_back(s, 0);
+  }
+  return order;
+}
+
 // Stage "linearize": the kernel graph's CALLs in an order it allows (tinygrad's linearisation of the kernel graph). A
-// CALL runs after the CALLs under the AFTERs among its sources: the writers of the buffers it reads (RAW) and, for a
-// buffer it writes in place, the readers of the old contents (WAR). A stable topological sort (Kahn's, lowest item
-// first): the graph's order wherever both allow it.
+// CALL runs after the CALLs under the AFTERs among its buffers: the writers of the buffers it reads (RAW) and, for a
+// buffer it writes in place, the readers of the old contents (WAR). A stable topological sort (Kahn's, earliest in
+// the kernel graph's walk first).
 void linearize(ScheduleCtx& ctx) {
-  const size_t ni = ctx.t.items.size();
-  std::vector<const UOp*> call_of(ni, nullptr);
-  for (const UOp* u : toposort(ctx.kernels.get()))
-    if (u->op == Ops::CALL) call_of.at(size_t(std::get<std::vector<int64_t>>(u->arg)[0])) = u;
+  const std::vector<const UOp*> call_of = kernel_calls(ctx.kernels.get());
+  const size_t ni = call_of.size();
+  std::unordered_map<const UOp*, size_t> index;
+  for (size_t i = 0; i < ni; i++) index[call_of[i]] = i;
   std::vector<std::vector<size_t>> next(ni);
   std::vector<int> deps(ni, 0);
-  for (size_t i = 0; i < ni; i++) {
-    if (!call_of[i]) throw Error("[schedule] internal: kernel " + std::to_string(i) + " is not in the kernel graph");
-    for (auto& s : call_of[i]->src())
+  for (size_t i = 0; i < ni; i++)
+    for (auto& s : call_buffers(call_of[i]))
       if (s->op == Ops::AFTER)
         for (size_t k = 1; k < s->nsrc(); k++) {
-          next.at(size_t(std::get<std::vector<int64_t>>(s->src(k)->arg)[0])).push_back(i);
+          next.at(index.at(s->src(k))).push_back(i);
           deps[i]++;
         }
-  }
   std::priority_queue<size_t, std::vector<size_t>, std::greater<>> ready;
   for (size_t i = 0; i < ni; i++)
     if (deps[i] == 0) ready.push(i);
@@ -114,9 +139,11 @@ void linearize(ScheduleCtx& ctx) {
   while (!ready.empty()) {
     size_t i = ready.top();
     ready.pop();
-    std::vector<UOpRef> bufs;  // the graph's CALL with its buffers as they are: the AFTERs' ordering is in the LINEAR's
-    for (auto& s : call_of[i]->src()) bufs.push_back(s->op == Ops::AFTER ? s->src()[0] : s);
-    calls.push_back(linear_call(ctx.t.items[i], std::move(bufs)));  // with what it runs
+    // the CALL with its buffers as they are: the AFTERs' ordering is in the LINEAR's
+    const UOp* c = call_of[i];
+    std::vector<UOpRef> src(c->src().begin(), c->src().end());
+    for (size_t k = 1; k <= call_buffers(c).size(); k++) src[k] = buffer_node(src[k].get())->ref();
+    calls.push_back(c->replace_src(src));
     for (size_t b : next[i])
       if (--deps[b] == 0) ready.push(b);
   }
@@ -124,31 +151,46 @@ void linearize(ScheduleCtx& ctx) {
   ctx.linear = UOp::make(Ops::LINEAR, dtypes::void_, calls);
 }
 
+// The facts of a BUFFER of the LINEAR.
+Slot buffer_slot(const UOp* b) {
+  return {-1, std::get<std::string>(b->src(0)->arg), b->dtype, std::get<std::vector<int64_t>>(b->arg).at(1)};
+}
+
 // Stage "plan memory": an intermediate buffer (not a root's, not an input) whose last reader has run can be reused by
 // a later intermediate of the same device, dtype and size. An index check's record, and what a checked kernel reads,
 // stay for the whole run: the records are read after it (one sync), and a hit's diagnostic kernel reads the checked
 // kernel's inputs again; reusing one would make the run read its records before the overwrite. The plan is read off
-// the LINEAR; a rewrite of the LINEAR (pm_plan_memory) puts it in place.
+// the LINEAR (its BUFFER nodes: device, dtype, size) and the kernel graph's roots (the buffers the schedule's results
+// are); a rewrite of the LINEAR (pm_plan_memory) puts it in place.
 void plan_memory(ScheduleCtx& ctx) {
-  const Template& t = ctx.t;
   const int n_inputs = ctx.n_inputs;
   const auto& calls = ctx.linear->src();
-  std::vector<bool> exposed(t.slots.size(), false);
-  for (auto& [r, sl] : t.becomes) exposed[size_t(sl)] = true;
-  std::vector<bool> pinned(t.slots.size(), false);  // never freed: a checked kernel's inputs and record
+  MemoryPlan plan;
+  for (auto& call : calls)
+    for (auto& b : call_buffers(call.get())) {
+      size_t sl = size_t(slot_number(b.get()));
+      if (sl >= plan.buffer.size()) plan.buffer.resize(sl + 1, nullptr);
+      plan.buffer[sl] = b.get();
+    }
+  const size_t n = plan.buffer.size();
+  std::vector<bool> exposed(n, false);  // a result's buffer: the kernel graph's roots
+  for (auto& r : ctx.kernels->src())
+    if (const UOp* b = r->op == Ops::AFTER ? r->src(0) : r.get(); b->op == Ops::BUFFER)
+      if (size_t sl = size_t(slot_number(b)); sl < n) exposed[sl] = true;
+  std::vector<bool> pinned(n, false);  // never freed: a checked kernel's inputs and record
   for (auto& call : calls)
     if (std::get<std::vector<int64_t>>(call->arg).at(2))  // an index check
       for (size_t k = size_t(std::get<std::vector<int64_t>>(call->arg)[0]); k < call_buffers(call.get()).size(); k++)
         pinned[size_t(slot_number(call_buffers(call.get())[k].get()))] = true;
-  std::vector<size_t> last_use(t.slots.size(), 0);
+  std::vector<size_t> last_use(n, 0);
   for (size_t i = 0; i < calls.size(); i++)
     for (auto& b : call_buffers(calls[i].get())) last_use[size_t(slot_number(b.get()))] = i;
-  std::vector<bool> copied(t.slots.size(), false);  // read or written by a copy: a buffer of exactly its size
+  std::vector<bool> copied(n, false);  // read or written by a copy: a buffer of exactly its size
   for (auto& call : calls)
     if (call->src(0)->op == Ops::COPY)
       for (auto& b : call_buffers(call.get())) copied[size_t(slot_number(b.get()))] = true;
-  MemoryPlan plan{&t, std::vector<int>(t.slots.size())};
   std::vector<int>& remap = plan.remap;  // slot -> the slot whose buffer holds it
+  remap.resize(n);
   for (size_t i = 0; i < remap.size(); i++) remap[i] = int(i);
   std::vector<int> free_slots;  // buffers no live slot holds
   for (size_t i = 0; i < calls.size(); i++) {
@@ -157,15 +199,16 @@ void plan_memory(ScheduleCtx& ctx) {
     for (int k = 0; k < int(a[0]); k++) {
       int out = slot_number(call_buffers(call.get())[size_t(k)].get());
       if (out < n_inputs || exposed[size_t(out)] || remap[size_t(out)] != out) continue;
-      const Slot& so = t.slots[size_t(out)];
+      const Slot so = buffer_slot(plan.buffer[size_t(out)]);
       // the smallest free buffer of its device and dtype that holds it (a kernel reads and writes only the elements
       // its shape covers); a copy's buffers only of exactly their size
       auto best = free_slots.end();
+      int64_t best_size = 0;
       for (auto it = free_slots.begin(); it != free_slots.end(); ++it) {
-        const Slot& sf = t.slots[size_t(*it)];
+        const Slot sf = buffer_slot(plan.buffer[size_t(*it)]);
         bool fits = sf.size == so.size || (!copied[size_t(out)] && !copied[size_t(*it)] && sf.size > so.size);
-        if (sf.device == so.device && sf.dtype == so.dtype && fits && (best == free_slots.end() || sf.size < t.slots[size_t(*best)].size))
-          best = it;
+        if (sf.device == so.device && sf.dtype == so.dtype && fits && (best == free_slots.end() || sf.size < best_size))
+          best = it, best_size = sf.size;
       }
       if (best != free_slots.end()) {
         remap[size_t(out)] = *best;
@@ -188,11 +231,36 @@ void plan_memory(ScheduleCtx& ctx) {
   ctx.linear = ctx.linear->replace_src(planned);
 }
 
-// Stage "items": the template's items, read off the LINEAR alone (each CALL holds what it runs), in its order.
+// Stage "items": the template read off the LINEAR (each CALL holds what it runs, over BUFFER nodes holding their
+// device, dtype and size) and the kernel graph's roots (the buffers the results are). The buffers are numbered anew:
+// the graph's inputs keep their numbers, the others in the order the LINEAR first names them (a buffer the plan
+// folded into another is gone), then a result no CALL writes (an empty one).
 void items_from_linear(ScheduleCtx& ctx) {
-  std::vector<Item> items;
-  for (auto& call : ctx.linear->src()) items.push_back(call_item(call.get()));
-  ctx.t.items = std::move(items);
+  Template t;
+  std::unordered_map<int, int> number;  // the LINEAR's buffer number -> the template's slot
+  for (int i = 0; i < ctx.n_inputs; i++) {
+    t.slots.push_back({i, "", dtypes::void_, 0});
+    number[i] = i;
+  }
+  auto slot = [&](const UOp* b) {
+    int sl = slot_number(b);
+    auto [it, fresh] = number.emplace(sl, int(t.slots.size()));
+    Slot s = buffer_slot(b);
+    if (sl < ctx.n_inputs) s.input = sl, t.slots[size_t(sl)] = s;
+    else if (fresh) t.slots.push_back(s);
+    return it->second;
+  };
+  for (auto& call : ctx.linear->src()) {
+    Item it = call_item(call.get());
+    auto bufs = call_buffers(call.get());
+    for (size_t k = 0; k < bufs.size(); k++) it.slots[k] = slot(bufs[k].get());
+    t.items.push_back(std::move(it));
+  }
+  for (size_t i = 0; i < ctx.graph.size(); i++) {
+    t.root_shapes.push_back(ctx.shapes.at(ctx.graph[i].get()));
+    if (!contiguous_buffer(ctx.graph[i].get())) t.becomes.emplace_back(i, slot(buffer_node(ctx.kernels->src(i))));
+  }
+  ctx.t = std::move(t);
 }
 
 }  // namespace tg::sched

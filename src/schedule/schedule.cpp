@@ -117,14 +117,14 @@ void run_split_reduceop(ScheduleCtx& c) {
   // reads, one under a custom gradient's marker, keeps its number and an unused slot)
   for (const UOp* u : c.topo)
     if (u->op == Ops::BUFFER) c.n_inputs = std::max(c.n_inputs, int(-std::get<std::vector<int64_t>>(u->arg)[0]));
-  for (int i = 0; i < c.n_inputs; i++) c.t.slots.push_back({i, "", dtypes::void_, 0});
+  for (int i = 0; i < c.n_inputs; i++) c.bufs.push_back({i, "", dtypes::void_, 0});
   for (const UOp* u : c.topo)
     if (u->op == Ops::BUFFER) {
       const auto& a = std::get<std::vector<int64_t>>(u->arg);
       int input = int(-1 - a[0]);
       if (input < 0) throw Error("[schedule] internal: a BUFFER that is not normalised");
       c.slot_of[u] = input;
-      c.t.slots[size_t(input)] = {input, std::get<std::string>(u->src(0)->arg), u->dtype, a[1]};
+      c.bufs[size_t(input)] = {input, std::get<std::string>(u->src(0)->arg), u->dtype, a[1]};
     }
 }
 
@@ -142,7 +142,8 @@ namespace {
 // ---- stage "bufferize to store": each BUFFERIZE becomes the boundary of a kernel. Its value is computed by a kernel
 // that STOREs it into a buffer slot of its own (a kernel AST built by rangeify: range propagation over the value, the
 // BUFFERIZEs below read as LOADs of their slots), or copied into one, or it is a buffer already. pm_bufferize_to_store
-// visits the bufferized graph's nodes in order: the rules of one BUFFERIZE give it a slot, then its item.
+// visits the bufferized graph's nodes in order: the rules of one BUFFERIZE give it a buffer number, then what fills it
+// (an item, a CALL of the kernel graph once kernel_graph has ordered them).
 
 struct StoreCtx {
   ScheduleCtx& c;
@@ -151,6 +152,7 @@ struct StoreCtx {
   int slot = -1;          // its slot; -1: none yet (or none needed: a view of a buffer)
   bool aliased = false;   // its value is a buffer already: no item
   NodeSet grouped;        // the members of multi-output kernels (stored by their leader's)
+  std::vector<Template::Item> items;  // what fills each buffer, in the graph's order: the kernel graph's CALLs
   std::unordered_map<const UOp*, std::vector<int>> call_slots;  // a custom kernel's CALL -> its sources' output slots
 
   int64_t numel(const UOp* b) const {
@@ -165,7 +167,7 @@ struct StoreCtx {
   // Whether b gets an item of its own: a slot, something to compute, not stored by its group's kernel.
   bool stores(const UOp* b) const { return slot >= 0 && !aliased && numel(b) != 0 && !grouped.count(b); }
   Template::Item item_for(const UOp* b) {
-    Template::Item item{ScheduleItem::Kind::Kernel, {}, {slot}, c.t.slots[size_t(slot)].device, {}};
+    Template::Item item{ScheduleItem::Kind::Kernel, {}, {slot}, c.bufs[size_t(slot)].device, {}};
     if (auto ms = group_members(b); !ms.empty()) {  // a multi-output kernel: the members' slots, then its own
       item.slots.clear();
       for (auto& m : ms) item.slots.push_back(c.slot_of.at(m.get()));
@@ -188,12 +190,12 @@ void kernel_item(StoreCtx& s, const UOp* b) {
     if (p->op == Ops::BUFFER) item.old_reads.push_back(int(item.slots.size() - 1));
   }
   if (k.index_check) {  // the hit record: a slot of its own, after the parameters
-    item.slots.push_back(int(c.t.slots.size()));
-    c.t.slots.push_back({-1, item.device, dtypes::int64, IndexCheck::kSlots});
+    item.slots.push_back(int(c.bufs.size()));
+    c.bufs.push_back({-1, item.device, dtypes::int64, IndexCheck::kSlots});
     item.index_check = true;
     item.diags = std::move(k.diags);
   }
-  c.t.items.push_back(std::move(item));
+  s.items.push_back(std::move(item));
 }
 
 // The item of a custom kernel (Tensor::custom_kernel), made at the first of its outputs visited: a new slot for each
@@ -212,8 +214,8 @@ void custom_call_item(StoreCtx& s, const UOp* b) {
     Template::Item item{ScheduleItem::Kind::Kernel, {}, {}, device_of(b), {}};
     for (size_t k = 0; k < call->nsrc(); k++) {
       if (!p.stored[k]) continue;
-      slots[k] = int(c.t.slots.size());
-      c.t.slots.push_back({-1, item.device, call->src(k)->dtype, s.numel(call->src(k))});
+      slots[k] = int(c.bufs.size());
+      c.bufs.push_back({-1, item.device, call->src(k)->dtype, s.numel(call->src(k))});
       to[k] = int64_t(item.slots.size());
       item.slots.push_back(slots[k]);
     }
@@ -225,7 +227,7 @@ void custom_call_item(StoreCtx& s, const UOp* b) {
       if (contiguous_buffer(call->src(k))) item.old_reads.push_back(int(item.slots.size() - 1));  // the contents before
     }
     item.ast = renumber_params(call_ast(std::get<int64_t>(call->arg)), to);
-    c.t.items.push_back(std::move(item));
+    s.items.push_back(std::move(item));
   }
   s.slot = c.slot_of[b] = it->second.at(size_t(std::get<int64_t>(after->arg)));
   s.aliased = true;  // stored by the call's item
@@ -264,8 +266,8 @@ const PatternMatcher& pm_bufferize_to_store() {
       rule(op_any<opset<Ops::BUFFERIZE>>, [](auto& m) -> UOpRef {
         StoreCtx& s = m.template ctx<StoreCtx>().visit(m.root);
         if (s.slot >= 0 || s.aliased || contiguous_buffer(m.root->src(0))) return {};
-        s.slot = s.c.slot_of[m.root] = int(s.c.t.slots.size());
-        s.c.t.slots.push_back({-1, device_of(m.root), m.root->dtype, s.numel(m.root)});
+        s.slot = s.c.slot_of[m.root] = int(s.c.bufs.size());
+        s.c.bufs.push_back({-1, device_of(m.root), m.root->dtype, s.numel(m.root)});
         return {};
       }),
       // BUFFERIZE(COPY(x, DEVICE)) -> a copy of x's slot into its slot
@@ -278,7 +280,7 @@ const PatternMatcher& pm_bufferize_to_store() {
         item.slots.push_back(value_slot(s.c, from));
         if (contiguous_buffer(from)) item.old_reads.push_back(1);  // the contents before
         item.ast = m.root->src(0)->ref();
-        s.c.t.items.push_back(std::move(item));
+        s.items.push_back(std::move(item));
         return {};
       }),
       // BUFFERIZE(value) -> a kernel that STOREs the value into its slot
@@ -293,9 +295,7 @@ const PatternMatcher& pm_bufferize_to_store() {
 // One item per BUFFERIZE that is not a buffer already, then the kernel graph (kernel_graph.cpp). False when a kernel
 // would recompute a row-fused broadcast: those EXPANDs are refused row fusion, and the realize map runs again.
 bool bufferize_to_store(ScheduleCtx& c) {
-  Template& t = c.t;
-  t.slots.resize(size_t(c.n_inputs));
-  t.items.clear();
+  c.bufs.resize(size_t(c.n_inputs));
   for (auto it = c.slot_of.begin(); it != c.slot_of.end();)
     it = it->first->op == Ops::BUFFER ? std::next(it) : c.slot_of.erase(it);
   c.has_assign = false;
@@ -310,11 +310,7 @@ bool bufferize_to_store(ScheduleCtx& c) {
     refuse_row_fusion(c, s.retry);
     return false;
   }
-  for (size_t i = 0; i < c.graph.size(); i++) {
-    t.root_shapes.push_back(c.shapes.at(c.graph[i].get()));
-    if (!contiguous_buffer(c.graph[i].get())) t.becomes.emplace_back(i, c.slot_of.at(c.graph[i].get()));
-  }
-  kernel_graph(c);  // the graph with each BUFFERIZE as AFTER(BUFFER, CALL)
+  kernel_graph(c, std::move(s.items));  // the graph with each BUFFERIZE as AFTER(BUFFER, CALL)
   return true;
 }
 

@@ -12,21 +12,23 @@
 //                                       source of each row-fused EXPAND in a row BUFFERIZE (kept in its kernel)
 //   group outputs   (group.cpp)         multi-output kernels: nodes that read each other element for element
 //                                       join one kernel: its leader BUFFERIZE(value, DEVICE, members...)
-//   bufferize to store (schedule.cpp)   pm_bufferize_to_store: each BUFFERIZE a kernel boundary, with a buffer slot
-//                                       and the item that fills it: a copy, or a kernel that STOREs the value, whose
+//   bufferize to store (schedule.cpp)   pm_bufferize_to_store: each BUFFERIZE a kernel boundary, with a numbered buffer
+//                                       (ctx.bufs) and what fills it: a copy, or a kernel that STOREs the value, whose
 //                                       AST rangeify builds (rangeify.cpp: the BUFFERIZEs below are its LOADs), then
 //                                       pm_kernel_ast (kernel_ast.cpp)
-//                                       then the kernel graph (kernel_graph.cpp): each BUFFERIZE becomes
-//                                       AFTER(BUFFER, CALL) and its readers read that, an in-place write's
-//                                       output AFTER(BUFFER, CALLs reading the old contents). A kernel that would
-//                                       recompute a row BUFFERIZE refuses it: pm_refuse_row_fusion puts its reduces
-//                                       in BUFFERIZE nodes of the tensor graph, and the stages run again from the
-//                                       realize map (which keeps them)
+//                                       then the kernel graph (kernel_graph.cpp), in UOps alone: each BUFFERIZE
+//                                       becomes AFTER(BUFFER, CALL(program, buffers...)) and its readers read that,
+//                                       an in-place write's output AFTER(BUFFER, CALLs reading the old contents); the
+//                                       BUFFERs hold device, dtype and size. A kernel that would recompute a row
+//                                       BUFFERIZE refuses it: pm_refuse_row_fusion puts its reduces in BUFFERIZE nodes
+//                                       of the tensor graph, and the stages run again from the realize map (which
+//                                       keeps them)
 //   linearize       (linearize.cpp)     the kernel graph's CALLs in an order it allows: one LINEAR of CALLs over
-//                                       slot BUFFERs, each holding what it runs (its AST: linear_call)
+//                                       BUFFERs (the AFTERs dropped)
 //   plan memory     (linearize.cpp)     intermediate buffers reused once their last reader has run: pm_plan_memory
-//                                       rewrites the LINEAR
-//   items           (linearize.cpp)     the template's items read off the LINEAR alone, in its order
+//                                       rewrites the LINEAR (read off its BUFFERs and the kernel graph's roots)
+//   items           (linearize.cpp)     the template (slots, items, results) read off the LINEAR and the kernel
+//                                       graph's roots, in the LINEAR's order
 #include <optional>
 #include <string>
 #include <unordered_map>
@@ -127,8 +129,9 @@ struct ScheduleCtx {
   std::vector<const UOp*> gtopo;                      // its nodes, sources first
   std::unordered_map<const UOp*, const UOp*> origin;  // a rebuilt node of graph -> the tensor graph's node
   std::vector<std::vector<UOpRef>> old_graphs;        // earlier passes' graphs: their nodes keep their shapes' keys
-  // the kernels
-  Template t;
+  // bufferize to store: the buffers, numbered (the first n_inputs the graph's input BUFFERs by their normalised
+  // number); each becomes a BUFFER node of the kernel graph holding its device, dtype and size
+  std::vector<Slot> bufs;
   std::unordered_map<const UOp*, int> slot_of;  // BUFFERs and realised nodes -> slot
   int n_inputs = 0;
   bool has_assign = false;
@@ -136,6 +139,7 @@ struct ScheduleCtx {
   // AFTER(BUFFER, CALL) (a BUFFER alone: an input nothing in the schedule writes)
   UOpRef kernels;
   UOpRef linear;  // the schedule as a LINEAR of CALLs (linearize, plan memory)
+  Template t;     // the template, derived from the LINEAR and the kernel graph's roots (items)
 };
 
 // ---- the stages' entry points
@@ -202,15 +206,17 @@ bool is_callify_after(const UOp* u);
 /** The roots with every callified tensor's siblings added (AFTER(value i, CALL) for each value of its CALL): one
  *  schedule computes them all. */
 std::vector<UOpRef> with_callify_siblings(std::span<const UOpRef> roots);
-/** The kernel graph of bufferize to store: ctx.kernels from ctx.t's items and ctx.graph. */
-void kernel_graph(ScheduleCtx& ctx);
+/** The kernel graph of bufferize to store: ctx.kernels from the items bufferize to store made (over ctx.bufs) and
+ *  ctx.graph. Its CALLs are linear_call's, their buffers read through AFTER nodes. */
+void kernel_graph(ScheduleCtx& ctx, std::vector<Template::Item> items);
 /** linearize: ctx.linear, the kernel graph's CALLs in an order it allows (kernels after those whose results they read,
  *  in-place writes after the readers of the old contents). */
 void linearize(ScheduleCtx& ctx);
 /** plan memory: an intermediate buffer whose last reader has run is reused by a later one of its kind (a rewrite of
  *  ctx.linear). */
 void plan_memory(ScheduleCtx& ctx);
-/** items: ctx.t.items read off ctx.linear alone, in its order. */
+/** items: the template (its slots, items and results) read off ctx.linear and the kernel graph's roots: the LINEAR's
+ *  buffers numbered anew (the graph's inputs first, by their number), its CALLs the items in its order. */
 void items_from_linear(ScheduleCtx& ctx);
 
 /** A CALL of the LINEAR holds what it runs (as tinygrad's CALL holds its kernel's AST):
@@ -225,8 +231,8 @@ Template::Item call_item(const UOp* call);
 
 // ---- shared helpers
 
-/** Slot sl as a BUFFER node: arg {-1 - sl, size} (the normalised graph's numbering of its inputs). */
-UOpRef slot_buffer(const Template& t, int sl);
+/** Buffer sl of bufs as a BUFFER node: arg {-1 - sl, size} (the normalised graph's numbering of its inputs). */
+UOpRef slot_buffer(const std::vector<Slot>& bufs, int sl);
 int slot_number(const UOp* b);
 /** The slot holding u's value, contiguous: its own (a BUFFER, a stored BUFFERIZE) or the buffer it views. */
 int value_slot(const ScheduleCtx& c, const UOp* u);
