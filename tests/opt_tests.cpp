@@ -1031,3 +1031,21 @@ TEST_CASE("PREFETCH: a q4_0 matvec streaming more than L2 prefetches each row's 
   lo.opts = &bad_amt;
   CHECK_THROWS_AS(lower_kernel(k.ast, "pf_bad2", dev.renderer(), lo), OptError);
 }
+
+TEST_CASE("an axis reserved for the threads and padded for a tile of 3 stays divisible by the threads") {
+  // beautiful_mnist's last linear under AVX2 (8 floats x 16 registers): 512 rows x 10 classes. The tile left no axis
+  // for 2 threads, so the heuristic reserves the rows for them (256 each) and tiles rows by 3: the padding must make
+  // the whole axis a multiple of 3 x 2 (516), not of 3 (513 = 171 tiles, which 2 threads cannot split)
+  Tensor x = randn({512, 576}, 7), w = randn({10, 576}, 8), b = randn({10}, 9);
+  x.realize(), w.realize(), b.realize();
+  Kern k = last_kernel(x.matmul(w.T()) + b);  // nn::Linear's form: both operands contiguous along the sum
+  OptConfig avx2{2, 8};
+  avx2.vector_registers = 16;
+  auto opts = hand_coded_optimizations(k.ast, avx2);
+  INFO(opts.size());
+  REQUIRE(std::count_if(opts.begin(), opts.end(), [](const Opt& o) { return o.op == OptOp::THREAD; }) == 1);
+  UOpRef ast = k.ast;
+  for (const Opt& o : opts) ast = apply_opt(ast, o);  // threw: "the axis size 171 is not divisible by 2"
+  for (const Opt& o : opts)
+    if (o.op == OptOp::PADTO) CHECK(o.amt % 2 == 0);
+}

@@ -861,8 +861,13 @@ UOpRef do_apply_opts(const UOpRef& k0, LowerCtx& c) {
            : getenv_int("NOOPT", 0)   ? std::vector<Opt>{}
            : c.gpu()                  ? gpu_hand_coded_optimizations(k0, cfg)
                                       : hand_coded_optimizations(k0, cfg);
+  auto opts_str = [&] {
+    std::string s;
+    for (const Opt& o : c.opts) s += (s.empty() ? "" : ", ") + to_string(o);
+    return s;
+  };
   UOpRef k = k0;
-  for (const Opt& o : c.opts) {
+  for (const Opt& o : c.opts) try {
     bool gpu_only = o.op == OptOp::LOCAL || o.op == OptOp::GROUP || o.op == OptOp::GROUPTOP || o.op == OptOp::TC;
     if (gpu_only && (!c.gpu() || !c.renderer.has_local()))
       throw OptError("[opt] " + to_string(o) + " needs a GPU renderer with work groups and local memory");
@@ -875,12 +880,10 @@ UOpRef do_apply_opts(const UOpRef& k0, LowerCtx& c) {
       continue;
     }
     k = apply_opt(k, o);
+  } catch (const OptError& e) {  // which kernel, and the whole list the failing opt came from
+    throw OptError(std::string(e.what()) + " (kernel " + c.name + ", opts [" + opts_str() + "])");
   }
-  if (debug_level() >= 3 && !c.opts.empty()) {
-    std::string s;
-    for (const Opt& o : c.opts) s += (s.empty() ? "" : ", ") + to_string(o);
-    std::fprintf(stderr, "opts %s: [%s]\n", c.name.c_str(), s.c_str());
-  }
+  if (debug_level() >= 3 && !c.opts.empty()) std::fprintf(stderr, "opts %s: [%s]\n", c.name.c_str(), opts_str().c_str());
   return k;
 }
 

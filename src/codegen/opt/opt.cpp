@@ -662,7 +662,9 @@ struct Heuristic {
     if (vec >= 0 && size_t(vec) < n_out && best_am[size_t(vec)] != amt[size_t(vec)]) order.emplace_back(0, size_t(vec));
     for (auto [neg, i] : order) {
       int64_t a = best_am[i] / amt[i];
-      if (size[i] % a) opts.push_back({OptOp::PADTO, int(i), a}), size[i] = (size[i] + a - 1) / a * a;
+      // (an axis reserved for the threads holds size / threads per thread: its padded length must divide by both)
+      const int64_t pad = reserved && *reserved == i ? a * cfg.threads : a;
+      if (size[i] % a) opts.push_back({OptOp::PADTO, int(i), pad}), size[i] = (size[i] + a - 1) / a * a;
       split(OptOp::UPCAST, i, a);
       upcast *= a;
       amt[i] = best_am[i];
