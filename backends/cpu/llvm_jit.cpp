@@ -115,6 +115,18 @@ std::vector<llvm::Value*> sum_terms(llvm::BinaryOperator* root) {
   return terms;
 }
 
+// The sum at root becomes `sums` (the rewritten terms) plus the terms no rewrite used; root goes to `dead`.
+void replace_sum(llvm::IRBuilder<>& b, llvm::BinaryOperator* root, std::vector<llvm::Value*>& sums,
+                 const std::vector<llvm::Value*>& terms, const std::vector<bool>& used,
+                 std::vector<llvm::Instruction*>& dead) {
+  for (size_t i = 0; i < terms.size(); i++)
+    if (!used[i]) sums.push_back(terms[i]);
+  llvm::Value* r = sums[0];
+  for (size_t i = 1; i < sums.size(); i++) r = b.CreateAdd(r, sums[i]);
+  root->replaceAllUsesWith(r);
+  dead.push_back(root);
+}
+
 // Pair multiply-adds. tg's lane loops sum integer products in adjacent pairs (factor_reduce_invariants: lane l of a
 // q8_0 block takes x[2l] w[2l] + x[2l+1] w[2l+1]). The loop vectoriser deinterleaves each pair's operands first
 // (even and odd elements of one loaded vector, `strided.vec`) and multiplies the halves apart, which x86 selects as
@@ -158,12 +170,7 @@ class PairMulAdd {
         }
       if (sums.empty()) continue;
       n += int(sums.size());
-      for (size_t i = 0; i < terms.size(); i++)
-        if (!used[i]) sums.push_back(terms[i]);
-      llvm::Value* r = sums[0];
-      for (size_t i = 1; i < sums.size(); i++) r = b.CreateAdd(r, sums[i]);
-      root->replaceAllUsesWith(r);
-      dead.push_back(root);
+      replace_sum(b, root, sums, terms, used, dead);
     }
     for (llvm::Instruction* d : dead) llvm::RecursivelyDeleteTriviallyDeadInstructions(d);
     return n;
@@ -328,12 +335,7 @@ class ByteMulAdd {
       }
       flush16();
       if (acc32) sums.push_back(acc32);
-      for (size_t i = 0; i < terms.size(); i++)
-        if (!used[i]) sums.push_back(terms[i]);
-      llvm::Value* r = sums[0];
-      for (size_t i = 1; i < sums.size(); i++) r = b.CreateAdd(r, sums[i]);
-      root->replaceAllUsesWith(r);
-      dead.push_back(root);
+      replace_sum(b, root, sums, terms, used, dead);
     }
     for (llvm::Instruction* d : dead) llvm::RecursivelyDeleteTriviallyDeadInstructions(d);
     return n;

@@ -164,12 +164,8 @@ void group_outputs(ScheduleCtx& c) {
   if (gs.groups.empty()) return;
   std::unordered_map<const UOp*, UOpRef> rebuilt;
   for (const UOp* u : c.gtopo) {
-    std::vector<UOpRef> src;
     bool changed = false;
-    for (auto& s : u->src()) {
-      src.push_back(rebuilt.at(s.get()));
-      changed |= src.back().get() != s.get();
-    }
+    std::vector<UOpRef> src = mapped_sources(u, rebuilt, changed);
     if (auto g = gs.groups.find(u); g != gs.groups.end()) {
       for (const UOp* m : g->second)
         if (m != u) src.push_back(rebuilt.at(m));

@@ -168,11 +168,7 @@ UOpRef bufferize_after(const UOpRef& sink, GraphCtx& g) {
     }
     st.pop_back();
     bool changed = false;
-    std::vector<UOpRef> src;
-    for (auto& s : u->src()) {
-      src.push_back(memo.at(s.get()));
-      changed |= src.back().get() != s.get();
-    }
+    std::vector<UOpRef> src = mapped_sources(u, memo, changed);
     memo[u] = changed ? u->replace_src(src) : UOpRef(u);
   }
   return memo.at(sink.get());

@@ -280,12 +280,8 @@ const PatternMatcher& pm_add_bufferize() {
       rule(op_any<all_ops>, [](auto& m) -> UOpRef {
         auto& c = m.template ctx<BufferizeCtx>();
         const UOp* u = m.root;
-        std::vector<UOpRef> src;
         bool changed = false;
-        for (auto& s : u->src()) {
-          src.push_back(c.rebuilt.at(s.get()));
-          changed |= src.back().get() != s.get();
-        }
+        std::vector<UOpRef> src = mapped_sources(u, c.rebuilt, changed);
         if (c.r.row_fused.count(u) && keeps_reduce(c.r, u->src(0))) {
           src[0] = bufferize(src[0], device_of(u), {false, true, {}});
           changed = true;
@@ -350,12 +346,8 @@ const PatternMatcher& pm_refuse_row_fusion() {
       rule(op_any<all_ops>, [](auto& m) -> UOpRef {
         auto& c = m.template ctx<RefuseCtx>();
         const UOp* u = m.root;
-        std::vector<UOpRef> src;
         bool changed = false;
-        for (auto& s : u->src()) {
-          src.push_back(c.rebuilt.at(s.get()));
-          changed |= src.back().get() != s.get();
-        }
+        std::vector<UOpRef> src = mapped_sources(u, c.rebuilt, changed);
         UOpRef v = changed ? u->replace_src(src) : UOpRef(u);
         if (c.reduces.count(u)) v = bufferize(v, device_of(u), {});
         c.rebuilt.emplace(u, std::move(v));

@@ -79,6 +79,16 @@ UOpRef bufferize(const UOpRef& value, const std::string& device, const Bufferize
   return UOp::make(Ops::BUFFERIZE, value->dtype, {value, dev}, opts.arg());
 }
 
+std::vector<UOpRef> mapped_sources(const UOp* u, const std::unordered_map<const UOp*, UOpRef>& done, bool& changed) {
+  std::vector<UOpRef> src;
+  src.reserve(u->nsrc());
+  for (auto& s : u->src()) {
+    src.push_back(done.at(s.get()));
+    changed |= src.back().get() != s.get();
+  }
+  return src;
+}
+
 std::string device_of(const UOp* u) {
   if (u->op == Ops::BUFFERIZE) return std::get<std::string>(u->src(1)->arg);
   auto dev = [](const UOp* n) { return std::get<std::string>(n->op == Ops::BUFFER ? n->src(0)->arg : n->src(1)->arg); };
@@ -468,11 +478,7 @@ Schedule create_schedule(std::span<const UOpRef> given_roots) {
       continue;
     }
     bool changed = false;
-    std::vector<UOpRef> src;
-    for (auto& s : u->src()) {
-      src.push_back(norm.at(s.get()));
-      changed |= src.back().get() != s.get();
-    }
+    std::vector<UOpRef> src = sched::mapped_sources(u, norm, changed);
     if (u->op == Ops::CONTIGUOUS && std::holds_alternative<int64_t>(u->arg)) {  // unique ids by order too
       norm[u] = UOp::make(Ops::CONTIGUOUS, u->dtype, src, -1 - int64_t(n_contig++));
       continue;

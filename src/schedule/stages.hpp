@@ -112,6 +112,9 @@ struct BufferizeOpts {
 };
 /** BUFFERIZE(value) on `device`. */
 UOpRef bufferize(const UOpRef& value, const std::string& device, const BufferizeOpts& opts);
+/** The sources of `u`, each replaced by its entry in `done` (the node a walk rebuilt it as; every source has one);
+ *  `changed`: whether any differs from the original. */
+std::vector<UOpRef> mapped_sources(const UOp* u, const std::unordered_map<const UOp*, UOpRef>& done, bool& changed);
 /** Whether u is a row BUFFERIZE (a row-fused reduce's value, inside its reader's kernel). */
 bool is_row_bufferize(const UOp* u);
 /** Whether u is a kernel boundary: a BUFFERIZE that is not a row BUFFERIZE. */
