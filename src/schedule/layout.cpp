@@ -214,7 +214,7 @@ UOpRef int_dot_product(const UOp* red, LayoutCtx& c) {
     return {};
   const Shape& f = c.shapes.of(mul);
   const int64_t n = int64_t(f.size()), k = f.back();
-  if (ra.axes != std::vector<int64_t>{n - 1} || k % B) return {};
+  if (ra.axes != std::vector<int64_t>{n - 1} || k < B || k % B) return {};  // (an empty sum: no blocks)
   const std::string dev = device_of(red);
   if (!c.serial_device(dev) || !c.int_simd(dev)) return {};
   auto prod = [](const Shape& s, int64_t e) {
