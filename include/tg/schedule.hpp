@@ -126,6 +126,10 @@ inline constexpr int64_t kCallifyArg = -1;
 int64_t register_call_ast(const UOpRef& ast);
 /** The AST registered under id (a tg::Error for an unknown id). */
 UOpRef call_ast(int64_t id);
+/** Whether u is an output of a custom kernel: AFTER(source, CALL) whose CALL's arg is an AST id. */
+bool is_custom_after(const UOp* u);
+/** Whether u is a callified value: AFTER(value, CALL) whose CALL's arg is kCallifyArg. */
+bool is_callify_after(const UOp* u);
 
 /** Number of schedules built (a realize whose graph structure was seen before builds none). */
 size_t schedules_built();

@@ -36,6 +36,16 @@ UOpRef call_ast(int64_t id) {
   return r.asts[size_t(id)];
 }
 
+// (a tensor-graph CALL's arg is one integer; the kernel graph's CALLs carry {item, outputs})
+bool is_custom_after(const UOp* u) {
+  return u->op == Ops::AFTER && u->nsrc() == 2 && u->src(1)->op == Ops::CALL &&
+         std::holds_alternative<int64_t>(u->src(1)->arg) && std::get<int64_t>(u->src(1)->arg) != kCallifyArg;
+}
+bool is_callify_after(const UOp* u) {
+  return u->op == Ops::AFTER && u->nsrc() == 2 && u->src(1)->op == Ops::CALL &&
+         std::holds_alternative<int64_t>(u->src(1)->arg) && std::get<int64_t>(u->src(1)->arg) == kCallifyArg;
+}
+
 namespace sched {
 
 CallParams call_params(const UOp* call, size_t nsrc) {
@@ -57,16 +67,6 @@ UOpRef renumber_params(const UOpRef& ast, const std::vector<int64_t>& to) {
     if (u->op != Ops::PARAM) return {};
     return UOp::make(Ops::PARAM, u->dtype, {}, to.at(size_t(std::get<int64_t>(u->arg))));
   });
-}
-
-// (a tensor-graph CALL's arg is one integer; the kernel graph's CALLs carry {item, outputs})
-bool is_custom_after(const UOp* u) {
-  return u->op == Ops::AFTER && u->nsrc() == 2 && u->src(1)->op == Ops::CALL &&
-         std::holds_alternative<int64_t>(u->src(1)->arg) && std::get<int64_t>(u->src(1)->arg) != kCallifyArg;
-}
-bool is_callify_after(const UOp* u) {
-  return u->op == Ops::AFTER && u->nsrc() == 2 && u->src(1)->op == Ops::CALL &&
-         std::holds_alternative<int64_t>(u->src(1)->arg) && std::get<int64_t>(u->src(1)->arg) == kCallifyArg;
 }
 
 std::vector<UOpRef> with_callify_siblings(std::span<const UOpRef> roots) {

@@ -442,7 +442,7 @@ Schedule create_schedule(std::span<const UOpRef> given_roots) {
   std::span<const UOpRef> orig_roots = given_roots;
   std::vector<const UOp*> topo = toposort(orig_roots);
   std::vector<UOpRef> with_siblings;  // a callified tensor is realised with its CALL's other values (Tensor::callify)
-  if (std::any_of(topo.begin(), topo.end(), sched::is_callify_after)) {
+  if (std::any_of(topo.begin(), topo.end(), is_callify_after)) {
     with_siblings = sched::with_callify_siblings(given_roots);
     orig_roots = with_siblings;
     topo = toposort(orig_roots);
@@ -469,7 +469,7 @@ Schedule create_schedule(std::span<const UOpRef> given_roots) {
       norm[u] = norm.at(u->src(0));
       continue;
     }
-    if (sched::is_callify_after(u)) {  // a callified value: the value itself (every value of its CALL is a root)
+    if (is_callify_after(u)) {  // a callified value: the value itself (every value of its CALL is a root)
       norm[u] = norm.at(u->src(0));
       continue;
     }

@@ -203,9 +203,6 @@ struct CallParams {
 CallParams call_params(const UOp* call, size_t nsrc);
 /** The AST with PARAM i renumbered to to[i]. */
 UOpRef renumber_params(const UOpRef& ast, const std::vector<int64_t>& to);
-/** AFTER(source, CALL) of a custom kernel (an output) / of Tensor::callify's CALL. */
-bool is_custom_after(const UOp* u);
-bool is_callify_after(const UOp* u);
 /** The roots with every callified tensor's siblings added (AFTER(value i, CALL) for each value of its CALL): one
  *  schedule computes them all. */
 std::vector<UOpRef> with_callify_siblings(std::span<const UOpRef> roots);

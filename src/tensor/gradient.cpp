@@ -269,8 +269,7 @@ const PatternMatcher& pm_gradient() {
       // d callify(x) = dx (the CALL gets none); a custom kernel's output has the gradient its backward gives (a
       // FUNCTION above it): reaching the kernel itself means it has none
       rule(op_any<opset<Ops::AFTER>>, [](auto& m) -> UOpRef {
-        const UOp* call = m.root->src(1);
-        if (call->op == Ops::CALL && std::get<int64_t>(call->arg) == kCallifyArg) return tup({g_of(m).uop(), none()});
+        if (is_callify_after(m.root)) return tup({g_of(m).uop(), none()});
         throw Error("[backward] a custom kernel's output has no gradient: pass a backward to Tensor::custom_kernel");
       }),
       rule(op_any<opset<Ops::CONTIGUOUS>>, [](auto& m) { return tup1(g_of(m)); }),  // d contiguous(x) = dx
