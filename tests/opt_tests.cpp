@@ -1049,3 +1049,72 @@ TEST_CASE("an axis reserved for the threads and padded for a tile of 3 stays div
   for (const Opt& o : opts)
     if (o.op == OptOp::PADTO) CHECK(o.amt % 2 == 0);
 }
+
+TEST_CASE("NONTEMPORAL: an add larger than the last-level cache writes aligned vectors past the caches, a small one does not") {
+  // lowered for a machine model with a 64 KiB last-level cache (the test's sizes stay small on any machine)
+  Device& dev = get_device("CPU");
+  LowerOptions lo;
+  lo.config = opt_config(dev);
+  lo.config.threads = 2;
+  lo.config.llc_bytes = 64 << 10;
+  auto count = [](const std::string& s, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) n++;
+    return n;
+  };
+  auto has_nt = [](const std::vector<Opt>& opts) {
+    return std::any_of(opts.begin(), opts.end(), [](const Opt& o) { return o.op == OptOp::NONTEMPORAL; });
+  };
+  const int64_t big = 1 << 15, small = 1 << 12;  // 128 KiB and 16 KiB of output
+  Tensor a = randn({big}, 41).realize(), b = randn({big}, 42).realize();
+  Kern k = last_kernel(a + b);
+  CompiledKernel ck = lower_kernel(k.ast, "nt_big", dev.renderer(), lo);
+  CHECK(has_nt(ck.opts));
+  // every store of the output is a vector store with !nontemporal, aligned to its bytes, beside its ordinary form for
+  // a buffer whose address is not (one test of the address on entry), and the kernel fences before it returns
+  const int lanes = lo.config.vector_width;
+  const std::string vec = "<" + std::to_string(lanes) + " x float>";
+  CHECK(count(ck.src, "!nontemporal") >= 1);
+  CHECK(count(ck.src, "align " + std::to_string(lanes * 4) + ", !nontemporal") == count(ck.src, "!nontemporal"));
+  CHECK(count(ck.src, "store " + vec) == 2 * count(ck.src, "!nontemporal"));
+  CHECK(count(ck.src, "fence seq_cst") == 1);
+  CHECK(count(ck.src, "icmp eq i64") >= 1);
+  // the values: exact, with the opts on and off, through an aligned output and one 4 bytes off
+  std::vector<Opt> off;
+  for (const Opt& o : ck.opts)
+    if (o.op != OptOp::NONTEMPORAL) off.push_back(o);
+  std::vector<float> as = a.to_vector<float>(), bs = b.to_vector<float>(), want(as.size());
+  for (size_t i = 0; i < as.size(); i++) want[i] = as[i] + bs[i];
+  CHECK(run_with(k, ck.opts) == want);
+  CHECK(run_with(k, off) == want);
+  {
+    LowerOptions ln = lo;
+    ln.opts = &ck.opts;
+    CompiledKernel c2 = lower_kernel(k.ast, "nt_big_off4", dev.renderer(), ln);
+    auto prog = dev.get_program(c2.src, c2.name);
+    std::vector<float> out(size_t(big) + 32, -1.0f);
+    float* o = out.data() + ((64 - reinterpret_cast<uintptr_t>(out.data()) % 64) % 64) / 4 + 1;  // 4 bytes past a line
+    std::vector<void*> ptrs{o, k.bufs[1]->ptr(), k.bufs[2]->ptr()};
+    std::vector<int64_t> vars(c2.var_names.size(), 0);
+    LaunchDims dims;
+    dims.n_vars = int(vars.size());
+    if (c2.core_var >= 0) dims.core_var = c2.core_var, dims.global[0] = c2.threads;
+    prog->run(ptrs.data(), vars.data(), dims);
+    CHECK(std::vector<float>(o, o + big) == want);
+  }
+  // a small add (its output fits in the cache): ordinary stores
+  Tensor c = randn({small}, 43).realize(), d = randn({small}, 44).realize();
+  CompiledKernel cs = lower_kernel(last_kernel(c + d).ast, "nt_small", dev.renderer(), lo);
+  CHECK_FALSE(has_nt(cs.opts));
+  CHECK(count(cs.src, "!nontemporal") == 0);
+  CHECK(count(cs.src, "fence") == 0);
+  {  // NONTEMPORAL=0: the heuristic leaves it out
+    ScopedEnv no("NONTEMPORAL", "0");
+    CHECK_FALSE(has_nt(lower_kernel(k.ast, "nt_big_env", dev.renderer(), lo).opts));
+  }
+  // the opt names no axis: axis 0, amt 1 only, and the graph is unchanged (lowering marks the stores)
+  UOpRef simple = graph_rewrite(k.ast, symbolic(), nullptr, false, "s");
+  CHECK_THROWS_AS(apply_opt(simple, {OptOp::NONTEMPORAL, 1, 1}), OptError);
+  CHECK_THROWS_AS(apply_opt(simple, {OptOp::NONTEMPORAL, 0, 2}), OptError);
+  CHECK(apply_opt(simple, {OptOp::NONTEMPORAL, 0, 1}) == simple);
+}

@@ -28,6 +28,12 @@
 //           loop: one prefetch per row and block). The kernel's values do not change; the loop's loads find their
 //           lines in cache instead of waiting on DRAM (lowering's `add_prefetches`, rendered as llvm.prefetch /
 //           __builtin_prefetch). PREFETCH=0: the heuristic does not choose it.
+//   NONTEMPORAL (axis 0, amt 1) the kernel's full, aligned vector stores that write their buffer contiguously
+//           bypass the caches (LLVM `!nontemporal`: x86 MOVNTPS, AArch64 STNP): no read of the line before it is
+//           written, no eviction of the cached data. The heuristic chooses it for an output larger than the
+//           last-level cache (OptConfig::llc_bytes), which would leave the cache before it is read again; BEAM may
+//           add it. The values do not change. NONTEMPORAL=0: the heuristic does not choose it; NONTEMPORAL=2:
+//           it does for every such output, whatever its size.
 // Axes are numbered as kernel_axes() lists them: the output (loop) axes in id order, then the reduce axes.
 // NOOPT=1 disables the heuristic; DEBUG=3 prints the opts applied to each kernel.
 #include <optional>
@@ -42,8 +48,8 @@
 namespace tg {
 
 /// What an Opt does: UPCAST/UNROLL (vectorise, unroll), THREAD (CPU cores), LOCAL/GROUP/GROUPTOP (GPU groups), TC, SWAP,
-/// PADTO (round an output axis up), PREFETCH (software prefetch in a reduce loop).
-enum class OptOp : uint8_t { UPCAST, UNROLL, THREAD, LOCAL, GROUP, GROUPTOP, TC, SWAP, PADTO, PREFETCH };
+/// PADTO (round an output axis up), PREFETCH (software prefetch in a reduce loop), NONTEMPORAL (streaming stores).
+enum class OptOp : uint8_t { UPCAST, UNROLL, THREAD, LOCAL, GROUP, GROUPTOP, TC, SWAP, PADTO, PREFETCH, NONTEMPORAL };
 
 /// One kernel optimisation: an op applied to an axis with an amount (tinygrad's Opt).
 struct Opt {
@@ -71,6 +77,7 @@ struct OptConfig {
   bool tensor_cores = false;  ///< GPU: the renderer has TC (CUDA mma.sync)
   int vector_registers = 32;  ///< how many vector registers (AVX-512: 32, AVX2: 16); register tiles fit in them
   int64_t l2_bytes = 0;       ///< per-core L2 cache (0: unknown)
+  int64_t llc_bytes = 0;      ///< the last-level cache the kernel's threads share (0: unknown)
   /// independent FMA chains (vector accumulators) a register tile needs to keep the FMA pipes busy: (latency + 1) x
   /// FMAs per cycle of the machine model (one cycle of slack per pipe: a late operand load does not idle it)
   int fma_chains = 10;
@@ -142,6 +149,10 @@ UOpRef vectorize(const UOpRef& k, const Renderer& r, int cap32);
 /** Split the vector ops the renderer cannot take into lanes (VECTORIZE of scalar ops over GEPs, scalar LOADs and
  *  STOREs for a width or alignment it does not have), folding GEP(VECTORIZE) and VECTORIZE(GEP...) away. */
 UOpRef devectorize(const UOpRef& k, const Renderer& r);
+/** Opt NONTEMPORAL's stores (after devectorize): each vector STORE into a buffer the kernel does not read, at an index
+ *  provably a multiple of its lanes, among stores that together write one contiguous block per step of a loop,
+ *  gets arg 1 (renderers that can write past the caches do: LLVM's `!nontemporal`; the others ignore it). */
+UOpRef mark_nontemporal_stores(const UOpRef& k);
 /** Combine values with a reduce op as a balanced pairwise tree (the expander's order, shared by lane loops). */
 UOpRef reduce_tree(Ops op, std::vector<UOpRef> xs);
 

@@ -846,6 +846,7 @@ struct LowerCtx {
   std::vector<Opt> opts;
   LaunchDims dims;
   std::vector<std::pair<int64_t, int64_t>> prefetch;  // Opt PREFETCH: (the reduce RANGE's id, bytes ahead)
+  bool nontemporal = false;                           // Opt NONTEMPORAL
   bool gpu() const { return lim.threads > 0; }
 };
 
@@ -872,6 +873,12 @@ UOpRef do_apply_opts(const UOpRef& k0, LowerCtx& c) {
     if (gpu_only && (!c.gpu() || !c.renderer.has_local()))
       throw OptError("[opt] " + to_string(o) + " needs a GPU renderer with work groups and local memory");
     if (o.op == OptOp::TC && !c.lim.tensor_cores) throw OptError("[opt] Opt(TC): this renderer has no tensor cores");
+    if (o.op == OptOp::NONTEMPORAL) {
+      if (c.gpu()) throw OptError("[opt] " + to_string(o) + " needs a CPU renderer");
+      k = apply_opt(k, o);  // checks axis and amt
+      c.nontemporal = true;
+      continue;
+    }
     if (o.op == OptOp::PREFETCH) {
       if (c.gpu()) throw OptError("[opt] " + to_string(o) + " needs a CPU renderer");
       UOpRef same = apply_opt(k, o);  // checks the axis and amount
@@ -979,6 +986,7 @@ const std::vector<LowerStage>& lowering_stages() {
       {"lower index dtype", do_lower_index_dtype},
       {"vectorize", do_vectorize},
       {"devectorize", [](const UOpRef& k, LowerCtx& c) { return devectorize(k, c.renderer); }},
+      {"nontemporal stores", [](const UOpRef& k, LowerCtx& c) { return c.nontemporal ? mark_nontemporal_stores(k) : k; }},
   };
   return stages;
 }

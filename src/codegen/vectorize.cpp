@@ -5,6 +5,8 @@
 // into lanes, folding GEPs of VECTORIZEs away.
 #include <algorithm>
 #include <map>
+#include <optional>
+#include <set>
 
 #include "tg/device.hpp"
 #include "tg/opt.hpp"
@@ -382,6 +384,42 @@ UOpRef vectorize(const UOpRef& k, const Renderer& r, int cap32) {
     }
   }
   return graph_rewrite(k, pm_vectorize(), &c, false, "vectorize");
+}
+
+UOpRef mark_nontemporal_stores(const UOpRef& k) {
+  std::vector<const UOp*> topo = toposort(k.get());
+  std::set<const UOp*> read;  // buffers the kernel loads
+  for (const UOp* u : topo)
+    if (u->op == Ops::LOAD && u->src(0)->op == Ops::INDEX) read.insert(reg_of(u->src(0)->src(0)));
+  // The vector stores of each (buffer, base index): full vectors, aligned to their width.
+  std::map<std::pair<const UOp*, const UOp*>, std::vector<const UOp*>> groups;
+  for (const UOp* u : topo) {
+    if (u->op != Ops::STORE || u->nsrc() != 2 || u->src(0)->op != Ops::INDEX || u->src(0)->nsrc() != 2) continue;
+    const UOp* buf = u->src(0)->src(0);
+    int64_t n = u->src(1)->dtype.count;
+    if (buf->op != Ops::PARAM || read.count(buf) || n < 2 || (n & (n - 1)) != 0 || !mem_kind(u->src(1)->dtype.scalar_type())) continue;
+    auto [base, off] = split_offset(u->src(0)->src(1));
+    if (!base || off % n != 0 || !multiple_of(base, n)) continue;
+    groups[{buf, base}].push_back(u);
+  }
+  // Contiguous: one step of some loop moves the base by exactly the lanes the group's stores cover, and they cover
+  // them without a gap (each iteration writes the next whole block: its lines are written in full).
+  std::vector<std::pair<const UOp*, UOpRef>> map;
+  for (auto& [key, sts] : groups) {
+    std::vector<std::pair<int64_t, int64_t>> spans;  // (offset, lanes)
+    for (const UOp* st : sts) spans.emplace_back(split_offset(st->src(0)->src(1)).second, st->src(1)->dtype.count);
+    std::sort(spans.begin(), spans.end());
+    int64_t covered = 0;
+    bool dense = true;
+    for (auto [off, n] : spans) dense &= off == spans[0].first + covered, covered += n;
+    bool steps = false;
+    for (const UOp* u : topo)
+      if (u->op == Ops::RANGE) steps |= index_coef(key.second, u) == std::optional<int64_t>(covered);
+    if (!dense || !steps) continue;
+    for (const UOp* st : sts)
+      map.emplace_back(st, UOp::make(Ops::STORE, st->dtype, {UOpRef(st->src(0)), UOpRef(st->src(1))}, int64_t(1)));
+  }
+  return map.empty() ? k : substitute(k, map);
 }
 
 UOpRef devectorize(const UOpRef& k, const Renderer& r) {

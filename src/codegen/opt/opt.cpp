@@ -99,7 +99,7 @@ int64_t range_id(const UOp* r) { return std::get<std::vector<int64_t>>(r->arg)[0
 AxisType range_type(const UOp* r) { return static_cast<AxisType>(std::get<std::vector<int64_t>>(r->arg)[1]); }
 
 std::string to_string(const Opt& o) {
-  static const char* names[] = {"UPCAST", "UNROLL", "THREAD", "LOCAL", "GROUP", "GROUPTOP", "TC", "SWAP", "PADTO", "PREFETCH"};
+  static const char* names[] = {"UPCAST", "UNROLL", "THREAD", "LOCAL", "GROUP", "GROUPTOP", "TC", "SWAP", "PADTO", "PREFETCH", "NONTEMPORAL"};
   const char* n = names[size_t(o.op)];
   return std::string("Opt(") + n + ", axis=" + std::to_string(o.axis) + ", amt=" + std::to_string(o.amt) + ")";
 }
@@ -148,6 +148,10 @@ UOpRef apply_opt(const UOpRef& ast, const Opt& opt) {
   auto axes = kernel_axes(ast);
   size_t n_out = size_t(std::count_if(axes.begin(), axes.end(), [](const UOp* r) { return is_out(range_type(r)); }));
   auto fail = [&](const std::string& why) -> UOpRef { throw OptError("[opt] " + to_string(opt) + ": " + why); };
+  if (opt.op == OptOp::NONTEMPORAL) {  // the graph is unchanged: lowering marks the stores (mark_nontemporal_stores)
+    if (opt.axis != 0 || opt.amt != 1) return fail("takes axis 0 and amt 1 (it names no axis)");
+    return ast;
+  }
   if (opt.axis < 0 || size_t(opt.axis) >= axes.size())
     return fail("the kernel has " + std::to_string(axes.size()) + " axes");
   const UOp* r = axes[size_t(opt.axis)];
@@ -313,6 +317,8 @@ OptConfig opt_config(const Device& dev) {
   c.vector_width = std::max(4, m.vector_bits / 32);
   c.vector_registers = std::max(8, m.vector_registers);
   c.l2_bytes = m.l2_bytes;
+  // the last-level cache: L3 (shared), else the threads' L2s
+  c.llc_bytes = m.l3_bytes > 0 ? m.l3_bytes : m.l2_bytes * std::max(1, c.threads);
   c.fma_chains = std::max(1, int(std::lround((m.fma_latency + 1) * m.fma_per_cycle)));
   return c;
 }
@@ -780,6 +786,25 @@ struct Heuristic {
   //    512 the best.
   static constexpr int64_t kPrefetchBytes = 512;
   static constexpr double kStreamReuse = 4;
+  // 6. (CPU) Non-temporal stores: an output whose stores are vectors along a unit-stride axis and that spans more
+  //    than the last-level cache is written past the caches (Opt NONTEMPORAL): by the time a later kernel reads it,
+  //    its first lines have left the cache anyway, so an ordinary store pays a read of every line (the write
+  //    allocate) and evicts data for nothing. Lowering marks only the stores that qualify (full aligned vectors, a
+  //    buffer the kernel does not read). Unknown cache size: left alone. NONTEMPORAL=0: never; NONTEMPORAL=2: every
+  //    such output, whatever its size (a machine whose cache size reads wrong: a VM reporting the socket's L3).
+  void nontemporal() {
+    const int64_t mode = getenv_int("NONTEMPORAL", 1);
+    if (cfg.local_threads > 0 || mode == 0 || (cfg.llc_bytes <= 0 && mode != 2)) return;
+    if (vec < 0 || size_t(vec) >= n_out || short_vec || vec_amt < 4 || !st->bounds().known) return;
+    if (auto c = index_coef(st, axes[size_t(vec)]); !c || *c != 1) return;
+    int64_t item = 0;
+    for (const UOp* n : toposort(ast.get()))
+      if (n->op == Ops::STORE && n->src(0)->op == Ops::INDEX && n->src(0)->src(1) == st)
+        item = n->src(1)->dtype.scalar_type().itemsize();
+    if (mode == 2 || (double(st->vmax()) - double(st->vmin()) + 1) * double(item) > double(cfg.llc_bytes))
+      opts.push_back({OptOp::NONTEMPORAL, 0, 1});
+  }
+
   void prefetch() {
     if (!reduce || cfg.local_threads > 0 || cfg.l2_bytes <= 0 || getenv_int("PREFETCH", 1) == 0) return;
     for (size_t i = n_out; i < axes.size(); i++) {
@@ -821,6 +846,7 @@ std::optional<std::vector<Opt>> heuristic_opts(const UOpRef& ast_in, const OptCo
     if (!p.register_tile()) return false;
     p.threads();
     p.prefetch();
+    p.nontemporal();
     return true;
   };
   if (!plan(h)) return std::nullopt;

@@ -192,6 +192,9 @@ std::optional<std::vector<int64_t>> beam_amounts(OptOp op, const OptConfig& cfg)
     case OptOp::PADTO:  // chosen by the heuristic before an UPCAST that does not divide the axis (BEAM's seeds)
     case OptOp::PREFETCH:  // chosen by the heuristic for streaming reduce loops (BEAM's seeds keep it)
       return std::vector<int64_t>{};
+    case OptOp::NONTEMPORAL:  // on or off: axis 0, amt 1 (CPU only)
+      if (cfg.local_threads > 0) return std::vector<int64_t>{};
+      return std::vector<int64_t>{1};
   }
   return std::nullopt;
 }
@@ -221,6 +224,9 @@ std::vector<std::pair<std::vector<Opt>, UOpRef>> beam_actions(const UOpRef& appl
   for (int v = 0; v < 256; v++) {
     auto amts = beam_amounts(OptOp(v), cfg);
     if (!amts) continue;
+    if (OptOp(v) == OptOp::NONTEMPORAL &&  // on once
+        std::any_of(opts.begin(), opts.end(), [](const Opt& o) { return o.op == OptOp::NONTEMPORAL; }))
+      continue;
     for (size_t ax = 0; ax < axes.size(); ax++) {
       std::vector<int64_t> tried;
       for (int64_t a : *amts) {
@@ -320,7 +326,12 @@ BeamResult beam_search(const UOpRef& ast, std::span<Buffer* const> bufs, const s
   std::vector<Opt> serial;
   for (const Opt& op : dflt)
     if (op.op != OptOp::THREAD) serial.push_back(op);
-  for (const std::vector<Opt>* seed : {&dflt, &serial}) add(cands, *seed, apply_all(base, *seed));
+  // and the default with its non-temporal stores turned the other way (the search measures whether they pay)
+  std::vector<Opt> toggled;
+  for (const Opt& op : dflt)
+    if (op.op != OptOp::NONTEMPORAL) toggled.push_back(op);
+  if (toggled.size() == dflt.size() && dev.renderer().grid_limits().threads == 0) toggled.push_back({OptOp::NONTEMPORAL, 0, 1});
+  for (const std::vector<Opt>* seed : {&dflt, &serial, &toggled}) add(cands, *seed, apply_all(base, *seed));
   // The heuristic's next-best register tiles too (its load model ranks them): the search can leave its first
   // choice, which already uses the whole copy budget (so no action could change the tile).
   if (dev.renderer().grid_limits().threads == 0)

@@ -156,7 +156,9 @@ class LLVMEmitter {
     out += "define void @" + name_ + "(ptr nocapture readonly %bufs, ptr nocapture readonly %vars) #0 {\nentry:\n";
     out += wrap + "  call void @" + name_ + ".body(" + call + ")\n  ret void\n}\n\n";
     out += "define internal void @" + name_ + ".body(" + sig + ") #1 {\nentry:\n";
-    out += entry_ + body_ + "  ret void\n}\n\n";
+    // non-temporal stores are weakly ordered: fenced before the kernel returns (x86 MFENCE, AArch64 DMB), so the
+    // thread pool's completion signal, and the next kernel, see them
+    out += entry_ + body_ + (nt_md_.empty() ? "" : "  fence seq_cst\n") + "  ret void\n}\n\n";
     for (const std::string& h : helpers_) out += helper_defs().at(h) + "\n";
     for (const std::string& d : decls_) out += d + "\n";
     out += "\nattributes #0 = { nounwind \"no-trapping-math\"=\"true\" }\n";
@@ -418,6 +420,26 @@ class LLVMEmitter {
           label("S" + id + ".end");
           return;
         }
+        if (const int64_t* nt = std::get_if<int64_t>(&u->arg); nt && *nt == 1 && d.count > 1) {
+          // Opt NONTEMPORAL: a store past the caches, aligned to the vector's bytes (x86 MOVNT* faults otherwise):
+          // the index is a multiple of the lanes (mark_nontemporal_stores), the buffer's address is tested once on
+          // entry (tg's allocator aligns to 64 bytes; memory owned elsewhere may not be), else an ordinary store.
+          int64_t bytes = int64_t(d.count) * std::max(1, d.bitsize() / 8);
+          std::string ok = aligned_flag(u->src(0)->src(0), bytes);
+          if (nt_md_.empty()) {
+            nt_md_ = "!" + std::to_string(meta_.size() + 1);
+            meta_.push_back(nt_md_ + " = !{i32 1}");
+          }
+          ins("br i1 " + ok + ", label %S" + id + ".nt, label %S" + id + ".plain");
+          label("S" + id + ".nt");
+          ins("store " + mtype(d) + " " + x + ", ptr " + s(0) + ", align " + std::to_string(bytes) + ", !nontemporal " + nt_md_);
+          ins("br label %S" + id + ".end");
+          label("S" + id + ".plain");
+          ins("store " + mtype(d) + " " + x + ", ptr " + s(0) + align);
+          ins("br label %S" + id + ".end");
+          label("S" + id + ".end");
+          return;
+        }
         ins("store " + mtype(d) + " " + x + ", ptr " + s(0) + align);
         return;
       }
@@ -504,6 +526,19 @@ class LLVMEmitter {
     }
   }
 
+  // An i1 in the entry block: whether buffer parameter p's address is a multiple of `bytes` (once per pair).
+  std::string aligned_flag(const UOp* p, int64_t bytes) {
+    std::string& f = aligned_[{p, bytes}];
+    if (f.empty()) {
+      std::string n = std::to_string(aligned_.size()), a = "%al" + n;
+      entry_ += "  " + a + ".i = ptrtoint ptr " + r_.at(p) + " to i64\n";
+      entry_ += "  " + a + ".m = and i64 " + a + ".i, " + std::to_string(bytes - 1) + "\n";
+      entry_ += "  " + a + " = icmp eq i64 " + a + ".m, 0\n";
+      f = a;
+    }
+    return f;
+  }
+
   size_t range_pos(const UOp* rng) const {
     std::string v = r_.at(rng);  // "%v<pos>"
     return size_t(std::stoull(v.substr(2)));
@@ -516,6 +551,8 @@ class LLVMEmitter {
   std::unordered_map<const UOp*, std::string> if_ids_;
   std::string entry_, body_, block_ = "entry";
   std::set<std::string> decls_, helpers_;
+  std::map<std::pair<const UOp*, int64_t>, std::string> aligned_;  // aligned_flag's
+  std::string nt_md_;                                              // the !nontemporal metadata node, once used
   int ntmp_ = 0;
 };
 
