@@ -2,8 +2,12 @@
 // in tg under TinyJit (the replayed step a training loop runs) and in libtorch (eager, the same layers and
 // optimiser) in the same run. Both start from the same weights and the same batch; the first step's loss must
 // agree, else the program fails. Median ms per step of 5 timed steps after 3 warm-up steps (tg's warm-up
-// compiles and captures; its timed steps replay). Run through bench/run, which sets OPENBLAS_CORETYPE so
-// libtorch's BLAS runs at its best. Prints a table line and one JSON line.
+// compiles and captures; its timed steps replay). Run through bench/run, which gives libtorch its best settings
+// for the ISA tg compiles for (bench/peer_env: OPENBLAS_CORETYPE, and under TG_CPU=haswell ONEDNN_MAX_CPU_ISA=AVX2
+// for its oneDNN convolutions). Freed blocks stay in glibc's heap (mallopt in main), as tg's allocator keeps its
+// freed buffers: libtorch maps each of the step's 38-51 MB activations afresh otherwise, and the first touch of
+// those pages took its step from about 1.0 to 1.8-2.1 s on the Zen 5 VM. Prints a table line and one JSON line.
+#include <malloc.h>
 #include <torch/torch.h>
 
 #include <unistd.h>
@@ -63,6 +67,9 @@ double median(std::vector<double> v) {
 
 int main() {
   try {
+    // freed blocks stay in glibc's heap (no mmap per large block, no trimming): both sides reuse warm memory
+    mallopt(M_MMAP_THRESHOLD, 1 << 30);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
     // libtorch on as many threads as tg (every core, or THREADS=N; its default here was one intra-op thread)
     torch::set_num_threads(bench::tg_threads());
     std::printf("libtorch %s, %d intra-op threads; tg on CPU; %ld cores\n", TORCH_VERSION, torch::get_num_threads(),

@@ -4,7 +4,14 @@
 // transformer block forward (batch 1, 128 tokens, d=768, 12 heads, MLP 3072, causal attention, GELU (tanh)).
 // Both sides start from the same values and the outputs are compared first. tg is timed eagerly (build the graph,
 // schedule from the caches, run) and, for the MLP, under TinyJit as well. Medians of the timed runs after a warm-up
-// that compiles; run through bench/run, which sets OPENBLAS_CORETYPE so libtorch's BLAS runs at its best.
+// that compiles; run through bench/run, which gives the peer its best settings for the ISA tg compiles for
+// (bench/peer_env): an OPENBLAS_CORETYPE where OpenBLAS misdetects the CPU, and under TG_CPU=haswell on an AVX-512
+// machine ATEN_CPU_CAPABILITY=avx2 and ONEDNN_MAX_CPU_ISA=AVX2. libtorch's float convolutions run in oneDNN, which
+// picks its ISA from cpuid and ignores ATEN_CPU_CAPABILITY (ONEDNN_VERBOSE=1 prints each primitive's implementation:
+// `jit:avx512_core` natively, `jit:avx2` with the limit). Freed blocks stay in glibc's heap for the whole run
+// (mallopt in main), as tg's allocator keeps its freed buffers: libtorch frees and maps afresh each 12.8 MB
+// activation of the conv case, and the first touch of those pages cost it 40-130 ms per oneDNN reorder on the VM
+// (its conv fwd+bwd 284 ms instead of 65 ms on one Zen 5 core).
 #include <torch/torch.h>
 
 #include <malloc.h>
@@ -199,10 +206,8 @@ void bench_conv_dx(int64_t n, int64_t ci, int64_t co, int64_t hw, int64_t k, int
 // the triad run in turn, 15 rounds: tg against libtorch by medians, tg against the triad by bests (the triad's best in
 // the same rounds: the VM's bandwidth moves from one minute to the next). glibc maps each 64 MiB result afresh (mmap
 // above its 32 MiB threshold) and the first touch of its pages cost libtorch 250-380 ms per call on the VM (0.5
-// GB/s): freed blocks stay in the heap here, as tg's allocator keeps its freed buffers, so both sides reuse warm memory.
+// GB/s): freed blocks stay in the heap (main), as tg's allocator keeps its freed buffers, so both sides reuse warm memory.
 void bench_memory() {
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   torch::manual_seed(4);
   const int64_t n = int64_t(1) << 24, R = 4096;
   torch::Tensor hx = torch::rand({n}), hy = torch::rand({n}), hm = torch::rand({R, R});
@@ -310,6 +315,9 @@ void bench_gpt2_block() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // freed blocks stay in glibc's heap (no mmap per large block, no trimming): both sides reuse warm memory
+  mallopt(M_MMAP_THRESHOLD, 1 << 30);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   // the peer on as many threads as tg (every core, or THREADS=N; libtorch's default here is 1 intra-op thread)
   torch::set_num_threads(bench::tg_threads());
   std::printf("libtorch %s, %d intra-op threads; tg on CPU; %ld cores\n", TORCH_VERSION, torch::get_num_threads(),
