@@ -2,7 +2,9 @@
 // quantised to q8_0 blocks in its own kernels, integer block sums) against INT_DOT=0 (the weight dequantised to float
 // inside the matvec), alternating, in the same run: the median time of a realize (every kernel of the product) and
 // the GB/s of the weight's bytes. Environment: QMV_N (5632), QMV_K (2048: the ~1B LLaMA's FFN up projection),
-// QMV_REPS (200), THREADS.
+// QMV_REPS (200), QMV_MATS (1: distinct weights of the same shape, the launches cycling through them; enough of
+// them that their bytes exceed the last-level cache make every launch read its weight from memory, as a decode step
+// does), THREADS.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -19,23 +21,27 @@ using namespace tg;
 int main() {
   bench::LoadReport load;
   const int64_t N = getenv_int("QMV_N", 5632), K = getenv_int("QMV_K", 2048), reps = getenv_int("QMV_REPS", 200);
+  const int64_t mats = getenv_int("QMV_MATS", 1, 1, 4096);
   std::mt19937 gen{1};
   for (const auto& type_bytes : {std::pair<std::string, int64_t>{"q8_0", 34}, {"q4_0", 18}}) {
     const std::string& type = type_bytes.first;
     const int64_t bytes = type_bytes.second;
     std::vector<uint8_t> blocks(size_t(N * K / 32 * bytes));
-    for (auto& b : blocks) b = uint8_t(gen());
-    for (size_t b = 0; b < blocks.size(); b += size_t(bytes)) blocks[b + 1] = uint8_t(0x18 + gen() % 9);
-    Tensor w = Tensor::from_vector(blocks, {N, K / 32, bytes}).realize();
+    std::vector<Tensor> wts;
+    for (int64_t m = 0; m < mats; m++) {
+      for (auto& b : blocks) b = uint8_t(gen());
+      for (size_t b = 0; b < blocks.size(); b += size_t(bytes)) blocks[b + 1] = uint8_t(0x18 + gen() % 9);
+      Tensor w = Tensor::from_vector(blocks, {N, K / 32, bytes}).realize();
+      wts.push_back(nn::ggml_dequantize(w, type).reshape({N, K}).T());
+    }
     Tensor x = Tensor::randn({1, K}).realize();
-    Tensor wt = nn::ggml_dequantize(w, type).reshape({N, K}).T();
     std::vector<double> ms[2];
     for (int64_t r = 0; r < reps + 5; r++)
       for (int on = 0; on < 2; on++) {
         setenv("INT_DOT", on ? "1" : "0", 1);
         env_reset_cache();
         auto t0 = bench::clk::now();
-        Tensor y = x.matmul(wt);
+        Tensor y = x.matmul(wts[size_t((2 * r + on) % mats)]);
         y.realize();
         if (r >= 5) ms[on].push_back(bench::ms_since(t0));
       }
@@ -44,7 +50,7 @@ int main() {
       return v[v.size() / 2];
     };
     double off = median(ms[0]), on = median(ms[1]), gb = double(blocks.size()) / 1e9;
-    std::printf("%s (%lld x %lld): INT_DOT=1 %.3f ms (%.1f GB/s of blocks), INT_DOT=0 %.3f ms (%.1f GB/s): %.2fx\n",
-                type.c_str(), (long long)N, (long long)K, on, gb / on * 1e3, off, gb / off * 1e3, off / on);
+    std::printf("%s (%lld x %lld, %lld distinct): INT_DOT=1 %.3f ms (%.1f GB/s of blocks), INT_DOT=0 %.3f ms (%.1f GB/s): %.2fx\n",
+                type.c_str(), (long long)N, (long long)K, (long long)mats, on, gb / on * 1e3, off, gb / off * 1e3, off / on);
   }
 }

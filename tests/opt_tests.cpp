@@ -1032,6 +1032,50 @@ TEST_CASE("PREFETCH: a q4_0 matvec streaming more than L2 prefetches each row's 
   CHECK_THROWS_AS(lower_kernel(k.ast, "pf_bad2", dev.renderer(), lo), OptError);
 }
 
+TEST_CASE("PREFETCH runs ahead in loop order: past a short row's end it prefetches the next row tile, not the tile's next row") {
+  // x (1, 1024) times a q4_0 weight (1024, 1024) transposed: rows of 32 blocks of 18 bytes, 512 bytes ahead = 29
+  // blocks, so at the last block of a tile the prefetch of the tile's row u reads block 28 of row u of the next tile
+  // (rows T..2T-1), where it used to read row u + 1 of the same tile, which the tile's next stream reads already
+  const int64_t rows = 1024, cols = 1024, nb = cols / 32, row_bytes = nb * 18;
+  std::mt19937 gen{41};
+  std::vector<uint8_t> blocks(size_t(rows * row_bytes));
+  for (auto& b : blocks) b = uint8_t(gen());
+  Tensor w = Tensor::from_vector(blocks, {rows, nb, 18}).realize();
+  Tensor x = randn({1, cols}, 42).realize();
+  ScopedEnv float_products("INT_DOT", "0");
+  Kern k = last_kernel(x.matmul(nn::ggml_dequantize(w, "q4_0").reshape({rows, cols}).T()));
+  Device& dev = get_device("CPU");
+  LowerOptions lo;
+  lo.config = opt_config(dev);
+  lo.config.threads = 1;
+  lo.config.l2_bytes = 256 << 10;
+  CompiledKernel ck = lower_kernel(k.ast, "pf_order", dev.renderer(), lo);
+  int64_t tile = 1;
+  for (const Opt& o : ck.opts)
+    if (o.op == OptOp::UPCAST) tile *= o.amt;
+  REQUIRE(ck.opts.back().op == OptOp::PREFETCH);
+  REQUIRE(tile > 1);
+  const int64_t ahead = (512 + 17) / 18;
+  // each prefetch's byte address at the first tile's last block (every other loop at 0)
+  std::vector<int64_t> at_rows, at_blocks;
+  for (const UOp* u : ck.program) {
+    if (u->op != Ops::PREFETCH) continue;
+    std::vector<std::pair<const UOp*, UOpRef>> sub;
+    for (const UOp* q : toposort(u->src(1)))
+      if (q->op == Ops::RANGE) {
+        const bool blocks_loop = range_type(q) == AxisType::Reduce && q->src(0)->op == Ops::CONST && q->src(0)->const_int() == nb;
+        sub.emplace_back(q, UOp::cnst_int(q->dtype, blocks_loop ? nb - 1 : 0));
+      }
+    UOpRef a = graph_rewrite(substitute(UOpRef(u->src(1)), sub), symbolic(), nullptr, false, "test address");
+    REQUIRE(a->op == Ops::CONST);
+    at_rows.push_back(a->const_int() / row_bytes), at_blocks.push_back(a->const_int() % row_bytes / 18);
+  }
+  REQUIRE(int64_t(at_rows.size()) == tile);
+  std::sort(at_rows.begin(), at_rows.end());
+  for (int64_t u = 0; u < tile; u++) CHECK(at_rows[size_t(u)] == tile + u);  // the next tile's rows, each once
+  for (int64_t b : at_blocks) CHECK(b == ahead - 1);
+}
+
 TEST_CASE("an axis reserved for the threads and padded for a tile of 3 stays divisible by the threads") {
   // beautiful_mnist's last linear under AVX2 (8 floats x 16 registers): 512 rows x 10 classes. The tile left no axis
   // for 2 threads, so the heuristic reserves the rows for them (256 each) and tiles rows by 3: the padding must make

@@ -806,13 +806,14 @@ struct Heuristic {
   }
 
   void prefetch() {
-    if (!reduce || cfg.local_threads > 0 || cfg.l2_bytes <= 0 || getenv_int("PREFETCH", 1) == 0) return;
+    const int64_t env = getenv_int("PREFETCH", 1, 0, 1 << 20), bytes = env > 1 ? env : kPrefetchBytes;  // PREFETCH=N: N bytes
+    if (!reduce || cfg.local_threads > 0 || cfg.l2_bytes <= 0 || env == 0) return;
     for (size_t i = n_out; i < axes.size(); i++) {
       if (size0[i] < 2) continue;
       for (const UOp* l : streamed_loads(ast.get(), axes[i], cfg.l2_bytes)) {
         const UOp* idx = l->src(0)->src(1);
         if (work <= kStreamReuse * (double(idx->vmax()) - double(idx->vmin()) + 1)) {
-          opts.push_back({OptOp::PREFETCH, int(i), kPrefetchBytes});
+          opts.push_back({OptOp::PREFETCH, int(i), bytes});
           return;
         }
       }
