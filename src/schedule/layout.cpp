@@ -201,8 +201,9 @@ std::optional<Dequant> dequant_of(const UOp* b, int64_t block, LayoutCtx& c) {
 // movement ops (matmul's transposes and reshapes) that keep the summed axis whole down to the reshape merging its
 // blocks (..., nb, 32) -> (..., nb * 32). Serial devices (CPUs) whose vector ISA has integer multiply-adds
 // (int_simd), fewer than 32 rows of x (a decode step, a short prompt; from 32 rows on packed_matmul dequantises the
-// weight once into float panels for a GEMM), and one row only for codes with an offset (q4_0). On by default (INT_DOT=0 turns it off). The CPU compiler turns the lane
-// sums into byte multiply-adds (backends/cpu/llvm_jit.cpp): q8_0's adjacent pairs of products into vpmaddwd
+// weight once into float panels for a GEMM), and one row only for codes with an offset (q4_0). On by default
+// (INT_DOT=0 turns it off). The CPU compiler turns the lane sums into byte multiply-adds
+// (backends/cpu/llvm_jit.cpp): q8_0's adjacent pairs of products into vpmaddwd
 // (vpdpwssd with VNNI; PairMulAdd), q4_0's nibble pairs into vpdpbusd (VNNI) or pmaddubsw (ByteMulAdd). bench/qmatvec
 // (5632 x 2048, Zen 5, THREADS=1 and 2): q8_0 1.20-1.22x the float product native, 1.26-1.34x TG_CPU=haswell; q4_0
 // 1.17-1.18x native, 1.09-1.13x haswell.
