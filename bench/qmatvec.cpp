@@ -1,10 +1,11 @@
 // bench/qmatvec: one decode-step matvec y = x @ W.T on a Q8_0 or Q4_0 weight kept as stored, with INT_DOT=1 (x
 // quantised to q8_0 blocks in its own kernels, integer block sums) against INT_DOT=0 (the weight dequantised to float
 // inside the matvec), alternating, in the same run: the median time of a realize (every kernel of the product) and
-// the GB/s of the weight's bytes. Environment: QMV_N (5632), QMV_K (2048: the ~1B LLaMA's FFN up projection),
-// QMV_REPS (200), QMV_MATS (1: distinct weights of the same shape, the launches cycling through them; enough of
-// them that their bytes exceed the last-level cache make every launch read its weight from memory, as a decode step
-// does), THREADS.
+// the GB/s of the weight's bytes and the GFLOPS. Environment: QMV_N (5632), QMV_K (2048: the ~1B LLaMA's FFN up
+// projection), QMV_M (1: rows of x; a short prompt's product from 2, a prefill's from 32, where INT_DOT=0 is the
+// packed float GEMM), QMV_REPS (200), QMV_MATS (1: distinct weights of the same shape, the launches cycling through
+// them; enough of them that their bytes exceed the last-level cache make every launch read its weight from memory,
+// as a decode step does), THREADS.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -22,6 +23,7 @@ int main() {
   bench::LoadReport load;
   const int64_t N = getenv_int("QMV_N", 5632), K = getenv_int("QMV_K", 2048), reps = getenv_int("QMV_REPS", 200);
   const int64_t mats = getenv_int("QMV_MATS", 1, 1, 4096);
+  const int64_t M = getenv_int("QMV_M", 1, 1, 1 << 20);
   std::mt19937 gen{1};
   for (const auto& type_bytes : {std::pair<std::string, int64_t>{"q8_0", 34}, {"q4_0", 18}}) {
     const std::string& type = type_bytes.first;
@@ -34,7 +36,7 @@ int main() {
       Tensor w = Tensor::from_vector(blocks, {N, K / 32, bytes}).realize();
       wts.push_back(nn::ggml_dequantize(w, type).reshape({N, K}).T());
     }
-    Tensor x = Tensor::randn({1, K}).realize();
+    Tensor x = Tensor::randn({M, K}).realize();
     std::vector<double> ms[2];
     for (int64_t r = 0; r < reps + 5; r++)
       for (int on = 0; on < 2; on++) {
@@ -50,7 +52,9 @@ int main() {
       return v[v.size() / 2];
     };
     double off = median(ms[0]), on = median(ms[1]), gb = double(blocks.size()) / 1e9;
-    std::printf("%s (%lld x %lld, %lld distinct): INT_DOT=1 %.3f ms (%.1f GB/s of blocks), INT_DOT=0 %.3f ms (%.1f GB/s): %.2fx\n",
-                type.c_str(), (long long)N, (long long)K, (long long)mats, on, gb / on * 1e3, off, gb / off * 1e3, off / on);
+    const double gflop = 2e-9 * double(M) * double(N) * double(K);
+    std::printf("%s (%lld x %lld, %lld rows of x, %lld distinct): INT_DOT=1 %.3f ms (%.1f GB/s of blocks, %.1f GFLOPS), INT_DOT=0 %.3f ms (%.1f GB/s, %.1f GFLOPS): %.2fx\n",
+                type.c_str(), (long long)N, (long long)K, (long long)M, (long long)mats, on, gb / on * 1e3, gflop / on * 1e3, off,
+                gb / off * 1e3, gflop / off * 1e3, off / on);
   }
 }

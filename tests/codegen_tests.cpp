@@ -478,6 +478,64 @@ TEST_CASE("a quantised matvec sums 8-bit integer products per block: x quantised
   }
 }
 
+TEST_CASE("a short prompt's quantised product: q8_0 sums integer blocks, q4_0 keeps the fused float product (no int32 copy of its codes)") {
+  // 16 rows of x (a prompt shorter than the packed matmul's 32): q8_0 keeps INT_DOT's integer block sums, three
+  // kernels (x's block maxima, x's blocks, the product). q4_0's offset codes go integer for one row only: with more
+  // rows the scheduler computed them into an int32 buffer of their own (a fourth kernel; bench/qmatvec QMV_M:
+  // 0.14-0.48x the float product from 4 rows); now one kernel, the float product with the weight dequantised in it.
+  // Values: q8_0 against the same quantisation done here, q4_0 against the dequantised float product.
+  const int64_t M = 16, N = 64, K = 256;
+  std::mt19937 gen{12};
+  auto schedule_of = [](const Tensor& t) {
+    UOpRef root = t.uop();
+    return create_schedule(std::span<const UOpRef>(&root, 1));
+  };
+  auto int_sums = [](const Schedule& s) {
+    CompiledKernel k = lower_kernel(s.items.back().ast, "k", get_device("CPU").renderer(), LowerOptions{});
+    int n = 0;
+    for (const UOp* u : k.program)
+      n += u->op == Ops::CAST && dtypes::is_float(u->dtype) && u->src(0)->op == Ops::ADD &&
+           u->src(0)->dtype.scalar == dtypes::int32.scalar;
+    return n;
+  };
+  ScopedEnv on("INT_DOT", nullptr);  // on by default
+  for (const auto& type_bytes : {std::pair<std::string, int64_t>{"q8_0", 34}, {"q4_0", 18}}) {
+    const std::string& type = type_bytes.first;
+    const int64_t bytes = type_bytes.second;
+    CAPTURE(type);
+    std::vector<uint8_t> blocks = random_blocks(gen, N * K / 32, bytes);
+    Tensor w = Tensor::from_vector(blocks, {N, K / 32, bytes}, "CPU").realize();
+    Tensor::manual_seed(6);
+    Tensor x = (Tensor::randn({M, K}, dtypes::float32, "CPU") * 3.0).realize();
+    Tensor y = x.matmul(nn::ggml_dequantize(w, type).reshape({N, K}).T());
+    Schedule s = schedule_of(y);
+    CHECK(s.items.size() == (type == "q8_0" ? 3u : 1u));
+    CHECK((int_sums(s) >= 1) == (type == "q8_0"));
+    std::vector<float> got = y.to_vector<float>(), xs = x.to_vector<float>();
+    for (int64_t i = 0; i < M; i++) {
+      std::vector<float> row(xs.begin() + i * K, xs.begin() + (i + 1) * K);
+      for (int64_t j = 0; j < N; j++) {
+        auto [want, mag, exact, bound] = int_dot_reference(blocks, row, j, K, bytes, type);
+        const double g = double(got[size_t(i * N + j)]);
+        if (type == "q8_0") {
+          CHECK(std::fabs(g - want) <= 1e-6 * mag + 1e-30);
+          CHECK(std::fabs(g - exact) <= bound);
+        } else {  // float products, x unquantised: within float32 rounding of the terms' magnitudes
+          double terms = 0;
+          for (int64_t k = 0; k < K; k++) {
+            const uint8_t* blk = &blocks[size_t((j * K / 32 + k / 32) * bytes)];
+            uint16_t h = uint16_t(blk[0] | blk[1] << 8);
+            double d = std::ldexp(1.0 + (h & 1023) / 1024.0, ((h >> 10) & 31) - 15);
+            int q = (k % 32 < 16 ? blk[2 + k % 16] & 15 : blk[2 + k % 16] >> 4) - 8;
+            terms += std::fabs(double(row[size_t(k)]) * d * q);
+          }
+          CHECK(std::fabs(g - exact) <= 2e-7 * terms + 1e-30);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("INT_DOT's q8_0 block sums are pair multiply-adds: adjacent int8 products per lane (vpmaddwd's form)") {
   // factor_reduce_invariants gives each lane the block's adjacent products x[2l] w[2l] + x[2l+1] w[2l+1]; LLVM's loop
   // vectoriser reads them as the even and odd elements of one vector, and the CPU compiler's PairMulAdd

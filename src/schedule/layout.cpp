@@ -201,8 +201,9 @@ std::optional<Dequant> dequant_of(const UOp* b, int64_t block, LayoutCtx& c) {
 // movement ops (matmul's transposes and reshapes) that keep the summed axis whole down to the reshape merging its
 // blocks (..., nb, 32) -> (..., nb * 32). Serial devices (CPUs) whose vector ISA has integer multiply-adds
 // (int_simd), fewer than 32 rows of x (a decode step, a short prompt; from 32 rows on packed_matmul dequantises the
-// weight once into float panels for a GEMM). On by default (INT_DOT=0 turns it off). The CPU compiler turns the lane
-// sums into byte multiply-adds (backends/cpu/llvm_jit.cpp): q8_0's adjacent pairs of products into vpmaddwd
+// weight once into float panels for a GEMM), and one row only for codes with an offset (q4_0). On by default
+// (INT_DOT=0 turns it off). The CPU compiler turns the lane sums into byte multiply-adds
+// (backends/cpu/llvm_jit.cpp): q8_0's adjacent pairs of products into vpmaddwd
 // (vpdpwssd with VNNI; PairMulAdd), q4_0's nibble pairs into vpdpbusd (VNNI) or pmaddubsw (ByteMulAdd). bench/qmatvec
 // (5632 x 2048, Zen 5, THREADS=1 and 2): q8_0 1.20-1.22x the float product native, 1.26-1.34x TG_CPU=haswell; q4_0
 // 1.17-1.18x native, 1.09-1.13x haswell.
@@ -258,6 +259,13 @@ UOpRef int_dot_product(const UOp* red, LayoutCtx& c) {
     if (!merged) continue;
     std::optional<Dequant> dq = dequant_of(u, B, c);
     if (!dq) continue;
+    // Codes with an offset (q4_0's nibbles - 8): one row of x only. With more rows the scheduler computes the codes
+    // (q - 8 as int32: 7x the blocks' bytes) into a buffer of their own for the rows to share (5632 x 2048: 46 MB
+    // written, then read back by the product), and the product is slower than the float one, which decodes each
+    // weight once per tile of rows in its own kernel (bench/qmatvec QMV_M, 5632 x 2048, 1 thread, Zen 5: 0.90x at 2
+    // rows, 0.14-0.36x from 4; TG_CPU=haswell 0.91x and 0.45-0.48x).
+    const int64_t rows = prod(xs, n) / k;
+    if (rows > 1 && dq->offset != 0) continue;
     Shape blocks(f.begin(), f.end() - 1), xb(xs.begin(), xs.end() - 1);
     blocks.insert(blocks.end(), {k / B, B});
     xb.insert(xb.end(), {k / B, B});
