@@ -686,6 +686,48 @@ TEST_CASE("GGUF dequantisation is exact: f16, bf16, q8_0, q4_0, q4_1, q4_K, q5_K
               "q4_K blocks must be (..., blocks, 144)");
 }
 
+// The [start, end) address ranges of the process's mappings of `path` (/proc/self/maps).
+std::vector<std::pair<uintptr_t, uintptr_t>> mappings_of(const std::string& path) {
+  std::vector<std::pair<uintptr_t, uintptr_t>> r;
+  std::ifstream f("/proc/self/maps");
+  std::string line, canon = std::filesystem::canonical(path).string();
+  while (std::getline(f, line))
+    if (line.size() > canon.size() && line.compare(line.size() - canon.size(), canon.size(), canon) == 0)
+      r.emplace_back(std::stoull(line.substr(0, line.find('-')), nullptr, 16), std::stoull(line.substr(line.find('-') + 1), nullptr, 16));
+  return r;
+}
+
+TEST_CASE("gguf_load onto the CPU as stored views the file's mapping: no copy; a write copies its pages and never reaches the file") {
+  std::string p = tmp_path("view.gguf");
+  std::vector<float> wv(64 * 2);
+  for (size_t i = 0; i < wv.size(); i++) wv[i] = float(int(i % 17) - 8) * 0.25f;
+  nn::gguf_save(p, {}, {{"w", Tensor::from_vector(wv, {2, 64})}, {"q", Tensor::from_vector(wv, {2, 64})}}, {{"q", "q8_0"}});
+  std::vector<float> q_want = nn::gguf_load(p).tensors.at("q").to_vector<float>();
+  auto g = nn::gguf_load(p, "", false);
+  Tensor w = g.tensors.at("w"), q = g.tensors.at("q");
+  CHECK(w.device() == default_device());
+  CHECK(q.dtype() == dtypes::uint8);
+  auto maps = mappings_of(p);
+  REQUIRE(!maps.empty());
+  for (const Tensor* t : {&w, &q}) {
+    const UOp* u = t->uop().get();
+    while (u->op != Ops::BUFFER && u->nsrc() > 0) u = u->src(0);
+    REQUIRE(u->op == Ops::BUFFER);
+    auto addr = reinterpret_cast<uintptr_t>(buffer_of(u)->ptr());
+    CHECK(std::any_of(maps.begin(), maps.end(), [&](const auto& m) { return addr >= m.first && addr < m.second; }));
+  }
+  CHECK(w.to_vector<float>() == wv);
+  CHECK(bits(nn::ggml_dequantize(q, "q8_0").to_vector<float>()) == bits(q_want));
+  // a write into the weight (an optimizer step, an assign) changes the tensor, not the file nor another load of it
+  auto g2 = nn::gguf_load(p, "", false);
+  w.assign(w * 2.0f).realize();
+  std::vector<float> twice(wv.size());
+  for (size_t i = 0; i < wv.size(); i++) twice[i] = wv[i] * 2.0f;
+  CHECK(w.to_vector<float>() == twice);
+  CHECK(g2.tensors.at("w").to_vector<float>() == wv);
+  CHECK(nn::gguf_load(p, "DISK", false).tensors.at("w").to(default_device()).to_vector<float>() == wv);
+}
+
 TEST_CASE("GGUF q5_0, q5_1, iq4_nl, iq4_xs and mxfp4 blocks dequantise exactly, on the host and by tensor ops") {
   // blocks packed by hand as ggml-common.h lays them out; the expected values computed in double (each exact there)
   // and rounded once to float, as ggml's dequantize_row_* computes them in float

@@ -153,8 +153,11 @@ Llama::Llama(LlamaConfig cfg, std::map<std::string, Tensor> w, int64_t batch, co
 
 std::unique_ptr<Llama> Llama::from_gguf(const std::string& path, int64_t max_context, int64_t batch, bool dequantise,
                                         int64_t slots, DType cache_dtype) {
-  return from_file(dequantise ? nn::gguf_load(path) : nn::gguf_load(path, "DISK", false), path, max_context, batch, slots,
-                   cache_dtype);
+  // kept as stored: a device computing in host memory views the file's mapping (no copy); another (CL, CUDA) gets
+  // one copy of each tensor out of the DISK mapping
+  bool host = get_device(default_device()).allocator().host_memory();
+  return from_file(dequantise ? nn::gguf_load(path) : nn::gguf_load(path, host ? "" : "DISK", false), path, max_context, batch,
+                   slots, cache_dtype);
 }
 
 std::unique_ptr<Llama> Llama::from_file(nn::GGUFFile f, const std::string& path, int64_t max_context, int64_t batch,

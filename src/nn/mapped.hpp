@@ -15,7 +15,8 @@ struct Bytes {
   std::shared_ptr<const void> owner;
 };
 
-/** Map a file read-only (an empty file gives n = 0); `who` prefixes errors ("[safe_load] PATH: cannot open"). */
+/** Map a file privately (copy-on-write: a write into the mapping copies the page and never reaches the file; an
+ *  empty file gives n = 0); `who` prefixes errors ("[safe_load] PATH: cannot open"). */
 Bytes map_file(const std::string& path, const char* who);
 /** A private copy of `n` bytes. */
 Bytes copy_bytes(const uint8_t* data, size_t n);

@@ -33,7 +33,9 @@ Bytes map_file(const std::string& path, const char* who) {
   Bytes b;
   b.n = size_t(st.st_size);
   if (b.n > 0) {
-    void* m = mmap(nullptr, b.n, PROT_READ, MAP_PRIVATE, fd, 0);
+    // private and writable: a tensor that views the mapping on a device computing in host memory (gguf_load onto
+    // the CPU) may be written, which copies the pages it writes and leaves the file as it is
+    void* m = mmap(nullptr, b.n, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0);
     if (m == MAP_FAILED) {
       ::close(fd);
       throw Error(std::string("[") + who + "] " + path + ": mmap of " + std::to_string(b.n) + " bytes failed");
