@@ -422,6 +422,21 @@ IntDotRef int_dot_reference(const std::vector<uint8_t>& blocks, const std::vecto
   }
   return r;
 }
+// The schedule of t alone.
+Schedule schedule_of(const Tensor& t) {
+  UOpRef root = t.uop();
+  return create_schedule(std::span<const UOpRef>(&root, 1));
+}
+
+// Casts to float of an int32 sum in the schedule's last kernel, lowered for the CPU: the integer block sums.
+int int_sums(const Schedule& s) {
+  CompiledKernel k = lower_kernel(s.items.back().ast, "k", get_device("CPU").renderer(), LowerOptions{});
+  int n = 0;
+  for (const UOp* u : k.program)
+    n += u->op == Ops::CAST && dtypes::is_float(u->dtype) && u->src(0)->op == Ops::ADD && u->src(0)->dtype.scalar == dtypes::int32.scalar;
+  return n;
+}
+
 }  // namespace
 
 TEST_CASE("a quantised matvec sums 8-bit integer products per block: x quantised to q8_0 blocks once (INT_DOT, the default)") {
@@ -433,19 +448,6 @@ TEST_CASE("a quantised matvec sums 8-bit integer products per block: x quantised
   // quantisation's bound); the default is INT_DOT=1; INT_DOT=0: one kernel, float products, no integer sum.
   const int64_t N = 64, K = 256;
   std::mt19937 gen{11};
-  auto schedule_of = [](const Tensor& t) {
-    UOpRef root = t.uop();
-    return create_schedule(std::span<const UOpRef>(&root, 1));
-  };
-  // casts to float of an int32 sum in the lowered kernel: the integer block sums
-  auto int_sums = [](const Schedule& s) {
-    CompiledKernel k = lower_kernel(s.items.back().ast, "k", get_device("CPU").renderer(), LowerOptions{});
-    int n = 0;
-    for (const UOp* u : k.program)
-      n += u->op == Ops::CAST && dtypes::is_float(u->dtype) && u->src(0)->op == Ops::ADD &&
-           u->src(0)->dtype.scalar == dtypes::int32.scalar;
-    return n;
-  };
   for (const auto& type_bytes : {std::pair<std::string, int64_t>{"q8_0", 34}, {"q4_0", 18}}) {
     const std::string& type = type_bytes.first;  // not a structured binding: clang before 16 cannot capture one
     const int64_t bytes = type_bytes.second;
@@ -486,18 +488,6 @@ TEST_CASE("a short prompt's quantised product: q8_0 sums integer blocks, q4_0 ke
   // Values: q8_0 against the same quantisation done here, q4_0 against the dequantised float product.
   const int64_t M = 16, N = 64, K = 256;
   std::mt19937 gen{12};
-  auto schedule_of = [](const Tensor& t) {
-    UOpRef root = t.uop();
-    return create_schedule(std::span<const UOpRef>(&root, 1));
-  };
-  auto int_sums = [](const Schedule& s) {
-    CompiledKernel k = lower_kernel(s.items.back().ast, "k", get_device("CPU").renderer(), LowerOptions{});
-    int n = 0;
-    for (const UOp* u : k.program)
-      n += u->op == Ops::CAST && dtypes::is_float(u->dtype) && u->src(0)->op == Ops::ADD &&
-           u->src(0)->dtype.scalar == dtypes::int32.scalar;
-    return n;
-  };
   ScopedEnv on("INT_DOT", nullptr);  // on by default
   for (const auto& type_bytes : {std::pair<std::string, int64_t>{"q8_0", 34}, {"q4_0", 18}}) {
     const std::string& type = type_bytes.first;

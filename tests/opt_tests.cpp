@@ -948,6 +948,20 @@ TEST_CASE("THREAD splits a kernel only where each thread's part outlasts waking 
   }
 }
 
+namespace {
+
+// Lowering options for the prefetch tests: the device's machine model with one thread and a 256 KiB L2, so a
+// weight of a few hundred KiB streams from memory whatever the host's cache and core count.
+LowerOptions one_thread_small_l2(Device& dev) {
+  LowerOptions lo;
+  lo.config = opt_config(dev);
+  lo.config.threads = 1;
+  lo.config.l2_bytes = 256 << 10;
+  return lo;
+}
+
+}  // namespace
+
 TEST_CASE("PREFETCH: a q4_0 matvec streaming more than L2 prefetches each row's blocks ahead in its block loop; a GEMM does not") {
   // a decode step's linear: x (1, 1024) times a q4_0 weight (1024, 1024) transposed, 576 KiB of blocks, lowered
   // for a machine model with an L2 of 256 KiB (so the test's sizes stay small whatever this machine's L2 is)
@@ -962,10 +976,7 @@ TEST_CASE("PREFETCH: a q4_0 matvec streaming more than L2 prefetches each row's 
   Tensor y = x.matmul(nn::ggml_dequantize(w, "q4_0").reshape({rows, cols}).T());
   Kern k = last_kernel(y);
   Device& dev = get_device("CPU");
-  LowerOptions lo;
-  lo.config = opt_config(dev);
-  lo.config.threads = 1;
-  lo.config.l2_bytes = 256 << 10;
+  LowerOptions lo = one_thread_small_l2(dev);
   CompiledKernel ck = lower_kernel(k.ast, "pf_q4", dev.renderer(), lo);
   std::vector<Opt> with = ck.opts, without;
   for (const Opt& o : with)
@@ -1045,10 +1056,7 @@ TEST_CASE("PREFETCH runs ahead in loop order: past a short row's end it prefetch
   ScopedEnv float_products("INT_DOT", "0");
   Kern k = last_kernel(x.matmul(nn::ggml_dequantize(w, "q4_0").reshape({rows, cols}).T()));
   Device& dev = get_device("CPU");
-  LowerOptions lo;
-  lo.config = opt_config(dev);
-  lo.config.threads = 1;
-  lo.config.l2_bytes = 256 << 10;
+  LowerOptions lo = one_thread_small_l2(dev);
   CompiledKernel ck = lower_kernel(k.ast, "pf_order", dev.renderer(), lo);
   int64_t tile = 1;
   for (const Opt& o : ck.opts)
