@@ -578,7 +578,12 @@ GGUFFile parse(const Bytes& f, const std::string& path, const std::string& devic
   for (size_t i = 1; i < by_off.size(); i++)
     if (by_off[i]->offset < by_off[i - 1]->offset + by_off[i - 1]->nbytes)
       r.bad("tensors '" + by_off[i - 1]->name + "' and '" + by_off[i]->name + "' overlap in the data section");
-  bool disk = !device.empty() && !get_device(device).runs_kernels();
+  Device& target = get_device(device.empty() ? default_device() : device);  // "" is the default device
+  bool disk = !target.runs_kernels();
+  // A device that computes in host memory (CPU, CPU:N) reads each tensor where the file's mapping holds it, as
+  // llama.cpp does: no copy, so loading takes no time and the weights' pages are the page cache's. The mapping is
+  // private and writable (map_file), so a write into a weight copies its pages and never reaches the file.
+  bool host = f.owner && target.allocator().host_memory();
   if (disk && dequantise)
     r.bad("dequantised tensors cannot be placed on " + device + " (storage only): load them with dequantise = false");
   for (auto& t : infos) {
@@ -601,16 +606,12 @@ GGUFFile parse(const Bytes& f, const std::string& path, const std::string& devic
       rs.back() = int64_t(uint64_t(rs.back()) / gt.block);
       rs.push_back(int64_t(gt.bytes));
     }
-    // A device that computes in host memory (CPU, CPU:N) reads the tensor where the file's mapping holds it, as
-    // llama.cpp does: no copy, so loading takes no time and the weights' pages are the page cache's. The mapping is
-    // private and writable (map_file), so a write into a weight copies its pages and never reaches the file.
-    bool view = f.owner && (device.empty() ? get_device(default_device()) : get_device(device)).allocator().host_memory() &&
-                reinterpret_cast<uintptr_t>(src) % size_t(dt.itemsize()) == 0;
+    bool view = host && reinterpret_cast<uintptr_t>(src) % size_t(dt.itemsize()) == 0;  // element-aligned in the file
     if (!disk && !view) {
       out.tensors.emplace(t.name, Tensor::from_blob(src, rs, dt, device));
       continue;
     }
-    std::string dev = get_device(device.empty() ? default_device() : device).name();
+    std::string dev = target.name();
     auto buf = std::make_shared<Buffer>(dev, dt, size_t(t.nbytes) / size_t(dt.itemsize()), const_cast<uint8_t*>(src), f.owner);
     out.tensors.emplace(t.name, Tensor(UOp::make(Ops::RESHAPE, dt, {buffer_uop(std::move(buf))}, std::vector<int64_t>(rs)), rs, dev));
   }
