@@ -5,10 +5,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <thread>
 
@@ -607,6 +609,81 @@ TEST_CASE("the CPU machine model comes from LLVM's target info for the host or T
   CHECK(msg("haswell,+avx512f").find("turns on avx512f, which this CPU") != std::string::npos);
 }
 
+TEST_CASE("cache sizes and the L3's sharing from recorded cpuid words") {
+  using Words = std::map<std::pair<uint32_t, uint32_t>, std::array<uint32_t, 4>>;
+  auto reader = [](const Words& w) {
+    return [w](uint32_t leaf, uint32_t sub) {
+      auto it = w.find({leaf, sub});
+      return it == w.end() ? std::array<uint32_t, 4>{} : it->second;
+    };
+  };
+  // a 2-CPU VM on an AMD EPYC Zen 5 host: leaf 0x8000001D zeroed, the legacy leaves give the socket's 508 MiB L3,
+  // leaf 1 the package's 254 logical CPUs (the words this VM reads)
+  Words vm = {{{0, 0}, {0xd, 0x68747541, 0x444d4163, 0x69746e65}},
+              {{1, 0}, {0x00b00f21, 0xf2fe0800, 0xfed83203, 0x178bfbff}},
+              {{0x80000000, 0}, {0x80000021, 0, 0, 0}},
+              {{0x80000005, 0}, {0xff60ff40, 0xff60ff40, 0x300c0140, 0x20080140}},
+              {{0x80000006, 0}, {0x40802040, 0x60804040, 0x04006140, 0x0fe09140}}};
+  cpu::CpuidCaches c = cpu::caches_from_cpuid(reader(vm));
+  CHECK(c.leaf == "0x80000006");
+  CHECK(c.l1d_bytes == 48 << 10);
+  CHECK(c.l2_bytes == 1 << 20);
+  CHECK(c.l3_bytes == int64_t(508) << 20);
+  CHECK(c.l3_sharing == 254);
+  CHECK(cpu::cache_share(c.l3_bytes, c.l3_sharing, 2, 2 * c.l2_bytes) == 4 << 20);  // 2 MiB per CPU, as on the host
+
+  // a Zen 3 (leaf 0x8000001D): L1d 32 KiB and L2 512 KiB per core (2 threads), L3 32 MiB shared by 16 threads
+  Words zen3 = {{{0, 0}, {0x10, 0x68747541, 0x444d4163, 0x69746e65}},
+                {{0x80000000, 0}, {0x80000023, 0, 0, 0}},
+                {{0x8000001D, 0}, {0x00004121, 0x01c0003f, 0x3f, 0}},
+                {{0x8000001D, 1}, {0x00004122, 0x01c0003f, 0x3f, 0}},
+                {{0x8000001D, 2}, {0x00004143, 0x01c0003f, 0x3ff, 0}},
+                {{0x8000001D, 3}, {0x0003c163, 0x03c0003f, 0x7fff, 0}}};
+  c = cpu::caches_from_cpuid(reader(zen3));
+  CHECK(c.leaf == "0x8000001d");
+  CHECK(c.l1d_bytes == 32 << 10);
+  CHECK(c.l2_bytes == 512 << 10);
+  CHECK(c.l3_bytes == 32 << 20);
+  CHECK(c.l3_sharing == 16);
+  CHECK(cpu::cache_share(c.l3_bytes, c.l3_sharing, 2, 2 * c.l2_bytes) == 4 << 20);
+  CHECK(cpu::cache_share(c.l3_bytes, c.l3_sharing, 32, 32 * c.l2_bytes) == 64 << 20);  // two CCXs' worth
+
+  // an Intel server part (leaf 4): L3 105 MiB, sharing given as a power-of-two bound (128); 2 CPUs' proportion
+  // (1.64 MiB) is below their own L2s (2 x 2 MiB), which is what they count on
+  Words intel = {{{0, 0}, {0x20, 0x756e6547, 0x6c65746e, 0x49656e69}},
+                 {{0x80000000, 0}, {0x80000008, 0, 0, 0}},
+                 {{4, 0}, {0xfc004121, 0x02c0003f, 0x3f, 0}},
+                 {{4, 1}, {0xfc004122, 0x01c0003f, 0x3f, 0}},
+                 {{4, 2}, {0xfc004143, 0x03c0003f, 0x7ff, 0}},
+                 {{4, 3}, {0xfc1fc163, 0x0380003f, 0x1bfff, 0}}};
+  c = cpu::caches_from_cpuid(reader(intel));
+  CHECK(c.leaf == "4");
+  CHECK(c.l1d_bytes == 48 << 10);
+  CHECK(c.l2_bytes == 2 << 20);
+  CHECK(c.l3_bytes == 105 << 20);
+  CHECK(c.l3_sharing == 128);
+  CHECK(cpu::cache_share(c.l3_bytes, c.l3_sharing, 2, 2 * c.l2_bytes) == 4 << 20);
+  CHECK(cpu::cache_share(c.l3_bytes, c.l3_sharing, 64, 0) == int64_t(105 << 20) / 2);
+  CHECK(cpu::cache_share(c.l3_bytes, 0, 2, 0) == 105 << 20);  // sharing unknown: all of it
+  CHECK(cpu::cache_share(0, 16, 2, 1 << 20) == 0);           // no L3
+
+  // nothing reported: all zero
+  CHECK(cpu::caches_from_cpuid(reader({})).leaf.empty());
+  CHECK(cpu::caches_from_cpuid(reader({})).l3_bytes == 0);
+
+  // the machine model line names the share
+  MachineModel m;
+  m.cpu = "znver5", m.source = "host", m.isa = "AVX-512", m.l1d_bytes = 48 << 10, m.l2_bytes = 1 << 20;
+  m.l3_bytes = int64_t(508) << 20, m.l3_sharing = 254, m.cpus = 2, m.l3_share_bytes = 4 << 20, m.cache_source = "cpuid";
+  CHECK(to_string(m).find("L1d 48 KiB, L2 1 MiB, L3 508 MiB (ours 4 MiB: 2 of 254 CPUs) (cpuid)") != std::string::npos);
+  // and the host's model carries one, at least its CPUs' L2s, at most the L3 x its CPUs
+  MachineModel h = get_device("CPU").machine();
+  if (h.l3_bytes > 0 && h.l3_sharing > 0) {
+    CHECK(h.l3_share_bytes >= h.l2_bytes * h.cpus);
+    CHECK(h.l3_share_bytes <= std::max(h.l3_bytes * h.cpus, h.l2_bytes * h.cpus));
+  }
+}
+
 TEST_CASE("opt_config sizes the optimiser from the device's machine model") {
   Device& d = get_device("CPU");
   OptConfig c = opt_config(d);
@@ -615,6 +692,8 @@ TEST_CASE("opt_config sizes the optimiser from the device's machine model") {
   CHECK(c.vector_width == m.vector_bits / 32);
   CHECK(c.vector_registers == m.vector_registers);
   CHECK(c.l2_bytes == m.l2_bytes);
+  // the last-level cache the optimiser sizes non-temporal stores by: this process's share of the L3
+  if (m.l3_share_bytes > 0) CHECK(c.llc_bytes == m.l3_share_bytes);
   // FMA chains: (latency + 1) x FMAs per cycle (Zen 5's zmm in LLVM's model: (4 + 1) x 1; Haswell's ymm: (5 + 1) x 2)
   CHECK(c.fma_chains == int(std::lround((m.fma_latency + 1) * m.fma_per_cycle)));
 }

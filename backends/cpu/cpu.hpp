@@ -2,7 +2,9 @@
 // The CPU backend: kernels rendered as LLVM IR and compiled in process (ORC JIT), or rendered as C and
 // compiled by clang into a shared object (CPU_COMPILER=clang). Registered as "CPU".
 // Thread-safety: compilers and loaders may be used from several threads; a Program runs on the calling thread.
+#include <array>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -49,6 +51,22 @@ CpuTarget resolve_cpu_target(const std::string& tg_cpu, const std::map<std::stri
 
 /** The machine model of a target: LLVM's vector width and register count, cache sizes (sysfs, else cpuid). */
 MachineModel machine_model_of(const CpuTarget& t, int cores);
+
+/** Data cache sizes as the x86 cpuid instruction reports them, with how many logical CPUs share one L3 (the
+ *  deterministic cache leaf: AMD 0x8000001D, Intel 4; where a hypervisor zeroes it, AMD's legacy leaves
+ *  0x80000005/6 and the package's logical CPU count of leaf 1). All zero when cpuid says nothing. */
+struct CpuidCaches {
+  int64_t l1d_bytes = 0, l2_bytes = 0, l3_bytes = 0;
+  int l3_sharing = 0;  ///< logical CPUs sharing one L3 (0: unknown)
+  std::string leaf;    ///< the leaf read: "0x8000001d", "4", "0x80000006", or "" (nothing)
+};
+/** cpuid(leaf, subleaf) -> {eax, ebx, ecx, edx}; tests pass recorded words. */
+using CpuidFn = std::function<std::array<uint32_t, 4>(uint32_t leaf, uint32_t subleaf)>;
+CpuidCaches caches_from_cpuid(const CpuidFn& cpuid);
+/** The part of a shared cache of `size` bytes (one instance, shared by `sharing` logical CPUs) that a process on
+ *  `ours` logical CPUs can count on: size x ours / sharing, at least `floor` (the private caches below it);
+ *  sharing unknown (0): the whole size. */
+int64_t cache_share(int64_t size, int sharing, int ours, int64_t floor);
 
 /** "<cpu name>-<hash of its features>": part of every CPU compiler id (binaries are target-specific). */
 const std::string& host_id();

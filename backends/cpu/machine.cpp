@@ -1,8 +1,13 @@
 // The CPU kernels are compiled for, and the machine model the optimiser reads: the host's CPU as LLVM names it, or
 // the one TG_CPU names (so an AVX-512 machine builds, tests and times the AVX2 code paths); vector width and register
 // count from LLVM's target transform info for that CPU; the vector FMA's latency and throughput from LLVM's scheduling
-// model for it; cache sizes from sysfs, else from glibc (cpuid).
+// model for it; cache sizes from sysfs, else from cpuid (read here), else from glibc; the share of the L3 that
+// this process counts on.
+#include <sched.h>
 #include <unistd.h>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 
 #include <llvm/ADT/StringMap.h>
 #include <llvm/Analysis/TargetTransformInfo.h>
@@ -22,11 +27,13 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstdio>
 #include <fstream>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
+#include <thread>
 
 #include "cpu.hpp"
 #include "tg/env.hpp"
@@ -122,6 +129,34 @@ int64_t sysfs_size(const std::string& path) {
   }
 }
 
+// How many CPUs a sysfs CPU list names ("0-15", "0,2,4-7"); 0 when absent.
+int cpu_list_count(const std::string& path) {
+  std::ifstream f(path);
+  std::string v;
+  if (!(f >> v)) return 0;
+  int n = 0;
+  for (size_t b = 0; b < v.size();) {
+    size_t e = std::min(v.find(',', b), v.size());
+    std::string r = v.substr(b, e - b);
+    size_t dash = r.find('-');
+    try {
+      n += dash == std::string::npos ? 1 : std::stoi(r.substr(dash + 1)) - std::stoi(r.substr(0, dash)) + 1;
+    } catch (...) {
+      return 0;
+    }
+    b = e + 1;
+  }
+  return n;
+}
+
+// The logical CPUs this process may run on.
+int affinity_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
+  return std::max(1, int(std::thread::hardware_concurrency()));
+}
+
 void read_caches(MachineModel& m) {
   for (int i = 0; i < 8; i++) {
     std::string d = "/sys/devices/system/cpu/cpu0/cache/index" + std::to_string(i) + "/";
@@ -132,15 +167,34 @@ void read_caches(MachineModel& m) {
     int64_t size = sysfs_size(d + "size");
     if (type == "Instruction" || size <= 0) continue;
     (level == 1 ? m.l1d_bytes : level == 2 ? m.l2_bytes : m.l3_bytes) = size;
+    if (level == 3) m.l3_sharing = cpu_list_count(d + "shared_cpu_list");
     m.cache_source = "sysfs";
   }
-  if (!m.cache_source.empty()) return;
-  // No sysfs cache folders (some VMs): glibc's reading of cpuid.
-  long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE), l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
-  if (l1 > 0 || l2 > 0) {
-    m.l1d_bytes = std::max(0L, l1), m.l2_bytes = std::max(0L, l2), m.l3_bytes = std::max(0L, l3);
-    m.cache_source = "cpuid";
+#if defined(__x86_64__) || defined(__i386__)
+  // No sysfs cache folders (some VMs): cpuid, read here for the L3's sharing count (glibc's reading of it gives the
+  // size alone, on a VM the whole host socket's: 508 MiB on a 2-CPU Zen 5 VM).
+  if (m.cache_source.empty()) {
+    CpuidCaches c = caches_from_cpuid([](uint32_t leaf, uint32_t sub) {
+      std::array<uint32_t, 4> r{};
+      if (!__get_cpuid_count(leaf, sub, &r[0], &r[1], &r[2], &r[3])) r = {};
+      return r;
+    });
+    if (c.l1d_bytes > 0 || c.l2_bytes > 0) {
+      m.l1d_bytes = c.l1d_bytes, m.l2_bytes = c.l2_bytes, m.l3_bytes = c.l3_bytes, m.l3_sharing = c.l3_sharing;
+      m.cache_source = "cpuid";
+    }
   }
+#endif
+  if (m.cache_source.empty()) {
+    // Neither: glibc's reading (its own cpuid reading on x86; on other CPUs, what it knows)
+    long l1 = sysconf(_SC_LEVEL1_DCACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE), l3 = sysconf(_SC_LEVEL3_CACHE_SIZE);
+    if (l1 > 0 || l2 > 0) {
+      m.l1d_bytes = std::max(0L, l1), m.l2_bytes = std::max(0L, l2), m.l3_bytes = std::max(0L, l3);
+      m.cache_source = "glibc";
+    }
+  }
+  m.cpus = affinity_cpus();
+  m.l3_share_bytes = cache_share(m.l3_bytes, m.l3_sharing, m.cpus, m.l2_bytes * m.cpus);
 }
 
 std::string isa_words(const std::string& features) {
@@ -188,6 +242,57 @@ void read_fma(MachineModel& m, const llvm::Target& t, const CpuTarget& c) {
 }
 
 }  // namespace
+
+CpuidCaches caches_from_cpuid(const CpuidFn& cpuid) {
+  CpuidCaches c;
+  const std::array<uint32_t, 4> v = cpuid(0, 0);
+  const uint32_t max_std = v[0], max_ext = cpuid(0x80000000, 0)[0];
+  // vendor: EBX, EDX, ECX
+  auto is = [&](uint32_t b, uint32_t d, uint32_t cx) { return v[1] == b && v[3] == d && v[2] == cx; };
+  const bool amd = is(0x68747541, 0x69746e65, 0x444d4163) || is(0x6f677948, 0x6e65476e, 0x656e6975);  // AMD, Hygon
+  // The deterministic cache leaf (AMD 0x8000001D, Intel 4: the same layout): one subleaf per cache, EAX type (bits
+  // 4:0; 0 ends the list, 2 instructions), level (7:5), logical CPUs sharing it - 1 (25:14); EBX ways - 1 (31:22),
+  // partitions - 1 (21:12), line bytes - 1 (11:0); ECX sets - 1. (Intel's sharing count is a bound rounded up to a
+  // power of two: a smaller share than the true one.)
+  const uint32_t leaf = amd ? (max_ext >= 0x8000001D ? 0x8000001D : 0) : (max_std >= 4 ? 4 : 0);
+  for (uint32_t sub = 0; leaf != 0 && sub < 16; sub++) {
+    const std::array<uint32_t, 4> r = cpuid(leaf, sub);
+    const uint32_t type = r[0] & 0x1f, level = (r[0] >> 5) & 7;
+    if (type == 0) break;
+    if (type == 2 || level < 1 || level > 3) continue;
+    const int64_t ways = (r[1] >> 22) + 1, partitions = ((r[1] >> 12) & 0x3ff) + 1, line = (r[1] & 0xfff) + 1;
+    const int64_t bytes = ways * partitions * line * (int64_t(r[2]) + 1);
+    (level == 1 ? c.l1d_bytes : level == 2 ? c.l2_bytes : c.l3_bytes) = bytes;
+    if (level == 3) c.l3_sharing = int((r[0] >> 14) & 0xfff) + 1;
+    char name[16];
+    std::snprintf(name, sizeof name, leaf == 4 ? "%u" : "0x%x", leaf);
+    c.leaf = name;
+  }
+  if (!c.leaf.empty() || !amd || max_ext < 0x80000006) return c;
+  // A hypervisor that zeroes the deterministic leaf (seen: a 2-CPU Zen 5 VM): AMD's legacy leaves, L1d KiB in
+  // 0x80000005 ECX 31:24, L2 KiB in 0x80000006 ECX 31:16, L3 in units of 512 KiB in its EDX 31:18. They describe
+  // the host's package, so the L3 is taken as shared by the package's logical CPUs (leaf 1 EBX 23:16, valid when
+  // EDX bit 28 is set): per CPU, the host's own L3 per thread (Zen 5 EPYC: 508 MiB / 254).
+  if (max_ext >= 0x80000005) c.l1d_bytes = int64_t(cpuid(0x80000005, 0)[2] >> 24) << 10;
+  const std::array<uint32_t, 4> l = cpuid(0x80000006, 0);
+  c.l2_bytes = int64_t(l[2] >> 16) << 10;
+  c.l3_bytes = int64_t(l[3] >> 18) << 19;
+  const std::array<uint32_t, 4> l1 = cpuid(1, 0);
+  if (c.l3_bytes > 0 && (l1[3] >> 28 & 1)) c.l3_sharing = int((l1[1] >> 16) & 0xff);
+  if (c.l1d_bytes > 0 || c.l2_bytes > 0) c.leaf = "0x80000006";
+  return c;
+}
+
+// A process on `ours` logical CPUs of a cache shared by `sharing` counts on its proportion of it: the neighbours (other
+// processes, other VMs on the host) fill the rest as fast as it does, and a kernel writing more than its proportion
+// finds its first lines evicted when the next kernel reads them. More CPUs than one cache's sharers span several
+// caches: the same proportion (ours / sharing instances). At least `floor`, the private caches (L2s) of its CPUs,
+// which hold what it wrote whatever the neighbours do (AMD's L3 is a victim cache, exclusive of the L2s).
+int64_t cache_share(int64_t size, int sharing, int ours, int64_t floor) {
+  if (size <= 0) return 0;
+  if (sharing <= 0) return size;
+  return std::max(floor, size * std::max(1, ours) / sharing);
+}
 
 CpuTarget resolve_cpu_target(const std::string& tg_cpu, const std::map<std::string, bool>* host_features) {
   init_llvm();

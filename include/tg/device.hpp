@@ -162,7 +162,12 @@ struct MachineModel {
   ///@{
   int64_t l1d_bytes = 0, l2_bytes = 0, l3_bytes = 0;
   ///@}
-  std::string cache_source;     ///< "sysfs", "cpuid" (glibc), or "" when unknown
+  /// the part of one L3 this process can count on: l3_bytes x cpus / l3_sharing (its share of a cache shared with
+  /// other cores, or other VMs: a VM's cpuid may report the whole socket's L3), at least its CPUs' L2s; 0: unknown
+  int64_t l3_share_bytes = 0;
+  int l3_sharing = 0;           ///< logical CPUs sharing one L3 (0: unknown)
+  int cpus = 0;                 ///< logical CPUs this process may run on (its affinity mask)
+  std::string cache_source;     ///< "sysfs", "cpuid" (read by tg), "glibc", or "" when unknown
   int cores = 1;                ///< parallel calls of one kernel (THREADS overrides)
   /// a vector FMA of the width above (x86 VFMADD231PS, AArch64 FMLA): cycles from issue to result, and how many
   /// issue per cycle (the reciprocal of LLVM's reciprocal throughput: the FMA pipes). A register tile needs about
@@ -174,7 +179,7 @@ struct MachineModel {
   std::string fma_source = "default";  ///< "LLVM sched model" (of the CPU above) or "default" (nothing read)
 };
 /** One line: "znver3 (host): AVX2+FMA, 256-bit x 16 vector registers, FMA latency 4 x 2/cycle (LLVM sched model),
- *  L1d 32 KiB, L2 512 KiB, L3 32 MiB (sysfs), 2 cores". */
+ *  L1d 32 KiB, L2 512 KiB, L3 32 MiB (ours 4 MiB: 2 of 16 CPUs) (cpuid), 2 cores". */
 std::string to_string(const MachineModel& m);
 
 /** A device: a name ("CPU", "CL:1", ...) and its four parts. */

@@ -228,7 +228,13 @@ std::string to_string(const MachineModel& m) {
   std::snprintf(fma, sizeof fma, ", FMA latency %d x %g/cycle (%s)", m.fma_latency, m.fma_per_cycle, m.fma_source.c_str());
   s += fma;
   if (m.l1d_bytes || m.l2_bytes || m.l3_bytes)
-    s += ", L1d " + size(m.l1d_bytes) + ", L2 " + size(m.l2_bytes) + ", L3 " + size(m.l3_bytes) + " (" + m.cache_source + ")";
+  {
+    s += ", L1d " + size(m.l1d_bytes) + ", L2 " + size(m.l2_bytes) + ", L3 " + size(m.l3_bytes);
+    if (m.l3_share_bytes > 0 && m.l3_sharing > 0)
+      s += " (ours " + size(m.l3_share_bytes) + ": " + std::to_string(m.cpus) + " of " + std::to_string(m.l3_sharing) +
+           " CPUs)";
+    s += " (" + m.cache_source + ")";
+  }
   return s + ", " + std::to_string(m.cores) + (m.cores == 1 ? " core" : " cores");
 }
 

@@ -317,8 +317,8 @@ OptConfig opt_config(const Device& dev) {
   c.vector_width = std::max(4, m.vector_bits / 32);
   c.vector_registers = std::max(8, m.vector_registers);
   c.l2_bytes = m.l2_bytes;
-  // the last-level cache: L3 (shared), else the threads' L2s
-  c.llc_bytes = m.l3_bytes > 0 ? m.l3_bytes : m.l2_bytes * std::max(1, c.threads);
+  // the last-level cache: this process's share of the L3, else the threads' L2s
+  c.llc_bytes = m.l3_share_bytes > 0 ? m.l3_share_bytes : m.l2_bytes * std::max(1, c.threads);
   c.fma_chains = std::max(1, int(std::lround((m.fma_latency + 1) * m.fma_per_cycle)));
   return c;
 }
