@@ -984,7 +984,11 @@ TEST_CASE("PREFETCH: a q4_0 matvec streaming more than L2 prefetches each row's 
   REQUIRE(without.size() + 1 == with.size());
   const Opt pf = with.back();
   CHECK(pf.op == OptOp::PREFETCH);
-  CHECK(pf.amt == 512);
+  // the tile's rows share kInFlightBytes (8 KiB) ahead: whole cache lines a stream
+  int64_t rows_tile = 1;
+  for (const Opt& o : with)
+    if (o.op == OptOp::UPCAST) rows_tile *= o.amt;
+  CHECK(pf.amt == std::max<int64_t>(64, 8192 / rows_tile / 64 * 64));
   // its axis is the reduce loop over the blocks (32 of them): the other reduce axis is the 32 weights of a block
   UOpRef split = split_ranges(graph_rewrite(k.ast, symbolic(), nullptr, false, "simplify"));
   std::vector<const UOp*> axes = kernel_axes(split);
@@ -1044,9 +1048,10 @@ TEST_CASE("PREFETCH: a q4_0 matvec streaming more than L2 prefetches each row's 
 }
 
 TEST_CASE("PREFETCH runs ahead in loop order: past a short row's end it prefetches the next row tile, not the tile's next row") {
-  // x (1, 1024) times a q4_0 weight (1024, 1024) transposed: rows of 32 blocks of 18 bytes, 512 bytes ahead = 29
-  // blocks, so at the last block of a tile the prefetch of the tile's row u reads block 28 of row u of the next tile
-  // (rows T..2T-1), where it used to read row u + 1 of the same tile, which the tile's next stream reads already
+  // x (1, 1024) times a q4_0 weight (1024, 1024) transposed: rows of 32 blocks of 18 bytes, d bytes ahead =
+  // ceil(d / 18) blocks, so at the last block of a tile the prefetch of the tile's row u reads row u of a later tile
+  // (1024 bytes: 57 blocks, block 24 of row u two tiles on), where it used to read row u + 1 of the same tile, which
+  // the tile's next stream reads already
   const int64_t rows = 1024, cols = 1024, nb = cols / 32, row_bytes = nb * 18;
   std::mt19937 gen{41};
   std::vector<uint8_t> blocks(size_t(rows * row_bytes));
@@ -1063,7 +1068,7 @@ TEST_CASE("PREFETCH runs ahead in loop order: past a short row's end it prefetch
     if (o.op == OptOp::UPCAST) tile *= o.amt;
   REQUIRE(ck.opts.back().op == OptOp::PREFETCH);
   REQUIRE(tile > 1);
-  const int64_t ahead = (512 + 17) / 18;
+  const int64_t ahead = (ck.opts.back().amt + 17) / 18, last = nb - 1 + ahead;
   // each prefetch's byte address at the first tile's last block (every other loop at 0)
   std::vector<int64_t> at_rows, at_blocks;
   for (const UOp* u : ck.program) {
@@ -1080,8 +1085,8 @@ TEST_CASE("PREFETCH runs ahead in loop order: past a short row's end it prefetch
   }
   REQUIRE(int64_t(at_rows.size()) == tile);
   std::sort(at_rows.begin(), at_rows.end());
-  for (int64_t u = 0; u < tile; u++) CHECK(at_rows[size_t(u)] == tile + u);  // the next tile's rows, each once
-  for (int64_t b : at_blocks) CHECK(b == ahead - 1);
+  for (int64_t u = 0; u < tile; u++) CHECK(at_rows[size_t(u)] == last / nb * tile + u);  // a later tile's rows, each once
+  for (int64_t b : at_blocks) CHECK(b == last % nb);
 }
 
 TEST_CASE("an axis reserved for the threads and padded for a tile of 3 stays divisible by the threads") {

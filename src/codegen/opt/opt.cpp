@@ -776,15 +776,20 @@ struct Heuristic {
 
   // 5. (CPU) Software prefetch: a reduce kernel that streams a buffer larger than L2 about once (the kernel's work,
   //    the product of its loops, at most kStreamReuse times the elements the load spans: a matvec, a quantised one
-  //    reading its blocks, the decode step's linears) prefetches kPrefetchBytes ahead in its outermost reduce loop
+  //    reading its blocks, the decode step's linears) prefetches ahead in its outermost reduce loop
   //    that the stream moves with. Such a loop issues a few loads per row and block, too few and too scattered (a
   //    register tile of 8 rows is 8 streams) for the hardware prefetcher to keep DRAM busy: the loads wait on memory
   //    and the dequantising ALU work does not overlap them. A GEMM rereads its operands from cache (reuse of 32 and
   //    more) and is left alone, as is a kernel whose buffers fit in L2 or whose cache size is unknown.
-  //    kPrefetchBytes: 8 cache lines, a distance of ~100 ns at a few GB/s per stream (DRAM latency); the q8_0
-  //    5632 x 2048 matvec from DRAM (AMD Zen 5, README) ran 256, 512 and 1024 bytes ahead within 15% of each other,
-  //    512 the best.
-  static constexpr int64_t kPrefetchBytes = 512;
+  //    The distance is split between the streams the register tile issues (one a row of the tile the load moves
+  //    with): kInFlightBytes ahead in all, whole cache lines a stream. Streaming from DRAM at a core's bandwidth
+  //    needs about its bandwidth-latency product in flight (60 GB/s, a Zen 5 core's triad, times ~130 ns: 8 KiB),
+  //    and a faster kernel runs out of a fixed per-stream distance sooner: 512 bytes a stream (4 KiB for the 8-row
+  //    tile) was the best when the q8_0 kernel read 12-14 GB/s (float products); with INT_DOT's integer block sums
+  //    (25-30 GB/s) the same tile ran 20% faster at 1024 (bench/qmatvec 8192 x 2048 from DRAM, Zen 5, THREADS=1,
+  //    load 4-5: q8_0 20.6-24.1 -> 27.5-28.3 GB/s, q4_0 12.1-14.6 -> 12.3-15.0; 2048 a stream was slower again).
+  //    The prefetched lines (8 KiB) stay well inside L1.
+  static constexpr int64_t kInFlightBytes = 8192;
   static constexpr double kStreamReuse = 4;
   // 6. (CPU) Non-temporal stores: an output whose stores are vectors along a unit-stride axis and that spans more
   //    than the last-level cache is written past the caches (Opt NONTEMPORAL): by the time a later kernel reads it,
@@ -806,13 +811,17 @@ struct Heuristic {
   }
 
   void prefetch() {
-    const int64_t env = getenv_int("PREFETCH", 1, 0, 1 << 20), bytes = env > 1 ? env : kPrefetchBytes;  // PREFETCH=N: N bytes
+    const int64_t env = getenv_int("PREFETCH", 1, 0, 1 << 20);  // PREFETCH=N: N bytes a stream
     if (!reduce || cfg.local_threads > 0 || cfg.l2_bytes <= 0 || env == 0) return;
     for (size_t i = n_out; i < axes.size(); i++) {
       if (size0[i] < 2) continue;
       for (const UOp* l : streamed_loads(ast.get(), axes[i], cfg.l2_bytes)) {
         const UOp* idx = l->src(0)->src(1);
         if (work <= kStreamReuse * (double(idx->vmax()) - double(idx->vmin()) + 1)) {
+          int64_t streams = 1;  // the tile's rows this load moves with: one prefetch each
+          for (const Opt& o : opts)
+            if (o.op == OptOp::UPCAST && size_t(o.axis) < n_out && depends_on(l, axes[size_t(o.axis)])) streams *= o.amt;
+          const int64_t bytes = env > 1 ? env : std::max<int64_t>(64, kInFlightBytes / streams / 64 * 64);
           opts.push_back({OptOp::PREFETCH, int(i), bytes});
           return;
         }
