@@ -556,6 +556,12 @@ struct Heuristic {
     if (!reduce || rows) return true;
     std::vector<int64_t> amt(axes.size(), 1);
     if (vec >= 0) amt[size_t(vec)] = vec_amt;
+    // A broadcast (a load that does not depend on the vectorised axis) is an instruction of its own below AVX-512
+    // (vbroadcastss into a register, each copy; AVX-512's FMA takes it as a {1to16} memory operand): it counts fully,
+    // streaming or not. With TG_CPU=haswell mnist's 3x3 conv r_512_8_8_64 as 3 batch rows x 4 columns x 1 vector (12
+    // broadcasts + 1 load per 12 FMAs, ranked first at a quarter each) took 16-17 ms on one core, as 3 rows x 4
+    // vectors (3 + 4) 11.7-12.1 ms.
+    const bool broadcast_instr = w < 16, out_vec = vec >= 0 && size_t(vec) < n_out;
     // loads per accumulator of a tile: amounts `am` per axis (am[vec] includes the vector itself)
     auto loads_per_acc = [&](const std::vector<int64_t>& am) {
       double n = 0, total = 1;
@@ -581,7 +587,7 @@ struct Heuristic {
           // contiguous along the vectorised axis: one load per register of it
           copies *= int(j) == vec && c && *c == 1 ? double((am[j] + w - 1) / w) : double(am[j]);
         }
-        n += copies * (streams ? 0.25 : 1.0);
+        n += copies * (streams && !(broadcast_instr && out_vec && !depends_on(l, axes[size_t(vec)])) ? 0.25 : 1.0);
       }
       return n / total;
     };
@@ -612,6 +618,25 @@ struct Heuristic {
     auto short_of_chains = [&](int64_t total) {
       return latency_bound && total / vec_amt * vec_regs < cfg.fma_chains ? 1.0 : 0.0;
     };
+    // Registers a tile of full vectors holds in the reduce loop: its accumulators, the vector operand in flight and,
+    // where each broadcast operand (a load that does not depend on the vectorised axis) feeds several vectors, every
+    // copy of it (LLVM loads them all, then runs each vector's FMAs against them; one vector: each broadcast feeds one
+    // FMA, one in flight). A tile past the machine model's registers spills in its inner loop: with TG_CPU=haswell
+    // mnist's 3x3 conv r_512_8_8_64 took 3 batch rows x 2 columns x 2 vectors (12 + 6 + 1 = 19 of 16 ymm: 6 spill
+    // loads and stores per 12 FMAs, 22-35 ms on one core) against 11-14 ms for 3 rows x 4 vectors (12 + 3 + 1 = 16).
+    auto fits_registers = [&](const std::vector<int64_t>& am, int64_t total) {
+      if (!full_vec || !out_vec) return true;
+      const int64_t vectors = (am[size_t(vec)] + w - 1) / w;  // registers along the vectorised axis
+      int64_t live = total / vec_amt * vec_regs + 1, held = 0;
+      for (const UOp* l : acc.loads) {
+        if (depends_on(l, axes[size_t(vec)])) continue;
+        int64_t copies = 1;
+        for (size_t j = 0; j < n_out; j++)
+          if (am[j] > 1 && depends_on(l, axes[j])) copies *= am[j];
+        held += copies;
+      }
+      return live + (vectors > 1 ? held : std::min<int64_t>(held, 1)) <= regs;
+    };
     // rows of 3 that do not divide a long axis: PADTO rounds it up (at most 1/64 of the axis recomputed: 1024 rows in
     // 342 tiles of 3, 256 in 86)
     auto fits = [&](size_t i, int64_t a) {
@@ -640,7 +665,8 @@ struct Heuristic {
     std::vector<int64_t> am = amt;
     std::function<void(size_t, int64_t)> visit = [&](size_t k, int64_t total) {
       if (k == cand.size()) {
-        if (am != amt) tiles.emplace_back(Key{short_of_chains(total), loads_per_acc(am), strides_of(am), -double(total)}, am);
+        if (am != amt && fits_registers(am, total))
+          tiles.emplace_back(Key{short_of_chains(total), loads_per_acc(am), strides_of(am), -double(total)}, am);
         return;
       }
       size_t i = cand[k];
