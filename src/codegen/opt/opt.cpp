@@ -619,23 +619,30 @@ struct Heuristic {
       return latency_bound && total / vec_amt * vec_regs < cfg.fma_chains ? 1.0 : 0.0;
     };
     // Registers a tile of full vectors holds in the reduce loop: its accumulators, the vector operand in flight and,
-    // where each broadcast operand (a load that does not depend on the vectorised axis) feeds several vectors, every
-    // copy of it (LLVM loads them all, then runs each vector's FMAs against them; one vector: each broadcast feeds one
-    // FMA, one in flight). A tile past the machine model's registers spills in its inner loop: with TG_CPU=haswell
-    // mnist's 3x3 conv r_512_8_8_64 took 3 batch rows x 2 columns x 2 vectors (12 + 6 + 1 = 19 of 16 ymm: 6 spill
-    // loads and stores per 12 FMAs, 22-35 ms on one core) against 11-14 ms for 3 rows x 4 vectors (12 + 3 + 1 = 16).
+    // where the FMAs reuse operands across several vectors, every copy of the operands along the other tiled axes:
+    // the expander puts the vectorised axis's copies innermost, and LLVM loads the copies of the outer axes (each
+    // broadcast, each vector load at another row or kernel column) first, then walks the vectors one at a time. A
+    // tile past the machine model's registers spills an accumulator in its inner loop, and that FMA chain then waits
+    // on a store and reload each step. With TG_CPU=haswell mnist's 3x3 conv r_512_8_8_64 took 3 batch rows x 2
+    // columns x 2 vectors (12 + 6 broadcasts + 1 = 19 of 16 ymm), 22-35 ms on one core, against 11-14 ms for 3 rows x
+    // 4 vectors (12 + 3 + 1 = 16); its weight gradient r_128_64_3_3_32 4 output channels x 3 kernel columns x 1
+    // vector (12 + 4 broadcasts + 3 vectors) 25 ms against 13 ms for 2 channels x 4 vectors.
     auto fits_registers = [&](const std::vector<int64_t>& am, int64_t total) {
       if (!full_vec || !out_vec) return true;
-      const int64_t vectors = (am[size_t(vec)] + w - 1) / w;  // registers along the vectorised axis
-      int64_t live = total / vec_amt * vec_regs + 1, held = 0;
+      const int64_t along_vec = (am[size_t(vec)] + w - 1) / w;  // vector registers along the vectorised axis
+      int64_t held = 0, vector_copies = 1, broadcast_copies = 1;
       for (const UOp* l : acc.loads) {
-        if (depends_on(l, axes[size_t(vec)])) continue;
-        int64_t copies = 1;
+        int64_t copies = 1;  // copies along the other tiled axes
         for (size_t j = 0; j < n_out; j++)
-          if (am[j] > 1 && depends_on(l, axes[j])) copies *= am[j];
-        held += copies;
+          if (int(j) != vec && am[j] > 1 && depends_on(l, axes[j])) copies *= am[j];
+        if (depends_on(l, axes[size_t(vec)])) vector_copies = std::max(vector_copies, copies);
+        else held += copies, broadcast_copies = std::max(broadcast_copies, copies);
       }
-      return live + (vectors > 1 ? held : std::min<int64_t>(held, 1)) <= regs;
+      // one vector operand: each broadcast feeds one FMA (one in flight); vector copies along another axis are held
+      // where broadcast copies reuse them (each feeds one FMA otherwise: the rows of a row-wise sum)
+      if (along_vec == 1 && vector_copies == 1) held = std::min<int64_t>(held, 1);
+      if (vector_copies > 1 && broadcast_copies > 1) held += vector_copies;
+      return total / vec_amt * vec_regs + 1 + held <= regs;
     };
     // rows of 3 that do not divide a long axis: PADTO rounds it up (at most 1/64 of the axis recomputed: 1024 rows in
     // 342 tiles of 3, 256 in 86)
