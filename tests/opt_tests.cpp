@@ -145,14 +145,15 @@ TEST_CASE("the heuristic gives a matmul a register tile, vectorised along the co
   REQUIRE(o4.size() == 4);
   CHECK(std::vector<Opt>(o4.begin(), o4.begin() + 3) == opts);
   CHECK(o4[3] == Opt{OptOp::THREAD, 0, 2});
-  // AVX2 (8 floats x 16 registers): 8 accumulator registers of the 16, 8 rows x 1 vector (B's rows are 96 floats
-  // apart: only A's loads stream along k)
+  // AVX2 (8 floats x 16 registers): 8 accumulator registers of the 16, 2 rows x 4 vectors (each of A's broadcasts is
+  // an instruction of its own: 2 + 4 loads per 8 FMAs, against 8 + 1 for 8 rows x 1 vector)
   OptConfig avx2{2, 8};
   avx2.vector_registers = 16;
   auto o2 = hand_coded_optimizations(k.ast, avx2);
-  REQUIRE(o2.size() == 2);
+  REQUIRE(o2.size() == 3);
   CHECK(o2[0] == Opt{OptOp::UPCAST, 1, 8});
-  CHECK(o2[1] == Opt{OptOp::UPCAST, 0, 8});
+  CHECK(o2[1] == Opt{OptOp::UPCAST, 0, 2});
+  CHECK(o2[2] == Opt{OptOp::UPCAST, 1, 4});
   // the next-best tiles, for BEAM's seeds: distinct, the first being the heuristic's
   auto alts = hand_coded_alternatives(k.ast, avx2, 4);
   REQUIRE(alts.size() == 4);
@@ -284,7 +285,70 @@ TEST_CASE("the AVX2 tile holds the FMA chains the machine model's FMA needs: 3 r
   auto alts = hand_coded_alternatives(k, avx2, 4);
   REQUIRE(alts.size() >= 2);
   CHECK(alts[0] == hand_coded_optimizations(k, avx2));
-  for (const auto& a : alts) CHECK(tile_of(a).back() * tile_of(a).front() <= 12 * 8);
+  for (const auto& a : alts) {
+    int64_t floats = 1;
+    for (int64_t x : tile_of(a)) floats *= x;
+    CHECK(floats <= 12 * 8);
+  }
+}
+
+TEST_CASE("an AVX2 conv tile fits the registers: 3 rows x 4 vectors, not 3 x 2 columns x 2 vectors that spill") {
+  // beautiful_mnist's 3x3 convolutions at batch 512 (channels-last: output axes n, oh, ow, co; vectors along co). A
+  // tile whose broadcasts feed several vectors holds all of them: 3 rows x 2 columns x 2 vectors is 12 accumulators
+  // + 6 broadcasts + 1 = 19 of AVX2's 16 registers (LLVM spills 6 of them per 12 FMAs: 2x the time with
+  // TG_CPU=haswell); 3 x 4 vectors is 12 + 3 + 1. Each broadcast is an instruction of its own below AVX-512, so 3 x 4
+  // (3 + 4 loads per 12 FMAs) ranks over 3 rows x 4 columns x 1 vector (12 + 1), which fits the registers too.
+  auto conv_tile = [](int64_t c, int64_t hw, const OptConfig& cfg) {
+    Tensor x = randn({512, c, hw, hw}, 21), w = randn({64, c, 3, 3}, 22);
+    x.realize(), w.realize();
+    UOpRef root = x.conv2d(w).uop();
+    Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+    for (auto& it : s.items) {
+      auto axes = kernel_axes(it.ast);
+      if (axes.size() != 7 || range_type(axes[0]) == AxisType::Reduce) continue;
+      std::map<int, int64_t> t;  // per output axis: its tile amount (PADTO counted apart)
+      int pads = 0;
+      for (const Opt& o : hand_coded_optimizations(it.ast, cfg)) {
+        if (o.op == OptOp::UPCAST) t[o.axis] = t.count(o.axis) ? t[o.axis] * o.amt : o.amt;
+        pads += o.op == OptOp::PADTO;
+      }
+      return std::pair{t, pads};
+    }
+    FAIL("no convolution kernel");
+    return std::pair{std::map<int, int64_t>{}, 0};
+  };
+  OptConfig avx2{1, 8};
+  avx2.vector_registers = 16;
+  // 32 -> 64 channels, 10x10 -> 8x8: rows of 3 from the batch (512 padded to 513), 4 vectors of co
+  auto [t8, pads8] = conv_tile(32, 10, avx2);
+  CHECK(t8 == std::map<int, int64_t>{{0, 3}, {3, 32}});
+  CHECK(pads8 == 1);
+  // 64 -> 64, 8x8 -> 6x6: 3 columns x 4 vectors, not 3 x 2 rows x 2 vectors
+  auto [t6, pads6] = conv_tile(64, 8, avx2);
+  CHECK(t6 == std::map<int, int64_t>{{2, 3}, {3, 32}});
+  CHECK(pads6 == 0);
+  // AVX-512 (32 zmm, FMAs taking broadcasts from memory) keeps its 4 columns x 4 vectors
+  CHECK(conv_tile(32, 10, OptConfig{1, 16}).first == std::map<int, int64_t>{{2, 4}, {3, 64}});
+  // the weight gradient (output axes: batch part, co, kh, kw, ci; vectors along ci): 3 kernel columns x 4 vectors
+  // (12 + 1 broadcast + 3 vectors), not 4 output channels x 3 columns x 1 vector (12 + 4 broadcasts + 3 vectors held)
+  Tensor x = randn({512, 32, 10, 10}, 21), w = randn({64, 32, 3, 3}, 22);
+  x.realize(), w.realize();
+  Tensor g = randn({512, 64, 8, 8}, 23);
+  g.realize();
+  Tensor dw = (x.conv2d(w) * g).sum().gradient({w})[0];
+  UOpRef root = dw.uop();
+  Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+  bool found = false;
+  for (auto& it : s.items) {
+    auto axes = kernel_axes(it.ast);
+    if (axes.size() != 8 || axes[1]->src(0)->const_int() != 64) continue;
+    std::map<int, int64_t> t;
+    for (const Opt& o : hand_coded_optimizations(it.ast, avx2))
+      if (o.op == OptOp::UPCAST) t[o.axis] = t.count(o.axis) ? t[o.axis] * o.amt : o.amt;
+    CHECK(t == std::map<int, int64_t>{{3, 3}, {4, 32}});
+    found = true;
+  }
+  CHECK(found);
 }
 
 TEST_CASE("rows of 3 that do not divide a long axis are padded (PADTO): 1024 rows in 342 tiles, the same values") {

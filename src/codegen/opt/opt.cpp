@@ -556,6 +556,12 @@ struct Heuristic {
     if (!reduce || rows) return true;
     std::vector<int64_t> amt(axes.size(), 1);
     if (vec >= 0) amt[size_t(vec)] = vec_amt;
+    // A broadcast (a load that does not depend on the vectorised axis) is an instruction of its own below AVX-512
+    // (vbroadcastss into a register, each copy; AVX-512's FMA takes it as a {1to16} memory operand): it counts fully,
+    // streaming or not. With TG_CPU=haswell mnist's 3x3 conv r_512_8_8_64 as 3 batch rows x 4 columns x 1 vector (12
+    // broadcasts + 1 load per 12 FMAs, ranked first at a quarter each) took 16-17 ms on one core, as 3 rows x 4
+    // vectors (3 + 4) 11.7-12.1 ms.
+    const bool broadcast_instr = w < 16, out_vec = vec >= 0 && size_t(vec) < n_out;
     // loads per accumulator of a tile: amounts `am` per axis (am[vec] includes the vector itself)
     auto loads_per_acc = [&](const std::vector<int64_t>& am) {
       double n = 0, total = 1;
@@ -581,7 +587,7 @@ struct Heuristic {
           // contiguous along the vectorised axis: one load per register of it
           copies *= int(j) == vec && c && *c == 1 ? double((am[j] + w - 1) / w) : double(am[j]);
         }
-        n += copies * (streams ? 0.25 : 1.0);
+        n += copies * (streams && !(broadcast_instr && out_vec && !depends_on(l, axes[size_t(vec)])) ? 0.25 : 1.0);
       }
       return n / total;
     };
@@ -612,6 +618,32 @@ struct Heuristic {
     auto short_of_chains = [&](int64_t total) {
       return latency_bound && total / vec_amt * vec_regs < cfg.fma_chains ? 1.0 : 0.0;
     };
+    // Registers a tile of full vectors holds in the reduce loop: its accumulators, the vector operand in flight and,
+    // where the FMAs reuse operands across several vectors, every copy of the operands along the other tiled axes:
+    // the expander puts the vectorised axis's copies innermost, and LLVM loads the copies of the outer axes (each
+    // broadcast, each vector load at another row or kernel column) first, then walks the vectors one at a time. A
+    // tile past the machine model's registers spills an accumulator in its inner loop, and that FMA chain then waits
+    // on a store and reload each step. With TG_CPU=haswell mnist's 3x3 conv r_512_8_8_64 took 3 batch rows x 2
+    // columns x 2 vectors (12 + 6 broadcasts + 1 = 19 of 16 ymm), 22-35 ms on one core, against 11-14 ms for 3 rows x
+    // 4 vectors (12 + 3 + 1 = 16); its weight gradient r_128_64_3_3_32 4 output channels x 3 kernel columns x 1
+    // vector (12 + 4 broadcasts + 3 vectors) 25 ms against 13 ms for 2 channels x 4 vectors.
+    auto fits_registers = [&](const std::vector<int64_t>& am, int64_t total) {
+      if (!full_vec || !out_vec) return true;
+      const int64_t along_vec = (am[size_t(vec)] + w - 1) / w;  // vector registers along the vectorised axis
+      int64_t held = 0, vector_copies = 1, broadcast_copies = 1;
+      for (const UOp* l : acc.loads) {
+        int64_t copies = 1;  // copies along the other tiled axes
+        for (size_t j = 0; j < n_out; j++)
+          if (int(j) != vec && am[j] > 1 && depends_on(l, axes[j])) copies *= am[j];
+        if (depends_on(l, axes[size_t(vec)])) vector_copies = std::max(vector_copies, copies);
+        else held += copies, broadcast_copies = std::max(broadcast_copies, copies);
+      }
+      // one vector operand: each broadcast feeds one FMA (one in flight); vector copies along another axis are held
+      // where broadcast copies reuse them (each feeds one FMA otherwise: the rows of a row-wise sum)
+      if (along_vec == 1 && vector_copies == 1) held = std::min<int64_t>(held, 1);
+      if (vector_copies > 1 && broadcast_copies > 1) held += vector_copies;
+      return total / vec_amt * vec_regs + 1 + held <= regs;
+    };
     // rows of 3 that do not divide a long axis: PADTO rounds it up (at most 1/64 of the axis recomputed: 1024 rows in
     // 342 tiles of 3, 256 in 86)
     auto fits = [&](size_t i, int64_t a) {
@@ -640,7 +672,8 @@ struct Heuristic {
     std::vector<int64_t> am = amt;
     std::function<void(size_t, int64_t)> visit = [&](size_t k, int64_t total) {
       if (k == cand.size()) {
-        if (am != amt) tiles.emplace_back(Key{short_of_chains(total), loads_per_acc(am), strides_of(am), -double(total)}, am);
+        if (am != amt && fits_registers(am, total))
+          tiles.emplace_back(Key{short_of_chains(total), loads_per_acc(am), strides_of(am), -double(total)}, am);
         return;
       }
       size_t i = cand[k];
