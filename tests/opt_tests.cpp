@@ -1132,6 +1132,41 @@ TEST_CASE("PREFETCH: a 4096 x 4096 layernorm and softmax (row kernels) prefetch 
   }
 }
 
+TEST_CASE("NONTEMPORAL: a layernorm's output rows are packed vector stores past the caches; a softmax's stay cached") {
+  // rows of 1024 floats, a 1 MiB output, lowered for a machine model with a 64 KiB last-level cache and AVX-512
+  Device& dev = get_device("CPU");
+  LowerOptions lo;
+  lo.config = opt_config(dev);
+  lo.config.threads = 2, lo.config.vector_width = 16, lo.config.vector_registers = 32;
+  lo.config.llc_bytes = 64 << 10;
+  Tensor x = randn({256, 1024}, 61).realize();
+  auto count = [](const std::string& s, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) n++;
+    return n;
+  };
+  auto has_nt = [](const std::vector<Opt>& opts) {
+    return std::any_of(opts.begin(), opts.end(), [](const Opt& o) { return o.op == OptOp::NONTEMPORAL; });
+  };
+  Kern ln = last_kernel(x.layer_norm({1024}));
+  CompiledKernel ck = lower_kernel(ln.ast, "nt_ln", dev.renderer(), lo);
+  REQUIRE(has_nt(ck.opts));
+  // the output loop's copies are one <16 x float> store (the expander packs them), marked, and a fence
+  CHECK(count(ck.src, "align 64, !nontemporal") >= 1);
+  CHECK(count(ck.src, "store <16 x float>") >= 2 * count(ck.src, "!nontemporal"));
+  CHECK(count(ck.src, "fence seq_cst") == 1);
+  std::vector<Opt> off;
+  for (const Opt& o : ck.opts)
+    if (o.op != OptOp::NONTEMPORAL) off.push_back(o);
+  CompiledKernel plain = lower_kernel(ln.ast, "nt_ln_off", dev.renderer(), [&] { LowerOptions l = lo; l.opts = &off; return l; }());
+  CHECK(plain.src.find("!nontemporal") == std::string::npos);
+  std::vector<float> got = run_with(ln, ck.opts), want = run_with(ln, off);
+  check_close(got, want, 1e-6f);
+  // softmax keeps its exps in the output row and reads them back: no NONTEMPORAL, no packed output loop
+  Kern sm = last_kernel(x.softmax(-1));
+  CHECK_FALSE(has_nt(lower_kernel(sm.ast, "nt_sm", dev.renderer(), lo).opts));
+}
+
 TEST_CASE("an axis reserved for the threads and padded for a tile of 3 stays divisible by the threads") {
   // beautiful_mnist's last linear under AVX2 (8 floats x 16 registers): 512 rows x 10 classes. The tile left no axis
   // for 2 threads, so the heuristic reserves the rows for them (256 each) and tiles rows by 3: the padding must make

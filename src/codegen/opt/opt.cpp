@@ -833,6 +833,14 @@ struct Heuristic {
     if (cfg.local_threads > 0 || mode == 0 || (cfg.llc_bytes <= 0 && mode != 2)) return;
     if (vec < 0 || size_t(vec) >= n_out || short_vec || vec_amt < 4 || !st->bounds().known) return;
     if (auto c = index_coef(st, axes[size_t(vec)]); !c || *c != 1) return;
+    // a row kernel whose sum reads a transcendental (softmax's exp): the lowering keeps those values in the output
+    // row and reads them back (reuse_row_values), so its stores stay cached; the others' output copies are packed
+    // into vector stores for this opt (the expander), which only pays where they go past the caches
+    if (rows)
+      for (const UOp* n : toposort(ast.get()))
+        if (n->op == Ops::REDUCE)
+          for (const UOp* u : toposort(n->src(0)))
+            if (u->op == Ops::EXP2 || u->op == Ops::LOG2 || u->op == Ops::SIN) return;
     int64_t item = 0;
     for (const UOp* n : toposort(ast.get()))
       if (n->op == Ops::STORE && n->src(0)->op == Ops::INDEX && n->src(0)->src(1) == st)
