@@ -1153,6 +1153,84 @@ TEST_CASE("PREFETCH runs ahead in loop order: past a short row's end it prefetch
   for (int64_t b : at_blocks) CHECK(b == last % nb);
 }
 
+TEST_CASE("PREFETCH: a 4096 x 4096 layernorm and softmax (row kernels) prefetch the next row in their first loop") {
+  // a row kernel's work is its loops one after another (3 x 4096 per row), not the product of all its axes (4096^4):
+  // it streams x about once, so it prefetches, one row (16 KiB) ahead, within a quarter of L2. Lowered for a Zen 5
+  // machine model (2 threads, AVX-512, 1 MiB L2), whatever this machine is.
+  Device& dev = get_device("CPU");
+  LowerOptions lo;
+  lo.config = opt_config(dev);
+  lo.config.threads = 2, lo.config.vector_width = 16, lo.config.vector_registers = 32;
+  lo.config.l2_bytes = 1 << 20;
+  const int64_t n = 4096, row_bytes = n * 4;
+  Tensor x = randn({n, n}, 51).realize();
+  for (int which = 0; which < 2; which++) {
+    INFO(std::string(which == 0 ? "layernorm" : "softmax"));
+    Kern k = last_kernel(which == 0 ? x.layer_norm({n}) : x.softmax(-1));
+    CompiledKernel ck = lower_kernel(k.ast, which == 0 ? "pf_ln" : "pf_sm", dev.renderer(), lo);
+    std::vector<Opt> without;
+    for (const Opt& o : ck.opts)
+      if (o.op != OptOp::PREFETCH) without.push_back(o);
+    REQUIRE(without.size() + 1 == ck.opts.size());
+    const Opt pf = *std::find_if(ck.opts.begin(), ck.opts.end(), [](const Opt& o) { return o.op == OptOp::PREFETCH; });
+    CHECK(pf.amt == row_bytes);
+    // every prefetch reads the next row's start (element n) when the loops are at 0 (the row loop, the thread's part)
+    size_t n_pf = 0;
+    for (const UOp* u : ck.program) {
+      if (u->op != Ops::PREFETCH) continue;
+      n_pf++;
+      std::vector<std::pair<const UOp*, UOpRef>> sub;
+      for (const UOp* q : toposort(u->src(1)))
+        if (q->op == Ops::RANGE || q->op == Ops::DEFINE_VAR) sub.emplace_back(q, UOp::cnst_int(q->dtype, 0));
+      UOpRef a = graph_rewrite(substitute(UOpRef(u->src(1)), sub), symbolic(), nullptr, false, "test address");
+      REQUIRE(a->op == Ops::CONST);
+      CHECK(a->const_int() == n);
+    }
+    CHECK(n_pf >= 1);
+    CHECK(run_with(k, ck.opts) == run_with(k, without));  // the values do not change
+    // a small L2 (48 KiB): a quarter of it ahead (12 KiB), within the row
+    LowerOptions small = lo;
+    small.config.l2_bytes = 48 << 10;
+    std::vector<Opt> so = lower_kernel(k.ast, which == 0 ? "pf_ln_small" : "pf_sm_small", dev.renderer(), small).opts;
+    CHECK(std::count(so.begin(), so.end(), Opt{OptOp::PREFETCH, pf.axis, 12 << 10}) == 1);
+  }
+}
+
+TEST_CASE("NONTEMPORAL: a layernorm's output rows are packed vector stores past the caches; a softmax's stay cached") {
+  // rows of 1024 floats, a 1 MiB output, lowered for a machine model with a 64 KiB last-level cache and AVX-512
+  Device& dev = get_device("CPU");
+  LowerOptions lo;
+  lo.config = opt_config(dev);
+  lo.config.threads = 2, lo.config.vector_width = 16, lo.config.vector_registers = 32;
+  lo.config.llc_bytes = 64 << 10;
+  Tensor x = randn({256, 1024}, 61).realize();
+  auto count = [](const std::string& s, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) n++;
+    return n;
+  };
+  auto has_nt = [](const std::vector<Opt>& opts) {
+    return std::any_of(opts.begin(), opts.end(), [](const Opt& o) { return o.op == OptOp::NONTEMPORAL; });
+  };
+  Kern ln = last_kernel(x.layer_norm({1024}));
+  CompiledKernel ck = lower_kernel(ln.ast, "nt_ln", dev.renderer(), lo);
+  REQUIRE(has_nt(ck.opts));
+  // the output loop's copies are one <16 x float> store (the expander packs them), marked, and a fence
+  CHECK(count(ck.src, "align 64, !nontemporal") >= 1);
+  CHECK(count(ck.src, "store <16 x float>") >= 2 * count(ck.src, "!nontemporal"));
+  CHECK(count(ck.src, "fence seq_cst") == 1);
+  std::vector<Opt> off;
+  for (const Opt& o : ck.opts)
+    if (o.op != OptOp::NONTEMPORAL) off.push_back(o);
+  CompiledKernel plain = lower_kernel(ln.ast, "nt_ln_off", dev.renderer(), [&] { LowerOptions l = lo; l.opts = &off; return l; }());
+  CHECK(plain.src.find("!nontemporal") == std::string::npos);
+  std::vector<float> got = run_with(ln, ck.opts), want = run_with(ln, off);
+  check_close(got, want, 1e-6f);
+  // softmax keeps its exps in the output row and reads them back: no NONTEMPORAL, no packed output loop
+  Kern sm = last_kernel(x.softmax(-1));
+  CHECK_FALSE(has_nt(lower_kernel(sm.ast, "nt_sm", dev.renderer(), lo).opts));
+}
+
 TEST_CASE("an axis reserved for the threads and padded for a tile of 3 stays divisible by the threads") {
   // beautiful_mnist's last linear under AVX2 (8 floats x 16 registers): 512 rows x 10 classes. The tile left no axis
   // for 2 threads, so the heuristic reserves the rows for them (256 each) and tiles rows by 3: the padding must make

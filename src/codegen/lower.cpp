@@ -958,7 +958,7 @@ bool copies_alike(const UOpRef& k) {
 // simplifier folds each copy's constants its own way) would be gathered lane by lane: a Lane loop instead.
 UOpRef do_expand_upcasts(const UOpRef& k, LowerCtx& c) {
   bool kept = false;
-  UOpRef e = expand_upcasts(k, c.renderer.vector_lanes(), packs_copies(c), &kept);
+  UOpRef e = expand_upcasts(k, c.renderer.vector_lanes(), packs_copies(c), &kept, c.nontemporal);
   if (kept && !copies_alike(simplify(e, "copies alike"))) e = expand_upcasts(k, c.renderer.vector_lanes(), false, nullptr);
   return e;
 }

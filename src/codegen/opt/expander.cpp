@@ -132,7 +132,7 @@ const PatternMatcher& pm_lanes_last() {
 
 // An UNROLL range whose REDUCEs have no other UNROLL and no REDUCE over it inside becomes a Lane range (not copied),
 // moved last among each REDUCE's ranges (the innermost loop; each lane still sums in the same order).
-UOpRef lanes_from_unrolls(const UOpRef& ast, bool packs, bool* kept) {
+UOpRef lanes_from_unrolls(const UOpRef& ast, bool packs, bool pack_rows, bool* kept) {
   std::unordered_map<const UOp*, std::vector<const UOp*>> reduces_of;
   for (const UOp* n : toposort(ast.get()))
     if (n->op == Ops::REDUCE)
@@ -175,7 +175,7 @@ UOpRef lanes_from_unrolls(const UOpRef& ast, bool packs, bool* kept) {
       if (!d.ptr && d.scalar != Scalar::Void && d.scalar != Scalar::Index && !dtypes::is_bool(d) && !wide_elements(d))
         packs = false;  // nor values of 8 or 16 bits (a bfloat16 rounding in between: scalar calls per copy)
     }
-    packs &= reduces.empty();
+    packs &= reduces.empty() || pack_rows;  // a row kernel's output loop: where its stores go past the caches
     const UOp* pick = nullptr;
     int found = 0;
     for (const UOp* u : upcasts) {
@@ -229,13 +229,13 @@ UOpRef reduce_tree(Ops op, std::vector<UOpRef> xs) {
   return xs[0];
 }
 
-UOpRef expand_upcasts(const UOpRef& ast_in, bool lanes, bool packs, bool* kept_copies) {
+UOpRef expand_upcasts(const UOpRef& ast_in, bool lanes, bool packs, bool* kept_copies, bool pack_rows) {
   bool kept = false;
   if (kept_copies) *kept_copies = false;
   bool any = false;
   for (const UOp* n : toposort(ast_in.get())) any |= is_expanded(n);
   if (!any) return ast_in;
-  UOpRef ast = lanes ? lanes_from_unrolls(ast_in, packs, &kept) : ast_in;
+  UOpRef ast = lanes ? lanes_from_unrolls(ast_in, packs, pack_rows, &kept) : ast_in;
   if (kept_copies) *kept_copies = kept;
   Expander ex(ast);
   std::vector<UOpRef> srcs;

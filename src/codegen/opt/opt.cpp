@@ -354,14 +354,43 @@ struct Heuristic {
     axes = kernel_axes(ast);
     n_out = size_t(std::count_if(axes.begin(), axes.end(), [](const UOp* r) { return is_out(range_type(r)); }));
     size.assign(axes.size(), 0);
-    for (size_t i = 0; i < axes.size(); i++) {
-      size[i] = range_size(axes[i]).value_or(0);
-      work *= double(std::max<int64_t>(size[i], 1));
-    }
+    for (size_t i = 0; i < axes.size(); i++) size[i] = range_size(axes[i]).value_or(0);
     size0 = size;
+    work = loop_work();
     acc = accesses(ast);
     reduce = n_out < axes.size();
     w = std::max(4, cfg.vector_width);
+  }
+
+  // The kernel's innermost iterations: the loops each accumulation (REDUCE) and the store run in, summed over the
+  // nests that no other contains. A matmul's is the product of its axes; a row kernel's (layernorm: a row's two sums
+  // and its output loop, one after another) is rows x (3 x 4096), not the product of all four axes (4096^4).
+  double loop_work() const {
+    std::unordered_map<const UOp*, uint64_t> in;  // the axes (bits, by index into axes) a node runs in
+    std::vector<uint64_t> nests;
+    for (const UOp* u : toposort(ast.get())) {
+      uint64_t m = 0;
+      for (size_t i = 0; i < axes.size() && i < 64; i++)
+        if (u == axes[i]) m |= uint64_t(1) << i;
+      for (size_t k = 0; k < u->nsrc(); k++)
+        if (auto it = in.find(u->src(k)); it != in.end()) m |= it->second;
+      if (u->op == Ops::REDUCE || u->op == Ops::STORE) nests.push_back(m);
+      if (u->op == Ops::REDUCE)
+        for (size_t k = 1; k < u->nsrc(); k++) m &= ~in[u->src(k)];
+      in[u] = m;
+    }
+    double total = 0;
+    for (size_t a = 0; a < nests.size(); a++) {
+      bool inner = false;  // within another nest (or a repeat of an earlier one)
+      for (size_t b = 0; b < nests.size() && !inner; b++)
+        inner = b != a && (nests[a] & ~nests[b]) == 0 && (nests[a] != nests[b] || b < a);
+      if (inner) continue;
+      double t = 1;
+      for (size_t i = 0; i < axes.size() && i < 64; i++)
+        if (nests[a] >> i & 1) t *= double(std::max<int64_t>(size0[i], 1));
+      total += t;
+    }
+    return std::max(total, 1.0);
   }
 
   static int64_t pick(int64_t n, std::initializer_list<int64_t> amts) {
@@ -808,11 +837,11 @@ struct Heuristic {
   }
 
   // 5. (CPU) Software prefetch: a reduce kernel that streams a buffer larger than L2 about once (the kernel's work,
-  //    the product of its loops, at most kStreamReuse times the elements the load spans: a matvec, a quantised one
-  //    reading its blocks, the decode step's linears) prefetches ahead in its outermost reduce loop
-  //    that the stream moves with. Such a loop issues a few loads per row and block, too few and too scattered (a
-  //    register tile of 8 rows is 8 streams) for the hardware prefetcher to keep DRAM busy: the loads wait on memory
-  //    and the dequantising ALU work does not overlap them. A GEMM rereads its operands from cache (reuse of 32 and
+  //    its innermost iterations (loop_work), at most kStreamReuse times the elements the load spans: a matvec, a
+  //    quantised one reading its blocks, the decode step's linears, a softmax or layernorm reading each row in 3
+  //    loops) prefetches ahead in its outermost reduce loop that the stream moves with. Such a loop issues a few
+  //    loads per row and block, too few and too scattered (a register tile of 8 rows is 8 streams) for the hardware
+  //    prefetcher to keep DRAM busy: the loads wait on memory and the dequantising ALU work does not overlap them. A GEMM rereads its operands from cache (reuse of 32 and
   //    more) and is left alone, as is a kernel whose buffers fit in L2 or whose cache size is unknown.
   //    The distance is split between the streams the register tile issues (one a row of the tile the load moves
   //    with): kInFlightBytes ahead in all, whole cache lines a stream. Streaming from DRAM at a core's bandwidth
@@ -821,7 +850,9 @@ struct Heuristic {
   //    tile) was the best when the q8_0 kernel read 12-14 GB/s (float products); with INT_DOT's integer block sums
   //    (25-30 GB/s) the same tile ran 20% faster at 1024 (bench/qmatvec 8192 x 2048 from DRAM, Zen 5, THREADS=1,
   //    load 4-5: q8_0 20.6-24.1 -> 27.5-28.3 GB/s, q4_0 12.1-14.6 -> 12.3-15.0; 2048 a stream was slower again).
-  //    The prefetched lines (8 KiB) stay well inside L1.
+  //    The prefetched lines (8 KiB) stay well inside L1. A row kernel prefetches one row ahead (at least that far,
+  //    at most a quarter of L2: this row, which its later loops reread, the next and the output's row stay in L2):
+  //    its first loop requests the next row, which arrives while the later loops compute from cache.
   static constexpr int64_t kInFlightBytes = 8192;
   static constexpr double kStreamReuse = 4;
   // 6. (CPU) Non-temporal stores: an output whose stores are vectors along a unit-stride axis and that spans more
@@ -835,6 +866,14 @@ struct Heuristic {
     if (cfg.local_threads > 0 || mode == 0 || (cfg.llc_bytes <= 0 && mode != 2)) return;
     if (vec < 0 || size_t(vec) >= n_out || short_vec || vec_amt < 4 || !st->bounds().known) return;
     if (auto c = index_coef(st, axes[size_t(vec)]); !c || *c != 1) return;
+    // a row kernel whose sum reads a transcendental (softmax's exp): the lowering keeps those values in the output
+    // row and reads them back (reuse_row_values), so its stores stay cached; the others' output copies are packed
+    // into vector stores for this opt (the expander), which only pays where they go past the caches
+    if (rows)
+      for (const UOp* n : toposort(ast.get()))
+        if (n->op == Ops::REDUCE)
+          for (const UOp* u : toposort(n->src(0)))
+            if (u->op == Ops::EXP2 || u->op == Ops::LOG2 || u->op == Ops::SIN) return;
     int64_t item = 0;
     for (const UOp* n : toposort(ast.get()))
       if (n->op == Ops::STORE && n->src(0)->op == Ops::INDEX && n->src(0)->src(1) == st)
@@ -854,7 +893,10 @@ struct Heuristic {
           int64_t streams = 1;  // the tile's rows this load moves with: one prefetch each
           for (const Opt& o : opts)
             if (o.op == OptOp::UPCAST && size_t(o.axis) < n_out && depends_on(l, axes[size_t(o.axis)])) streams *= o.amt;
-          const int64_t bytes = env > 1 ? env : std::max<int64_t>(64, kInFlightBytes / streams / 64 * 64);
+          int64_t bytes = env > 1 ? env : std::max<int64_t>(64, kInFlightBytes / streams / 64 * 64);
+          if (rows && env <= 1)  // one row ahead (the loop's span of the load), within a quarter of L2
+            bytes = std::clamp(size0[i] * std::abs(*index_coef(idx, axes[i])) * l->dtype.scalar_type().itemsize(),
+                               bytes, std::max(bytes, cfg.l2_bytes / 4));
           opts.push_back({OptOp::PREFETCH, int(i), bytes});
           return;
         }
