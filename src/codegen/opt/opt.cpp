@@ -490,9 +490,13 @@ struct Heuristic {
       if (!loads_contiguous(i, &any) || !any) continue;
       for (const UOp* l : acc.loads)
         for (size_t j = n_out; j < axes.size() && !inner; j++) inner = depends_on(l, axes[i]) && depends_on(l, axes[j]);
-      int64_t a = inner ? pick(size[i], {int64_t(w), int64_t(w / 2), 4}) : 0;
+      const int64_t n = size[i];  // whole from w/2 to 2w elements, as the store's axis in step 1
+      int64_t a = !inner ? 0 : n >= w / 2 && n <= 2 * w ? n : pick(n, {int64_t(w), int64_t(w / 2), 4});
       if (!a) continue;
       split(OptOp::UPCAST, i, a);
+      // the first upcast is the axis the copies are contiguous in (the expander's order): the vectors', not the
+      // short store axis's (LLVM packed the 2 copies of b into <2 x float> FMAs with ow's values broadcast)
+      std::swap(opts[opts.size() - 1], opts[opts.size() - 2]);
       upcast *= a;
       vec = int(i), vec_amt = a, short_vec = false;
       return;
