@@ -252,6 +252,48 @@ UOpRef split_loop(const UOpRef& k, const UOp* x, int64_t f) {
   return graph_rewrite(substitute(k, map), symbolic(), nullptr, false, "split ranges");
 }
 
+// The inverse, in a reduce kernel: the loop its store is contiguous in (b, of size B) and the output loop just
+// outside it (a) become one loop m of A*B when every access reads them as one, at a*B*s + b*s (the input gradient
+// of a 1x1 convolution stores (n, c, h, w) and reads the output's gradient at (n, o, h, w): its 28x28 rows are one
+// axis of 784, vectors of 16 instead of 28 = 16 + 8 + 4). Only where a and b appear nowhere else (a gate, a window's
+// h * s + kh): substituted by m // B and m % B, the indices must fold back to affine ones.
+UOpRef merge_loops(const UOpRef& k) {
+  Accesses acc = accesses(k);
+  if (acc.stores.size() != 1) return k;
+  std::vector<const UOp*> loops;
+  bool reduce = false;
+  for (const UOp* r : kernel_axes(k)) {
+    if (range_type(r) == AxisType::Loop) loops.push_back(r);
+    reduce |= range_type(r) == AxisType::Reduce;
+  }
+  if (!reduce) return k;
+  for (size_t i = 1; i < loops.size(); i++) {
+    const UOp *a = loops[i - 1], *b = loops[i];
+    auto sa = range_size(a), sb = range_size(b);
+    auto cb = index_coef(acc.stores[0], b);
+    if (!sa || !sb || *sa < 2 || *sb < 2 || !cb || *cb != 1) continue;
+    bool one = true;
+    for (const UOp* x : acc.loads) {
+      auto ka = index_coef(x, a), kb = index_coef(x, b);
+      one &= ka && kb && *ka == *sb * *kb;
+    }
+    auto ca = index_coef(acc.stores[0], a);
+    if (!one || !ca || *ca != *sb) continue;
+    std::vector<std::pair<const UOp*, UOpRef>> map;
+    for (const UOp* n : toposort(k.get()))
+      if (n->op == Ops::RANGE && is_out(range_type(n)) && range_id(n) > range_id(b))
+        map.push_back({n, UOp::range(UOpRef(n->src()[0]), range_id(n) - 1, range_type(n))});
+    UOpRef m = UOp::range(ci(*sa * *sb), range_id(a), AxisType::Loop);
+    map.push_back({a, m->alu(Ops::IDIV, ci(*sb))});
+    map.push_back({b, m->alu(Ops::MOD, ci(*sb))});
+    UOpRef out = graph_rewrite(substitute(k, map), symbolic(), nullptr, false, "merge loops");
+    for (const UOp* n : toposort(out.get()))
+      if ((n->op == Ops::IDIV || n->op == Ops::MOD) && depends_on(n->src(0), m.get())) return k;
+    return merge_loops(out);
+  }
+  return k;
+}
+
 }  // namespace
 
 UOpRef split_ranges(const UOpRef& ast) {
@@ -299,7 +341,7 @@ UOpRef split_ranges(const UOpRef& ast) {
         k = split_loop(k, x, f);
         continue;
       }
-      return k;
+      return merge_loops(k);
     }
     UOpRef outer = UOp::range(ci(*range_size(r) / c), range_id(r), AxisType::Reduce);
     UOpRef inner = UOp::range(ci(c), max_id + 1, AxisType::Reduce);
