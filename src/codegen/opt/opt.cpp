@@ -408,31 +408,44 @@ struct Heuristic {
   // nests that no other contains. A matmul's is the product of its axes; a row kernel's (layernorm: a row's two sums
   // and its output loop, one after another) is rows x (3 x 4096), not the product of all four axes (4096^4).
   double loop_work() const {
-    std::unordered_map<const UOp*, uint64_t> in;  // the axes (bits, by index into axes) a node runs in
     std::vector<uint64_t> nests;
+    for_each_axes([&](const UOp* u, uint64_t m) {
+      if (u->op == Ops::REDUCE || u->op == Ops::STORE) nests.push_back(m);
+    });
+    double total = 0;
+    for (size_t a = 0; a < nests.size(); a++) {
+      bool inner = false;  // within another nest (or a repeat of an earlier one)
+      for (size_t b = 0; b < nests.size() && !inner; b++)
+        inner = b != a && (nests[a] & ~nests[b]) == 0 && (nests[a] != nests[b] || b < a);
+      if (!inner) total += trips(nests[a]);
+    }
+    return std::max(total, 1.0);
+  }
+
+  // Visits each node of the AST in order with the axes (bits, by index into axes) it runs in; a REDUCE is visited
+  // inside its reduce ranges, which end after it.
+  template <class F>
+  void for_each_axes(F&& visit) const {
+    std::unordered_map<const UOp*, uint64_t> in;
     for (const UOp* u : toposort(ast.get())) {
       uint64_t m = 0;
       for (size_t i = 0; i < axes.size() && i < 64; i++)
         if (u == axes[i]) m |= uint64_t(1) << i;
       for (size_t k = 0; k < u->nsrc(); k++)
         if (auto it = in.find(u->src(k)); it != in.end()) m |= it->second;
-      if (u->op == Ops::REDUCE || u->op == Ops::STORE) nests.push_back(m);
+      visit(u, m);
       if (u->op == Ops::REDUCE)
         for (size_t k = 1; k < u->nsrc(); k++) m &= ~in[u->src(k)];
       in[u] = m;
     }
-    double total = 0;
-    for (size_t a = 0; a < nests.size(); a++) {
-      bool inner = false;  // within another nest (or a repeat of an earlier one)
-      for (size_t b = 0; b < nests.size() && !inner; b++)
-        inner = b != a && (nests[a] & ~nests[b]) == 0 && (nests[a] != nests[b] || b < a);
-      if (inner) continue;
-      double t = 1;
-      for (size_t i = 0; i < axes.size() && i < 64; i++)
-        if (nests[a] >> i & 1) t *= double(std::max<int64_t>(size0[i], 1));
-      total += t;
-    }
-    return std::max(total, 1.0);
+  }
+
+  // The iterations of the axes set in `bits`.
+  double trips(uint64_t bits) const {
+    double t = 1;
+    for (size_t i = 0; i < axes.size() && i < 64; i++)
+      if (bits >> i & 1) t *= double(std::max<int64_t>(size0[i], 1));
+    return t;
   }
 
   static int64_t pick(int64_t n, std::initializer_list<int64_t> amts) {
@@ -803,27 +816,11 @@ struct Heuristic {
   // a reduce's result over the output axes only), divided by the vector width. One Zen 5 core ran about 6-7 of
   // them per ns in PaddleOCR's kernels (a 1x1 convolution of 154k in 23 us, a hard-swish of 68k in 11 us).
   double vector_ops() const {
-    std::unordered_map<const UOp*, uint64_t> in;  // the axes (bits, by index into axes) a node runs in
     double ops = 0;
-    for (const UOp* u : toposort(ast.get())) {
-      uint64_t m = 0;
-      for (size_t i = 0; i < axes.size() && i < 64; i++)
-        if (u == axes[i]) m |= uint64_t(1) << i;
-      for (size_t k = 0; k < u->nsrc(); k++)
-        if (auto it = in.find(u->src(k)); it != in.end()) m |= it->second;
-      auto trips = [&](uint64_t bits) {
-        double t = 1;
-        for (size_t i = 0; i < axes.size() && i < 64; i++)
-          if (bits >> i & 1) t *= double(std::max<int64_t>(size0[i], 1));
-        return t;
-      };
-      if (u->op == Ops::REDUCE) {  // one accumulation per value reduced; its reduce ranges end here
-        ops += trips(m);
-        for (size_t k = 1; k < u->nsrc(); k++) m &= ~in[u->src(k)];
-      }
-      in[u] = m;
-      if (u->op == Ops::LOAD || (is_alu(u->op) && dtypes::is_float(u->dtype))) ops += trips(m);
-    }
+    for_each_axes([&](const UOp* u, uint64_t m) {
+      // one accumulation per value reduced; a load or float ALU op once per iteration of its axes
+      if (u->op == Ops::REDUCE || u->op == Ops::LOAD || (is_alu(u->op) && dtypes::is_float(u->dtype))) ops += trips(m);
+    });
     return ops / double(w);
   }
 
