@@ -1,9 +1,10 @@
 // Memory-bound kernels against the machine's measured bandwidth, in the same run: a best-effort STREAM triad
 // (bench/triad.hpp: a[i] = b[i] + s*c[i] on the threads tg uses, vector code, both store kinds) gives the reference
-// GB/s; tg's elementwise add of 2^24 floats, softmax and layernorm over (4096, 4096) are timed (best of several,
-// compile excluded) and their bytes moved (each input read once, the output written once) divided by the time. Each
-// case runs alternately with the triad, and each is judged against the triad's best in its own window: on this VM the
-// triad's best moves from one minute to the next. Prints a table and one JSON object per case (see bench/run).
+// GB/s; tg's elementwise add of 2^24 floats (and a mul, a relu of an add, an a + b*c and a cast to float16), softmax
+// and layernorm over (4096, 4096) are timed (best of several, compile excluded) and their bytes moved (each input
+// read once, the output written once) divided by the time. Each case runs alternately with the triad, and each is
+// judged against the triad's best in its own window: on this VM the triad's best moves from one minute to the next.
+// Prints a table and one JSON object per case (see bench/run).
 #include <algorithm>
 #include <cstdio>
 #include <functional>
@@ -17,7 +18,14 @@ using namespace tg;
 
 namespace {
 
-// Best times of a case and of the triad, run alternately.
+// Best times of a case and of the triad, run alternately, each side twice a round: the triad's ordinary run, then its
+// non-temporal one on the same arrays; the case's first run, then its second. Whichever side runs first after the
+// other is slower: its arrays are not the ones just streamed (2-core Zen 5 VM, one process, both on tg's thread pool:
+// the triad's non-temporal run after tg's add 1.83-2.17 ms, after its own run 1.58-1.73; tg's add after the triad
+// 1.87-2.37, after itself 1.77-1.94; why was not found), and here its threads' one oneTBB worker first leaves the
+// other's task arena (150-200 us in a micro-benchmark: a worker leaves an arena only after spinning in it). With one
+// run of the case a round, its every run paid both and the triad's best never did: add read 0.61-0.88 of the triad
+// where two runs a round read 0.94-1.01 in the same minutes.
 struct Pair {
   double tg_ms = 1e30, triad_ms = 1e30;
 };
@@ -25,7 +33,7 @@ Pair interleaved(const std::function<void()>& f, bench::Triad& triad, int reps) 
   Pair p;
   for (int r = 0; r < reps; r++) {
     p.triad_ms = std::min(p.triad_ms, triad.once_ms());
-    p.tg_ms = std::min(p.tg_ms, bench::best_ms(f, 1));
+    p.tg_ms = std::min(p.tg_ms, bench::best_ms(f, 2));
   }
   return p;
 }
@@ -52,9 +60,14 @@ int main() {
     bench::json(name, "default", p.tg_ms, "bandwidth", bytes / peer_gbs / 1e6);
   };
 
-  Tensor x = Tensor::rand({int64_t(n)}), y = Tensor::rand({int64_t(n)});
-  x.realize(), y.realize();
+  Tensor x = Tensor::rand({int64_t(n)}), y = Tensor::rand({int64_t(n)}), z = Tensor::rand({int64_t(n)});
+  x.realize(), y.realize(), z.realize();
   run("add_f32_2^24", [&] { Tensor(x + y).realize(); }, 3.0 * 4.0 * double(n));
+  // other elementwise kernels that only stream memory: their bytes as the add's (inputs once, the output once)
+  run("mul_f32_2^24", [&] { Tensor(x * y).realize(); }, 3.0 * 4.0 * double(n));
+  run("relu_add_f32_2^24", [&] { (x + y).relu().realize(); }, 3.0 * 4.0 * double(n));
+  run("fma_f32_2^24", [&] { Tensor(x + y * z).realize(); }, 4.0 * 4.0 * double(n));
+  run("cast_f32_f16_2^24", [&] { x.cast(dtypes::float16).realize(); }, (4.0 + 2.0) * double(n));
 
   Tensor m = Tensor::rand({4096, 4096});
   m.realize();
