@@ -1253,6 +1253,25 @@ TEST_CASE("PREFETCH: a 4096 x 4096 layernorm and softmax (row kernels) prefetch 
   }
 }
 
+TEST_CASE("PREFETCH: a 2x2 max pool streaming more than L2 prefetches in none of its window loops") {
+  // x (64, 32, 20, 20), 3.2 MiB, read once, lowered for an L2 of 256 KiB: a stream, but its reduce loops are the
+  // window's rows (80 bytes apart) and a row's 2 elements (8 bytes a pass): neither walks the stream line by line,
+  // which moves with the output loops (mnist's step: its max pool's backward ran 28-40 ms a launch with the
+  // prefetches, 15-23 ms without). In NCHW and channels-last (rows 2560 bytes apart).
+  Device& dev = get_device("CPU");
+  LowerOptions lo = one_thread_small_l2(dev);
+  Tensor x = randn({64, 32, 20, 20}, 61).realize();
+  Tensor xl = x.permute({0, 2, 3, 1}).contiguous().realize();
+  for (int which = 0; which < 2; which++) {
+    INFO(std::string(which == 0 ? "NCHW" : "channels-last"));
+    Tensor in = which == 0 ? x : xl.permute({0, 3, 1, 2});
+    Kern k = last_kernel(in.max_pool2d(2));
+    CompiledKernel ck = lower_kernel(k.ast, which == 0 ? "pf_pool" : "pf_pool_cl", dev.renderer(), lo);
+    CHECK(std::none_of(ck.opts.begin(), ck.opts.end(), [](const Opt& o) { return o.op == OptOp::PREFETCH; }));
+    CHECK(ck.src.find("llvm.prefetch") == std::string::npos);
+  }
+}
+
 TEST_CASE("NONTEMPORAL: a layernorm's output rows are packed vector stores past the caches; a softmax's stay cached") {
   // rows of 1024 floats, a 1 MiB output, lowered for a machine model with a 64 KiB last-level cache and AVX-512
   Device& dev = get_device("CPU");
