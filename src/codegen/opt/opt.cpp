@@ -517,8 +517,14 @@ struct Heuristic {
     // run 2-3x faster than in vectors of 4), a longer one in vectors of w (or w/2, 4). An odd divisor only in a
     // reduce kernel, whose loads were checked above; an elementwise kernel's odd store axis may gather its loads
     // (a transposed read), and step 1c weighs that.
+    // In a reduce kernel a short axis (at most 8, below a vector) that no vector of 4 divides takes the short path
+    // below on every ISA, not a partial vector (5 under AVX2 was a vector of 4 and a scalar): a 5x5 conv's weight
+    // gradient over one input channel (mnist's r_256_32_5_5) took 5 kernel columns x 8 output channels as 40
+    // scalar copies under TG_CPU=haswell, no lane left for its contiguous reduce axis, where AVX-512 (5 < w/2)
+    // unrolls the 5 columns as copies and gets lanes of 8 along that axis (step 1b).
     int64_t n = size[size_t(vec)];
-    int64_t a = n >= w / 2 && n <= 2 * w ? n : pick(n, {int64_t(w), int64_t(w / 2), 4});
+    const bool whole = n >= w / 2 && n <= 2 * w && (!reduce || n >= w || n % 4 == 0 || n > 8);
+    int64_t a = whole ? n : pick(n, {int64_t(w), int64_t(w / 2), 4});
     if (!a && reduce) a = odd_amount(n);
     // a short axis that no vector width divides (a 5x5 or 3x3 kernel's width) is unrolled whole in reduce kernels,
     // as copies rather than a vector (a reduce axis may still give the vectors, step 1b)
