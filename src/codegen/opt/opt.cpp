@@ -947,7 +947,8 @@ struct Heuristic {
       for (const UOp* l : streamed_loads(ast.get(), axes[i], cfg.l2_bytes)) {
         const UOp* idx = l->src(0)->src(1);
         const int64_t step = std::abs(*index_coef(idx, axes[i])) * l->dtype.scalar_type().itemsize();
-        if (step <= kLineBytes && size0[i] * step >= kLineBytes && work <= kStreamReuse * (double(idx->vmax()) - double(idx->vmin()) + 1)) {
+        const bool line_by_line = step <= kLineBytes && size0[i] * step >= kLineBytes;
+        if (line_by_line && work <= kStreamReuse * (double(idx->vmax()) - double(idx->vmin()) + 1)) {
           int64_t streams = 1;  // the tile's rows this load moves with: one prefetch each
           for (const Opt& o : opts)
             if (o.op == OptOp::UPCAST && size_t(o.axis) < n_out && depends_on(l, axes[size_t(o.axis)])) streams *= o.amt;
