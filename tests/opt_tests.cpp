@@ -351,6 +351,42 @@ TEST_CASE("an AVX2 conv tile fits the registers: 3 rows x 4 vectors, not 3 x 2 c
   CHECK(found);
 }
 
+TEST_CASE("a 5x5 weight gradient over one input channel unrolls the 5 columns and takes lanes along its reduce axis") {
+  // beautiful_mnist's first convolution (1 -> 32 channels, 28x28, 5x5) at batch 512: its weight gradient's store
+  // axis is the kernel's 5 columns. Under AVX2 (w = 8) 5 is at least w/2, and the axis was taken whole as one partial
+  // vector (4 + 1): 5 columns x 8 output channels of scalars, 3.6x the AVX-512 kernel's time. Now, as on AVX-512 (5
+  // < w/2), the columns are copies and the reduce axis the loads are contiguous in (the output row) gets the lanes.
+  Tensor x = randn({512, 1, 28, 28}, 71), w = randn({32, 1, 5, 5}, 72), g = randn({512, 32, 24, 24}, 73);
+  x.realize(), w.realize(), g.realize();
+  UOpRef root = (x.conv2d(w) * g).sum().gradient({w})[0].uop();
+  Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+  OptConfig avx2{1, 8};
+  avx2.vector_registers = 16;
+  int found = 0;
+  for (auto& it : s.items) {
+    auto axes = kernel_axes(it.ast);
+    auto size_of = [](const UOp* r) { return r->src(0)->op == Ops::CONST ? r->src(0)->const_int() : int64_t(0); };
+    const bool five = std::any_of(axes.begin(), axes.end(), [&](const UOp* r) {
+      return range_type(r) != AxisType::Reduce && size_of(r) == 5;
+    });
+    // the partial sums (the other kernel adds them up over one reduce axis)
+    if (!five || std::count_if(axes.begin(), axes.end(), [](const UOp* r) { return range_type(r) == AxisType::Reduce; }) < 2)
+      continue;
+    found++;
+    for (const OptConfig& cfg : {avx2, OptConfig{1, 16}}) {
+      INFO("vector width " << cfg.vector_width);
+      std::vector<Opt> opts = hand_coded_optimizations(it.ast, cfg);
+      auto has = [&](OptOp op, auto pred) {
+        return std::any_of(opts.begin(), opts.end(), [&](const Opt& o) { return o.op == op && pred(o); });
+      };
+      // the 5 columns as copies; lanes of 8 along the 24-wide output row, a reduce axis here (16 does not divide 24)
+      CHECK(has(OptOp::UPCAST, [&](const Opt& o) { return o.amt == 5 && size_of(axes[size_t(o.axis)]) == 5; }));
+      CHECK(has(OptOp::UNROLL, [&](const Opt& o) { return o.amt == 8 && size_of(axes[size_t(o.axis)]) == 24; }));
+    }
+  }
+  CHECK(found == 1);
+}
+
 TEST_CASE("rows of 3 that do not divide a long axis are padded (PADTO): 1024 rows in 342 tiles, the same values") {
   OptConfig avx2{2, 8};
   avx2.vector_registers = 16;
@@ -1250,6 +1286,25 @@ TEST_CASE("PREFETCH: a 4096 x 4096 layernorm and softmax (row kernels) prefetch 
     small.config.l2_bytes = 48 << 10;
     std::vector<Opt> so = lower_kernel(k.ast, which == 0 ? "pf_ln_small" : "pf_sm_small", dev.renderer(), small).opts;
     CHECK(std::count(so.begin(), so.end(), Opt{OptOp::PREFETCH, pf.axis, 12 << 10}) == 1);
+  }
+}
+
+TEST_CASE("PREFETCH: a 2x2 max pool streaming more than L2 prefetches in none of its window loops") {
+  // x (64, 32, 20, 20), 3.2 MiB, read once, lowered for an L2 of 256 KiB: a stream, but its reduce loops are the
+  // window's rows (80 bytes apart) and a row's 2 elements (8 bytes a pass): neither walks the stream line by line,
+  // which moves with the output loops (mnist's step: its max pool's backward ran 28-40 ms a launch with the
+  // prefetches, 15-23 ms without). In NCHW and channels-last (rows 2560 bytes apart).
+  Device& dev = get_device("CPU");
+  LowerOptions lo = one_thread_small_l2(dev);
+  Tensor x = randn({64, 32, 20, 20}, 61).realize();
+  Tensor xl = x.permute({0, 2, 3, 1}).contiguous().realize();
+  for (int which = 0; which < 2; which++) {
+    INFO(std::string(which == 0 ? "NCHW" : "channels-last"));
+    Tensor in = which == 0 ? x : xl.permute({0, 3, 1, 2});
+    Kern k = last_kernel(in.max_pool2d(2));
+    CompiledKernel ck = lower_kernel(k.ast, which == 0 ? "pf_pool" : "pf_pool_cl", dev.renderer(), lo);
+    CHECK(std::none_of(ck.opts.begin(), ck.opts.end(), [](const Opt& o) { return o.op == OptOp::PREFETCH; }));
+    CHECK(ck.src.find("llvm.prefetch") == std::string::npos);
   }
 }
 

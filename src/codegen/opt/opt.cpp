@@ -517,8 +517,14 @@ struct Heuristic {
     // run 2-3x faster than in vectors of 4), a longer one in vectors of w (or w/2, 4). An odd divisor only in a
     // reduce kernel, whose loads were checked above; an elementwise kernel's odd store axis may gather its loads
     // (a transposed read), and step 1c weighs that.
+    // In a reduce kernel a short axis (at most 8, below a vector) that no vector of 4 divides takes the short path
+    // below on every ISA, not a partial vector (5 under AVX2 was a vector of 4 and a scalar): a 5x5 conv's weight
+    // gradient over one input channel (mnist's r_256_32_5_5) took 5 kernel columns x 8 output channels as 40
+    // scalar copies under TG_CPU=haswell, no lane left for its contiguous reduce axis, where AVX-512 (5 < w/2)
+    // unrolls the 5 columns as copies and gets lanes of 8 along that axis (step 1b).
     int64_t n = size[size_t(vec)];
-    int64_t a = n >= w / 2 && n <= 2 * w ? n : pick(n, {int64_t(w), int64_t(w / 2), 4});
+    const bool whole = n >= w / 2 && n <= 2 * w && (!reduce || n >= w || n % 4 == 0 || n > 8);
+    int64_t a = whole ? n : pick(n, {int64_t(w), int64_t(w / 2), 4});
     if (!a && reduce) a = odd_amount(n);
     // a short axis that no vector width divides (a 5x5 or 3x3 kernel's width) is unrolled whole in reduce kernels,
     // as copies rather than a vector (a reduce axis may still give the vectors, step 1b)
@@ -896,7 +902,15 @@ struct Heuristic {
   //    The prefetched lines (8 KiB) stay well inside L1. A row kernel prefetches one row ahead (at least that far,
   //    at most a quarter of L2: this row, which its later loops reread, the next and the output's row stay in L2):
   //    its first loop requests the next row, which arrives while the later loops compute from cache.
+  //    The loop must walk the stream line by line: each iteration moves the load at most one cache line on, and one
+  //    pass of the loop at least one (a row's elements, a q4_0 row's 32 blocks of 18 bytes). A loop that strides
+  //    further, or is too short to leave its line, reads a few elements of lines far apart while the stream moves
+  //    with the output loops around it, which the hardware prefetcher follows (a 2x2 max pool's window: rows 80
+  //    bytes apart in NCHW, 2560 channels-last, and 2 elements of a row): prefetches ahead in it are one more
+  //    instruction per stream and iteration for nothing (mnist's step: the max pool's r_512_32_10_10 in the
+  //    backward took 28-40 ms a launch with them, 15-23 ms without; Zen 5, load 5-10).
   static constexpr int64_t kInFlightBytes = 8192;
+  static constexpr int64_t kLineBytes = 64;
   static constexpr double kStreamReuse = 4;
   // 6. (CPU) Non-temporal stores: an output whose stores are vectors along a unit-stride axis and that spans more
   //    than the last-level cache is written past the caches (Opt NONTEMPORAL): by the time a later kernel reads it,
@@ -932,14 +946,15 @@ struct Heuristic {
       if (size0[i] < 2) continue;
       for (const UOp* l : streamed_loads(ast.get(), axes[i], cfg.l2_bytes)) {
         const UOp* idx = l->src(0)->src(1);
-        if (work <= kStreamReuse * (double(idx->vmax()) - double(idx->vmin()) + 1)) {
+        const int64_t step = std::abs(*index_coef(idx, axes[i])) * l->dtype.scalar_type().itemsize();
+        const bool line_by_line = step <= kLineBytes && size0[i] * step >= kLineBytes;
+        if (line_by_line && work <= kStreamReuse * (double(idx->vmax()) - double(idx->vmin()) + 1)) {
           int64_t streams = 1;  // the tile's rows this load moves with: one prefetch each
           for (const Opt& o : opts)
             if (o.op == OptOp::UPCAST && size_t(o.axis) < n_out && depends_on(l, axes[size_t(o.axis)])) streams *= o.amt;
           int64_t bytes = env > 1 ? env : std::max<int64_t>(64, kInFlightBytes / streams / 64 * 64);
           if (rows && env <= 1)  // one row ahead (the loop's span of the load), within a quarter of L2
-            bytes = std::clamp(size0[i] * std::abs(*index_coef(idx, axes[i])) * l->dtype.scalar_type().itemsize(),
-                               bytes, std::max(bytes, cfg.l2_bytes / 4));
+            bytes = std::clamp(size0[i] * step, bytes, std::max(bytes, cfg.l2_bytes / 4));
           opts.push_back({OptOp::PREFETCH, int(i), bytes});
           return;
         }
