@@ -917,8 +917,8 @@ struct Heuristic {
     // a row kernel whose sum reads a transcendental (softmax's exp) keeps those values for its output loop
     // (reuse_row_values): in the output row, cached, by default; with this opt (BEAM's choice) in a row array on the
     // stack, so the output goes past the caches. Measured on the 2-core Zen 5 VM (bench/bandwidth, alternating runs,
-    // loaded), the cached softmax read 0.61-0.64x of the triad, the non-temporal one with its row array 0.52-0.55x:
-    // left out here. The others' output copies are packed into vector stores for this opt (the expander), which only
+    // load 4-6), the cached softmax read 0.61-0.66x of the triad, the non-temporal one with its row array 0.52-0.55x
+    // (TG_CPU=haswell 0.48 against 0.34): left out here. The others' output copies are packed into vector stores for this opt (the expander), which only
     // pays where they go past the caches.
     if (rows)
       for (const UOp* n : toposort(ast.get()))
