@@ -26,14 +26,9 @@ namespace {
 using Kern = test::LastKernel;  // the last kernel of a tensor's schedule and its buffers
 using test::last_kernel;
 
-// Lower with explicit opts, compile, run on fresh copies of the inputs; the output buffer's floats.
-std::vector<float> run_with(const Kern& k, const std::vector<Opt>& opts, int threads_cfg = 2) {
+// Compile and run a lowered kernel on the kernel's buffers; the output buffer's floats.
+std::vector<float> run_compiled(const Kern& k, const CompiledKernel& ck) {
   Device& dev = get_device("CPU");
-  LowerOptions lo;
-  lo.opts = &opts;
-  lo.config.threads = threads_cfg;
-  static int n = 0;
-  CompiledKernel ck = lower_kernel(k.ast, "opt_k" + std::to_string(n++), dev.renderer(), lo);
   auto prog = dev.get_program(ck.src, ck.name);
   std::vector<void*> ptrs;
   for (auto& b : k.bufs) ptrs.push_back(b->ptr());
@@ -45,6 +40,15 @@ std::vector<float> run_with(const Kern& k, const std::vector<Opt>& opts, int thr
   std::vector<float> out(k.bufs[0]->nbytes() / 4);
   k.bufs[0]->copyout(out.data(), out.size() * 4);
   return out;
+}
+
+// Lower with explicit opts, compile, run on fresh copies of the inputs; the output buffer's floats.
+std::vector<float> run_with(const Kern& k, const std::vector<Opt>& opts, int threads_cfg = 2) {
+  LowerOptions lo;
+  lo.opts = &opts;
+  lo.config.threads = threads_cfg;
+  static int n = 0;
+  return run_compiled(k, lower_kernel(k.ast, "opt_k" + std::to_string(n++), get_device("CPU").renderer(), lo));
 }
 
 Tensor randn(Shape s, uint64_t seed) {
@@ -1246,10 +1250,12 @@ TEST_CASE("PREFETCH runs ahead in loop order: past a short row's end it prefetch
   for (int64_t b : at_blocks) CHECK(b == last % nb);
 }
 
-TEST_CASE("PREFETCH: a 4096 x 4096 layernorm and softmax (row kernels) prefetch the next row in their first loop") {
+TEST_CASE("PREFETCH: a 4096 x 4096 layernorm and softmax (row kernels) prefetch the next row in their last sum's loop") {
   // a row kernel's work is its loops one after another (3 x 4096 per row), not the product of all its axes (4096^4):
-  // it streams x about once, so it prefetches, one row (16 KiB) ahead, within a quarter of L2. Lowered for a Zen 5
-  // machine model (2 threads, AVX-512, 1 MiB L2), whatever this machine is.
+  // it streams x about once, so it prefetches, one row (16 KiB) ahead, within a quarter of L2, in the loop of its
+  // last sum before the output loop (layernorm's variance, softmax's sum of exps, each reading the other REDUCE),
+  // not its first (the mean, the max): the next row's reads then run beside the output loop's stores. Lowered for a
+  // Zen 5 machine model (2 threads, AVX-512, 1 MiB L2), whatever this machine is.
   Device& dev = get_device("CPU");
   LowerOptions lo;
   lo.config = opt_config(dev);
@@ -1267,6 +1273,18 @@ TEST_CASE("PREFETCH: a 4096 x 4096 layernorm and softmax (row kernels) prefetch 
     REQUIRE(without.size() + 1 == ck.opts.size());
     const Opt pf = *std::find_if(ck.opts.begin(), ck.opts.end(), [](const Opt& o) { return o.op == OptOp::PREFETCH; });
     CHECK(pf.amt == row_bytes);
+    {  // the axis is the loop of the REDUCE that reads the other one
+      UOpRef split = split_ranges(graph_rewrite(k.ast, symbolic(), nullptr, false, "simplify"));
+      std::vector<const UOp*> axes = kernel_axes(split);
+      REQUIRE(size_t(pf.axis) < axes.size());
+      const UOp* red = nullptr;
+      for (const UOp* u : toposort(split.get()))
+        if (u->op == Ops::REDUCE && u->src(1) == axes[size_t(pf.axis)]) red = u;
+      REQUIRE(red != nullptr);
+      int inside = 0;
+      for (const UOp* u : toposort(red->src(0))) inside += u->op == Ops::REDUCE;
+      CHECK(inside == 1);
+    }
     // every prefetch reads the next row's start (element n) when the loops are at 0 (the row loop, the thread's part)
     size_t n_pf = 0;
     for (const UOp* u : ck.program) {
@@ -1308,7 +1326,7 @@ TEST_CASE("PREFETCH: a 2x2 max pool streaming more than L2 prefetches in none of
   }
 }
 
-TEST_CASE("NONTEMPORAL: a layernorm's output rows are packed vector stores past the caches; a softmax's stay cached") {
+TEST_CASE("NONTEMPORAL: a layernorm's output rows are packed vector stores past the caches") {
   // rows of 1024 floats, a 1 MiB output, lowered for a machine model with a 64 KiB last-level cache and AVX-512
   Device& dev = get_device("CPU");
   LowerOptions lo;
@@ -1338,9 +1356,75 @@ TEST_CASE("NONTEMPORAL: a layernorm's output rows are packed vector stores past 
   CHECK(plain.src.find("!nontemporal") == std::string::npos);
   std::vector<float> got = run_with(ln, ck.opts), want = run_with(ln, off);
   check_close(got, want, 1e-6f);
-  // softmax keeps its exps in the output row and reads them back: no NONTEMPORAL, no packed output loop
+}
+
+TEST_CASE("NONTEMPORAL: a softmax given the opt keeps its exps in a row array on the stack, its output past the caches") {
+  // rows of 1024 floats (4 KiB), a 1 MiB output, lowered for a machine model with a 64 KiB last-level cache, a 1 MiB
+  // L2 (a row array of up to 256 KiB) and AVX-512, whatever this machine is. The heuristic keeps a softmax's output
+  // cached; BEAM may add NONTEMPORAL (its seeds toggle it), and the lowering then keeps the exps in a row array.
+  Device& dev = get_device("CPU");
+  LowerOptions lo;
+  lo.config = opt_config(dev);
+  lo.config.threads = 2, lo.config.vector_width = 16, lo.config.vector_registers = 32;
+  lo.config.llc_bytes = 64 << 10, lo.config.l2_bytes = 1 << 20;
+  const int64_t rows = 256, n = 1024;
+  Tensor x = Tensor(randn({rows, n}, 62) * 4).realize();
   Kern sm = last_kernel(x.softmax(-1));
-  CHECK_FALSE(has_nt(lower_kernel(sm.ast, "nt_sm", dev.renderer(), lo).opts));
+  auto count = [](const std::string& s, const std::string& what) {
+    size_t c = 0;
+    for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) c++;
+    return c;
+  };
+  auto has_nt = [](const std::vector<Opt>& opts) {
+    return std::any_of(opts.begin(), opts.end(), [](const Opt& o) { return o.op == OptOp::NONTEMPORAL; });
+  };
+  const std::string row_array = "alloca [" + std::to_string(n) + " x float]";
+  CompiledKernel cached = lower_kernel(sm.ast, "nt_sm_default", dev.renderer(), lo);
+  REQUIRE_FALSE(has_nt(cached.opts));
+  CHECK(cached.src.find(row_array) == std::string::npos);
+  std::vector<Opt> with = cached.opts;
+  with.push_back({OptOp::NONTEMPORAL, 0, 1});
+  LowerOptions lo_nt = lo;
+  lo_nt.opts = &with;
+  CompiledKernel ck = lower_kernel(sm.ast, "nt_sm", dev.renderer(), lo_nt);
+  // the sum's loop stores exp(x - max) into a stack array of one row; the output loop reads it back and writes
+  // packed vectors past the caches (the output buffer is only written)
+  CHECK(count(ck.src, row_array) == 1);
+  CHECK(count(ck.src, "align 64, !nontemporal") >= 1);
+  CHECK(count(ck.src, "store <16 x float>") >= 2 * count(ck.src, "!nontemporal"));
+  // one exp per element (exp2 kept as one op to count it)
+  {
+    ScopedEnv t("TRANSCENDENTAL", "0");
+    int exps = 0;
+    for (const UOp* u : lower_kernel(sm.ast, "nt_sm_exp", dev.renderer(), lo_nt).program) exps += u->op == Ops::EXP2;
+    CHECK(exps == 1);
+  }
+  // the same bits as with the exps in the output row (the default), and softmax's values (in float32 ulps of the
+  // value: exp(d) carries the rounding of d = x - max times log2(e), |d| of them; the sum, its reciprocal and the
+  // product a few)
+  std::vector<float> got = run_compiled(sm, ck);
+  CHECK(got == run_compiled(sm, cached));
+  std::vector<float> xs = x.to_vector<float>();
+  double worst = 0;
+  for (int64_t r = 0; r < rows; r++) {
+    const float* row = &xs[size_t(r * n)];
+    double m = *std::max_element(row, row + n), sum = 0;
+    for (int64_t i = 0; i < n; i++) sum += std::exp(double(row[i]) - m);
+    for (int64_t i = 0; i < n; i++) {
+      double d = double(row[i]) - m, want = std::exp(d) / sum;
+      worst = std::max(worst, std::abs(double(got[size_t(r * n + i)]) - want) / (want * 0x1p-23) + d);
+    }
+  }
+  CAPTURE(worst);
+  CHECK(worst <= 5);
+  // a row longer than the array (an L2 of 8 KiB holds a 2 KiB one): the exps stay in the output row, which the
+  // output loop reads back, so no store is marked
+  LowerOptions small = lo_nt;
+  small.config.l2_bytes = 8 << 10;
+  CompiledKernel ck_small = lower_kernel(sm.ast, "nt_sm_small", dev.renderer(), small);
+  CHECK(ck_small.src.find(row_array) == std::string::npos);
+  CHECK(ck_small.src.find("!nontemporal") == std::string::npos);
+  CHECK(run_compiled(sm, ck_small) == got);
 }
 
 TEST_CASE("an axis reserved for the threads and padded for a tile of 3 stays divisible by the threads") {

@@ -83,6 +83,11 @@ struct OptConfig {
   int fma_chains = 10;
 };
 
+/** The most bytes a row kernel keeps in a row array on the stack (softmax's exps, where its output goes past the
+ *  caches: lowering's reuse_row_values): a quarter of the per-core L2, which holds that row, the input's row and the
+ *  next one prefetched; 0 (none) where the L2 is unknown. */
+int64_t row_array_bytes(const OptConfig& cfg);
+
 /** The OptConfig of a device: threads, vector width and registers, caches from Device::machine(). */
 OptConfig opt_config(const Device& dev);
 

@@ -89,13 +89,16 @@ int64_t dense_extent(const UOp* idx, const std::vector<const UOp*>& rs) {
 
 // Row kernels (the scheduler's row fusion, serial devices): softmax sums E = exp(x - max) over its row and then
 // computes E again for every output element. Where the output's value contains the summed value E at the output's
-// own position, E is stored into the output buffer inside the sum's loop and read back in the output loop: one
-// exp per element instead of two. The stored and the recomputed E are the same value, so results are
-// bit-identical (ROW_REUSE=0 turns this off). Conditions: one STORE, ungated; E has the output's dtype; E contains
-// a transcendental and one load of a buffer other than the output at an index that runs densely over the row, as
-// the output's does, with a fixed offset between the two; the output buffer is not read, and the input not read by
-// the output otherwise.
-UOpRef reuse_row_values(const UOpRef& k) {
+// own position, E is kept from the sum's loop and read back in the output loop: one exp per element instead of two.
+// Where the output goes past the caches (Opt NONTEMPORAL: `row_bytes` > 0) and the row fits in row_bytes, E goes
+// into a row array on the stack (DEFINE_REG, in L1/L2), so the output loop reads it from cache and its stores stay
+// pure streaming ones; otherwise E goes into the output buffer and is scaled in place (the store allocates the
+// output's lines in the cache). The stored and the recomputed E are the same value, so results are bit-identical
+// (ROW_REUSE=0 turns this off). Runs before the expander (the output loop's copies are then one STORE). Conditions:
+// one STORE, ungated; E has the output's dtype; E contains a transcendental and one load of a buffer other than the
+// output at an index that runs densely over the row, as the output's does, with a fixed offset between the two; the
+// output buffer is not read, and the input not read by the output otherwise.
+UOpRef reuse_row_values(const UOpRef& k, int64_t row_bytes) {
   if (!getenv_int("ROW_REUSE", 1) || k->nsrc() != 1 || k->src(0)->op != Ops::STORE) return k;
   const UOp* st = k->src(0);
   const UOp* oidx = st->src(0);
@@ -163,18 +166,23 @@ UOpRef reuse_row_values(const UOpRef& k) {
       bool fixed = true;
       for (const UOp* r : outr) fixed &= !depends_on(delta.get(), r);
       if (!fixed) continue;
-      // Build: the sum stores E at its position; the output loads it back after the sum's loop.
-      UOpRef es_ref(es);
-      UOpRef inner_store = UOp::make(
-          Ops::STORE, dtypes::void_,
-          {UOp::make(Ops::INDEX, oidx->dtype, {UOpRef(pout), simp(UOpRef(as)->alu(Ops::ADD, delta))}), es_ref});
+      // Build: the sum stores E at its position (in the output, or at its place in the row array); the output loads
+      // it back after the sum's loop.
+      UOpRef es_ref(es), buf(pout), at_sum = simp(UOpRef(as)->alu(Ops::ADD, delta)), at_out(oidx->src(1));
+      if (row_bytes > 0 && n_s * int64_t(es->dtype.itemsize()) <= row_bytes) {
+        int64_t reg = 0;  // an id no other register array of the kernel has
+        for (const UOp* n : topo)
+          if (n->op == Ops::DEFINE_REG) reg = std::max(reg, std::get<int64_t>(n->arg) + 1);
+        buf = UOp::make(Ops::DEFINE_REG, es->dtype.ptr_to(n_s, AddrSpace::Reg), {}, reg);
+        UOpRef base = simp(substitute(UOpRef(as), zs));
+        at_sum = simp(UOpRef(as)->alu(Ops::SUB, base)), at_out = simp(UOpRef(ao)->alu(Ops::SUB, base));
+      }
+      UOpRef inner_store = UOp::make(Ops::STORE, dtypes::void_, {UOp::make(Ops::INDEX, buf->dtype, {buf, at_sum}), es_ref});
       std::vector<UOpRef> rs{UOp::make(Ops::AFTER, es->dtype, {es_ref, inner_store})};
       for (const UOp* r : rr) rs.emplace_back(r);
       UOpRef red2 = UOp::make(Ops::REDUCE, red->dtype, rs, red->arg);
       UOpRef back = UOp::make(
-          Ops::LOAD, es->dtype,
-          {UOp::make(Ops::INDEX, oidx->dtype,
-                     {UOp::make(Ops::AFTER, pout->dtype, {UOpRef(pout), red2}), UOpRef(oidx->src(1))})});
+          Ops::LOAD, es->dtype, {UOp::make(Ops::INDEX, buf->dtype, {UOp::make(Ops::AFTER, buf->dtype, {buf, red2}), at_out})});
       UOpRef v2 = substitute(UOpRef(value), {{red, red2}, {eo.get(), back}});
       // The output reads the input at its position only through E (the store above may overwrite it in place).
       bool other_reads = false;
@@ -453,10 +461,12 @@ UOpRef block_long_sums(const UOpRef& k) {
 // ranges (the expander's independent accumulators) share one loop: one END closes all their updates, and
 // those of one op and dtype share one register array. Innermost REDUCEs first, until none is left.
 UOpRef expand_reduces(UOpRef k) {
-  int next_reg = 0;
+  int64_t next_reg = 0;  // past the register arrays the kernel has (reuse_row_values' row array)
   int64_t next_id = 0;
-  for (const UOp* n : toposort(k.get()))
+  for (const UOp* n : toposort(k.get())) {
     if (n->op == Ops::RANGE) next_id = std::max(next_id, range_id(n) + 1);
+    if (n->op == Ops::DEFINE_REG) next_reg = std::max(next_reg, std::get<int64_t>(n->arg) + 1);
+  }
   std::unordered_set<const UOp*> used;  // RANGEs that already have their loop (one END each)
   std::vector<UOpRef> keep;             // fresh RANGEs stay alive with the graph
   for (;;) {
@@ -954,6 +964,12 @@ bool copies_alike(const UOpRef& k) {
   return true;
 }
 
+// A row kernel's summed value kept for its output loop (CPU): in a row array where the output goes past the caches.
+UOpRef do_reuse_row_values(const UOpRef& k, LowerCtx& c) {
+  if (c.gpu()) return k;
+  return reuse_row_values(k, c.nontemporal ? row_array_bytes(c.opt.config) : 0);
+}
+
 // The expander (opt/expander.cpp). An elementwise kernel's copies that simplify into different op trees (the
 // simplifier folds each copy's constants its own way) would be gathered lane by lane: a Lane loop instead.
 UOpRef do_expand_upcasts(const UOpRef& k, LowerCtx& c) {
@@ -984,9 +1000,9 @@ const std::vector<LowerStage>& lowering_stages() {
       {"split ranges", [](const UOpRef& k, LowerCtx&) { return split_ranges(k); }},
       {"apply opts", do_apply_opts},
       {"factor reduce invariants", [](const UOpRef& k, LowerCtx& c) { return c.gpu() ? k : factor_reduce_invariants(k, c.opt.config.vector_width); }},
+      {"reuse row values", do_reuse_row_values},
       {"expand upcasts", do_expand_upcasts},
       {"simplify after opts", [](const UOpRef& k, LowerCtx&) { return simplify(k, "simplify after opts"); }},
-      {"reuse row values", [](const UOpRef& k, LowerCtx& c) { return c.gpu() ? k : reuse_row_values(k); }},
       {"group reduces", [](const UOpRef& k, LowerCtx& c) { return c.gpu() ? lower_group_reduces(k) : k; }},
       {"gpu dims", [](const UOpRef& k, LowerCtx& c) { return c.gpu() ? add_gpu_dims(k, c.lim, c.dims) : k; }},
       {"block long sums", [](const UOpRef& k, LowerCtx&) { return block_long_sums(k); }},

@@ -352,6 +352,8 @@ UOpRef split_ranges(const UOpRef& ast) {
   return k;
 }
 
+int64_t row_array_bytes(const OptConfig& cfg) { return std::max<int64_t>(0, cfg.l2_bytes / 4); }
+
 OptConfig opt_config(const Device& dev) {
   MachineModel m = dev.machine();
   OptConfig c;
@@ -900,8 +902,11 @@ struct Heuristic {
   //    (25-30 GB/s) the same tile ran 20% faster at 1024 (bench/qmatvec 8192 x 2048 from DRAM, Zen 5, THREADS=1,
   //    load 4-5: q8_0 20.6-24.1 -> 27.5-28.3 GB/s, q4_0 12.1-14.6 -> 12.3-15.0; 2048 a stream was slower again).
   //    The prefetched lines (8 KiB) stay well inside L1. A row kernel prefetches one row ahead (at least that far,
-  //    at most a quarter of L2: this row, which its later loops reread, the next and the output's row stay in L2):
-  //    its first loop requests the next row, which arrives while the later loops compute from cache.
+  //    at most a quarter of L2: this row, which its later loops reread, the next and the output's row stay in L2), in
+  //    the loop of its last sum before the output loop (the REDUCE that reads the others: layernorm's variance,
+  //    softmax's sum of exps), whatever the range ids' order: the next row's reads run on while the output loop writes
+  //    this one. A hand-written 4096-wide layernorm (AVX-512, non-temporal output, Zen 5, 2 threads, paired with the
+  //    triad, loaded) read 0.59-0.66x of the triad prefetching in its first loop (the mean), 0.69-0.83x in the second.
   //    The loop must walk the stream line by line: each iteration moves the load at most one cache line on, and one
   //    pass of the loop at least one (a row's elements, a q4_0 row's 32 blocks of 18 bytes). A loop that strides
   //    further, or is too short to leave its line, reads a few elements of lines far apart while the stream moves
@@ -923,9 +928,12 @@ struct Heuristic {
     if (cfg.local_threads > 0 || mode == 0 || (cfg.llc_bytes <= 0 && mode != 2)) return;
     if (vec < 0 || size_t(vec) >= n_out || short_vec || vec_amt < 4 || !st->bounds().known) return;
     if (auto c = index_coef(st, axes[size_t(vec)]); !c || *c != 1) return;
-    // a row kernel whose sum reads a transcendental (softmax's exp): the lowering keeps those values in the output
-    // row and reads them back (reuse_row_values), so its stores stay cached; the others' output copies are packed
-    // into vector stores for this opt (the expander), which only pays where they go past the caches
+    // a row kernel whose sum reads a transcendental (softmax's exp) keeps those values for its output loop
+    // (reuse_row_values): in the output row, cached, by default; with this opt (BEAM's choice) in a row array on the
+    // stack, so the output goes past the caches. Measured on the 2-core Zen 5 VM (bench/bandwidth, alternating runs,
+    // load 4-6), the cached softmax read 0.61-0.66x of the triad, the non-temporal one with its row array 0.52-0.55x
+    // (TG_CPU=haswell 0.48 against 0.34): left out here. The others' output copies are packed into vector stores for this opt (the expander), which only
+    // pays where they go past the caches.
     if (rows)
       for (const UOp* n : toposort(ast.get()))
         if (n->op == Ops::REDUCE)
@@ -942,6 +950,17 @@ struct Heuristic {
   void prefetch() {
     const int64_t env = getenv_int("PREFETCH", 1, 0, 1 << 20);  // PREFETCH=N: N bytes a stream
     if (!reduce || cfg.local_threads > 0 || cfg.l2_bytes <= 0 || env == 0) return;
+    // the REDUCEs computed before the one over axis r (inside its value): a row kernel's loops in their order
+    auto loops_before = [&](const UOp* r) {
+      for (const UOp* n : toposort(ast.get()))
+        if (n->op == Ops::REDUCE && std::any_of(n->src().begin() + 1, n->src().end(), [&](const UOpRef& x) { return x.get() == r; })) {
+          std::vector<const UOp*> inside = toposort(n->src(0));
+          return std::count_if(inside.begin(), inside.end(), [](const UOp* u) { return u->op == Ops::REDUCE; });
+        }
+      return std::ptrdiff_t(0);
+    };
+    std::optional<Opt> pick;
+    std::ptrdiff_t pick_before = -1;
     for (size_t i = n_out; i < axes.size(); i++) {
       if (size0[i] < 2) continue;
       for (const UOp* l : streamed_loads(ast.get(), axes[i], cfg.l2_bytes)) {
@@ -953,13 +972,20 @@ struct Heuristic {
           for (const Opt& o : opts)
             if (o.op == OptOp::UPCAST && size_t(o.axis) < n_out && depends_on(l, axes[size_t(o.axis)])) streams *= o.amt;
           int64_t bytes = env > 1 ? env : std::max<int64_t>(64, kInFlightBytes / streams / 64 * 64);
-          if (rows && env <= 1)  // one row ahead (the loop's span of the load), within a quarter of L2
+          if (!rows) {
+            opts.push_back({OptOp::PREFETCH, int(i), bytes});
+            return;
+          }
+          if (env <= 1)  // one row ahead (the loop's span of the load), within a quarter of L2
             bytes = std::clamp(size0[i] * step, bytes, std::max(bytes, cfg.l2_bytes / 4));
-          opts.push_back({OptOp::PREFETCH, int(i), bytes});
-          return;
+          // a row kernel: in its last loop over the row before the output loop
+          if (std::ptrdiff_t before = loops_before(axes[i]); before > pick_before)
+            pick = Opt{OptOp::PREFETCH, int(i), bytes}, pick_before = before;
+          break;
         }
       }
     }
+    if (pick) opts.push_back(*pick);
   }
 };
 
