@@ -525,6 +525,46 @@ TEST_CASE("a prompt-sized matmul (32+ rows of A) packs B too: a quantised weight
   CHECK(batched == flat);
 }
 
+TEST_CASE("a panelled matmul whose panel is past half the L2 sums K in slices: q4_0 and q8_0 weights, ragged rows") {
+  // x (m, K) times a quantised weight (n, K) transposed, K = L2 / 128 floats: a whole panel (K x 32 floats) is the
+  // L2, so K is summed in 2 slices of panels that take half of it each (k_block). Rows not a multiple of the 8-row
+  // tile; values against a float64 sum of the dequantised weight on the host (x times (q - 8) d, or q d).
+  int64_t l2 = get_device("CPU").machine().l2_bytes;
+  if (l2 <= 0) l2 = int64_t(2) << 20;
+  const int64_t K = l2 / 128, n = 160, nb = K / 32;
+  std::mt19937 gen{41};
+  for (const auto& [type, bytes] : {std::pair<std::string, int64_t>{"q4_0", 18}, {"q8_0", 34}}) {
+    CAPTURE(type);
+    std::vector<uint8_t> blocks(size_t(n * nb * bytes));
+    for (auto& b : blocks) b = uint8_t(gen());
+    for (size_t b = 0; b < blocks.size(); b += size_t(bytes)) blocks[b] = 0, blocks[b + 1] = uint8_t(0x1c + gen() % 3);
+    auto weight = [&](int64_t j, int64_t k) {  // the dequantised weight, its block's float16 scale
+      const uint8_t* blk = &blocks[size_t((j * nb + k / 32) * bytes)];
+      const double d = (1 + 0.25 * (blk[1] - 0x1c)) / 256;  // float16 0x1c00, 0x1d00, 0x1e00: 1, 1.25, 1.5 x 2^-8
+      const int64_t i = k % 32;
+      if (type == "q8_0") return double(int8_t(blk[2 + i])) * d;
+      return double(i < 16 ? (blk[2 + i] & 15) - 8 : (blk[2 + i - 16] >> 4) - 8) * d;
+    };
+    Tensor w = Tensor::from_vector(blocks, {n, nb, bytes}).realize();
+    for (int64_t m : {40, 33}) {
+      CAPTURE(m);
+      Tensor x = randn({m, K}, 42);
+      x.realize();
+      size_t before = kernels_run();
+      std::vector<float> got = x.matmul(nn::ggml_dequantize(w, type).reshape({n, K}).T()).to_vector<float>();
+      CHECK(kernels_run() - before == 3);  // dequantise into the panels, the 2 slices' products, their sum
+      std::vector<float> xs = x.to_vector<float>(), want(size_t(m * n));
+      for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+          double acc = 0;
+          for (int64_t k = 0; k < K; k++) acc += double(xs[size_t(i * K + k)]) * weight(j, k);
+          want[size_t(i * n + j)] = float(acc);
+        }
+      check_close(got, want, float(K) * 1.2e-7f);  // K float32 products summed: K eps of the unit-scale terms
+    }
+  }
+}
+
 TEST_CASE("the panelled matmul is a scheduler rule: the README's broadcast-and-sum product and a gradient's product get it") {
   // pm_layout matches the reduce of a product of two broadcasts, however it was written (issue 16: this form got
   // the plain kernel while a.matmul(b) was packed by a branch of Tensor::matmul)
