@@ -551,7 +551,22 @@ TEST_CASE("a panelled matmul whose panel is past half the L2 sums K in slices: q
       Tensor x = randn({m, K}, 42);
       x.realize();
       size_t before = kernels_run();
-      std::vector<float> got = x.matmul(nn::ggml_dequantize(w, type).reshape({n, K}).T()).to_vector<float>();
+      Tensor y = x.matmul(nn::ggml_dequantize(w, type).reshape({n, K}).T());
+      UOpRef root = y.uop();
+      Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+      std::vector<int64_t> reduce_out;  // the reduce kernels' first output axes: the slices' products, their sum
+      for (auto& it : s.items) {
+        bool red = false;
+        for (const UOp* u : toposort(it.ast.get())) red |= u->op == Ops::REDUCE;
+        for (const UOp* r : kernel_axes(it.ast))
+          if (red && range_type(r) != AxisType::Reduce) {
+            reduce_out.push_back(r->src(0)->const_int());
+            break;
+          }
+      }
+      CHECK(reduce_out.size() == 2);
+      if (!reduce_out.empty()) CHECK(reduce_out[0] == 2);  // the slices outermost
+      std::vector<float> got = y.to_vector<float>();
       CHECK(kernels_run() - before == 3);  // dequantise into the panels, the 2 slices' products, their sum
       std::vector<float> xs = x.to_vector<float>(), want(size_t(m * n));
       for (int64_t i = 0; i < m; i++)
