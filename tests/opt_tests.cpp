@@ -834,6 +834,41 @@ TEST_CASE("heuristic: an elementwise kernel whose store axis takes no vector is 
   CHECK(want[size_t((5 * 34 + 0) * 34 + 7)] == 0.0f);  // the padding
 }
 
+TEST_CASE("split ranges: a loop read under divisors that divide each other splits by the largest (q4_0's packing)") {
+  // The kernel dequantising a q4_0 weight (n, K) into the panels (n/32, K, 32) reads k as k // 32 (the block and its
+  // scale), k % 16 (the byte) and k // 16 % 2 (the nibble): k splits by 32, then the inner loop by 16, so each index
+  // is affine and the block's scale is invariant in the loops inside the block's (hoisted out of them by LLVM; the
+  // kernel 8.4 -> 6.6 ms at 8192 x 2048, Zen 5, 1 thread).
+  std::mt19937 gen{51};
+  std::vector<uint8_t> blocks(size_t(2048 * 16 * 18));
+  for (auto& b : blocks) b = uint8_t(gen());
+  for (size_t b = 0; b < blocks.size(); b += 18) blocks[b] = 0, blocks[b + 1] = 0x1c;
+  Tensor w = Tensor::from_vector(blocks, {2048, 16, 18}).realize();
+  Tensor x = randn({64, 512}, 52);
+  x.realize();
+  Tensor y = x.matmul(nn::ggml_dequantize(w, "q4_0").reshape({2048, 512}).T());
+  UOpRef root = y.uop();
+  Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+  REQUIRE(s.items.size() == 3);  // dequantise into the panels, the product in panels, back to row-major
+  std::vector<int64_t> loops;
+  UOpRef pack = split_ranges(simplify(s.items[0].ast));
+  for (const UOp* r : kernel_axes(pack))
+    if (range_type(r) == AxisType::Loop) loops.push_back(r->src(0)->const_int());
+  CHECK(loops == std::vector<int64_t>{64, 16, 2, 16, 32});  // panel, block, nibble, byte, column
+  // the values: the split is index arithmetic only
+  std::vector<float> got = y.to_vector<float>(), xs = x.to_vector<float>();
+  for (int64_t i : {0, 37, 63})
+    for (int64_t j : {0, 1000, 2047}) {
+      double acc = 0;
+      for (int64_t k = 0; k < 512; k++) {
+        const uint8_t* blk = &blocks[size_t((j * 16 + k / 32) * 18)];
+        const int64_t q = k % 32 < 16 ? blk[2 + k % 16] & 15 : blk[2 + k % 16] >> 4;
+        acc += double(xs[size_t(i * 512 + k)]) * double(q - 8) / 256.0;
+      }
+      CHECK(std::abs(got[size_t(i * 2048 + j)] - acc) <= 512 * 1.2e-7 * (1 + std::abs(acc)));
+    }
+}
+
 TEST_CASE("heuristic: a 2x2 stride-2 convolution's input gradient gets split loops and vectors along the gradient's rows") {
   // dx[n, c, 2i + a, 2j + b] = sum_o g[n, o, i, j] w[o, c, a, b]: the windows do not overlap, so the kernel stores
   // (n, c, h, w) and reads g at (h // 2, w // 2), w at (h % 2, w % 2). Split ranges turn h and w into (i, a) and
