@@ -222,7 +222,9 @@ namespace {
 // (the input gradient of a 2x2 stride-2 convolution stores (n, c, 2 oh + a, 2 ow + b)). Splitting it into x // f and
 // x % f loops leaves affine indices, so the heuristic sees which loads are contiguous along which loop.
 std::pair<const UOp*, int64_t> loop_split(const UOpRef& k) {
-  std::unordered_map<const UOp*, int64_t> f;  // loop -> its divisor (0: two different ones)
+  // loop -> its divisor, the largest where each divides the next (q4_0's k // 32, k % 16, k // 16 % 2: 32, after
+  // which the inner loop splits again by 16); 0 where two do not (x // 3 and x // 4)
+  std::unordered_map<const UOp*, int64_t> f;
   for (const UOp* n : toposort(k.get()))
     for (size_t i = 0; i < n->nsrc(); i++) {
       const UOp* x = n->src(i);
@@ -230,7 +232,9 @@ std::pair<const UOp*, int64_t> loop_split(const UOpRef& k) {
       if (i != 0 || (n->op != Ops::IDIV && n->op != Ops::MOD) || n->src(1)->op != Ops::CONST) continue;
       int64_t m = n->src(1)->const_int();
       auto [it, fresh] = f.try_emplace(x, m);
-      if (!fresh && it->second != m) it->second = 0;
+      if (fresh || it->second == 0 || m <= 0) continue;
+      if (it->second % m == 0) continue;
+      it->second = m % it->second == 0 ? m : 0;
     }
   for (auto [x, m] : f) {
     auto size = range_size(x);
