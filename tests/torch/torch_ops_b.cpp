@@ -11,6 +11,27 @@ namespace F_ = torch::nn::functional;
 
 namespace {
 constexpr double kSum = 1e-5;  // summation order differs from torch's (BLAS, mkldnn, vectorised loops)
+// Winograd F(4x4, r x r) in fp32 (Lavin's points 0, +-1, +-2 and for r = 5 also +-1/2): the transforms' entries (up
+// to 5 in B^T, 8 in A^T, products of up to 8 x 8 terms) amplify the rounding of each tile's a^2 products; measured
+// |diff| / max|torch| up to 2.1e-6 (3x3) and 6.5e-6 (5x5) over these cases' forwards and gradients, against
+// about 1e-6 for the direct convolution; the tolerances (relative to max|torch|, the harness's atol) about 2x that.
+constexpr double kWino3 = 4e-6, kWino5 = 1.5e-5;
+
+// tg's side of a case with WINO=1 (Winograd wherever it applies) while its graph is built; WINO restored after.
+template <class Fn>
+auto wino(Fn f) {
+  return [f](TG& x) -> tg::Tensor {
+    struct Guard {
+      std::optional<std::string> old;
+      Guard() {
+        if (const char* v = std::getenv("WINO")) old = v;
+        setenv("WINO", "1", 1);
+      }
+      ~Guard() { old ? setenv("WINO", old->c_str(), 1) : unsetenv("WINO"); }
+    } guard;
+    return f(x);
+  };
+}
 }
 
 std::vector<Case> reduce_cases() {
@@ -132,6 +153,27 @@ std::vector<Case> nn_cases() {
                   [](TH& x) { return torch::conv2d(x[0], x[1], {}, {2, 1}, {1, 2}, {1, 2}); }).tol(kSum, kSum));
   c.push_back(op2("conv2d_groups", {F({2, 4, 5, 5}), F({6, 2, 3, 3}), F({6})}, [](TG& x) { return x[0].conv2d(x[1], x[2], 1, 1, 1, 2); },
                   [](TH& x) { return torch::conv2d(x[0], x[1], x[2], 1, 1, 1, 2); }).tol(kSum, kSum));
+  // Winograd F(4x4, 3x3) and F(4x4, 5x5) (WINO=1): padding 0/1/2, outputs not a multiple of the tile, 1-32 channels,
+  // groups, bias, asymmetric and negative padding, an unbatched input; the gradients come from autograd through the
+  // transforms
+  for (int64_t p : {0, 1, 2}) {
+    c.push_back(op2("conv2d_wino3_pad" + std::to_string(p), {F({2, 3, 7, 9}), F({4, 3, 3, 3})}, wino([p](TG& x) { return x[0].conv2d(x[1], {}, 1, p); }),
+                    [p](TH& x) { return torch::conv2d(x[0], x[1], {}, 1, p); }).tol(kWino3, kWino3));
+    c.push_back(op2("conv2d_wino5_pad" + std::to_string(p), {F({2, 3, 9, 11}), F({4, 3, 5, 5})}, wino([p](TG& x) { return x[0].conv2d(x[1], {}, 1, p); }),
+                    [p](TH& x) { return torch::conv2d(x[0], x[1], {}, 1, p); }).tol(kWino5, kWino5));
+  }
+  c.push_back(op2("conv2d_wino3_wide_bias", {F({2, 16, 10, 11}), F({8, 16, 3, 3}), F({8})}, wino([](TG& x) { return x[0].conv2d(x[1], x[2], 1, 1); }),
+                  [](TH& x) { return torch::conv2d(x[0], x[1], x[2], 1, 1); }).tol(kWino3, kWino3));
+  c.push_back(op2("conv2d_wino5_wide", {F({2, 32, 12, 13}), F({8, 32, 5, 5})}, wino([](TG& x) { return x[0].conv2d(x[1], {}, 1, 2); }),
+                  [](TH& x) { return torch::conv2d(x[0], x[1], {}, 1, 2); }).tol(kWino5, kWino5));
+  c.push_back(op2("conv2d_wino5_one_channel", {F({3, 1, 8, 8}), F({5, 1, 5, 5}), F({5})}, wino([](TG& x) { return x[0].conv2d(x[1], x[2]); }),
+                  [](TH& x) { return torch::conv2d(x[0], x[1], x[2]); }).tol(kWino5, kWino5));
+  c.push_back(op2("conv2d_wino3_groups", {F({2, 4, 8, 7}), F({6, 2, 3, 3}), F({6})}, wino([](TG& x) { return x[0].conv2d(x[1], x[2], 1, 1, 1, 2); }),
+                  [](TH& x) { return torch::conv2d(x[0], x[1], x[2], 1, 1, 1, 2); }).tol(kWino3, kWino3));
+  c.push_back(op2("conv2d_wino3_asym_pad", {F({1, 3, 6, 9}), F({2, 3, 3, 3})}, wino([](TG& x) { return x[0].conv2d(x[1], {}, 1, std::vector<int64_t>{2, 0, 1, -1}); }),
+                  [](TH& x) { return torch::conv2d(F_::pad(x[0], F_::PadFuncOptions({1, -1, 2, 0})), x[1]); }).tol(kWino3, kWino3));
+  c.push_back(op2("conv2d_wino5_unbatched", {F({3, 6, 7}), F({2, 3, 5, 5})}, wino([](TG& x) { return x[0].conv2d(x[1], {}, 1, 1); }),
+                  [](TH& x) { return torch::conv2d(x[0], x[1], {}, 1, 1); }).tol(kWino5, kWino5));
   // 16 input channels or more: the weight gradient is summed from channels-last copies (ops_nn.cpp)
   // one weight in two convolutions (stride 1 and 2): its gradient is the sum of both (issue 16: the hand-written
   // backward that preceded pm_gradient's rules gave 62 of 64 values wrong here)

@@ -1,0 +1,153 @@
+// Winograd minimal filtering F(m x m, r x r) for stride-1, dilation-1 2-d convolutions (Lavin & Gray, "Fast
+// Algorithms for Convolutional Neural Networks", arXiv 1509.09308), written with tensor ops as tinygrad's
+// _conv2d_winograd, so autograd differentiates the transforms and the backward runs in the Winograd domain too.
+// Each m x m output tile costs (m + r - 1)^2 multiplications per input channel instead of m^2 r^2: F(4x4, 3x3)
+// 36 against 144, F(4x4, 5x5) 64 against 400.
+#include <cmath>
+
+#include "conv.hpp"
+#include "tg/device.hpp"
+
+namespace tg::detail {
+namespace {
+
+using Mat = std::vector<std::vector<double>>;
+
+// The transforms of F(m, r) from the Toom-Cook points 0, 1, -1, 2, -2, 1/2, -1/2, ... and infinity: the filter y
+// = A^T [(G g) . (B^T d)] is the transpose of the linear convolution s = g * h evaluated at the points (E_r g,
+// E_m h) and interpolated (E_a^-1): A^T = E_m^T, G = E_r, B^T = E_a^-T, each row j of B^T scaled by prod_{l != j}
+// (p_j - p_l) and G's row divided by it (integer-ish B^T, as Lavin's tables: F(4, 3) gives tinygrad's matrices).
+struct WinoMats {
+  Mat at, g, bt;  // m x a, a x r, a x a
+};
+
+WinoMats wino_mats(int64_t m, int64_t r) {
+  const double pts_all[] = {0, 1, -1, 2, -2, 0.5, -0.5, 3, -3};
+  size_t a = size_t(m + r - 1);
+  if (a - 1 > std::size(pts_all)) throw Error("[conv2d] no Winograd points for F(" + std::to_string(m) + ", " + std::to_string(r) + ")");
+  std::vector<double> p(pts_all, pts_all + a - 1);
+  auto eval = [&](size_t n) {  // a x n: row j the powers of p_j, the last row (infinity) picks the leading coefficient
+    Mat e(a, std::vector<double>(n, 0));
+    for (size_t j = 0; j + 1 < a; j++)
+      for (size_t k = 0; k < n; k++) e[j][k] = std::pow(p[j], double(k));
+    e[a - 1][n - 1] = 1;
+    return e;
+  };
+  // E_a^-1 by Gauss-Jordan with partial pivoting (a <= 10; the points keep it well conditioned)
+  Mat e = eval(a), inv(a, std::vector<double>(a, 0));
+  for (size_t i = 0; i < a; i++) inv[i][i] = 1;
+  for (size_t c = 0; c < a; c++) {
+    size_t piv = c;
+    for (size_t i = c + 1; i < a; i++)
+      if (std::abs(e[i][c]) > std::abs(e[piv][c])) piv = i;
+    std::swap(e[c], e[piv]), std::swap(inv[c], inv[piv]);
+    double d = e[c][c];
+    for (size_t k = 0; k < a; k++) e[c][k] /= d, inv[c][k] /= d;
+    for (size_t i = 0; i < a; i++)
+      if (i != c && e[i][c] != 0) {
+        double f = e[i][c];
+        for (size_t k = 0; k < a; k++) e[i][k] -= f * e[c][k], inv[i][k] -= f * inv[c][k];
+      }
+  }
+  // the entries are rationals with small denominators: snap away the elimination's rounding
+  auto snap = [](double v) {
+    double q = std::round(v * 5040 * 64) / (5040 * 64);
+    return std::abs(v - q) < 1e-9 ? q : v;
+  };
+  WinoMats w{Mat(size_t(m), std::vector<double>(a, 0)), eval(size_t(r)), Mat(a, std::vector<double>(a, 0))};
+  Mat em = eval(size_t(m));
+  for (size_t i = 0; i < size_t(m); i++)
+    for (size_t j = 0; j < a; j++) w.at[i][j] = em[j][i];
+  for (size_t j = 0; j < a; j++) {
+    double f = 1;
+    for (size_t l = 0; j + 1 < a && l + 1 < a; l++)
+      if (l != j) f *= p[j] - p[l];
+    for (size_t k = 0; k < a; k++) w.bt[j][k] = snap(inv[k][j] * f);
+    for (size_t k = 0; k < size_t(r); k++) w.g[j][k] = w.g[j][k] / f;
+  }
+  return w;
+}
+
+// t with the rows x cols matrix applied along `axis` (size cols -> rows): row i is the sum of mat[i][k] t[k], the
+// coefficients folded into the arithmetic as constants (no matrix is loaded), the rows concatenated.
+Tensor apply_matrix(const Tensor& t, const Mat& mat, int64_t axis) {
+  std::vector<Tensor> rows;
+  std::vector<std::pair<int64_t, int64_t>> sh;
+  for (int64_t d : t.shape()) sh.push_back({0, d});
+  for (const auto& row : mat) {
+    std::optional<Tensor> acc;
+    for (size_t k = 0; k < row.size(); k++) {
+      if (row[k] == 0) continue;
+      sh[size_t(axis)] = {int64_t(k), int64_t(k) + 1};
+      Tensor s = t.shrink(sh);
+      Tensor term = row[k] == 1 ? s : row[k] == -1 ? Tensor(-s) : Tensor(s * row[k]);
+      acc = acc ? Tensor(*acc + term) : term;
+    }
+    if (!acc) {  // an all-zero row (none of the generated matrices has one)
+      sh[size_t(axis)] = {0, 1};
+      acc = t.shrink(sh) * 0.0;
+    }
+    rows.push_back(*acc);
+  }
+  return cat(rows, axis);
+}
+
+}  // namespace
+
+int64_t winograd_tile(int64_t r) { return r == 3 || r == 5 ? 4 : 0; }
+
+bool winograd_pays(const Tensor& x, const Tensor& w, const std::vector<std::pair<int64_t, int64_t>>& pads, int64_t groups) {
+  int64_t r = w.shape()[2], m = winograd_tile(r), a = m + r - 1;
+  double bs = double(x.shape()[0]), cin = double(w.shape()[1]), cout = double(w.shape()[0]), outs = 1, tiles = 1;
+  for (size_t i = 0; i < 2; i++) {
+    int64_t o = x.shape()[2 + i] + pads[i].first + pads[i].second - r + 1;
+    outs *= double(o), tiles *= double((o + m - 1) / m);
+  }
+  // In FMA-pipe time (flops): the direct convolution's multiply-adds against the Winograd-domain matmuls' plus the
+  // transformed input and product, a^2 values per tile and channel, each written and read once (8 bytes a value)
+  // at the machine's flops per byte of memory traffic. A core's FMA pipes do 2 x lanes x pipes flops a cycle; its
+  // share of memory bandwidth is taken as 8 bytes a cycle (about 20-30 GB/s at 2.5-4 GHz).
+  MachineModel mm = get_device(x.device()).machine();
+  double flops_per_byte = 2.0 * (mm.vector_bits / 32) * mm.fma_per_cycle / 8.0;
+  double direct = 2 * bs * cout * cin * groups * outs * double(r * r);
+  double wino = 2 * bs * cout * cin * groups * tiles * double(a * a) +
+                flops_per_byte * 8 * bs * tiles * double(a * a) * (cin * groups + cout);
+  return wino < direct;
+}
+
+Tensor conv2d_winograd(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias,
+                       const std::vector<std::pair<int64_t, int64_t>>& pads, int64_t groups) {
+  int64_t r = w.shape()[2], m = winograd_tile(r), a = m + r - 1;
+  int64_t bs = x.shape()[0], cin = x.shape()[1], cout = w.shape()[0];
+  WinoMats mats = wino_mats(m, r);
+  // output size, the tiles covering it, and the padding that rounds the input up to whole tiles
+  std::vector<std::pair<int64_t, int64_t>> p = pads;
+  int64_t o[2], tiles[2];
+  for (size_t i = 0; i < 2; i++) {
+    int64_t in = x.shape()[2 + i] + pads[i].first + pads[i].second;
+    o[i] = in - r + 1;
+    tiles[i] = (o[i] + m - 1) / m;
+    p[i].second += tiles[i] * m + r - 1 - in;
+  }
+  // input tiles (N, C, ty, tx, a, a) -> (a, a, C, N, ty, tx), then B^T d B: (a, a, C, N * ty * tx)
+  Tensor d = pool_windows(pad_last(x, p), {a, a}, {m, m}, {1, 1}, "conv2d").permute({4, 5, 1, 0, 2, 3});
+  int64_t np = bs * tiles[0] * tiles[1];
+  Tensor v = apply_matrix(apply_matrix(d.contiguous_backward(), mats.bt, 0), mats.bt, 1)
+                 .contiguous()
+                 .reshape({a, a, groups, 1, cin / groups, np});
+  // weights (Cout, C/G, r, r) -> (r, r, Cout, C/G), then G g G^T: (a, a, G, Cout/G, C/G, 1)
+  Tensor u = apply_matrix(apply_matrix(w.permute({2, 3, 0, 1}), mats.g, 0), mats.g, 1)
+                 .contiguous()
+                 .reshape({a, a, groups, cout / groups, cin / groups, 1});
+  // the a x a products summed over the input channels: a batched matmul (a^2 of them) in the Winograd domain
+  Tensor mm = (u * v).sum(4).reshape({a, a, cout, bs, tiles[0], tiles[1]});
+  // A^T M A: (m, m, Cout, N, ty, tx) -> (N, Cout, ty, m, tx, m) -> the output, the tiles' padding cut
+  Tensor y = apply_matrix(apply_matrix(mm, mats.at, 0), mats.at, 1)
+                 .permute({3, 2, 4, 0, 5, 1})
+                 .reshape({bs, cout, tiles[0] * m, tiles[1] * m})
+                 .shrink({{0, bs}, {0, cout}, {0, o[0]}, {0, o[1]}});
+  if (bias) y = y + bias->reshape({1, cout, 1, 1});
+  return y;
+}
+
+}  // namespace tg::detail
