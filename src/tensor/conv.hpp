@@ -12,10 +12,6 @@ Tensor window_conv(const Tensor& x, const Tensor& w, int64_t groups);
 /** The output tile m of the Winograd F(m x m, r x r) conv2d_winograd uses for an r x r kernel; 0 where it has none. */
 int64_t winograd_tile(int64_t r);
 
-/** Whether conv2d_winograd costs less than the direct convolution (the default of WINO): the multiplications it
- *  saves against the transformed tiles' memory traffic, from the shapes and the device's machine model. */
-bool winograd_pays(const Tensor& x, const Tensor& w, const std::vector<std::pair<int64_t, int64_t>>& pads, int64_t groups);
-
 /** conv2d (stride 1, dilation 1) of x (N, C, H, W) with w (Cout, C / groups, r, r), r with a winograd_tile, and
  *  explicit (begin, end) pads (negative: a crop) by Winograd's minimal filtering in tensor ops: the input and weight
  *  transforms, a^2 batched matmuls over C / groups, the output transform. Shapes are checked by the caller. */

@@ -48,16 +48,14 @@ Pads pads_of(const std::vector<int64_t>& v, size_t nd, const std::string& op) {
   return p;  // a negative pad crops the input (as tinygrad; conv_impl pads with pad_last, which shrinks for it)
 }
 
-// Whether conv computes a (checked) convolution by Winograd's minimal filtering (conv2d_winograd): where it applies
-// (2-d, stride and dilation 1, a square kernel with a Winograd tile, float32 or float64), WINO=0 never, WINO=1
-// always, and by default where it does fewer multiplications without more memory traffic than it saves.
-bool use_winograd(const Tensor& x, const Tensor& w, const std::vector<int64_t>& st, const std::vector<int64_t>& dl,
-                  const Pads& pads, int64_t groups) {
+// Whether conv computes a (checked) convolution by Winograd's minimal filtering (conv2d_winograd): WINO=1 wherever
+// it applies (2-d, stride and dilation 1, a square kernel with a Winograd tile, float32 or float64); never by default
+// or with WINO=0: its transform kernels still cost more than the multiplications it saves (README, conv2d).
+bool use_winograd(const Tensor& x, const Tensor& w, const std::vector<int64_t>& st, const std::vector<int64_t>& dl) {
   if (w.ndim() != 4 || st[0] != 1 || st[1] != 1 || dl[0] != 1 || dl[1] != 1) return false;
   if (w.shape()[2] != w.shape()[3] || winograd_tile(w.shape()[2]) == 0) return false;
   if (x.dtype() != w.dtype() || (x.dtype() != dtypes::float32 && x.dtype() != dtypes::float64)) return false;
   if (x.is_symbolic() || w.is_symbolic()) return false;
-  if (getenv_str("WINO").empty()) return false && winograd_pays(x, w, pads, groups);
   return getenv_int("WINO", 0, 0, 1) == 1;
 }
 
@@ -148,7 +146,7 @@ Tensor Tensor::conv(const Tensor& weight, const std::optional<Tensor>& bias, Int
     if (x.shape()[2 + i] + pads[i].first + pads[i].second < dl[i] * (weight.shape()[2 + i] - 1) + 1)
       fail(op, "kernel " + shape_str(Shape(weight.shape().begin() + 2, weight.shape().end())) + " with dilation " +
                    ints_str(dl) + " is larger than the padded (or cropped) input " + shape_str(shape()));
-  Tensor r = use_winograd(x, weight, st, dl, pads, groups) ? conv2d_winograd(x, weight, bias, pads, groups)
+  Tensor r = use_winograd(x, weight, st, dl) ? conv2d_winograd(x, weight, bias, pads, groups)
                                              : conv_impl(x, weight, bias, st, pads, dl, groups, op);
   return unb ? r.squeeze(0) : r;
 }
