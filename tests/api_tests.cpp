@@ -9,6 +9,7 @@
 #include "tg/schedule.hpp"
 #include "tg/tensor.hpp"
 
+#include "scoped_env.hpp"
 #include "test_util.hpp"
 
 using namespace tg;
@@ -77,6 +78,30 @@ TEST_CASE("ops are lazy: building a graph runs no kernel") {
   Tensor s = y.sort(-1).first.cumsum(-1);
   CHECK(kernels_run() == before);
   CHECK(s.shape() == Shape{2, 64});
+}
+
+TEST_CASE("WINO=1 computes a 5x5 stride-1 conv2d by Winograd, to the direct conv's values, and keeps its errors") {
+  Tensor x = Tensor::rand({2, 8, 11, 9}).realize(), w = Tensor::rand({4, 8, 5, 5}).realize();
+  std::vector<float> direct, wino;
+  size_t k0 = kernels_run();
+  {
+    ScopedEnv e("WINO", "0");
+    direct = x.conv2d(w, std::nullopt, 1, 2).to_vector<float>();
+  }
+  size_t k1 = kernels_run();
+  {
+    ScopedEnv e("WINO", "1");
+    wino = x.conv2d(w, std::nullopt, 1, 2).to_vector<float>();
+    // the transforms and the batched matmul are kernels of their own: more than the direct conv's
+    CHECK(kernels_run() - k1 > k1 - k0 + 3);
+    CHECK(error_of([&] { x.conv2d(T({4, 3, 5, 5})); }) ==
+          "[conv2d] weight (4, 3, 5, 5) needs 3 input channels, input (2, 8, 11, 9) has 8");
+    CHECK_THROWS_AS(x.conv2d(T({4, 8, 13, 13})), Error);  // kernel larger than input
+  }
+  REQUIRE(direct.size() == wino.size());
+  float scale = 0;
+  for (float v : direct) scale = std::max(scale, std::fabs(v));
+  for (size_t i = 0; i < direct.size(); i++) CHECK(std::fabs(direct[i] - wino[i]) <= 1e-5f * scale);
 }
 
 TEST_CASE("conv and pool errors name the op and the shapes") {
