@@ -23,7 +23,8 @@ struct WinoMats {
 WinoMats wino_mats(int64_t m, int64_t r) {
   const double pts_all[] = {0, 1, -1, 2, -2, 0.5, -0.5, 3, -3};
   size_t a = size_t(m + r - 1);
-  if (a - 1 > std::size(pts_all)) throw Error("[conv2d] no Winograd points for F(" + std::to_string(m) + ", " + std::to_string(r) + ")");
+  if (a - 1 > std::size(pts_all))
+    throw Error("[conv2d] no Winograd points for F(" + std::to_string(m) + ", " + std::to_string(r) + ")");
   std::vector<double> p(pts_all, pts_all + a - 1);
   auto eval = [&](size_t n) {  // a x n: row j the powers of p_j, the last row (infinity) picks the leading coefficient
     Mat e(a, std::vector<double>(n, 0));
