@@ -2,10 +2,10 @@
 // (bench/triad.hpp: a[i] = b[i] + s*c[i] on the threads tg uses, vector code, both store kinds) gives the reference
 // GB/s; tg's elementwise add of 2^24 floats (and a mul, a relu of an add, an a + b*c and a cast to float16), softmax
 // and layernorm over (4096, 4096) are timed (best of several, compile excluded) and their bytes moved (each input
-// read once, the output written once) divided by the time. Each case runs alternately with the triad, and each is
-// judged against the triad's best in its own window: on this VM the triad's best moves from one minute to the next.
+// read once, the output written once) divided by the time. Each case runs alternately with the triad, each side twice
+// a round (bench::interleaved), and each is judged against the triad's best in its own window: on this VM the
+// triad's best moves from one minute to the next.
 // Prints a table and one JSON object per case (see bench/run).
-#include <algorithm>
 #include <cstdio>
 #include <functional>
 #include <vector>
@@ -15,30 +15,6 @@
 #include "triad.hpp"
 
 using namespace tg;
-
-namespace {
-
-// Best times of a case and of the triad, run alternately, each side twice a round: the triad's ordinary run, then its
-// non-temporal one on the same arrays; the case's first run, then its second. Whichever side runs first after the
-// other is slower: its arrays are not the ones just streamed (2-core Zen 5 VM, one process, both on tg's thread pool:
-// the triad's non-temporal run after tg's add 1.83-2.17 ms, after its own run 1.58-1.73; tg's add after the triad
-// 1.87-2.37, after itself 1.77-1.94; why was not found), and here its threads' one oneTBB worker first leaves the
-// other's task arena (150-200 us in a micro-benchmark: a worker leaves an arena only after spinning in it). With one
-// run of the case a round, its every run paid both and the triad's best never did: add read 0.61-0.88 of the triad
-// where two runs a round read 0.94-1.01 in the same minutes.
-struct Pair {
-  double tg_ms = 1e30, triad_ms = 1e30;
-};
-Pair interleaved(const std::function<void()>& f, bench::Triad& triad, int reps) {
-  Pair p;
-  for (int r = 0; r < reps; r++) {
-    p.triad_ms = std::min(p.triad_ms, triad.once_ms());
-    p.tg_ms = std::min(p.tg_ms, bench::best_ms(f, 2));
-  }
-  return p;
-}
-
-}  // namespace
 
 int main() {
   bench::LoadReport load;
@@ -53,11 +29,11 @@ int main() {
 
   auto run = [&](const char* name, const std::function<void()>& f, double bytes) {
     f();  // compile
-    Pair p = interleaved(f, tri, 15);
-    double gbs = bytes / p.tg_ms / 1e6, peer_gbs = triad_gbs(p.triad_ms);
-    std::printf("%-22s tg %8.3f ms %7.1f GB/s   bandwidth %7.1f GB/s   tg/bandwidth %.2f\n", name, p.tg_ms, gbs,
+    bench::Rounds r = bench::interleaved(tri, {f}, 15);
+    double tg_ms = r.best(0), gbs = bytes / tg_ms / 1e6, peer_gbs = triad_gbs(r.triad_ms);
+    std::printf("%-22s tg %8.3f ms %7.1f GB/s   bandwidth %7.1f GB/s   tg/bandwidth %.2f\n", name, tg_ms, gbs,
                 peer_gbs, gbs / peer_gbs);
-    bench::json(name, "default", p.tg_ms, "bandwidth", bytes / peer_gbs / 1e6);
+    bench::json(name, "default", tg_ms, "bandwidth", bytes / peer_gbs / 1e6);
   };
 
   Tensor x = Tensor::rand({int64_t(n)}), y = Tensor::rand({int64_t(n)}), z = Tensor::rand({int64_t(n)});

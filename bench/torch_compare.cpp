@@ -203,8 +203,9 @@ void bench_conv_dx(int64_t n, int64_t ci, int64_t co, int64_t hw, int64_t k, int
 // Memory-bound kernels against libtorch's and against a best-effort STREAM triad (bench/triad.hpp; bench/bandwidth
 // judges the same kernels against it alone): an elementwise add of 2^24 floats, softmax and layer norm (no affine)
 // over the rows of a 4096x4096 matrix; GB/s counts each input read once and the output written once. tg, libtorch and
-// the triad run in turn, 15 rounds: tg against libtorch by medians, tg against the triad by bests (the triad's best in
-// the same rounds: the VM's bandwidth moves from one minute to the next). glibc maps each 64 MiB result afresh (mmap
+// the triad run in turn, 15 rounds, each twice a round (bench::interleaved: whichever runs first after another is
+// slower): tg against libtorch by the medians of each round's better run, tg against the triad by bests (the triad's
+// best in the same rounds: the VM's bandwidth moves from one minute to the next). glibc maps each 64 MiB result afresh (mmap
 // above its 32 MiB threshold) and the first touch of its pages cost libtorch 250-380 ms per call on the VM (0.5
 // GB/s): freed blocks stay in the heap (main), as tg's allocator keeps its freed buffers, so both sides reuse warm memory.
 void bench_memory() {
@@ -222,16 +223,8 @@ void bench_memory() {
   std::printf("triad: %s\n", triad.describe().c_str());
   auto one = [&](const char* what, const char* json, double bytes, auto&& tg_f, auto&& th_f) {
     tg_f(), th_f();  // compile, warm
-    std::vector<double> tg_ms, th_ms;
-    double tri_ms = 1e30;
-    for (int r = 0; r < 15; r++) {
-      tg_ms.push_back(bench::best_ms(tg_f, 1));
-      th_ms.push_back(bench::best_ms(th_f, 1));
-      tri_ms = std::min(tri_ms, triad.once_ms());
-    }
-    double tg_best = *std::min_element(tg_ms.begin(), tg_ms.end());
-    std::sort(tg_ms.begin(), tg_ms.end()), std::sort(th_ms.begin(), th_ms.end());
-    double tg_med = tg_ms[tg_ms.size() / 2], th_med = th_ms[th_ms.size() / 2];
+    bench::Rounds r = bench::interleaved(triad, {tg_f, th_f}, 15);
+    double tg_best = r.best(0), tri_ms = r.triad_ms, tg_med = r.median(0), th_med = r.median(1);
     char line[96];
     std::snprintf(line, sizeof line, "%s (%.1f / %.1f GB/s)", what, bytes / tg_med / 1e6, bytes / th_med / 1e6);
     report(line, json, tg_med, th_med);

@@ -22,9 +22,11 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <new>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "bench_util.hpp"
 
@@ -138,5 +140,37 @@ class Triad {
   const char* isa_ = "SSE2";
   double best_[2] = {1e30, 1e30};
 };
+
+/** Times of `sides` and the triad in rounds (interleaved). */
+struct Rounds {
+  std::vector<std::vector<double>> ms;  ///< ms[side][round]: the better of the side's two runs in the round
+  double triad_ms = 1e30;               ///< the triad's best (Triad::once_ms) over the rounds
+  /** The side's best ms. */
+  double best(size_t side) const { return *std::min_element(ms[side].begin(), ms[side].end()); }
+  /** The side's median over the rounds. */
+  double median(size_t side) const {
+    std::vector<double> v = ms[side];
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+  }
+};
+
+/** `rounds` rounds of the triad and then each side, every one of them run twice a round: the triad's ordinary run,
+ *  then its non-temporal one on the same arrays; each side's first run, then its second. Whichever runs first after
+ *  another is slower: its arrays are not the ones just streamed (2-core Zen 5 VM, one process, both on tg's thread
+ *  pool: the triad's non-temporal run after tg's add 1.83-2.17 ms, after its own run 1.58-1.73; tg's add after the
+ *  triad 1.87-2.37, after itself 1.77-1.94; why was not found), and its threads' one oneTBB worker first leaves the
+ *  other's task arena (150-200 us in a micro-benchmark: a worker leaves an arena only after spinning in it). With one
+ *  run a round, a side paid both every time and the triad's best never did: tg's add read 0.61-0.88 of the triad
+ *  where two runs a round read 0.94-1.01 in the same minutes. */
+inline Rounds interleaved(Triad& triad, const std::vector<std::function<void()>>& sides, int rounds) {
+  Rounds r;
+  r.ms.resize(sides.size());
+  for (int k = 0; k < rounds; k++) {
+    r.triad_ms = std::min(r.triad_ms, triad.once_ms());
+    for (size_t s = 0; s < sides.size(); s++) r.ms[s].push_back(best_ms(sides[s], 2));
+  }
+  return r;
+}
 
 }  // namespace bench

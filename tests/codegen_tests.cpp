@@ -675,8 +675,8 @@ Tensor vrand(Shape shape, uint32_t seed) {
   return Tensor::from_vector(v, shape).realize();
 }
 
-// k lowered with `opts` for dev's renderer and run on dev over its buffers: the output's floats (and the source).
-std::vector<float> run_lowered(const VKern& k, const std::vector<Opt>& opts, Device& dev, std::string& src) {
+// k lowered with `opts` for dev's renderer and run on dev over its buffers: the output's bytes (and the source).
+std::vector<uint8_t> run_lowered_bytes(const VKern& k, const std::vector<Opt>& opts, Device& dev, std::string& src) {
   LowerOptions lo;
   lo.opts = &opts;
   lo.config = opt_config(dev);
@@ -691,8 +691,15 @@ std::vector<float> run_lowered(const VKern& k, const std::vector<Opt>& opts, Dev
   dims.n_vars = int(ck.var_names.size()), dims.n_bufs = int(ptrs.size());
   if (ck.core_var >= 0) dims.core_var = ck.core_var, dims.global[0] = ck.threads;
   prog->run(ptrs.data(), vars.data(), dims);
-  std::vector<float> out(k.bufs[0]->size());
-  k.bufs[0]->copyout(out.data(), out.size() * 4);
+  std::vector<uint8_t> out(k.bufs[0]->nbytes());
+  k.bufs[0]->copyout(out.data(), out.size());
+  return out;
+}
+// The same for a float32 output: its floats.
+std::vector<float> run_lowered(const VKern& k, const std::vector<Opt>& opts, Device& dev, std::string& src) {
+  std::vector<uint8_t> b = run_lowered_bytes(k, opts, dev, src);
+  std::vector<float> out(b.size() / 4);
+  std::memcpy(out.data(), b.data(), out.size() * 4);
   return out;
 }
 
@@ -734,6 +741,52 @@ TEST_CASE("an upcast elementwise kernel renders float4 loads, ops and stores for
     return;  // no NVRTC here
   }
   for (int sm : {80, 90}) CHECK(cuda::make_nvrtc_compiler(sm)->compile(u, "v").size() > 100);
+}
+
+TEST_CASE("16-bit lanes on OpenCL and CUDA: float32 lanes beside them are float4, theirs stay scalars; NVRTC compiles") {
+  // OpenCL and CUDA have no 16-bit vector types here: devectorize splits a float16 vector LOAD, op or CAST into lanes
+  // (float16 as uint16 bits or as OpenCL's native half), and a float32 store of such lanes is still one float4 (its
+  // float32 loads too; vectors start from the stores, so a float16 output's float32 loads stay scalars).
+  Tensor a = vrand({1024}, 12), b = vrand({1024}, 13);
+  Tensor ah = a.cast(dtypes::float16).realize(), bh = b.cast(dtypes::float16).realize();
+  std::vector<Opt> opts{{OptOp::UPCAST, 0, 4}, {OptOp::LOCAL, 0, 16}};
+  LowerOptions lo;
+  lo.opts = &opts;
+  auto cl = make_opencl_renderer(false, true, 256), clh = make_opencl_renderer(true, true, 256);
+  auto cu = make_cuda_renderer(90);
+  struct Case {
+    const char* name;
+    Tensor t;
+    bool float_load, float_store;  // a float4 load (the input is float32), a float4 store (the output is)
+  };
+  std::vector<Case> cases{{"f32 -> f16", a.cast(dtypes::float16), false, false},
+                          {"f16 -> f32", ah.cast(dtypes::float32), false, true},
+                          {"f16 + f16", Tensor(ah + bh), false, false},
+                          {"f16 * f32", Tensor(ah * b), true, true}};
+  bool nvrtc = true;
+  try {
+    cuda::nvrtc_version();
+  } catch (const Error&) {
+    nvrtc = false;  // no NVRTC here
+  }
+  for (Case& c : cases) {
+    CAPTURE(c.name);
+    VKern k = test::last_kernel(c.t);
+    for (Renderer* r : {cl.get(), clh.get()}) {
+      std::string src = lower_kernel(k.ast, "v", *r, lo).src;
+      CAPTURE(src);
+      CHECK(!has(src, "half4"));
+      CHECK(!has(src, "ushort4"));
+      CHECK(has(src, "vload4(") == c.float_load);
+      CHECK(has(src, "vstore4(") == c.float_store);
+    }
+    std::string u = lower_kernel(k.ast, "v", *cu, lo).src;
+    CAPTURE(u);
+    CHECK(!has(u, "half4"));
+    CHECK(has(u, "float4 val") == c.float_load);
+    CHECK(has(u, "*((float4*)") == (c.float_load || c.float_store));
+    if (nvrtc) CHECK(cuda::make_nvrtc_compiler(90)->compile(u, "v").size() > 100);
+  }
 }
 
 TEST_CASE("vector kernels on the default device (LLVM <8 x float>, OpenCL float4) give the scalar kernels' values") {
@@ -807,6 +860,57 @@ TEST_CASE("a contiguous elementwise kernel is vector loads, ops and stores of th
   CHECK(run_lowered(add, opts, dev, scalar) == av);
   CHECK(has(scalar, "llvm.loop.vectorize"));
   CHECK(run_lowered(ex, opts, dev, scalar) == ev);
+}
+
+TEST_CASE("16-bit elementwise kernels (float16, bfloat16, int16) are vector loads, converts, ops and stores") {
+  // The 16-bit lanes move as vectors as the 32-bit ones do: a float32 -> float16 cast is <W x float> loads, one
+  // fptrunc and <W x half> stores; bfloat16's exact rounding runs on the vector; a half add converts whole vectors to
+  // float32 and back. The values are the scalar kernel's (VECTORIZE=0) bit for bit, and a cast is exact.
+  Tensor a = vrand({4096}, 10), b = vrand({4096}, 11);
+  Device& dev = get_device(a.device());
+  if (dev.renderer().grid_limits().threads > 0 || !dev.renderer().vector_lanes()) return;  // the CPU's LLVM renderer
+  const int w = opt_config(dev).vector_width;
+  auto vt = [&](const char* t) { return "<" + std::to_string(w) + " x " + t + ">"; };
+  Tensor ah = a.cast(dtypes::float16).realize(), bh = b.cast(dtypes::float16).realize();
+  Tensor ai = Tensor(a * 1000.0f).cast(dtypes::int16).realize(), bi = Tensor(b * 1000.0f).cast(dtypes::int16).realize();
+  struct Case {
+    const char* name;
+    Tensor t;
+    std::vector<std::string> want;  // in the LLVM IR
+  };
+  std::vector<Case> cases{
+      {"f32 -> f16", a.cast(dtypes::float16), {"load " + vt("float"), "fptrunc " + vt("float"), "store " + vt("half")}},
+      {"f32 -> bf16", a.cast(dtypes::bfloat16), {"call " + vt("bfloat") + " @tg.f2bf.v" + std::to_string(w), "store " + vt("bfloat")}},
+      {"f16 -> f32", ah.cast(dtypes::float32), {"load " + vt("half"), "fpext " + vt("half"), "store " + vt("float")}},
+      {"f16 + f16", Tensor(ah + bh), {"load " + vt("half"), "fadd " + vt("float"), "store " + vt("half")}},
+      {"i16 + i16", Tensor(ai + bi), {"add " + vt("i16"), "store " + vt("i16")}},
+  };
+  std::vector<Opt> opts{{OptOp::UPCAST, 0, w}};
+  for (Case& c : cases) {
+    CAPTURE(c.name);
+    VKern k = test::last_kernel(c.t);
+    std::string src, scalar;
+    std::vector<uint8_t> got = run_lowered_bytes(k, opts, dev, src);
+    if (!has(src, "define void")) return;  // not the LLVM renderer (CPU_COMPILER=clang: C source)
+    CAPTURE(src);
+    for (const std::string& s : c.want) CHECK(has(src, s));
+    CHECK(!has(src, "extractelement"));
+    ScopedEnv off("VECTORIZE", "0");
+    CHECK(run_lowered_bytes(k, opts, dev, scalar) == got);
+    CHECK(!has(scalar, "x half>"));
+  }
+  // the casts round to nearest even, exactly
+  std::vector<float> as = a.to_vector<float>();
+  std::vector<uint8_t> hb = a.cast(dtypes::float16).data(), bfb = a.cast(dtypes::bfloat16).data();
+  std::vector<uint16_t> h(as.size()), bf(as.size());
+  REQUIRE(hb.size() == 2 * as.size());
+  REQUIRE(bfb.size() == 2 * as.size());
+  std::memcpy(h.data(), hb.data(), hb.size());
+  std::memcpy(bf.data(), bfb.data(), bfb.size());
+  for (size_t i = 0; i < as.size(); i++) {
+    CHECK(h[i] == float_to_half_bits(as[i]));
+    CHECK(bf[i] == float_to_bf16_bits(as[i]));
+  }
 }
 
 TEST_CASE("elementwise copies that simplify into different trees stay a lane loop, not lanes gathered one by one") {

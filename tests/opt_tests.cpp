@@ -1603,3 +1603,50 @@ TEST_CASE("NONTEMPORAL: an add larger than the last-level cache writes aligned v
   CHECK_THROWS_AS(apply_opt(simple, {OptOp::NONTEMPORAL, 0, 2}), OptError);
   CHECK(apply_opt(simple, {OptOp::NONTEMPORAL, 0, 1}) == simple);
 }
+
+TEST_CASE("NONTEMPORAL: a cast to float16 or bfloat16 larger than the last-level cache stores aligned 16-bit vectors past the caches") {
+  Device& dev = get_device("CPU");
+  LowerOptions lo;
+  lo.config = opt_config(dev);
+  lo.config.threads = 2;
+  lo.config.llc_bytes = 64 << 10;
+  const int64_t n = 1 << 16;  // 128 KiB of output
+  Tensor a = randn({n}, 46).realize();
+  std::vector<float> as = a.to_vector<float>();
+  for (DType d : {dtypes::float16, dtypes::bfloat16}) {
+    CAPTURE(d.name());
+    Kern k = last_kernel(a.cast(d));
+    CompiledKernel ck = lower_kernel(k.ast, "nt_16", dev.renderer(), lo);
+    CAPTURE(ck.src);
+    CHECK(std::any_of(ck.opts.begin(), ck.opts.end(), [](const Opt& o) { return o.op == OptOp::NONTEMPORAL; }));
+    // every marked store is a vector of the 16-bit type aligned to its bytes
+    const std::string t = d == dtypes::float16 ? " x half> " : " x bfloat> ";
+    size_t marked = 0;
+    for (size_t at = ck.src.find("!nontemporal"); at != std::string::npos; at = ck.src.find("!nontemporal", at + 1)) {
+      size_t bol = ck.src.rfind('\n', at) + 1;
+      std::string line = ck.src.substr(bol, ck.src.find('\n', at) - bol);
+      if (line.find("store <") == std::string::npos) continue;  // the metadata node
+      marked++;
+      size_t lt = line.find('<') + 1;
+      int lanes = std::stoi(line.substr(lt));
+      CHECK(line.find(t) != std::string::npos);
+      CHECK(line.find("align " + std::to_string(lanes * 2) + ", !nontemporal") != std::string::npos);
+    }
+    CHECK(marked >= 1);
+    // the values: the rounding of each float, with the opt and without
+    std::vector<Opt> off;
+    for (const Opt& o : ck.opts)
+      if (o.op != OptOp::NONTEMPORAL) off.push_back(o);
+    for (const std::vector<Opt>* opts : {&ck.opts, &off}) {
+      LowerOptions l2 = lo;
+      l2.opts = opts;
+      run_compiled(k, lower_kernel(k.ast, "nt_16r", dev.renderer(), l2));
+      std::vector<uint16_t> got(static_cast<size_t>(n));
+      k.bufs[0]->copyout(got.data(), got.size() * 2);
+      size_t bad = 0;
+      for (size_t i = 0; i < got.size(); i++)
+        bad += got[i] != (d == dtypes::float16 ? float_to_half_bits(as[i]) : float_to_bf16_bits(as[i]));
+      CHECK(bad == 0);
+    }
+  }
+}

@@ -21,8 +21,8 @@ namespace {
 bool mem_kind(DType d) {
   if (d.ptr || d.count != 1) return false;
   switch (d.scalar) {
-    case Scalar::Float32: case Scalar::Float64: case Scalar::Int32: case Scalar::UInt32: case Scalar::Int64:
-    case Scalar::UInt64: return true;
+    case Scalar::Float16: case Scalar::BFloat16: case Scalar::Float32: case Scalar::Float64: case Scalar::Int16:
+    case Scalar::UInt16: case Scalar::Int32: case Scalar::UInt32: case Scalar::Int64: case Scalar::UInt64: return true;
     default: return false;
   }
 }

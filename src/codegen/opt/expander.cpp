@@ -109,10 +109,10 @@ class Expander {
   std::map<std::pair<const UOp*, std::vector<int64_t>>, UOpRef> memo_;
 };
 
-// A 32- or 64-bit element (not bool): what a vector load or store of the vectorize stage moves.
+// A 16-, 32- or 64-bit element (not bool): what a vector load or store of the vectorize stage moves.
 bool wide_elements(DType d) {
   int bits = d.scalar_type().bitsize();
-  return !d.ptr && !dtypes::is_bool(d) && (bits == 32 || bits == 64);
+  return !d.ptr && !dtypes::is_bool(d) && (bits == 16 || bits == 32 || bits == 64);
 }
 
 bool is_lane(const UOpRef& r) { return r->op == Ops::RANGE && range_type(r.get()) == AxisType::Lane; }
@@ -157,7 +157,7 @@ UOpRef lanes_from_unrolls(const UOpRef& ast, bool packs, bool pack_rows, bool* k
   // per gated load). Index arithmetic that is not linear in it (a pool's gradient, with divisions and gates) stays
   // with copies, where each copy's index folds to constants (as a Lane loop it is computed per lane at run time).
   // Where the lowering packs copies into vector ops (`packs`: the vectorize stage, a renderer with vectors), an
-  // elementwise kernel whose values are all 32- or 64-bit (or bool) and whose loads and stores are ungated keeps its
+  // elementwise kernel whose values are all 16-, 32- or 64-bit (or bool) and whose loads and stores are ungated keeps its
   // copies: vector loads, ops and stores of the machine's width in tg's IR, not a loop left to LLVM's vectoriser.
   {
     std::vector<const UOp*> reduces, upcasts, indexes, gates;
@@ -173,7 +173,7 @@ UOpRef lanes_from_unrolls(const UOpRef& ast, bool packs, bool pack_rows, bool* k
         packs = false;  // only plain loads and stores are packed into vector ones (a gated load: a branch per lane)
       DType d = n->dtype;
       if (!d.ptr && d.scalar != Scalar::Void && d.scalar != Scalar::Index && !dtypes::is_bool(d) && !wide_elements(d))
-        packs = false;  // nor values of 8 or 16 bits (a bfloat16 rounding in between: scalar calls per copy)
+        packs = false;  // nor values of 8 bits
     }
     packs &= reduces.empty() || pack_rows;  // a row kernel's output loop: where its stores go past the caches
     const UOp* pick = nullptr;

@@ -67,35 +67,37 @@ std::string hex64(uint64_t v) {
   return buf;
 }
 
-// Helpers defined in the module when used: exact conversions the x86 backend would otherwise do with libcalls.
-const std::map<std::string, std::string>& helper_defs() {
-  static const std::map<std::string, std::string> defs = {
-      {"tg.bf2f", R"(define internal float @tg.bf2f(bfloat %x) alwaysinline nounwind {
-  %b = bitcast bfloat %x to i16
-  %z = zext i16 %b to i32
-  %s = shl i32 %z, 16
-  %f = bitcast i32 %s to float
-  ret float %f
-}
-)"},
-      {"tg.f2bf", R"(define internal bfloat @tg.f2bf(float %x) alwaysinline nounwind {
-  %u = bitcast float %x to i32
-  %a = and i32 %u, 2147483647
-  %nan = icmp ugt i32 %a, 2139095040
-  %hi = lshr i32 %u, 16
-  %q = or i32 %hi, 64
-  %lsb = and i32 %hi, 1
-  %r1 = add i32 %u, 32767
-  %r2 = add i32 %r1, %lsb
-  %r3 = lshr i32 %r2, 16
-  %res = select i1 %nan, i32 %q, i32 %r3
-  %t = trunc i32 %res to i16
-  %b = bitcast i16 %t to bfloat
-  ret bfloat %b
-}
-)"},
-      // double -> half rounded once: round to odd into float (24 bits >= 11 + 2), then to nearest even.
-      {"tg.d2h", R"(define internal half @tg.d2h(double %d) alwaysinline nounwind {
+// Helpers defined in the module when used: exact conversions the x86 backend would otherwise do with libcalls. The
+// bfloat16 ones take n lanes (n 1: scalars; vector CASTs, see LLVMRenderer::vector_alu) and are named by them.
+std::string bf16_helper_name(const std::string& fn, int n) { return n == 1 ? fn : fn + ".v" + std::to_string(n); }
+std::string helper_def(const std::string& fn, int n) {
+  const std::string F = ltype(dtypes::float32.vec(n)), B = ltype(dtypes::bfloat16.vec(n)), I = ltype(dtypes::int32.vec(n)),
+                    H = ltype(dtypes::int16.vec(n)), C = ltype(dtypes::bool_.vec(n)), name = bf16_helper_name(fn, n);
+  auto k = [&](const char* c) { return splat(dtypes::int32.vec(n), c); };
+  if (fn == "tg.bf2f")
+    return "define internal " + F + " @" + name + "(" + B + " %x) alwaysinline nounwind {\n"
+           "  %b = bitcast " + B + " %x to " + H + "\n"
+           "  %z = zext " + H + " %b to " + I + "\n"
+           "  %s = shl " + I + " %z, " + k("16") + "\n"
+           "  %f = bitcast " + I + " %s to " + F + "\n"
+           "  ret " + F + " %f\n}\n";
+  if (fn == "tg.f2bf")  // round to nearest even; a NaN stays a (quiet) NaN
+    return "define internal " + B + " @" + name + "(" + F + " %x) alwaysinline nounwind {\n"
+           "  %u = bitcast " + F + " %x to " + I + "\n"
+           "  %a = and " + I + " %u, " + k("2147483647") + "\n"
+           "  %nan = icmp ugt " + I + " %a, " + k("2139095040") + "\n"
+           "  %hi = lshr " + I + " %u, " + k("16") + "\n"
+           "  %q = or " + I + " %hi, " + k("64") + "\n"
+           "  %lsb = and " + I + " %hi, " + k("1") + "\n"
+           "  %r1 = add " + I + " %u, " + k("32767") + "\n"
+           "  %r2 = add " + I + " %r1, %lsb\n"
+           "  %r3 = lshr " + I + " %r2, " + k("16") + "\n"
+           "  %res = select " + C + " %nan, " + I + " %q, " + I + " %r3\n"
+           "  %t = trunc " + I + " %res to " + H + "\n"
+           "  %b = bitcast " + H + " %t to " + B + "\n"
+           "  ret " + B + " %b\n}\n";
+  // double -> half rounded once: round to odd into float (24 bits >= 11 + 2), then to nearest even.
+  return R"(define internal half @tg.d2h(double %d) alwaysinline nounwind {
   %f = fptrunc double %d to float
   %back = fpext float %f to double
   %inexact = fcmp one double %back, %d
@@ -112,9 +114,7 @@ const std::map<std::string, std::string>& helper_defs() {
   ret half %h
 }
 declare double @llvm.fabs.f64(double)
-)"},
-  };
-  return defs;
+)";
 }
 
 // State of one render.
@@ -159,7 +159,7 @@ class LLVMEmitter {
     // non-temporal stores are weakly ordered: fenced before the kernel returns (x86 MFENCE, AArch64 DMB), so the
     // thread pool's completion signal, and the next kernel, see them
     out += entry_ + body_ + (nt_md_.empty() ? "" : "  fence seq_cst\n") + "  ret void\n}\n\n";
-    for (const std::string& h : helpers_) out += helper_defs().at(h) + "\n";
+    for (const auto& [name, def] : helpers_) out += def + "\n";
     for (const std::string& d : decls_) out += d + "\n";
     out += "\nattributes #0 = { nounwind \"no-trapping-math\"=\"true\" }\n";
     out += "attributes #1 = { nounwind alwaysinline \"no-trapping-math\"=\"true\" }\n";
@@ -191,9 +191,11 @@ class LLVMEmitter {
     decls_.insert("declare " + T + " @" + full + "(" + sig + ")");
     return val("call " + T + " @" + full + "(" + call + ")");
   }
-  std::string helper(const std::string& fn, const std::string& ret, const std::string& arg) {
-    helpers_.insert(fn);
-    return val("call " + ret + " @" + fn + "(" + arg + ")");
+  // A call of helper fn (helper_def) over n lanes.
+  std::string helper(const std::string& fn, const std::string& ret, const std::string& arg, int n = 1) {
+    std::string name = bf16_helper_name(fn, n);
+    if (!helpers_.count(name)) helpers_[name] = helper_def(fn, n);
+    return val("call " + ret + " @" + name + "(" + arg + ")");
   }
 
   std::string lconst(const UOp* c) {
@@ -223,15 +225,17 @@ class LLVMEmitter {
     return std::to_string(v);
   }
 
-  // float32 value of a 16-bit float, and back.
+  // float32 value of a 16-bit float, and back (lane by lane for vectors).
   std::string ext_f32(const std::string& x, DType d) {
-    if (d.scalar == Scalar::Float16) return val("fpext half " + x + " to float");
-    if (d.scalar == Scalar::BFloat16) return helper("tg.bf2f", "float", "bfloat " + x);
+    std::string F = ltype(dtypes::float32.vec(d.count));
+    if (d.scalar == Scalar::Float16) return val("fpext " + ltype(d) + " " + x + " to " + F);
+    if (d.scalar == Scalar::BFloat16) return helper("tg.bf2f", F, ltype(d) + " " + x, d.count);
     return x;
   }
   std::string trunc_f32(const std::string& x, DType d) {
-    if (d.scalar == Scalar::Float16) return val("fptrunc float " + x + " to half");
-    if (d.scalar == Scalar::BFloat16) return helper("tg.f2bf", "bfloat", "float " + x);
+    std::string F = ltype(dtypes::float32.vec(d.count));
+    if (d.scalar == Scalar::Float16) return val("fptrunc " + F + " " + x + " to " + ltype(d));
+    if (d.scalar == Scalar::BFloat16) return helper("tg.f2bf", ltype(d), F + " " + x, d.count);
     return x;
   }
   // An int (or bool) converted to another int width.
@@ -246,7 +250,7 @@ class LLVMEmitter {
     if (from == to) return x;
     if (is16(from)) {
       x = ext_f32(x, from);
-      from = dtypes::float32;
+      from = dtypes::float32.vec(from.count);
       if (to == from) return x;
     }
     bool ff = dtypes::is_float(from), tf = dtypes::is_float(to);
@@ -362,7 +366,7 @@ class LLVMEmitter {
     DType cdt = is_comparison(u->op) ? u->src(0)->dtype : u->dtype;
     if (is16(cdt)) {  // compute in float32, round after the op
       for (std::string& x : a) x = ext_f32(x, cdt);
-      std::string res = float_alu(u, dtypes::float32, a);
+      std::string res = float_alu(u, dtypes::float32.vec(cdt.count), a);
       return is_comparison(u->op) ? res : trunc_f32(res, u->dtype);
     }
     return dtypes::is_float(cdt) ? float_alu(u, cdt, a) : int_alu(u, cdt, a);
@@ -550,7 +554,8 @@ class LLVMEmitter {
   std::vector<std::string> meta_;  // loop metadata nodes
   std::unordered_map<const UOp*, std::string> if_ids_;
   std::string entry_, body_, block_ = "entry";
-  std::set<std::string> decls_, helpers_;
+  std::set<std::string> decls_;
+  std::map<std::string, std::string> helpers_;  // helper name -> its definition
   std::map<std::pair<const UOp*, int64_t>, std::string> aligned_;  // aligned_flag's
   std::string nt_md_;                                              // the !nontemporal metadata node, once used
   int ntmp_ = 0;
@@ -577,8 +582,9 @@ bool LLVMRenderer::supports(DType dt) const {
 
 int LLVMRenderer::vector_lanes_of(DType d) const {
   switch (d.scalar) {
-    case Scalar::Bool: case Scalar::Float32: case Scalar::Float64: case Scalar::Int32: case Scalar::UInt32:
-    case Scalar::Int64: case Scalar::UInt64: return 64;
+    case Scalar::Bool: case Scalar::Float16: case Scalar::BFloat16: case Scalar::Float32: case Scalar::Float64:
+    case Scalar::Int16: case Scalar::UInt16: case Scalar::Int32: case Scalar::UInt32: case Scalar::Int64:
+    case Scalar::UInt64: return 64;
     default: return 1;
   }
 }
@@ -593,11 +599,13 @@ bool LLVMRenderer::vector_alu(const UOp* u) const {
       return true;
     case Ops::FDIV: case Ops::RECIPROCAL: case Ops::SQRT: case Ops::TRUNC: return f || u->op == Ops::TRUNC;
     case Ops::CAST: {
-      // int or bool -> float32/float64, float32 <-> float64, int widening and narrowing: one instruction on the lanes
+      // int or bool -> float32/float64, float32 <-> float64, int widening and narrowing: one instruction on the
+      // lanes; float16/bfloat16 -> float32/float64 and float32 -> float16/bfloat16 through float32 (the bfloat16
+      // helpers on the vector)
       bool fd = d.scalar == Scalar::Float32 || d.scalar == Scalar::Float64;
       bool fs = s.scalar == Scalar::Float32 || s.scalar == Scalar::Float64;
       bool is = dtypes::is_int(s) || dtypes::is_bool(s), id = dtypes::is_int(d);
-      return (fd && (fs || is)) || (id && (dtypes::is_int(s)));
+      return (fd && (fs || is || is16(s))) || (id && (dtypes::is_int(s))) || (is16(d) && s.scalar == Scalar::Float32);
     }
     case Ops::BITCAST:  // lanes of one width (the decomposed exp2's float <-> int32 views); bools lane by lane
       return d.count == s.count && !dtypes::is_bool(d) && !dtypes::is_bool(s) &&
