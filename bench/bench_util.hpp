@@ -37,9 +37,10 @@ double best_ms(F&& f, int reps) {
 }
 
 /** Median ms of f over up to `reps` runs (at least 3; stops after ~budget_s seconds) after warming up for at least
- *  150 ms (one run at least): a peer's idle threads spin on the cores after its last call (OpenBLAS and libgomp's,
- *  about 2^28 cycles), and a side timed right after the other shared the cores with them: tg's batched matmul under
- *  TG_CPU=haswell read 10.2 ms timed after libtorch's convolutions and 5.3 ms alone (2-core Zen 5, 2 threads). */
+ *  150 ms (one run at least): a peer's idle threads spin on the cores after its last call (libtorch's OpenMP team;
+ *  OpenBLAS's, bench/matmul), and a side timed right after the other shared the cores with them: tg's batched matmul
+ *  under TG_CPU=haswell read 10.2 ms timed after libtorch's convolutions, 5.3 ms alone and 5.3 ms after them with
+ *  OMP_WAIT_POLICY=PASSIVE (2-core Zen 5, 2 threads). */
 template <class F>
 double median_ms(F&& f, int reps = 7, double budget_s = 20) {
   for (auto warm = clk::now(); f(), ms_since(warm) < 150;) {
