@@ -573,7 +573,9 @@ TEST_CASE("a panelled matmul whose panel is past half the L2 sums K in slices: q
   if (l2 <= 0) l2 = int64_t(2) << 20;
   const int64_t K = l2 / 128, n = 160, nb = K / 32;
   std::mt19937 gen{41};
-  for (const auto& [type, bytes] : {std::pair<std::string, int64_t>{"q4_0", 18}, {"q8_0", 34}}) {
+  for (const auto& case_ : {std::pair<std::string, int64_t>{"q4_0", 18}, {"q8_0", 34}}) {
+    const std::string type = case_.first;  // not a structured binding: clang (C++20) refuses those in a lambda
+    const int64_t bytes = case_.second;
     CAPTURE(type);
     std::vector<uint8_t> blocks(size_t(n * nb * bytes));
     for (auto& b : blocks) b = uint8_t(gen());
