@@ -876,6 +876,56 @@ TEST_CASE("heuristic: an elementwise kernel whose store axis takes no vector is 
   CHECK(want[size_t((5 * 34 + 0) * 34 + 7)] == 0.0f);  // the padding
 }
 
+TEST_CASE("heuristic: a transpose is a tile of whole-vector loads and stores, its lanes shuffled (no loads at a stride)") {
+  // out[i][j] = in[j][i]: the store runs along j, the loads along i. Both axes upcast by the vector width; each block
+  // of the input row is loaded once as a vector and the store's lanes are taken from the blocks (a 4096^2 transpose
+  // read one float per cache line at a 16 KiB stride before, each line 16 times).
+  Device& dev = get_device("CPU");
+  LowerOptions lo;
+  lo.config = opt_config(dev);
+  const int64_t w = std::max(4, lo.config.vector_width);
+  const std::string vec = "<" + std::to_string(w) + " x float>";
+  auto count = [](const std::string& s, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) n++;
+    return n;
+  };
+  Tensor a = randn({8 * w, 6 * w}, 71).realize();
+  const std::vector<float> host = a.to_vector<float>();
+  for (int scaled = 0; scaled < 2; scaled++) {
+    CAPTURE(scaled);
+    Tensor y = scaled ? a.T() * 2.0f + 1.0f : a.T().contiguous();
+    Kern k = last_kernel(y);
+    auto opts = hand_coded_optimizations(k.ast, lo.config);
+    int upcast_axes = 0;
+    for (const Opt& o : opts) upcast_axes += o.op == OptOp::UPCAST && o.amt == w;
+    CHECK(upcast_axes == 2);
+    CompiledKernel ck = lower_kernel(k.ast, "transpose_tile", dev.renderer(), lo);
+    CHECK(count(ck.src, "load " + vec) >= 1);
+    CHECK(count(ck.src, "load float,") == 0);  // no scalar load of the input
+    CHECK(count(ck.src, "store " + vec) >= 1);
+    auto got = run_with(k, ck.opts);
+    CHECK(got == run_with(k, {}));  // exactly the plain loops' values
+    for (int64_t i = 0; i < 6 * w; i++)
+      for (int64_t j = 0; j < 8 * w; j += 7)
+        REQUIRE(got[size_t(i * 8 * w + j)] == (scaled ? host[size_t(j * 6 * w + i)] * 2.0f + 1.0f : host[size_t(j * 6 * w + i)]));
+    {  // TRANSPOSE_TILE=0: the store's vectors only
+      ScopedEnv off("TRANSPOSE_TILE", "0");
+      int n = 0;
+      for (const Opt& o : hand_coded_optimizations(k.ast, lo.config)) n += o.op == OptOp::UPCAST;
+      CHECK(n == 1);
+    }
+  }
+  // rows too short for a vector (3): vectors along the loads only, no tile; the values still exact
+  Tensor b = randn({3, 4 * w}, 72).realize();
+  Kern kb = last_kernel(b.T().contiguous());
+  auto ob = hand_coded_optimizations(kb.ast, lo.config);
+  CHECK(std::count_if(ob.begin(), ob.end(), [](const Opt& o) { return o.op == OptOp::UPCAST; }) == 1);
+  std::vector<float> bh = b.to_vector<float>(), bt = run_with(kb, ob);
+  CHECK(bt[size_t(5 * 3 + 2)] == bh[size_t(2 * 4 * w + 5)]);
+  CHECK(bt == run_with(kb, {}));
+}
+
 TEST_CASE("split ranges: a loop read under divisors that divide each other splits by the largest (q4_0's packing)") {
   // The kernel dequantising a q4_0 weight (n, K) into the panels (n/32, K, 32) reads k as k // 32 (the block and its
   // scale), k % 16 (the byte) and k // 16 % 2 (the nibble): k splits by 32, then the inner loop by 16, so each index

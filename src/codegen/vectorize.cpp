@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <tuple>
 
 #include "tg/device.hpp"
 #include "tg/opt.hpp"
@@ -80,6 +81,7 @@ struct VecCtx {
   std::map<std::vector<const UOp*>, UOpRef> memo;
   std::vector<UOpRef> keep;  // the memo's key nodes stay alive (a freed node's address may be reused)
   std::map<const UOp*, int> reg_lanes;  // an accumulator array's width: that of its updates in the loop
+  std::set<std::tuple<const UOp*, const UOp*, int64_t>> loaded;  // (buffer, base, offset) of the ungated loads
 
   // Most lanes of d in one op, a power of two (1: none).
   int lanes(DType d) const {
@@ -110,6 +112,30 @@ struct VecCtx {
 
 bool gathers(const UOpRef& v);
 
+// Lanes that load idx[0..n) at a stride (a transpose: the store runs along one axis, the loads along another) where
+// the kernel loads each lane's whole aligned block of n elements anyway (the tile's other copies): one vector LOAD a
+// block and a lane of each (GEP), so that each block is loaded once as a vector and the lanes are shuffles, not n
+// scalar loads of n cache lines that must stay in L1 between the copies (at a power-of-two row stride they share a
+// cache set and do not: a 4096^2 transpose read each line 16 times from L2). Null when some block is not loaded
+// whole: then a vector would read addresses the kernel does not (past the buffer's end).
+UOpRef transposed(VecCtx& c, const std::vector<const UOp*>& idx, int n, DType d) {
+  if (c.r.vector_aligned() || c.lanes(d) < n) return {};
+  std::vector<UOpRef> lanes;
+  for (const UOp* ix : idx) {
+    if (ix->op != Ops::INDEX || ix->nsrc() != 2 || ix->src(0)->op != Ops::PARAM) return {};
+    auto [base, off] = split_offset(ix->src(1));
+    const int64_t start = off - ((off % n) + n) % n;
+    for (int64_t k = 0; k < n; k++)
+      if (!c.loaded.count({ix->src(0), base, start + k})) return {};
+    UOpRef at = base ? UOpRef(base)->alu(Ops::ADD, ci_like(ix->src(1), start)) : ci_like(ix->src(1), start);
+    if (base && start == 0) at = UOpRef(base);
+    UOpRef blk = UOp::make(Ops::LOAD, d.vec(n),
+                           {UOp::make(Ops::INDEX, ix->dtype, {UOpRef(ix->src(0)), at})});
+    lanes.push_back(UOp::make(Ops::GEP, d, {blk}, std::vector<int64_t>{off - start}));
+  }
+  return UOp::make(Ops::VECTORIZE, d.vec(n), lanes);
+}
+
 // The lanes v[0..n) as one vector value: a broadcast, a vector LOAD, a vector op over packed sources, or the
 // scalars gathered (VECTORIZE). Recursion bounded by `depth` (deeper values are gathered).
 UOpRef pack(VecCtx& c, const std::vector<const UOp*>& v, int depth = 0) {
@@ -135,7 +161,9 @@ UOpRef pack(VecCtx& c, const std::vector<const UOp*>& v, int depth = 0) {
   } else if (a->op == Ops::LOAD && a->nsrc() == 1 && mem_kind(d)) {
     std::vector<const UOp*> idx;
     for (const UOp* x : v) idx.push_back(x->src(0));
-    res = c.consecutive(idx) ? UOp::make(Ops::LOAD, d.vec(n), {UOpRef(a->src(0))}) : gather();
+    if (c.consecutive(idx)) res = UOp::make(Ops::LOAD, d.vec(n), {UOpRef(a->src(0))});
+    else if (UOpRef t = transposed(c, idx, n, d)) res = t;
+    else res = gather();
   } else if (packable(a->op)) {
     std::vector<UOpRef> s;
     bool kinds = true;
@@ -165,7 +193,13 @@ bool broadcast(const UOp* v) {
   return std::all_of(v->src().begin(), v->src().end(), [&](const UOpRef& x) { return x == v->src()[0]; });
 }
 // Whether a packed value does vector work: a gather of different scalars does none (their stores stay scalar).
-bool vector_work(const UOpRef& v) { return v->op != Ops::VECTORIZE || broadcast(v.get()); }
+// A VECTORIZE of lanes of vector LOADs (a transposed block, `transposed`) is shuffles of whole-vector loads.
+bool vector_work(const UOpRef& v) {
+  if (v->op != Ops::VECTORIZE || broadcast(v.get())) return true;
+  return std::all_of(v->src().begin(), v->src().end(), [](const UOpRef& g) {
+    return g->op == Ops::GEP && g->src(0)->op == Ops::LOAD && g->src(0)->dtype.count > 1;
+  });
+}
 // Whether a packed value gathers different scalars anywhere (lanes that are not one vector load or broadcast).
 bool gathers(const UOpRef& v) {
   for (const UOp* u : toposort(v.get()))
@@ -358,11 +392,17 @@ const PatternMatcher& pm_devectorize() {
 
 UOpRef vectorize(const UOpRef& k, const Renderer& r, int cap32) {
   if (cap32 < 2) return k;
-  VecCtx c{r, cap32, {}, {}, {}};
+  VecCtx c{r, cap32, {}, {}, {}, {}};
+  for (const UOp* u : toposort(k.get()))
+    if (u->op == Ops::LOAD && u->nsrc() == 1 && u->dtype.count == 1 && u->src(0)->op == Ops::INDEX &&
+        u->src(0)->nsrc() == 2 && u->src(0)->src(0)->op == Ops::PARAM) {
+      auto [base, off] = split_offset(u->src(0)->src(1));
+      c.loaded.emplace(u->src(0)->src(0), base, off);
+    }
   // Accumulator arrays first: the width of their updates in the loop (an END's stores of a value that reads the
   // array), so that their initial stores and final reads use the same vectors (SROA keeps them in registers).
   {
-    VecCtx pre{r, cap32, {}, {}, {}};
+    VecCtx pre{r, cap32, {}, {}, {}, {}};
     for (const UOp* e : toposort(k.get())) {
       if (e->op != Ops::END) continue;
       std::map<std::pair<const UOp*, const UOp*>, std::vector<std::pair<int64_t, const UOp*>>> groups;

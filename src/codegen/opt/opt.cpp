@@ -603,6 +603,36 @@ struct Heuristic {
     }
   }
 
+  // 1d. An elementwise kernel whose store is vectorised along one axis and whose loads, by bytes, run contiguously
+  //     along another output axis while they stride along the store's: a transpose (a matrix's .T made contiguous,
+  //     NCHW <-> NHWC). Upcasting that axis too makes a tile: each of its rows loads whole cache lines and each column
+  //     stores them, instead of one float per line read at a stride (a 4096^2 transpose at 2.3 GB/s: 16 KiB apart,
+  //     its lines map to a few cache sets and are evicted before the next row uses them).
+  void transpose_tile() {
+    if (reduce || vec < 0 || short_vec) return;
+    double best = 0;
+    int pick_axis = -1;
+    for (size_t i = 0; i < n_out; i++) {
+      if (int(i) == vec || size[i] <= 1 || !pick(size[i], {int64_t(w), int64_t(w / 2), 4})) continue;
+      double score = 0;
+      for (size_t li = 0; li < acc.loads.size(); li++) {
+        const UOp* l = acc.loads[li];
+        auto ci = index_coef(l, axes[i]), cv = index_coef(l, axes[size_t(vec)]);
+        if (!depends_on(l, axes[i]) || !depends_on(l, axes[size_t(vec)])) continue;
+        double elems = 1;
+        for (size_t j = 0; j < n_out; j++)
+          if (depends_on(l, axes[j])) elems *= double(std::max<int64_t>(size0[j], 1));
+        if (ci && *ci == 1 && !(cv && *cv == 1)) score += acc.load_bytes[li] * elems;
+        if (cv && *cv == 1) score -= acc.load_bytes[li] * elems;
+      }
+      if (score > best) best = score, pick_axis = int(i);
+    }
+    if (pick_axis < 0 || !getenv_int("TRANSPOSE_TILE", 1)) return;
+    const int64_t a = pick(size[size_t(pick_axis)], {int64_t(w), int64_t(w / 2), 4});
+    split(OptOp::UPCAST, size_t(pick_axis), a);
+    upcast *= a;
+  }
+
   // A row kernel (the scheduler's row fusion: softmax, layernorm): some reduce is computed once per row, outside
   // the output loops inside it. Every reduce axis the loads are contiguous in gets vector lanes; no register tile
   // (the loads of a row are not shared between rows).
@@ -1014,6 +1044,7 @@ std::optional<std::vector<Opt>> heuristic_opts(const UOpRef& ast_in, const OptCo
   auto plan = [&](Heuristic& p) {
     p.store_vectors();
     p.load_vectors();
+    p.transpose_tile();
     p.row_lanes();
     p.reduce_lanes();
     if (!p.register_tile()) return false;
