@@ -1,10 +1,10 @@
 // Memory-bound kernels against the machine's measured bandwidth, in the same run: a best-effort STREAM triad
 // (bench/triad.hpp: a[i] = b[i] + s*c[i] on the threads tg uses, vector code, both store kinds) gives the reference
 // GB/s; tg's elementwise add of 2^24 floats (and a mul, a relu of an add, an a + b*c and a cast to float16), softmax
-// and layernorm over (4096, 4096) are timed (best of several, compile excluded) and their bytes moved (each input
-// read once, the output written once) divided by the time. Each case runs alternately with the triad, each side twice
-// a round (bench::interleaved), and each is judged against the triad's best in its own window: on this VM the
-// triad's best moves from one minute to the next.
+// and layernorm over (4096, 4096), a 4096^2 transpose and an NCHW -> NHWC copy are timed (best of several, compile
+// excluded) and their bytes moved (each input read once, the output written once) divided by the time. Each case
+// runs alternately with the triad, each side twice a round (bench::interleaved), and each is judged against the
+// triad's best in its own window: on this VM the triad's best moves from one minute to the next.
 // Prints a table and one JSON object per case (see bench/run).
 #include <cstdio>
 #include <functional>
@@ -49,5 +49,10 @@ int main() {
   m.realize();
   run("softmax_4096x4096", [&] { m.softmax(-1).realize(); }, 2.0 * 4.0 * 4096.0 * 4096.0);
   run("layernorm_4096x4096", [&] { m.layer_norm({4096}).realize(); }, 2.0 * 4.0 * 4096.0 * 4096.0);
+  // transposes: a matrix's .T made contiguous, and a convolution's NCHW activation copied channels-last
+  run("transpose_4096x4096", [&] { m.T().contiguous().realize(); }, 2.0 * 4.0 * 4096.0 * 4096.0);
+  Tensor act = Tensor::rand({64, 64, 56, 56});
+  act.realize();
+  run("nchw_nhwc_64x64x56x56", [&] { act.permute({0, 2, 3, 1}).contiguous().realize(); }, 2.0 * 4.0 * double(act.numel()));
   return 0;
 }

@@ -628,6 +628,9 @@ struct Heuristic {
       if (score > best) best = score, pick_axis = int(i);
     }
     if (pick_axis < 0 || !getenv_int("TRANSPOSE_TILE", 1)) return;
+    // w rows: a store axis taken whole (up to 2w) makes up to 2w x w copies, 512 under AVX-512, past the expander's
+    // 256 that BEAM keeps to; a copy kernel's body is small (a 32-channel NCHW -> NHWC copy, tiles of 32 x 16 against
+    // 32 x 8: 40 against 19-28 GB/s, loaded; about 0.1 s more to compile)
     const int64_t a = pick(size[size_t(pick_axis)], {int64_t(w), int64_t(w / 2), 4});
     split(OptOp::UPCAST, size_t(pick_axis), a);
     upcast *= a;
