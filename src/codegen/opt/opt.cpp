@@ -488,6 +488,22 @@ struct Heuristic {
     if (any) *any = some;
     return all;
   }
+  // a load inside the reduce loop (its index depends on a reduce axis); the others are read once per output
+  bool in_reduce_loop(const UOp* l) const {
+    for (size_t j = n_out; j < axes.size(); j++)
+      if (depends_on(l, axes[j])) return true;
+    return false;
+  }
+  // the bytes load li's index spans (its buffer's part it reads); unknown bounds: the elements of its axes
+  double span_bytes(size_t li) const {
+    const UOp* l = acc.loads[li];
+    double elems = 1;
+    if (l->bounds().known) elems = double(l->vmax()) - double(l->vmin()) + 1;
+    else
+      for (size_t j = 0; j < axes.size(); j++)
+        if (depends_on(l, axes[j])) elems *= double(std::max<int64_t>(size0[j], 1));
+    return elems * acc.load_bytes[li];
+  }
   void split(OptOp op, size_t i, int64_t a) {
     opts.push_back({op, int(i), a});
     size[i] /= a;
@@ -499,16 +515,21 @@ struct Heuristic {
       auto c = index_coef(st, axes[i]);
       if (c && *c == 1 && size[i] > 1) vec = int(i);
     }
-    // In a reduce kernel the copies must not gather: every load inside the reduce loop that depends on the axis is
-    // contiguous in it (a row reduction's output axis strides its input by the row length).
+    // In a reduce kernel the copies must mostly not gather: of the loads inside the reduce loop that depend on the
+    // axis, those contiguous in it span more bytes than those it strides (a row reduction's output axis strides its
+    // input by the row length: no vectors). A few gathered lanes cost no more loads than the scalar loop, and the
+    // contiguous loads become vectors: a batchnorm's backward sums over a channels-last input (26 MB, contiguous in
+    // the channel it stores) read the max pool's NCHW output and counts (6.5 MB each, 100 floats apart along it),
+    // and without vectors walked the channels-last rows one float per cache line (r_256_32, 2.6-8 GB/s).
     auto no_gather = [&](size_t i) {
-      for (const UOp* l : acc.loads) {
-        bool inner = false;
-        for (size_t j = n_out; j < axes.size(); j++) inner |= depends_on(l, axes[j]);
+      double contiguous = 0, gathered = 0;
+      for (size_t li = 0; li < acc.loads.size(); li++) {
+        const UOp* l = acc.loads[li];
+        if (!in_reduce_loop(l) || !depends_on(l, axes[i])) continue;
         auto c = index_coef(l, axes[i]);
-        if (inner && depends_on(l, axes[i]) && !(c && *c == 1)) return false;
+        (c && *c == 1 ? contiguous : gathered) += span_bytes(li);
       }
-      return true;
+      return gathered == 0 || contiguous > gathered;
     };
     auto some_contiguous = [&](size_t i) {
       for (const UOp* l : acc.loads)
@@ -667,6 +688,10 @@ struct Heuristic {
       double n = 0, total = 1;
       for (int64_t x : am) total *= double(x);
       for (const UOp* l : acc.loads) {
+        // a load outside the reduce loop (a channel's mean or scale) is read once per output, not per accumulation:
+        // a tile that shares it saves nothing in the loop (a batchnorm's backward sums tiled 8 chunks of the batch
+        // for their per-channel parameters: 8 streams through a channel-last input, one float a cache line each)
+        if (!in_reduce_loop(l)) continue;
         double copies = 1;
         // Streams: successive iterations of a reduce loop read adjacent memory: contiguous along it, or (the tile
         // reading a whole block per iteration) strided by exactly the block the tile reads along the vectorised
