@@ -830,6 +830,29 @@ TEST_CASE("heuristic: a row reduction reading a per-row value is not upcast alon
   for (const Opt& o : opts) CHECK(o.op != OptOp::UPCAST);
 }
 
+TEST_CASE("heuristic: a memory-bound reduce vectorises the axis its big load is contiguous in, though a small one gathers") {
+  // A batchnorm's backward sums over a max pool (mnist's r_256_32): per chunk of the batch and channel, the sum of
+  // (x - mean) times the pooled gradient upsampled 2x2. x is channels-last (contiguous along the stored channel), the
+  // pooled gradient NCHW (a quarter of the bytes, 16 floats apart along the channel). The channels take vectors
+  // (the small load's lanes are gathered), and no register tile over the chunks: the mean, the only load the chunks
+  // share, is read outside the reduce loop. Before: no vector (the gather), 8 chunks as 8 scalar streams.
+  Tensor x = randn({16, 8, 8, 32}, 71).realize();  // (N, H, W, C)
+  Tensor g = randn({16, 32, 4, 4}, 72).realize();  // (N, C, H/2, W/2)
+  Tensor mean = randn({32}, 73).realize();
+  Tensor up = g.reshape({16, 32, 4, 1, 4, 1}).expand({16, 32, 4, 2, 4, 2}).reshape({16, 32, 8, 8});
+  Tensor xc = x.permute({0, 3, 1, 2}) - mean.reshape({1, 32, 1, 1});
+  Kern k = last_kernel(Tensor(xc * up).reshape({8, 2, 32, 8, 8}).sum({1, 3, 4}));
+  for (int w : {16, 8}) {
+    INFO("vector width " << w);
+    auto opts = hand_coded_optimizations(k.ast, OptConfig{2, w});
+    REQUIRE(!opts.empty());
+    CHECK(opts[0] == Opt{OptOp::UPCAST, 1, w == 16 ? 32 : 8});  // the channels: one row of 32, vectors of 8
+    for (const Opt& o : opts) CHECK(!(o.op == OptOp::UPCAST && o.axis == 0));  // no tile over the chunks
+    CHECK(run_with(k, opts) == run_with(k, {}));  // the same values, exactly (each sum in the same order)
+  }
+  // a row reduction whose every load gathers along the output axis still takes none (the test above)
+}
+
 TEST_CASE("heuristic: a matmul whose output axis no vector width divides gets copies of an odd divisor") {
   // PaddleOCR rec's classifier: (40, 120) x (120, 6625); 6625 = 5^3 * 53 took no vector and ran scalar (1 GFLOPS).
   // Here 75 = 3 * 25: copies of 25 along the store axis (a vector of 16, one of 8, a scalar), a register tile of rows.
