@@ -693,6 +693,33 @@ TEST_CASE("a convolution's layout is a scheduler rule: channels-last on the CPU,
   CHECK(std::abs(yl[size_t(4 * 9 + 4)] - s) <= 1e-5 * (1 + std::abs(s)));
 }
 
+TEST_CASE("a convolution's output gradient copied into two layouts is computed channels-last, not NCHW and copied") {
+  // The gradient of relu(conv(x)) * g is a computed value (g where the output was positive) that the weight gradient
+  // reads channels-last and the input gradient padded and channels-last: the realize map stored it in NCHW, then
+  // both copies read it (mnist's E_512_32_20_20, its stores 1600 bytes apart, then E_512_20_20_32). It is computed
+  // into the channels-last copy now, which the padded copy reads: one kernel fewer, the same values exactly.
+  Tensor x = randn({2, 16, 9, 9}, 24), w = randn({16, 16, 3, 3}, 25), g = randn({2, 16, 9, 9}, 26);
+  x.realize(), w.realize(), g.realize();
+  auto grads = [&] {
+    Tensor loss = Tensor(x.conv2d(w, std::nullopt, 1, 1).relu() * g).sum();
+    auto gs = loss.gradient({x, w});
+    size_t k0 = kernels_run();
+    std::vector<Tensor*> both{&gs[0], &gs[1]};
+    Tensor::realize_all(both);
+    return std::tuple{kernels_run() - k0, gs[0].to_vector<float>(), gs[1].to_vector<float>()};
+  };
+  auto [ks, gxs, gws] = grads();
+  size_t kn;
+  std::vector<float> gxn, gwn;
+  {
+    ScopedEnv off("SHARE_LAYOUTS", "0");  // a knob of the scheduler: part of its cache key
+    std::tie(kn, gxn, gwn) = grads();
+  }
+  if (get_device(default_device()).renderer().grid_limits().threads == 0) CHECK(ks + 1 == kn);
+  CHECK(gxs == gxn);
+  CHECK(gws == gwn);
+}
+
 TEST_CASE("a depthwise convolution is channels-last on the CPU: vectors along the channels, NCHW's values") {
   // groups = input channels (one per group), 2 output channels per group: pm_layout sums it in (N, *o, *k, G, Co/G)
   // order from channels-last copies, so the kernel's innermost output axis is the 16 channels, which its store is
