@@ -683,15 +683,16 @@ struct Heuristic {
     // broadcasts + 1 load per 12 FMAs, ranked first at a quarter each) took 16-17 ms on one core, as 3 rows x 4
     // vectors (3 + 4) 11.7-12.1 ms.
     const bool broadcast_instr = w < 16, out_vec = vec >= 0 && size_t(vec) < n_out;
+    double reduce_trips = 1;  // the reduce loop's iterations per output
+    for (size_t j = n_out; j < axes.size(); j++) reduce_trips *= double(std::max<int64_t>(size0[j], 1));
     // loads per accumulator of a tile: amounts `am` per axis (am[vec] includes the vector itself)
     auto loads_per_acc = [&](const std::vector<int64_t>& am) {
       double n = 0, total = 1;
       for (int64_t x : am) total *= double(x);
       for (const UOp* l : acc.loads) {
-        // a load outside the reduce loop (a channel's mean or scale) is read once per output, not per accumulation:
-        // a tile that shares it saves nothing in the loop (a batchnorm's backward sums tiled 8 chunks of the batch
-        // for their per-channel parameters: 8 streams through a channel-last input, one float a cache line each)
-        if (!in_reduce_loop(l)) continue;
+        // a load outside the reduce loop (a channel's mean or scale) is read once per output, not once per
+        // accumulation: its share is amortised over the loop's trips (a 2x2 max pool's 4, a batchnorm sum's 800)
+        const double weight = in_reduce_loop(l) ? 1.0 : 1.0 / reduce_trips;
         double copies = 1;
         // Streams: successive iterations of a reduce loop read adjacent memory: contiguous along it, or (the tile
         // reading a whole block per iteration) strided by exactly the block the tile reads along the vectorised
@@ -712,7 +713,7 @@ struct Heuristic {
           // contiguous along the vectorised axis: one load per register of it
           copies *= int(j) == vec && c && *c == 1 ? double((am[j] + w - 1) / w) : double(am[j]);
         }
-        n += copies * (streams && !(broadcast_instr && out_vec && !depends_on(l, axes[size_t(vec)])) ? 0.25 : 1.0);
+        n += weight * copies * (streams && !(broadcast_instr && out_vec && !depends_on(l, axes[size_t(vec)])) ? 0.25 : 1.0);
       }
       return n / total;
     };
@@ -812,6 +813,11 @@ struct Heuristic {
       am[i] = amt[i];
     };
     visit(0, upcast);
+    // A tile that saves under 1/16 of the loads per accumulation reuses nothing worth its registers: it only adds
+    // streams (a batchnorm's backward sums, whose chunks of the batch share only per-channel values read outside
+    // their 800-trip loop, took 8 chunks at once: 8 streams through a channels-last input)
+    const double base_loads = std::get<1>(tiles[0].first);
+    std::erase_if(tiles, [&](const auto& t) { return t.second != amt && std::get<1>(t.first) > base_loads * (1 - 1.0 / 16); });
     // ranked by the key (ties: the order of enumeration); BEAM seeds its search with the first few
     std::stable_sort(tiles.begin(), tiles.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     const size_t at = wide ? tile_rank - 1 : tile_rank;  // the wide space's best is the first seed after rank 0
