@@ -695,6 +695,33 @@ TEST_CASE("a convolution's layout is a scheduler rule: channels-last on the CPU,
   CHECK(std::abs(yl[size_t(4 * 9 + 4)] - s) <= 1e-5 * (1 + std::abs(s)));
 }
 
+TEST_CASE("a convolution's output gradient copied into two layouts is computed channels-last, not NCHW and copied") {
+  // The gradient of relu(conv(x)) * g is a computed value (g where the output was positive) that the weight gradient
+  // reads channels-last and the input gradient padded and channels-last: the realize map stored it in NCHW, then
+  // both copies read it (mnist's E_512_32_20_20, its stores 1600 bytes apart, then E_512_20_20_32). It is computed
+  // into the channels-last copy now, which the padded copy reads: one kernel fewer, the same values exactly.
+  Tensor x = randn({2, 16, 9, 9}, 24), w = randn({16, 16, 3, 3}, 25), g = randn({2, 16, 9, 9}, 26);
+  x.realize(), w.realize(), g.realize();
+  auto grads = [&] {
+    Tensor loss = Tensor(x.conv2d(w, std::nullopt, 1, 1).relu() * g).sum();
+    auto gs = loss.gradient({x, w});
+    size_t k0 = kernels_run();
+    std::vector<Tensor*> both{&gs[0], &gs[1]};
+    Tensor::realize_all(both);
+    return std::tuple{kernels_run() - k0, gs[0].to_vector<float>(), gs[1].to_vector<float>()};
+  };
+  auto [ks, gxs, gws] = grads();
+  size_t kn;
+  std::vector<float> gxn, gwn;
+  {
+    ScopedEnv off("SHARE_LAYOUTS", "0");  // a knob of the scheduler: part of its cache key
+    std::tie(kn, gxn, gwn) = grads();
+  }
+  if (get_device(default_device()).renderer().grid_limits().threads == 0) CHECK(ks + 1 == kn);
+  CHECK(gxs == gxn);
+  CHECK(gws == gwn);
+}
+
 TEST_CASE("a depthwise convolution is channels-last on the CPU: vectors along the channels, NCHW's values") {
   // groups = input channels (one per group), 2 output channels per group: pm_layout sums it in (N, *o, *k, G, Co/G)
   // order from channels-last copies, so the kernel's innermost output axis is the 16 channels, which its store is
@@ -830,6 +857,29 @@ TEST_CASE("heuristic: a row reduction reading a per-row value is not upcast alon
   REQUIRE(!opts.empty());
   CHECK(opts[0] == Opt{OptOp::UNROLL, 1, 32});  // vector accumulators along the row instead (two vectors: two chains)
   for (const Opt& o : opts) CHECK(o.op != OptOp::UPCAST);
+}
+
+TEST_CASE("heuristic: a memory-bound reduce vectorises the axis its big load is contiguous in, though a small one gathers") {
+  // A batchnorm's backward sums over a max pool (mnist's r_256_32): per chunk of the batch and channel, the sum of
+  // (x - mean) times the pooled gradient upsampled 2x2. x is channels-last (contiguous along the stored channel), the
+  // pooled gradient NCHW (a quarter of the bytes, 16 floats apart along the channel). The channels take vectors
+  // (the small load's lanes are gathered), and no register tile over the chunks: the mean, the only load the chunks
+  // share, is read outside the reduce loop. Before: no vector (the gather), 8 chunks as 8 scalar streams.
+  Tensor x = randn({16, 8, 8, 32}, 71).realize();  // (N, H, W, C)
+  Tensor g = randn({16, 32, 4, 4}, 72).realize();  // (N, C, H/2, W/2)
+  Tensor mean = randn({32}, 73).realize();
+  Tensor up = g.reshape({16, 32, 4, 1, 4, 1}).expand({16, 32, 4, 2, 4, 2}).reshape({16, 32, 8, 8});
+  Tensor xc = x.permute({0, 3, 1, 2}) - mean.reshape({1, 32, 1, 1});
+  Kern k = last_kernel(Tensor(xc * up).reshape({8, 2, 32, 8, 8}).sum({1, 3, 4}));
+  for (int w : {16, 8}) {
+    INFO("vector width " << w);
+    auto opts = hand_coded_optimizations(k.ast, OptConfig{2, w});
+    REQUIRE(!opts.empty());
+    CHECK(opts[0] == Opt{OptOp::UPCAST, 1, w == 16 ? 32 : 8});  // the channels: one row of 32, vectors of 8
+    for (const Opt& o : opts) CHECK(!(o.op == OptOp::UPCAST && o.axis == 0));  // no tile over the chunks
+    CHECK(run_with(k, opts) == run_with(k, {}));  // the same values, exactly (each sum in the same order)
+  }
+  // a row reduction whose every load gathers along the output axis still takes none (the test above)
 }
 
 TEST_CASE("heuristic: a matmul whose output axis no vector width divides gets copies of an odd divisor") {

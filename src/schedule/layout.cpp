@@ -685,11 +685,81 @@ const PatternMatcher& pm_layout() {
   return pm;
 }
 
+// A computed value copied into several layouts (a convolution's output gradient: channels-last for the weight
+// gradient, padded and channels-last for the input gradient) is computed once into a buffer, which the realize map
+// stored in the value's own order: NCHW, then copied. Where one copy is the value's own elements reordered (reshapes
+// and a permute, nothing cut or padded) the value is computed into that copy instead, and its other readers (the
+// other copies, a bias gradient's sum) read the copy back through the inverse view: one buffer fewer, and the value's
+// kernel stores in the layout its readers want (mnist's conv2 output gradient was computed NCHW with its stores 1600
+// bytes apart along the vectorised channels, E_512_32_20_20, then copied channels-last, E_512_20_20_32).
+std::vector<UOpRef> share_layout_copies(std::vector<UOpRef> roots, LayoutCtx& c) {
+  std::vector<const UOp*> topo;
+  {
+    NodeSet seen;
+    for (auto& r : roots)
+      for (const UOp* u : toposort(r.get()))
+        if (seen.insert(u).second) topo.push_back(u);
+  }
+  NodeSet root_set;
+  for (auto& r : roots) root_set.insert(r.get());
+  // value -> its copies, and the first copy that reorders it whole (reshapes and permutes only)
+  std::unordered_map<const UOp*, int> copies;
+  std::unordered_map<const UOp*, const UOp*> whole;
+  for (const UOp* u : topo) {
+    if (u->op != Ops::CONTIGUOUS || !is_movement(u->src(0)->op)) continue;
+    const UOp* v = u->src(0);
+    bool reorders = true;
+    for (; is_movement(v->op); v = v->src(0)) reorders &= v->op == Ops::RESHAPE || v->op == Ops::PERMUTE;
+    if (!(is_alu(v->op) || v->op == Ops::CAST) || root_set.count(v)) continue;
+    copies[v]++;
+    if (reorders && !whole.count(v)) whole[v] = u;
+  }
+  // Rebuilt in topological order: each such value v (its sources rebuilt) is computed into its copy, rebuilt over
+  // it, and its readers read the copy back through the inverse view (the copy's reshapes and permute undone).
+  std::unordered_map<const UOp*, UOpRef> done, copy_of;  // node -> rebuilt; a chosen copy -> its rebuilt node
+  for (const UOp* u : topo) {
+    if (auto it = copy_of.find(u); it != copy_of.end()) {
+      done.emplace(u, it->second);
+      continue;
+    }
+    bool changed = false;
+    std::vector<UOpRef> src = mapped_sources(u, done, changed);
+    UOpRef nu = changed ? u->replace_src(src) : UOpRef(u);
+    auto n = copies.find(u);
+    auto w = whole.find(u);
+    if (n == copies.end() || n->second < 2 || w == whole.end()) {
+      done.emplace(u, nu);
+      continue;
+    }
+    std::vector<const UOp*> chain;  // the copy's view, from the CONTIGUOUS down to u
+    for (const UOp* m = w->second->src(0); m != u; m = m->src(0)) chain.push_back(m);
+    UOpRef view = nu;
+    for (size_t i = chain.size(); i-- > 0;) view = chain[i]->replace_src(std::span<const UOpRef>(&view, 1));
+    UOpRef cp = w->second->replace_src(std::span<const UOpRef>(&view, 1));
+    copy_of.emplace(w->second, cp);
+    UOpRef back = cp;
+    for (const UOp* m : chain) {  // undone from the outermost
+      if (m->op == Ops::RESHAPE) {
+        back = mov(Ops::RESHAPE, back, c.shapes.of(m->src(0)));
+      } else {
+        const auto& perm = std::get<std::vector<int64_t>>(m->arg);
+        std::vector<int64_t> inv(perm.size());
+        for (size_t i = 0; i < perm.size(); i++) inv[size_t(perm[i])] = int64_t(i);
+        back = mov(Ops::PERMUTE, back, inv);
+      }
+    }
+    done.emplace(u, back);
+  }
+  for (auto& r : roots) r = done.at(r.get());
+  return roots;
+}
+
 }  // namespace
 
 std::vector<UOpRef> apply_layouts(std::span<const UOpRef> roots, const Knobs& knobs) {
   LayoutCtx ctx{{}, knobs.packed_matmul, knobs.channels_last, knobs.conv_input_grad, knobs.int_dot, {}, {}, {}};
-  return rewrite_roots(roots, pm_layout(), &ctx, "layouts");
+  std::vector<UOpRef> out = rewrite_roots(roots, pm_layout(), &ctx, "layouts");
+  return knobs.share_layouts ? share_layout_copies(std::move(out), ctx) : out;
 }
 
 }  // namespace tg::sched

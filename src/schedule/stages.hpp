@@ -90,6 +90,7 @@ struct Knobs {
   bool fuse_rows = true;            // FUSE_REDUCE_ROWS=0: no row fusion
   bool simplify_valid = true;       // SIMPLIFY_VALID=0: indices not simplified under their load's valid
   bool multi_output = true;         // MULTI_OUTPUT=0: one output per kernel
+  bool share_layouts = true;        // SHARE_LAYOUTS=0: a value copied into several layouts is stored as computed, then copied
   bool int_dot = true;              // INT_DOT=0: quantised weights dequantised to float in the matvec (else integer block sums, x quantised)
   static Knobs from_env();
   std::string key() const;

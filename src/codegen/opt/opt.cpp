@@ -488,6 +488,22 @@ struct Heuristic {
     if (any) *any = some;
     return all;
   }
+  // a load inside the reduce loop (its index depends on a reduce axis); the others are read once per output
+  bool in_reduce_loop(const UOp* l) const {
+    for (size_t j = n_out; j < axes.size(); j++)
+      if (depends_on(l, axes[j])) return true;
+    return false;
+  }
+  // the bytes load li's index spans (its buffer's part it reads); unknown bounds: the elements of its axes
+  double span_bytes(size_t li) const {
+    const UOp* l = acc.loads[li];
+    double elems = 1;
+    if (l->bounds().known) elems = double(l->vmax()) - double(l->vmin()) + 1;
+    else
+      for (size_t j = 0; j < axes.size(); j++)
+        if (depends_on(l, axes[j])) elems *= double(std::max<int64_t>(size0[j], 1));
+    return elems * acc.load_bytes[li];
+  }
   void split(OptOp op, size_t i, int64_t a) {
     opts.push_back({op, int(i), a});
     size[i] /= a;
@@ -499,16 +515,21 @@ struct Heuristic {
       auto c = index_coef(st, axes[i]);
       if (c && *c == 1 && size[i] > 1) vec = int(i);
     }
-    // In a reduce kernel the copies must not gather: every load inside the reduce loop that depends on the axis is
-    // contiguous in it (a row reduction's output axis strides its input by the row length).
+    // In a reduce kernel the copies must mostly not gather: of the loads inside the reduce loop that depend on the
+    // axis, those contiguous in it span more bytes than those it strides (a row reduction's output axis strides its
+    // input by the row length: no vectors). A few gathered lanes cost no more loads than the scalar loop, and the
+    // contiguous loads become vectors: a batchnorm's backward sums over a channels-last input (26 MB, contiguous in
+    // the channel it stores) read the max pool's NCHW output and counts (6.5 MB each, 100 floats apart along it),
+    // and without vectors walked the channels-last rows one float per cache line (r_256_32, 2.6-8 GB/s).
     auto no_gather = [&](size_t i) {
-      for (const UOp* l : acc.loads) {
-        bool inner = false;
-        for (size_t j = n_out; j < axes.size(); j++) inner |= depends_on(l, axes[j]);
+      double contiguous = 0, gathered = 0;
+      for (size_t li = 0; li < acc.loads.size(); li++) {
+        const UOp* l = acc.loads[li];
+        if (!in_reduce_loop(l) || !depends_on(l, axes[i])) continue;
         auto c = index_coef(l, axes[i]);
-        if (inner && depends_on(l, axes[i]) && !(c && *c == 1)) return false;
+        (c && *c == 1 ? contiguous : gathered) += span_bytes(li);
       }
-      return true;
+      return gathered == 0 || contiguous > gathered;
     };
     auto some_contiguous = [&](size_t i) {
       for (const UOp* l : acc.loads)
@@ -695,11 +716,16 @@ struct Heuristic {
     // broadcasts + 1 load per 12 FMAs, ranked first at a quarter each) took 16-17 ms on one core, as 3 rows x 4
     // vectors (3 + 4) 11.7-12.1 ms.
     const bool broadcast_instr = w < 16, out_vec = vec >= 0 && size_t(vec) < n_out;
+    double reduce_trips = 1;  // the reduce loop's iterations per output
+    for (size_t j = n_out; j < axes.size(); j++) reduce_trips *= double(std::max<int64_t>(size0[j], 1));
     // loads per accumulator of a tile: amounts `am` per axis (am[vec] includes the vector itself)
     auto loads_per_acc = [&](const std::vector<int64_t>& am) {
       double n = 0, total = 1;
       for (int64_t x : am) total *= double(x);
       for (const UOp* l : acc.loads) {
+        // a load outside the reduce loop (a channel's mean or scale) is read once per output, not once per
+        // accumulation: its share is amortised over the loop's trips (a 2x2 max pool's 4, a batchnorm sum's 800)
+        const double weight = in_reduce_loop(l) ? 1.0 : 1.0 / reduce_trips;
         double copies = 1;
         // Streams: successive iterations of a reduce loop read adjacent memory: contiguous along it, or (the tile
         // reading a whole block per iteration) strided by exactly the block the tile reads along the vectorised
@@ -720,7 +746,7 @@ struct Heuristic {
           // contiguous along the vectorised axis: one load per register of it
           copies *= int(j) == vec && c && *c == 1 ? double((am[j] + w - 1) / w) : double(am[j]);
         }
-        n += copies * (streams && !(broadcast_instr && out_vec && !depends_on(l, axes[size_t(vec)])) ? 0.25 : 1.0);
+        n += weight * copies * (streams && !(broadcast_instr && out_vec && !depends_on(l, axes[size_t(vec)])) ? 0.25 : 1.0);
       }
       return n / total;
     };
@@ -820,6 +846,11 @@ struct Heuristic {
       am[i] = amt[i];
     };
     visit(0, upcast);
+    // A tile that saves under 1/16 of the loads per accumulation reuses nothing worth its registers: it only adds
+    // streams (a batchnorm's backward sums, whose chunks of the batch share only per-channel values read outside
+    // their 800-trip loop, took 8 chunks at once: 8 streams through a channels-last input)
+    const double base_loads = std::get<1>(tiles[0].first);
+    std::erase_if(tiles, [&](const auto& t) { return t.second != amt && std::get<1>(t.first) > base_loads * (1 - 1.0 / 16); });
     // ranked by the key (ties: the order of enumeration); BEAM seeds its search with the first few
     std::stable_sort(tiles.begin(), tiles.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     const size_t at = wide ? tile_rank - 1 : tile_rank;  // the wide space's best is the first seed after rank 0
