@@ -659,6 +659,10 @@ UOpRef expand_reduces(UOpRef k) {
 // (q8_0 2048 wide) and 15 blocks ahead, the first quarter of every tile's rows was never prefetched (gate/up 13 GB/s
 // against down's 20, whose rows are 256 blocks). Prefetches of one buffer whose addresses differ by a constant of
 // less than a cache line (a q4_0 block's scale and its nibbles) are one. The values computed do not change.
+// One prefetch an iteration also where an iteration moves the load over more lines (AVX-512's UNROLL 32: 128 bytes,
+// every other line of the next row; the hardware's adjacent-line prefetch takes the other): a prefetch for each line
+// was slower (bench/bandwidth, Zen 5, main and it alternating, load 2.6-3.3: softmax 0.73-0.84x -> 0.55-0.70x of
+// the triad, layernorm 0.99-1.06x -> 0.80-0.96x; mixed at load 4-8).
 UOpRef add_prefetches(const UOpRef& k, const std::vector<std::pair<int64_t, int64_t>>& prefetch, int64_t l2_bytes) {
   if (prefetch.empty()) return k;
   auto end_range = [](const UOp* e) -> const UOp* {

@@ -1000,8 +1000,14 @@ struct Heuristic {
     // (reuse_row_values): in the output row, cached, by default; with this opt (BEAM's choice) in a row array on the
     // stack, so the output goes past the caches. Measured on the 2-core Zen 5 VM (bench/bandwidth, alternating runs,
     // load 4-6), the cached softmax read 0.61-0.66x of the triad, the non-temporal one with its row array 0.52-0.55x
-    // (TG_CPU=haswell 0.48 against 0.34): left out here. The others' output copies are packed into vector stores for this opt (the expander), which only
-    // pays where they go past the caches.
+    // (TG_CPU=haswell 0.48 against 0.34): left out here. Both kernels' code matches hand-written C of the same
+    // loops (/tmp reference, 2026-12-04); what limits them is the loops' order: a row's exps take 0.66 us (AVX-512;
+    // 1.13 us AVX2) against 1.21 us to move its 32 KiB at the triad's rate, the cached output adds a third pass
+    // (the write allocate) and the row array's output loop is a burst of stores with no work beside it. Written
+    // as a software pipeline (row r-1's output stored from a second row array inside row r's loop of exps) the C
+    // read 1.08-1.8x the cached one's GB/s natively in paired runs, 1.0x with AVX2 (load 4-8): the next step.
+    // The others' output copies are packed into vector stores for this opt (the expander), which only pays where
+    // they go past the caches.
     if (rows)
       for (const UOp* n : toposort(ast.get()))
         if (n->op == Ops::REDUCE)
