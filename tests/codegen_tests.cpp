@@ -526,6 +526,48 @@ TEST_CASE("a short prompt's quantised product: q8_0 sums integer blocks, q4_0 ke
   }
 }
 
+TEST_CASE("a prompt's quantised product (32 rows or more) is an int8 GEMM: x quantised, the codes packed in 4-byte groups") {
+  // From 32 rows of x the layout rule int_gemm quantises x as INT_DOT does and packs the weight's codes into panels
+  // of 16 columns (4 codes of a column in one int32 word); the product sums each block's 4-byte dot products in int32
+  // lanes and scales them once per block. q8_0 where the machine model has the 4-byte dot product (vpdpbusd), q4_0
+  // also without it (pmaddubsw). Values: against the same quantisation done here (tight) and against the
+  // unquantised product (within the quantisation's bound). INT_GEMM=0: the packed float GEMM, no integer sum.
+  const int64_t M = 40, N = 48, K = 256;
+  std::mt19937 gen{13};
+  const bool dot4 = get_device("CPU").machine().int8_dot;
+  for (const auto& type_bytes : {std::pair<std::string, int64_t>{"q8_0", 34}, {"q4_0", 18}}) {
+    const std::string& type = type_bytes.first;
+    const int64_t bytes = type_bytes.second;
+    CAPTURE(type);
+    std::vector<uint8_t> blocks = random_blocks(gen, N * K / 32, bytes);
+    Tensor w = Tensor::from_vector(blocks, {N, K / 32, bytes}, "CPU").realize();
+    Tensor::manual_seed(7);
+    Tensor x = (Tensor::randn({1, M, K}, dtypes::float32, "CPU") * 3.0).realize();
+    Tensor y = x.matmul(nn::ggml_dequantize(w, type).reshape({N, K}).T());
+    const bool gemm = dot4 || type == "q4_0";
+    {
+      ScopedEnv on("INT_GEMM", nullptr);  // on by default
+      CHECK((int_sums(schedule_of(y)) >= 1) == gemm);
+    }
+    {
+      ScopedEnv off("INT_GEMM", "0");
+      CHECK(int_sums(schedule_of(y)) == 0);
+    }
+    if (!gemm) continue;
+    std::vector<float> got = y.to_vector<float>(), xs = x.to_vector<float>();
+    CHECK(y.shape() == Shape{1, M, N});
+    for (int64_t i = 0; i < M; i++) {
+      std::vector<float> row(xs.begin() + i * K, xs.begin() + (i + 1) * K);
+      for (int64_t j = 0; j < N; j++) {
+        auto [want, mag, exact, bound] = int_dot_reference(blocks, row, j, K, bytes, type);
+        const double g = double(got[size_t(i * N + j)]);
+        CHECK(std::fabs(g - want) <= 1e-6 * mag + 1e-30);
+        CHECK(std::fabs(g - exact) <= bound);
+      }
+    }
+  }
+}
+
 TEST_CASE("INT_DOT's q8_0 block sums are pair multiply-adds: adjacent int8 products per lane (vpmaddwd's form)") {
   // factor_reduce_invariants gives each lane the block's adjacent products x[2l] w[2l] + x[2l+1] w[2l+1]; LLVM's loop
   // vectoriser reads them as the even and odd elements of one vector, and the CPU compiler's PairMulAdd
