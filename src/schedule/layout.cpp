@@ -220,6 +220,9 @@ std::optional<Dequant> dequant_of(const UOp* b, int64_t block, LayoutCtx& c) {
 // The largest and smallest value of an integer tensor (its bounds, through movement ops; else its dtype's range).
 std::pair<int64_t, int64_t> int_range(const UOp* u) {
   while (is_movement(u->op) && !u->sym()) u = u->src(0);
+  if (u->op == Ops::AND && !u->sym())  // a mask (q4_0's nibbles: & 15, the constant broadcast)
+    for (int side = 0; side < 2; side++)
+      if (std::optional<double> m = const_value(u->src(side)); m && *m >= 0 && *m == std::trunc(*m)) return {0, int64_t(*m)};
   if (u->bounds().known) return {u->vmin(), u->vmax()};
   const int64_t bits = int64_t(u->dtype.bitsize());
   if (dtypes::is_unsigned(u->dtype)) return {0, (int64_t(1) << bits) - 1};
@@ -250,13 +253,15 @@ UOpRef int_gemm(const UOp* red, const UOp* ex, const UOp* w, const Shape& xs, co
   const Shape& f = c.shapes.of(mul);
   const int64_t n = int64_t(f.size()), k = f.back(), nb = k / B;
   const std::string dev = device_of(red);
-  // x's rows are the leading axes (x broadcast along the rest, W along them): M rows, N columns
+  // x's rows are the leading axes up to its last one of size > 1 (x broadcast along the rest, W along them): M rows,
+  // N columns; axes of size 1 (a batch of one) may lead either
   int64_t split = 0;
-  while (split < n - 1 && xs[size_t(split)] == f[size_t(split)] && f[size_t(split)] != 1) split++;
+  for (int64_t a = 0; a < n - 1; a++)
+    if (xs[size_t(a)] != 1) split = a + 1;
   int64_t m = 1, cols = 1;
   for (int64_t a = 0; a < n - 1; a++) (a < split ? m : cols) *= f[size_t(a)];
-  for (int64_t a = split; a < n - 1; a++)
-    if (xs[size_t(a)] != 1) return {};
+  for (int64_t a = 0; a < split; a++)
+    if (xs[size_t(a)] != f[size_t(a)]) return {};
   if (w->op != Ops::EXPAND || w->sym()) return {};
   const Shape& wb = c.shapes.of(w->src(0));
   for (int64_t a = 0; a < split; a++)
@@ -309,29 +314,28 @@ UOpRef int_gemm(const UOp* red, const UOp* ex, const UOp* w, const Shape& xs, co
   Tensor xv = xw.reshape({1, m, 1, nb, G}).expand(p5);
   const Tensor& uw = unsigned_w ? wv : xv;
   const Tensor& sw = unsigned_w ? xv : wv;
+  // every value 32-bit (the vectorize stage packs only those): a signed byte as (w << (24 - 8t)) >> 24 (arithmetic)
   Tensor dot;
   for (int64_t t = 0; t < 4; t++) {
     Tensor ub = (t ? uw.rshift(i32(8 * t)) : uw).bitwise_and(i32(umask));
-    Tensor sb = (t ? sw.rshift(i32(8 * t)) : sw).cast(dtypes::int8).cast(dtypes::int32);
+    Tensor sb = (t < 3 ? sw.lshift(i32(24 - 8 * t)) : sw).rshift(i32(24));
     dot = t ? dot + ub * sb : ub * sb;
   }
-  // the offset's correction, once per block (in group 0): int16 sums (|sum| <= 32 * 128) keep the bounds small
-  const std::vector<std::pair<int64_t, int64_t>> in_g0{{0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, G - 1}};
-  Tensor corr;
-  if (unsigned_w) {
-    if (dq.offset) {
-      Tensor xsum = xq.sum({-1}, false, dtypes::int32).cast(dtypes::int16).contiguous();
-      corr = (xsum.cast(dtypes::int32) * i32(dq.offset)).reshape({1, m, 1, nb, 1}).pad(in_g0).expand(p5);
-    }
-  } else {
-    Tensor wsum = codes.sum({-1}, false, dtypes::int32).cast(dtypes::int16).reshape({cols / L, L, nb}).permute({0, 2, 1}).contiguous();
-    corr = (wsum.cast(dtypes::int32) * i32(-128)).permute({0, 2, 1}).reshape({cols / L, 1, L, nb, 1}).pad(in_g0).expand(p5);
-  }
-  if (corr.defined()) dot = dot + corr;
   Tensor scale = dx.reshape({1, m, 1, nb, 1}).expand({cols / L, m, 1, nb, 1}) *
                  dwp.permute({0, 2, 1}).reshape({cols / L, 1, L, nb, 1}).expand({cols / L, m, L, nb, 1});
   Tensor y = (dot.cast(dtypes::float32) * scale.expand(p5)).sum({3, 4}, false, dtypes::float32).contiguous();
-  UOpRef out = y.permute({1, 0, 2}).reshape(c.shapes.of(red)).uop();
+  y = y.permute({1, 0, 2}).reshape({m, cols});
+  // the offsets' correction, a float product of its own over the blocks (1/32 of the product's terms; in the integer
+  // sum it was a gated term per block, which kept the kernel's copies from packing into vectors): q4_0's -8 times
+  // x's block sums, q8_0's x + 128 as -128 times the weight's block sums
+  if (unsigned_w && dq.offset) {
+    Tensor xsum = xq.sum({-1}, false, dtypes::int32).cast(dtypes::float32).reshape({m, nb});
+    y = y + (xsum * dx * Tensor(double(dq.offset))).matmul(dw.T());
+  } else if (!unsigned_w) {
+    Tensor wsum = codes.sum({-1}, false, dtypes::int32).cast(dtypes::float32);
+    y = y + dx.matmul((wsum * dw * Tensor(-128.0)).T());
+  }
+  UOpRef out = y.reshape(c.shapes.of(red)).uop();
   c.keep.push_back(out);
   return out;
 }
