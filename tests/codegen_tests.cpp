@@ -437,14 +437,15 @@ int int_sums(const Schedule& s) {
   return n;
 }
 
-// The same, over every kernel of the schedule (a product followed by a copy of its output).
+// Casts to float of an int32 value (an integer block sum, in a loop of its own or as copies) in any kernel of the
+// schedule (a product is followed by a copy of its output).
 int int_sums_all(const Schedule& s) {
   int n = 0;
   for (const ScheduleItem& it : s.items) {
     if (it.kind != ScheduleItem::Kind::Kernel) continue;
     CompiledKernel k = lower_kernel(it.ast, "k", get_device("CPU").renderer(), LowerOptions{});
     for (const UOp* u : k.program)
-      n += u->op == Ops::CAST && dtypes::is_float(u->dtype) && u->src(0)->op == Ops::ADD && u->src(0)->dtype.scalar == dtypes::int32.scalar;
+      n += u->op == Ops::CAST && dtypes::is_float(u->dtype) && u->src(0)->dtype.scalar == dtypes::int32.scalar;
   }
   return n;
 }
