@@ -314,17 +314,17 @@ UOpRef int_gemm(const UOp* red, const UOp* ex, const UOp* w, const Shape& xs, co
   Tensor xv = xw.reshape({1, m, 1, nb, G}).expand(p5);
   const Tensor& uw = unsigned_w ? wv : xv;
   const Tensor& sw = unsigned_w ? xv : wv;
-  // every value 32-bit (the vectorize stage packs only those): byte t of a word, t an axis of 4 summed with the
-  // groups (as explicit terms the simplifier ordered each lane's four products its own way, and the copies packed
-  // into vectors mixed bytes across lanes); a signed byte as (w << (24 - 8t)) >> 24 (arithmetic)
-  const Shape p6{cols / L, m, L, nb, G, 4};
-  Tensor sh = Tensor::arange(0, 4, 1, dtypes::int32, dev) * i32(8);
-  Tensor ub = uw.unsqueeze(-1).expand(p6).rshift(sh.expand(p6)).bitwise_and(i32(umask));
-  Tensor sb = sw.unsqueeze(-1).expand(p6).lshift((i32(24) - sh).expand(p6)).rshift(i32(24));
-  Tensor dot = ub * sb;
-  Tensor scale = dx.reshape({1, m, 1, nb, 1, 1}).expand({cols / L, m, 1, nb, 1, 1}) *
-                 dwp.permute({0, 2, 1}).reshape({cols / L, 1, L, nb, 1, 1}).expand({cols / L, m, L, nb, 1, 1});
-  Tensor y = (dot.cast(dtypes::float32) * scale.expand(p6)).sum({3, 4, 5}, false, dtypes::float32).contiguous();
+  // every value 32-bit (the vectorize stage packs only those): a signed byte as (w << (24 - 8t)) >> 24 (arithmetic);
+  // the four products of a word's bytes one sum (one vpdpbusd: QuadMulAdd, llvm_jit.cpp)
+  Tensor dot;
+  for (int64_t t = 0; t < 4; t++) {
+    Tensor ub = (t ? uw.rshift(i32(8 * t)) : uw).bitwise_and(i32(umask));
+    Tensor sb = (t < 3 ? sw.lshift(i32(24 - 8 * t)) : sw).rshift(i32(24));
+    dot = t ? dot + ub * sb : ub * sb;
+  }
+  Tensor scale = dx.reshape({1, m, 1, nb, 1}).expand({cols / L, m, 1, nb, 1}) *
+                 dwp.permute({0, 2, 1}).reshape({cols / L, 1, L, nb, 1}).expand({cols / L, m, L, nb, 1});
+  Tensor y = (dot.cast(dtypes::float32) * scale.expand(p5)).sum({3, 4}, false, dtypes::float32).contiguous();
   y = y.permute({1, 0, 2}).reshape({m, cols});
   // the offsets' correction, a float product of its own over the blocks (1/32 of the product's terms; in the integer
   // sum it was a gated term per block, which kept the kernel's copies from packing into vectors): q4_0's -8 times
