@@ -243,8 +243,8 @@ std::pair<int64_t, int64_t> int_range(const UOp* u) {
 // the weight (the heuristic's register tile); lowering's factor_reduce_invariants sums each block's groups in int32
 // lanes and scales them once; the CPU compiler turns each dot4 into one vpdpbusd (QuadMulAdd, llvm_jit.cpp).
 // The values are the integer sums of x's quantised blocks, as int_dot_product's (and llama.cpp's). Chosen where the
-// machine model has the 4-byte dot product (int8_dot), or for codes of at most 7 bits (q4_0) on x86 without it,
-// whose pmaddubsw pairs stay below 2^15. INT_GEMM=0 turns it off (the packed float GEMM of dequantised panels).
+// machine model has the 4-byte dot product (int8_dot: AVX512-VNNI, AVX-VNNI). INT_GEMM=0 turns it off (the packed
+// float GEMM of dequantised panels).
 UOpRef int_gemm(const UOp* red, const UOp* ex, const UOp* w, const Shape& xs, const std::vector<const UOp*>& path,
                 const Dequant& dq, LayoutCtx& c) {
   constexpr int64_t B = 32, L = 16, G = B / 4;
@@ -272,10 +272,10 @@ UOpRef int_gemm(const UOp* red, const UOp* ex, const UOp* w, const Shape& xs, co
   // U: the weight's codes unsigned (q4_0's nibbles, the offset from x's sums); S: signed (q8_0), x's unsigned
   const bool unsigned_w = dtypes::is_unsigned(dq.q->dtype) && int_range(dq.q.get()).second <= 127;
   const bool signed_w = !unsigned_w && qmin >= -128 && qmax <= 127;
-  const bool vnni = c.int8_dot(dev);
-  if (!(unsigned_w || (signed_w && vnni))) return {};
+  // Without the 4-byte dot product (AVX2: pmaddubsw + pmaddwd, 2 instructions a group and a half-rate multiply) q4_0's
+  // product ran at 0.87x the float GEMM (bench/qmatvec 512 x 2048 x 2048, TG_CPU=haswell): the float GEMM there.
+  if (!c.int8_dot(dev) || !(unsigned_w || signed_w)) return {};
   const int64_t umask = unsigned_w && int_range(dq.q.get()).second <= 15 ? 15 : 255;
-  if (!vnni && (!unsigned_w || umask > 15)) return {};  // pmaddubsw's pairs must stay below 2^15
   auto i32 = [](int64_t v) { return Tensor(int(v)).cast(dtypes::int32); };
   // codes (cols, nb, 32): the weight's integers (q8_0: q; q4_0: the nibble, its -8 applied through x's sums)
   Tensor q = Tensor(dq.q, c.shapes.of(dq.q.get()), dev).cast(dtypes::int32);

@@ -40,7 +40,7 @@ Knobs Knobs::from_env() {
   k.simplify_valid = getenv_int("SIMPLIFY_VALID", 1) != 0;
   k.multi_output = getenv_int("MULTI_OUTPUT", 1) != 0;
   k.int_dot = getenv_int("INT_DOT", 1) != 0;
-  k.int_gemm = getenv_int("INT_GEMM", 0) != 0;  // off until it beats the float GEMM (README)
+  k.int_gemm = getenv_int("INT_GEMM", 1) != 0;
   return k;
 }
 

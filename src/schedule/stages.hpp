@@ -91,7 +91,7 @@ struct Knobs {
   bool simplify_valid = true;       // SIMPLIFY_VALID=0: indices not simplified under their load's valid
   bool multi_output = true;         // MULTI_OUTPUT=0: one output per kernel
   bool int_dot = true;              // INT_DOT=0: quantised weights dequantised to float in the matvec (else integer block sums, x quantised)
-  bool int_gemm = false;            // INT_GEMM=1: from 32 rows the quantised product is an int8 GEMM (else the packed float GEMM)
+  bool int_gemm = true;             // INT_GEMM=0: from 32 rows the quantised product is the packed float GEMM (else the int8 GEMM, with VNNI)
   static Knobs from_env();
   std::string key() const;
 };
