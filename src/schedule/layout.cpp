@@ -231,12 +231,12 @@ std::pair<int64_t, int64_t> int_range(const UOp* u) {
 
 // A prompt's product with a weight quantised in blocks of 32 (from 32 rows of x on), as an int8 GEMM: x quantised
 // per block as int_dot_product does, and every block's 32 products summed in int32 four bytes at a time, the form
-// x86's vpdpbusd computes (16 int32 lanes, each the sum of 4 unsigned-by-signed byte products; pmaddubsw + pmaddwd
-// without VNNI), then scaled once per block by x's and the weight's scales:
-//   y[i][j] = sum over blocks b of float(sum over groups g < 8 of dot4(U, S) + corr) * dx[i][b] * dw[j][b]
+// x86's vpdpbusd computes (16 int32 lanes, each the sum of 4 unsigned-by-signed byte products), then scaled once per
+// block by x's and the weight's scales:
+//   y[i][j] = sum over blocks b of (float(sum over groups g < 8 of dot4(U, S)) + corr) * dx[i][b] * dw[j][b]
 // dot4 multiplies the four bytes of two int32 words, one side's unsigned, the other's signed: the weight's codes q4_0
 // (nibbles 0..15, unsigned; x's int8 signed; the -8 offset as corr = -8 * x's block sum) or q8_0 (int8, signed; x's
-// codes + 128 unsigned, corr = -128 * the weight's block sum). The weight's codes are packed once, as packed_matmul
+// codes + 128 unsigned, corr = -128 * the weight's block sum); corr is a float product of its own over the blocks. The weight's codes are packed once, as packed_matmul
 // packs floats, into panels of 16 columns: word (j/16, b, g, j%16) holds codes 4g..4g+3 of column j's block b, so a
 // 64-byte vector load gives a group of 4 codes of 16 columns; x's words are read one at a time and broadcast. The
 // product runs panel by panel, the output's 16 columns a vector of lanes and a tile of x's rows sharing each load of
