@@ -275,6 +275,11 @@ UOpRef int_gemm(const UOp* red, const UOp* ex, const UOp* w, const Shape& xs, co
   // Without the 4-byte dot product (AVX2: pmaddubsw + pmaddwd, 2 instructions a group and a half-rate multiply) q4_0's
   // product ran at 0.87x the float GEMM (bench/qmatvec 512 x 2048 x 2048, TG_CPU=haswell): the float GEMM there.
   if (!c.int8_dot(dev) || !(unsigned_w || signed_w)) return {};
+  // Packing the weight's words costs ~1.5-2x packing float panels (a strided gather of 16 columns' bytes; q4_0's
+  // nibbles also pass through an int32 buffer), paid once per product: q4_0's int8 GEMM overtakes the float GEMM
+  // between 64 and 128 rows (bench/qmatvec 5632 x 2048, THREADS=1, Zen 5: 0.67-0.70x at 32 rows, 0.92x at 64, 1.2x
+  // at 128), q8_0's by 32-64 (0.94-1.16x at 32, 1.15-1.37x at 64). A cheaper packing kernel would lower this.
+  if (unsigned_w && dq.offset && m < 128) return {};
   const int64_t umask = unsigned_w && int_range(dq.q.get()).second <= 15 ? 15 : 255;
   auto i32 = [](int64_t v) { return Tensor(int(v)).cast(dtypes::int32); };
   // codes (cols, nb, 32): the weight's integers (q8_0: q; q4_0: the nibble, its -8 applied through x's sums)
