@@ -437,6 +437,19 @@ int int_sums(const Schedule& s) {
   return n;
 }
 
+// Casts to float of an int32 value (an integer block sum, in a loop of its own or as copies) in any kernel of the
+// schedule (a product is followed by a copy of its output).
+int int_sums_all(const Schedule& s) {
+  int n = 0;
+  for (const ScheduleItem& it : s.items) {
+    if (it.kind != ScheduleItem::Kind::Kernel) continue;
+    CompiledKernel k = lower_kernel(it.ast, "k", get_device("CPU").renderer(), LowerOptions{});
+    for (const UOp* u : k.program)
+      n += u->op == Ops::CAST && dtypes::is_float(u->dtype) && u->src(0)->dtype.scalar == dtypes::int32.scalar;
+  }
+  return n;
+}
+
 }  // namespace
 
 TEST_CASE("a quantised matvec sums 8-bit integer products per block: x quantised to q8_0 blocks once (INT_DOT, the default)") {
@@ -521,6 +534,48 @@ TEST_CASE("a short prompt's quantised product: q8_0 sums integer blocks, q4_0 ke
           }
           CHECK(std::fabs(g - exact) <= 2e-7 * terms + 1e-30);
         }
+      }
+    }
+  }
+}
+
+TEST_CASE("a prompt's quantised product (32 rows or more) is an int8 GEMM: x quantised, the codes packed in 4-byte groups") {
+  // From 32 rows of x the layout rule int_gemm quantises x as INT_DOT does and packs the weight's codes into panels
+  // of 16 columns (4 codes of a column in one int32 word); the product sums each block's 4-byte dot products in int32
+  // lanes and scales them once per block, where the machine model has the 4-byte dot product (vpdpbusd: VNNI;
+  // TG_CPU=haswell has not: the float GEMM). Values: against the same quantisation done here (tight) and against the
+  // unquantised product (within the quantisation's bound). INT_GEMM=0: the packed float GEMM, no integer sum. q4_0
+  // from 128 rows (its packing costs more than the float panels' below), so 40 rows of it stay a float GEMM.
+  const int64_t N = 48, K = 256;
+  std::mt19937 gen{13};
+  const bool dot4 = get_device("CPU").machine().int8_dot;
+  for (const auto& c : {std::tuple<std::string, int64_t, int64_t>{"q8_0", 34, 40}, {"q4_0", 18, 136}, {"q4_0", 18, 40}}) {
+    const std::string type = std::get<0>(c);  // (not a structured binding: CAPTURE's lambda reads them)
+    const int64_t bytes = std::get<1>(c), M = std::get<2>(c);
+    CAPTURE(type);
+    CAPTURE(M);
+    std::vector<uint8_t> blocks = random_blocks(gen, N * K / 32, bytes);
+    Tensor w = Tensor::from_vector(blocks, {N, K / 32, bytes}, "CPU").realize();
+    Tensor::manual_seed(7);
+    Tensor x = (Tensor::randn({1, M, K}, dtypes::float32, "CPU") * 3.0).realize();
+    Tensor y = x.matmul(nn::ggml_dequantize(w, type).reshape({N, K}).T());
+    const bool gemm = dot4 && (type == "q8_0" || M >= 128);
+    {
+      ScopedEnv off("INT_GEMM", "0");
+      CHECK(int_sums_all(schedule_of(y)) == 0);
+    }
+    ScopedEnv on("INT_GEMM", nullptr);  // on by default
+    CHECK((int_sums_all(schedule_of(y)) >= 1) == gemm);
+    if (!gemm) continue;
+    std::vector<float> got = y.to_vector<float>(), xs = x.to_vector<float>();
+    CHECK(y.shape() == Shape{1, M, N});
+    for (int64_t i = 0; i < M; i++) {
+      std::vector<float> row(xs.begin() + i * K, xs.begin() + (i + 1) * K);
+      for (int64_t j = 0; j < N; j++) {
+        auto [want, mag, exact, bound] = int_dot_reference(blocks, row, j, K, bytes, type);
+        const double g = double(got[size_t(i * N + j)]);
+        CHECK(std::fabs(g - want) <= 1e-6 * mag + 1e-30);
+        CHECK(std::fabs(g - exact) <= bound);
       }
     }
   }

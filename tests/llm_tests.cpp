@@ -482,7 +482,10 @@ TEST_CASE("a long prompt's float32 weights and activations do not stay: after it
   // 48 tokens: from 32 on, the prefill computes each q8_0 weight into a float32 buffer (3.8x its blocks) for the
   // packed product; those and the prompt's activations are freed into the allocator's cache, which gives back
   // blocks no allocation took again within TG_ALLOC_CACHE_ROUNDS (16) rounds of launches (realizes, JIT replays):
-  // with the rounds unbounded (TG_ALLOC_CACHE_ROUNDS=1000000) the growth after the decode steps is 1.6x the file
+  // with the rounds unbounded (TG_ALLOC_CACHE_ROUNDS=1000000) the growth after the decode steps is 1.6x the file.
+  // The float GEMM's path (INT_GEMM=0: with VNNI the prefill's products are int8 GEMMs, whose packed words are the
+  // blocks' size)
+  ScopedEnv float_gemm("INT_GEMM", "0");
   models::LlamaConfig c;
   c.dim = 256, c.n_layers = 2, c.n_heads = 4, c.n_kv_heads = 2, c.hidden_dim = 768, c.max_context = 64;
   std::string path = tmp_path("memory_q8_0.gguf");

@@ -568,7 +568,9 @@ TEST_CASE("a prompt-sized matmul (32+ rows of A) packs B too: a quantised weight
 TEST_CASE("a panelled matmul whose panel is past half the L2 sums K in slices: q4_0 and q8_0 weights, ragged rows") {
   // x (m, K) times a quantised weight (n, K) transposed, K = L2 / 128 floats: a whole panel (K x 32 floats) is the
   // L2, so K is summed in 2 slices of panels that take half of it each (k_block). Rows not a multiple of the 8-row
-  // tile; values against a float64 sum of the dequantised weight on the host (x times (q - 8) d, or q d).
+  // tile; values against a float64 sum of the dequantised weight on the host (x times (q - 8) d, or q d). The float
+  // GEMM's path (INT_GEMM=0; with VNNI these products are int8 GEMMs, tests/codegen_tests.cpp).
+  ScopedEnv float_gemm("INT_GEMM", "0");
   int64_t l2 = get_device("CPU").machine().l2_bytes;
   if (l2 <= 0) l2 = int64_t(2) << 20;
   const int64_t K = l2 / 128, n = 160, nb = K / 32;
@@ -980,7 +982,8 @@ TEST_CASE("split ranges: a loop read under divisors that divide each other split
   // The kernel dequantising a q4_0 weight (n, K) into the panels (n/32, K, 32) reads k as k // 32 (the block and its
   // scale), k % 16 (the byte) and k // 16 % 2 (the nibble): k splits by 32, then the inner loop by 16, so each index
   // is affine and the block's scale is invariant in the loops inside the block's (hoisted out of them by LLVM; the
-  // kernel 8.4 -> 6.6 ms at 8192 x 2048, Zen 5, 1 thread).
+  // kernel 8.4 -> 6.6 ms at 8192 x 2048, Zen 5, 1 thread). The float GEMM's path (INT_GEMM=0).
+  ScopedEnv float_gemm("INT_GEMM", "0");
   std::mt19937 gen{51};
   std::vector<uint8_t> blocks(size_t(2048 * 16 * 18));
   for (auto& b : blocks) b = uint8_t(gen());

@@ -6,6 +6,7 @@
 #include <llvm/ADT/SmallVector.h>
 #include <llvm/ADT/StringMap.h>
 #include <llvm/Analysis/ValueTracking.h>
+#include <llvm/Analysis/VectorUtils.h>
 #include <llvm/Config/llvm-config.h>
 #include <llvm/ExecutionEngine/Orc/Core.h>
 #include <llvm/ExecutionEngine/Orc/LLJIT.h>
@@ -14,6 +15,7 @@
 #include <llvm/IR/DiagnosticPrinter.h>
 #include <llvm/IR/IRBuilder.h>
 #include <llvm/IR/Instructions.h>
+#include <llvm/IR/PatternMatch.h>
 #include <llvm/IR/IntrinsicsX86.h>
 #include <llvm/IR/LLVMContext.h>
 #include <llvm/IR/LegacyPassManager.h>
@@ -420,11 +422,191 @@ class ByteMulAdd {
   std::map<std::tuple<llvm::Value*, int64_t, llvm::Value*, int64_t>, llvm::Value*> offsets_;
 };
 
+// Four-byte dot products (x86 vpdpbusd). int_gemm (src/schedule/layout.cpp) sums, per int32 lane, the products of
+// the four bytes of two int32 words, one side's bytes unsigned (optionally masked to a nibble), the other's signed:
+//   sum over t < 4 of ((U >> 8t) & m) * sext(trunc(S >> 8t))
+// which LLVM's combines write as and/lshr/ashr and ashr(shl(S, 24 - 8t), 24); U or S may be a splat of a scalar word
+// (x's word, shared by the vector's lanes). The four terms of one sum with the same U, S and m are one
+//   vpdpbusd(acc, U & (m * 0x01010101), S)
+// (VNNI: AVX512-VNNI, AVX-VNNI), else, where each pair of products stays below 2^15 (m <= 127: q4_0's nibbles),
+// pmaddwd(pmaddubsw(U & .., S), 1) (SSSE3/AVX2/AVX-512BW). Exact: the same integer sums. BYTE_MADD=0 turns it off
+// with ByteMulAdd.
+class QuadMulAdd {
+ public:
+  static int run(llvm::Function& f) {
+    const std::string feats = "," + f.getFnAttribute("target-features").getValueAsString().str() + ",";
+    auto has = [&](const char* x) { return feats.find(std::string(",+") + x + ",") != std::string::npos; };
+    if (!has("ssse3")) return 0;
+    int n = 0;
+    std::optional<QuadMulAdd> p;
+    std::vector<llvm::Instruction*> dead;
+    for (llvm::BinaryOperator* root : sum_roots(f)) {
+      auto* vt = llvm::cast<llvm::FixedVectorType>(root->getType());
+      const unsigned lanes = vt->getNumElements(), bits = 32 * lanes;
+      const bool vnni = (bits == 512 && has("avx512vnni")) ||
+                        ((bits == 128 || bits == 256) && ((has("avx512vnni") && has("avx512vl")) || has("avxvnni")));
+      llvm::Intrinsic::ID dp = llvm::Intrinsic::not_intrinsic, ubs = dp, wd = dp;
+      if (vnni) dp = bits == 512 ? llvm::Intrinsic::x86_avx512_vpdpbusd_512
+                     : bits == 256 ? llvm::Intrinsic::x86_avx512_vpdpbusd_256
+                                   : llvm::Intrinsic::x86_avx512_vpdpbusd_128;
+      if (bits == 128) ubs = llvm::Intrinsic::x86_ssse3_pmadd_ub_sw_128, wd = llvm::Intrinsic::x86_sse2_pmadd_wd;
+      if (bits == 256 && has("avx2")) ubs = llvm::Intrinsic::x86_avx2_pmadd_ub_sw, wd = llvm::Intrinsic::x86_avx2_pmadd_wd;
+      if (bits == 512 && has("avx512bw"))
+        ubs = llvm::Intrinsic::x86_avx512_pmaddubs_w_512, wd = llvm::Intrinsic::x86_avx512_pmaddw_d_512;
+      if (!vnni && ubs == llvm::Intrinsic::not_intrinsic) continue;
+      std::vector<llvm::Value*> terms = sum_terms(root);
+      struct Quad {
+        size_t term[4];
+        unsigned seen = 0;
+      };
+      std::map<std::tuple<llvm::Value*, llvm::Value*, uint64_t>, Quad> quads;  // (U, S, m) -> its four products
+      std::vector<std::tuple<llvm::Value*, llvm::Value*, uint64_t>> order;     // in the sum's order
+      for (size_t i = 0; i < terms.size(); i++) {
+        auto* mul = llvm::dyn_cast<llvm::BinaryOperator>(terms[i]);
+        if (!mul || mul->getOpcode() != llvm::Instruction::Mul) continue;
+        for (int side = 0; side < 2; side++) {
+          Byte u, s;
+          if (!unsigned_byte(mul->getOperand(side), u) || !signed_byte(mul->getOperand(1 - side), s) || u.t != s.t) continue;
+          auto fits = [&](llvm::Value* w) { return !w->getType()->isVectorTy() || w->getType() == vt; };
+          if (!fits(u.word) || !fits(s.word)) continue;
+          auto [it, fresh] = quads.try_emplace({u.word, s.word, u.mask});
+          if (fresh) order.push_back(it->first);
+          Quad& q = it->second;
+          if (q.seen >> u.t & 1) break;
+          q.term[u.t] = i, q.seen |= 1u << u.t;
+          break;
+        }
+      }
+      if (!p || p->block_ != root->getParent()) p.emplace(root);
+      p->b_.SetInsertPoint(root);
+      llvm::IRBuilder<>& b = p->b_;
+      std::vector<bool> used(terms.size(), false);
+      std::vector<llvm::Value*> sums;
+      llvm::Value* acc = nullptr;
+      if (vnni) {  // the chain starts from a term no quad takes (int_gemm's offset correction) instead of zero
+        std::vector<bool> in_quad(terms.size(), false);
+        for (const auto& key : order)
+          if (quads[key].seen == 15)
+            for (size_t t : quads[key].term) in_quad[t] = true;
+        for (size_t i = 0; i < terms.size() && !acc; i++)
+          if (!in_quad[i] && terms[i]->getType() == vt && std::count(in_quad.begin(), in_quad.end(), true))
+            acc = terms[i], used[i] = true;
+      }
+      for (const auto& key : order) {
+        const Quad& q = quads[key];
+        if (q.seen != 15) continue;
+        auto [uw, sw, mask] = key;
+        if (!vnni && 2 * 128 * mask > 32767) continue;  // pmaddubsw would saturate
+        llvm::Value* u = p->vec(uw, vt);
+        if (mask != 255) u = b.CreateAnd(u, llvm::ConstantInt::get(vt, mask * 0x01010101u));
+        llvm::Value* sv = p->vec(sw, vt);
+        if (vnni) {
+          acc = b.CreateCall(llvm::Intrinsic::getDeclaration(f.getParent(), dp), {acc ? acc : llvm::Constant::getNullValue(vt), u, sv});
+        } else {
+          auto* bytes = llvm::FixedVectorType::get(b.getInt8Ty(), 4 * lanes);
+          auto* words = llvm::FixedVectorType::get(b.getInt16Ty(), 2 * lanes);
+          llvm::Value* r16 = b.CreateCall(llvm::Intrinsic::getDeclaration(f.getParent(), ubs),
+                                          {b.CreateBitCast(u, bytes), b.CreateBitCast(sv, bytes)});
+          sums.push_back(b.CreateCall(llvm::Intrinsic::getDeclaration(f.getParent(), wd),
+                                      {r16, llvm::ConstantInt::get(words, 1)}));
+        }
+        for (size_t t : q.term) used[t] = true;
+        n++;
+      }
+      if (acc) sums.push_back(acc);
+      if (sums.empty()) continue;
+      replace_sum(b, root, sums, terms, used, dead);
+    }
+    for (llvm::Instruction* d : dead) llvm::RecursivelyDeleteTriviallyDeadInstructions(d);
+    return n;
+  }
+
+  explicit QuadMulAdd(llvm::Instruction* at) : b_(at), block_(at->getParent()) {}
+
+  // byte t of word (a vector of i32, or a scalar i32 splat over the lanes: then word is the scalar), masked by mask
+  struct Byte {
+    llvm::Value* word = nullptr;
+    int t = 0;
+    uint64_t mask = 255;
+  };
+  static bool is_i32(llvm::Value* v) { return v->getType()->getScalarType()->isIntegerTy(32); }
+  // v's scalar where v is a splat of one
+  static llvm::Value* scalar(llvm::Value* v) {
+    llvm::Value* s = v->getType()->isVectorTy() ? llvm::getSplatValue(v) : nullptr;
+    return s && !llvm::isa<llvm::Constant>(s) ? s : v;
+  }
+  // v = word >> 8t (logical or arithmetic; t = 0: the word itself)
+  static void shifted(llvm::Value* v, Byte& b) {
+    using namespace llvm::PatternMatch;
+    const llvm::APInt* c;
+    llvm::Value* x;
+    if ((match(v, m_LShr(m_Value(x), m_APInt(c))) || match(v, m_AShr(m_Value(x), m_APInt(c)))) && c->getZExtValue() % 8 == 0 &&
+        c->getZExtValue() <= 24)
+      b.word = x, b.t = int(c->getZExtValue() / 8);
+    else
+      b.word = v, b.t = 0;
+  }
+  // v = (word >> 8t) & mask, mask = 2^k - 1 <= 255; or zext(trunc(word >> 8t) to i8); or word >> 24 (logical)
+  static bool unsigned_byte(llvm::Value* v, Byte& b) {
+    using namespace llvm::PatternMatch;
+    v = scalar(v);
+    if (!is_i32(v)) return false;
+    const llvm::APInt* c;
+    llvm::Value* x;
+    if (match(v, m_And(m_Value(x), m_APInt(c)))) {
+      const uint64_t m = c->getZExtValue();
+      if (m > 255 || (m & (m + 1))) return false;
+      b.mask = m;
+      shifted(x, b);
+    } else if (match(v, m_ZExt(m_Trunc(m_Value(x)))) && llvm::cast<llvm::CastInst>(v)->getSrcTy()->getScalarType()->isIntegerTy(8)) {
+      b.mask = 255;
+      shifted(x, b);
+    } else if (match(v, m_LShr(m_Value(x), m_SpecificInt(24)))) {
+      b.word = x, b.t = 3, b.mask = 255;
+    } else {
+      return false;
+    }
+    b.word = scalar(b.word);
+    return is_i32(b.word);
+  }
+  // v = sext(byte t of word): ashr(shl(word, 24 - 8t), 24), ashr(word, 24) (t = 3), or sext(trunc(word >> 8t) to i8)
+  static bool signed_byte(llvm::Value* v, Byte& b) {
+    using namespace llvm::PatternMatch;
+    v = scalar(v);
+    if (!is_i32(v)) return false;
+    const llvm::APInt* c;
+    llvm::Value* x;
+    if (match(v, m_AShr(m_Shl(m_Value(x), m_APInt(c)), m_SpecificInt(24)))) {
+      if (c->getZExtValue() % 8 || c->getZExtValue() > 24) return false;
+      b.word = x, b.t = int(3 - c->getZExtValue() / 8);
+    } else if (match(v, m_AShr(m_Value(x), m_SpecificInt(24)))) {
+      b.word = x, b.t = 3;
+    } else if (match(v, m_SExt(m_Trunc(m_Value(x)))) && llvm::cast<llvm::CastInst>(v)->getSrcTy()->getScalarType()->isIntegerTy(8)) {
+      shifted(x, b);
+    } else {
+      return false;
+    }
+    b.word = scalar(b.word);
+    return is_i32(b.word);
+  }
+  // w as a vector of vt (a scalar word splat once per block)
+  llvm::Value* vec(llvm::Value* w, llvm::FixedVectorType* vt) {
+    if (w->getType() == vt) return w;
+    auto [it, fresh] = splats_.try_emplace({w, vt}, nullptr);
+    if (fresh) it->second = b_.CreateVectorSplat(vt->getNumElements(), w);
+    return it->second;
+  }
+
+  llvm::IRBuilder<> b_;
+  llvm::BasicBlock* block_;
+  std::map<std::pair<llvm::Value*, llvm::Type*>, llvm::Value*> splats_;
+};
+
 // The version of what PairMulAdd emits: part of the compiler's id, which keys the disk cache of binaries (with the
 // kernel's source), so a binary an older rewrite made is not read back under the same source. Bump it with every
 // change to the rewrite. (Work-in-progress builds of the first version cached binaries under "-pairmadd1" whose
 // TG_CPU=haswell q8_0 matvec ran 0.85x the float product, against 1.33-1.38x compiled afresh: bench/qmatvec.)
-constexpr int kPairMulAddVersion = 2, kByteMulAddVersion = 3;
+constexpr int kPairMulAddVersion = 2, kByteMulAddVersion = 3, kQuadMulAddVersion = 1;
 
 class LLVMCompiler : public Compiler {
  public:
@@ -433,7 +615,9 @@ class LLVMCompiler : public Compiler {
   LLVMCompiler() : id_("llvm-" LLVM_VERSION_STRING "-O2-slp-noalias-" + host_id()) {}
   std::string id() const override {
     return id_ + (getenv_int("PAIR_MADD", 1) ? "-pairmadd" + std::to_string(kPairMulAddVersion) : "") +
-           (getenv_int("BYTE_MADD", 1) ? "-bytemadd" + std::to_string(kByteMulAddVersion) : "");
+           (getenv_int("BYTE_MADD", 1) ? "-bytemadd" + std::to_string(kByteMulAddVersion) + "-quadmadd" +
+                                                std::to_string(kQuadMulAddVersion)
+                                          : "");
   }
 
   std::vector<uint8_t> compile(const std::string& src, const std::string& name) override {
@@ -498,6 +682,9 @@ class LLVMCompiler : public Compiler {
     pb.registerLoopAnalyses(lam);
     pb.crossRegisterProxies(lam, fam, cgam, mam);
     pb.buildPerModuleDefaultPipeline(llvm::OptimizationLevel::O2).run(*m, mam);
+    if (getenv_int("BYTE_MADD", 1))
+      for (llvm::Function& f : *m)
+        if (!f.isDeclaration()) QuadMulAdd::run(f);
     if (getenv_int("PAIR_MADD", 1))
       for (llvm::Function& f : *m)
         if (!f.isDeclaration()) PairMulAdd::run(f);

@@ -349,6 +349,8 @@ const CpuTarget& cpu_target() {
 MachineModel machine_model_of(const CpuTarget& c, int cores) {
   MachineModel m;
   m.cpu = c.cpu, m.source = c.source, m.isa = isa_words(c.features), m.cores = cores;
+  const std::string feats = "," + c.features + ",";
+  for (const char* f : {"avx512vnni", "avxvnni"}) m.int8_dot |= feats.find(std::string(",+") + f + ",") != std::string::npos;
   std::string err;
   const llvm::Target* target = llvm::TargetRegistry::lookupTarget(c.triple, err);
   std::unique_ptr<llvm::TargetMachine> tm(target ? target->createTargetMachine(c.triple, c.cpu, c.features, llvm::TargetOptions(),

@@ -177,6 +177,9 @@ struct MachineModel {
   double fma_per_cycle = 2;
   ///@}
   std::string fma_source = "default";  ///< "LLVM sched model" (of the CPU above) or "default" (nothing read)
+  /// a vector instruction summing 4 byte products into each int32 lane (x86 vpdpbusd: AVX512-VNNI or AVX-VNNI;
+  /// AArch64 sdot): what the int8 GEMM of quantised weights needs to run at 4x the float FMA rate
+  bool int8_dot = false;
 };
 /** One line: "znver3 (host): AVX2+FMA, 256-bit x 16 vector registers, FMA latency 4 x 2/cycle (LLVM sched model),
  *  L1d 32 KiB, L2 512 KiB, L3 32 MiB (ours 4 MiB: 2 of 16 CPUs) (cpuid), 2 cores". */

@@ -199,12 +199,22 @@ UOpRef reuse_row_values(const UOpRef& k, int64_t row_bytes) {
 }
 
 // Whether e casts to float an integer of at most 8 bits that it reads from memory (a quantised weight: q8_0's int8,
-// a nibble of a uint8); a bool (a comparison's mask) is not one.
+// a nibble of a uint8; int_gemm's bytes of loaded int32 words, masked); a bool (a comparison's mask) is not one.
 bool dequantises(const UOp* e) {
+  auto reads_load = [](const UOp* x) {
+    for (const UOp* y : toposort(x))
+      if (y->op == Ops::LOAD) return true;
+    return false;
+  };
+  auto small_int = [](DType d) { return dtypes::is_int(d) && d.bitsize() <= 8; };
   for (const UOp* n : toposort(e)) {
     if (n->op != Ops::CAST || !dtypes::is_float(n->dtype) || !dtypes::is_int(n->src(0)->dtype)) continue;
     for (const UOp* m : toposort(n->src(0)))
-      if (m->op == Ops::LOAD && dtypes::is_int(m->dtype) && m->dtype.bitsize() <= 8) return true;
+      if ((m->op == Ops::LOAD && small_int(m->dtype)) ||
+          (m->op == Ops::CAST && small_int(m->dtype) && dtypes::is_int(m->src(0)->dtype) && !small_int(m->src(0)->dtype)) ||
+          (m->op == Ops::AND && dtypes::is_int(m->dtype) && m->src(1)->op == Ops::CONST && m->src(1)->const_int() >= 0 &&
+           m->src(1)->const_int() <= 255 && reads_load(m->src(0))))
+        return true;
   }
   return false;
 }

@@ -222,7 +222,8 @@ std::string to_string(const MachineModel& m) {
     if (b % (1 << 20) == 0) return std::to_string(b >> 20) + " MiB";
     return std::to_string(b >> 10) + " KiB";
   };
-  std::string s = m.cpu + " (" + m.source + "): " + (m.isa.empty() ? "" : m.isa + ", ") + std::to_string(m.vector_bits) +
+  std::string s = m.cpu + " (" + m.source + "): " + (m.isa.empty() ? "" : m.isa + (m.int8_dot ? " (int8 dot)" : "") + ", ") +
+                  std::to_string(m.vector_bits) +
                   "-bit x " + std::to_string(m.vector_registers) + " vector registers";
   char fma[96];
   std::snprintf(fma, sizeof fma, ", FMA latency %d x %g/cycle (%s)", m.fma_latency, m.fma_per_cycle, m.fma_source.c_str());

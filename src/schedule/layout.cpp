@@ -23,6 +23,7 @@ struct LayoutCtx {
   bool channels_last;                            // CHANNELS_LAST=0 turns the channels-last convolution off
   bool conv_input_grad;                          // CONV_INPUT_GRAD=0 leaves autograd's convolution input gradient as is
   bool int_dot;                                  // INT_DOT=0 turns the integer block sums off
+  bool int_gemm;                                 // INT_GEMM=0 turns the int8 GEMM (from 32 rows) off
   std::unordered_map<std::string, bool> serial;  // device -> runs kernels with output loops in order (a CPU)
   std::vector<UOpRef> keep;
   NodeSet made;  // reduces a rule made: not rewritten again
@@ -45,6 +46,8 @@ struct LayoutCtx {
     const std::string& isa = get_device(d).machine().isa;
     return isa == "AVX-512" || isa.starts_with("AVX2") || isa == "NEON" || isa == "SVE";
   }
+  // Whether one vector instruction sums 4 byte products into each int32 lane (vpdpbusd): the int8 GEMM's inner step.
+  bool int8_dot(const std::string& d) { return get_device(d).machine().int8_dot; }
   int64_t l2_bytes(const std::string& d) {
     if (auto it = l2.find(d); it != l2.end()) return it->second;
     return l2[d] = get_device(d).machine().l2_bytes;
@@ -214,6 +217,135 @@ std::optional<Dequant> dequant_of(const UOp* b, int64_t block, LayoutCtx& c) {
   return {};
 }
 
+// The largest and smallest value of an integer tensor (its bounds, through movement ops; else its dtype's range).
+std::pair<int64_t, int64_t> int_range(const UOp* u) {
+  while (is_movement(u->op) && !u->sym()) u = u->src(0);
+  if (u->op == Ops::AND && !u->sym())  // a mask (q4_0's nibbles: & 15, the constant broadcast)
+    for (int side = 0; side < 2; side++)
+      if (std::optional<double> m = const_value(u->src(side)); m && *m >= 0 && *m == std::trunc(*m)) return {0, int64_t(*m)};
+  if (u->bounds().known) return {u->vmin(), u->vmax()};
+  const int64_t bits = int64_t(u->dtype.bitsize());
+  if (dtypes::is_unsigned(u->dtype)) return {0, (int64_t(1) << bits) - 1};
+  return {-(int64_t(1) << (bits - 1)), (int64_t(1) << (bits - 1)) - 1};
+}
+
+// A prompt's product with a weight quantised in blocks of 32 (from 32 rows of x on), as an int8 GEMM: x quantised
+// per block as int_dot_product does, and every block's 32 products summed in int32 four bytes at a time, the form
+// x86's vpdpbusd computes (16 int32 lanes, each the sum of 4 unsigned-by-signed byte products), then scaled once per
+// block by x's and the weight's scales:
+//   y[i][j] = sum over blocks b of (float(sum over groups g < 8 of dot4(U, S)) + corr) * dx[i][b] * dw[j][b]
+// dot4 multiplies the four bytes of two int32 words, one side's unsigned, the other's signed: the weight's codes q4_0
+// (nibbles 0..15, unsigned; x's int8 signed; the -8 offset as corr = -8 * x's block sum) or q8_0 (int8, signed; x's
+// codes + 128 unsigned, corr = -128 * the weight's block sum); corr is a float product of its own over the blocks. The weight's codes are packed once, as packed_matmul
+// packs floats, into panels of 16 columns: word (j/16, b, g, j%16) holds codes 4g..4g+3 of column j's block b, so a
+// 64-byte vector load gives a group of 4 codes of 16 columns; x's words are read one at a time and broadcast. The
+// product runs panel by panel, the output's 16 columns a vector of lanes and a tile of x's rows sharing each load of
+// the weight (the heuristic's register tile); lowering's factor_reduce_invariants sums each block's groups in int32
+// lanes and scales them once; the CPU compiler turns each dot4 into one vpdpbusd (QuadMulAdd, llvm_jit.cpp).
+// The values are the integer sums of x's quantised blocks, as int_dot_product's (and llama.cpp's). Chosen where the
+// machine model has the 4-byte dot product (int8_dot: AVX512-VNNI, AVX-VNNI). INT_GEMM=0 turns it off (the packed
+// float GEMM of dequantised panels).
+UOpRef int_gemm(const UOp* red, const UOp* ex, const UOp* w, const Shape& xs, const std::vector<const UOp*>& path,
+                const Dequant& dq, LayoutCtx& c) {
+  constexpr int64_t B = 32, L = 16, G = B / 4;
+  if (!c.int_gemm) return {};
+  const UOp* mul = red->src(0);
+  const Shape& f = c.shapes.of(mul);
+  const int64_t n = int64_t(f.size()), k = f.back(), nb = k / B;
+  const std::string dev = device_of(red);
+  // x's rows are the leading axes up to its last one of size > 1 (x broadcast along the rest, W along them): M rows,
+  // N columns; axes of size 1 (a batch of one) may lead either
+  int64_t split = 0;
+  for (int64_t a = 0; a < n - 1; a++)
+    if (xs[size_t(a)] != 1) split = a + 1;
+  int64_t m = 1, cols = 1;
+  for (int64_t a = 0; a < n - 1; a++) (a < split ? m : cols) *= f[size_t(a)];
+  for (int64_t a = 0; a < split; a++)
+    if (xs[size_t(a)] != f[size_t(a)]) return {};
+  if (w->op != Ops::EXPAND || w->sym()) return {};
+  const Shape& wb = c.shapes.of(w->src(0));
+  for (int64_t a = 0; a < split; a++)
+    if (wb[size_t(a)] != 1) return {};  // a weight per row (a batched product): not this GEMM
+  if (cols % L) return {};
+  auto [qmin, qmax] = int_range(dq.q.get());
+  qmin += dq.offset, qmax += dq.offset;
+  // U: the weight's codes unsigned (q4_0's nibbles, the offset from x's sums); S: signed (q8_0), x's unsigned
+  const bool unsigned_w = dtypes::is_unsigned(dq.q->dtype) && int_range(dq.q.get()).second <= 127;
+  const bool signed_w = !unsigned_w && qmin >= -128 && qmax <= 127;
+  // Without the 4-byte dot product (AVX2: pmaddubsw + pmaddwd, 2 instructions a group and a half-rate multiply) q4_0's
+  // product ran at 0.87x the float GEMM (bench/qmatvec 512 x 2048 x 2048, TG_CPU=haswell): the float GEMM there.
+  if (!c.int8_dot(dev) || !(unsigned_w || signed_w)) return {};
+  // Packing the weight's words costs ~1.5-2x packing float panels (a strided gather of 16 columns' bytes; q4_0's
+  // nibbles also pass through an int32 buffer), paid once per product: q4_0's int8 GEMM overtakes the float GEMM
+  // between 64 and 128 rows (bench/qmatvec 5632 x 2048, THREADS=1, Zen 5: 0.67-0.70x at 32 rows, 0.92x at 64, 1.2x
+  // at 128), q8_0's by 32-64 (0.94-1.16x at 32, 1.15-1.37x at 64). A cheaper packing kernel would lower this.
+  if (unsigned_w && dq.offset && m < 128) return {};
+  const int64_t umask = unsigned_w && int_range(dq.q.get()).second <= 15 ? 15 : 255;
+  auto i32 = [](int64_t v) { return Tensor(int(v)).cast(dtypes::int32); };
+  // codes (cols, nb, 32): the weight's integers (q8_0: q; q4_0: the nibble, its -8 applied through x's sums)
+  Tensor q = Tensor(dq.q, c.shapes.of(dq.q.get()), dev).cast(dtypes::int32);
+  if (signed_w && dq.offset) q = q + i32(dq.offset);
+  Shape blocks(f.begin(), f.end() - 1);
+  blocks.insert(blocks.end(), {nb, B});
+  std::vector<std::pair<int64_t, int64_t>> rows0;
+  for (int64_t a = 0; a < int64_t(blocks.size()); a++) rows0.emplace_back(0, a < split ? 1 : blocks[size_t(a)]);
+  auto view = [&](const UOpRef& base) {
+    UOpRef v = base;
+    for (size_t j = path.size(); j-- > 0;) v = UOp::make(path[j]->op, v->dtype, {v}, path[j]->arg);
+    return Tensor(v, f, dev).reshape(blocks).shrink(rows0);
+  };
+  Tensor codes = view(q.uop()).reshape({cols, nb, B});
+  Tensor dw = view(dq.scale).reshape({cols, nb, B}).shrink({{0, cols}, {0, nb}, {0, 1}}).reshape({cols, nb});
+  // four int32 codes (..., 4) as one word, code t in byte t
+  Tensor shifts = (Tensor::arange(0, 4, 1, dtypes::uint32, dev) * Tensor(8).cast(dtypes::uint32));
+  auto words = [&](const Tensor& v) {
+    Tensor bytes = v.bitwise_and(i32(255)).cast(dtypes::uint32).lshift(shifts);
+    return bytes.sum({-1}, false, dtypes::uint32).bitcast(dtypes::int32);
+  };
+  // the weight's panels (cols/16, nb, 8, 16) of words, its scales (cols/16, nb, 16)
+  Tensor wp = words(codes.reshape({cols / L, L, nb, G, 4}).permute({0, 2, 3, 1, 4})).contiguous();
+  Tensor dwp = dw.reshape({cols / L, L, nb}).permute({0, 2, 1}).contiguous();
+  // x's blocks: d = max|x| / 127 (float16, as ggml's block_q8_0), q = round(x / d); its words (m, nb, 8)
+  Tensor x = Tensor(UOpRef(ex->src(0)), xs, dev).reshape({m, nb, B});
+  Tensor d = x.abs().max(-1, true) / Tensor(127.0);
+  Tensor xq = d.eq(Tensor(0.0)).where(Tensor(0.0), x / d).round().cast(dtypes::int32);
+  Tensor xw = words(xq.reshape({m, nb, G, 4}));
+  if (signed_w) xw = xw.bitwise_xor(i32(int32_t(0x80808080u)));  // x + 128 in each byte
+  xw = xw.contiguous();
+  Tensor dx = d.cast(dtypes::float16).cast(dtypes::float32).reshape({m, nb}).contiguous();
+  // the product's axes (cols/16, m, 16, nb, 8), summed over the last two
+  const Shape p5{cols / L, m, L, nb, G};
+  Tensor wv = wp.permute({0, 3, 1, 2}).reshape({cols / L, 1, L, nb, G}).expand(p5);
+  Tensor xv = xw.reshape({1, m, 1, nb, G}).expand(p5);
+  const Tensor& uw = unsigned_w ? wv : xv;
+  const Tensor& sw = unsigned_w ? xv : wv;
+  // every value 32-bit (the vectorize stage packs only those): a signed byte as (w << (24 - 8t)) >> 24 (arithmetic);
+  // the four products of a word's bytes one sum (one vpdpbusd: QuadMulAdd, llvm_jit.cpp)
+  Tensor dot;
+  for (int64_t t = 0; t < 4; t++) {
+    Tensor ub = (t ? uw.rshift(i32(8 * t)) : uw).bitwise_and(i32(umask));
+    Tensor sb = (t < 3 ? sw.lshift(i32(24 - 8 * t)) : sw).rshift(i32(24));
+    dot = t ? dot + ub * sb : ub * sb;
+  }
+  Tensor scale = dx.reshape({1, m, 1, nb, 1}).expand({cols / L, m, 1, nb, 1}) *
+                 dwp.permute({0, 2, 1}).reshape({cols / L, 1, L, nb, 1}).expand({cols / L, m, L, nb, 1});
+  Tensor y = (dot.cast(dtypes::float32) * scale.expand(p5)).sum({3, 4}, false, dtypes::float32).contiguous();
+  y = y.permute({1, 0, 2}).reshape({m, cols});
+  // the offsets' correction, a float product of its own over the blocks (1/32 of the product's terms; in the integer
+  // sum it was a gated term per block, which kept the kernel's copies from packing into vectors): q4_0's -8 times
+  // x's block sums, q8_0's x + 128 as -128 times the weight's block sums
+  if (unsigned_w && dq.offset) {
+    Tensor xsum = xq.sum({-1}, false, dtypes::int32).cast(dtypes::float32).reshape({m, nb});
+    y = y + (xsum * dx * Tensor(double(dq.offset))).matmul(dw.T());
+  } else if (!unsigned_w) {
+    Tensor wsum = codes.sum({-1}, false, dtypes::int32).cast(dtypes::float32);
+    y = y + dx.matmul((wsum * dw * Tensor(-128.0)).T());
+  }
+  UOpRef out = y.reshape(c.shapes.of(red)).uop();
+  c.keep.push_back(out);
+  return out;
+}
+
 // A float matrix-vector product with a weight quantised in blocks of 32 (a decode step's linear layers on Q8_0 and
 // Q4_0 weights), y[..., j] = sum over k of x[..., k] w[j, k], computed as ggml's CPU backend does: x is quantised
 // once per product, in kernels of its own (the blocks' maxima, then the blocks), to blocks of 32 int8 with one scale
@@ -226,8 +358,8 @@ std::optional<Dequant> dequant_of(const UOp* b, int64_t block, LayoutCtx& c) {
 // product's. Matched on the tensor graph: a sum over the last axis of EXPAND(x) * W, W the dequantised weight under
 // movement ops (matmul's transposes and reshapes) that keep the summed axis whole down to the reshape merging its
 // blocks (..., nb, 32) -> (..., nb * 32). Serial devices (CPUs) whose vector ISA has integer multiply-adds
-// (int_simd), fewer than 32 rows of x (a decode step, a short prompt; from 32 rows on packed_matmul dequantises the
-// weight once into float panels for a GEMM), and one row only for codes with an offset (q4_0). On by default
+// (int_simd), fewer than 32 rows of x (a decode step, a short prompt; from 32 rows on int_gemm, else packed_matmul
+// dequantises the weight once into float panels for a GEMM), and one row only for codes with an offset (q4_0). On by default
 // (INT_DOT=0 turns it off). The CPU compiler turns the lane sums into byte multiply-adds
 // (backends/cpu/llvm_jit.cpp): q8_0's adjacent pairs of products into vpmaddwd
 // (vpdpwssd with VNNI; PairMulAdd), q4_0's nibble pairs into vpdpbusd (VNNI) or pmaddubsw (ByteMulAdd). bench/qmatvec
@@ -253,7 +385,7 @@ UOpRef int_dot_product(const UOp* red, LayoutCtx& c) {
     const UOp *ex = mul->src(side), *w = mul->src(1 - side);
     if (ex->op != Ops::EXPAND || ex->sym() || c.shapes.of(ex->src(0)).size() != f.size()) continue;
     const Shape xs = c.shapes.of(ex->src(0));
-    if (xs.back() != k || prod(xs, n) / k >= kMaxRows) continue;
+    if (xs.back() != k) continue;
     // Down W's movement ops with the summed axis `a`: an EXPAND leaves it whole, a PERMUTE moves it, a RESHAPE keeps
     // it where an axis of the same size starts at the same flat offset (the same prefix product) and merges it from
     // the blocks at the bottom; anything else (a SHRINK, PAD or FLIP of it) is not this product.
@@ -291,6 +423,10 @@ UOpRef int_dot_product(const UOp* red, LayoutCtx& c) {
     // weight once per tile of rows in its own kernel (bench/qmatvec QMV_M, 5632 x 2048, 1 thread, Zen 5: 0.90x at 2
     // rows, 0.14-0.36x from 4; TG_CPU=haswell 0.91x and 0.45-0.48x).
     const int64_t rows = prod(xs, n) / k;
+    if (rows >= kMaxRows) {
+      if (UOpRef g = int_gemm(red, ex, w, xs, path, *dq, c)) return g;
+      continue;
+    }
     if (rows > 1 && dq->offset != 0) continue;
     Shape blocks(f.begin(), f.end() - 1), xb(xs.begin(), xs.end() - 1);
     blocks.insert(blocks.end(), {k / B, B});
@@ -757,7 +893,7 @@ std::vector<UOpRef> share_layout_copies(std::vector<UOpRef> roots, LayoutCtx& c)
 }  // namespace
 
 std::vector<UOpRef> apply_layouts(std::span<const UOpRef> roots, const Knobs& knobs) {
-  LayoutCtx ctx{{}, knobs.packed_matmul, knobs.channels_last, knobs.conv_input_grad, knobs.int_dot, {}, {}, {}};
+  LayoutCtx ctx{{}, knobs.packed_matmul, knobs.channels_last, knobs.conv_input_grad, knobs.int_dot, knobs.int_gemm, {}, {}, {}};
   std::vector<UOpRef> out = rewrite_roots(roots, pm_layout(), &ctx, "layouts");
   return knobs.share_layouts ? share_layout_copies(std::move(out), ctx) : out;
 }

@@ -92,6 +92,7 @@ struct Knobs {
   bool multi_output = true;         // MULTI_OUTPUT=0: one output per kernel
   bool share_layouts = true;        // SHARE_LAYOUTS=0: a value copied into several layouts is stored as computed, then copied
   bool int_dot = true;              // INT_DOT=0: quantised weights dequantised to float in the matvec (else integer block sums, x quantised)
+  bool int_gemm = true;             // INT_GEMM=0: from 32 rows the quantised product is the packed float GEMM (else the int8 GEMM, with VNNI)
   static Knobs from_env();
   std::string key() const;
 };

@@ -191,6 +191,32 @@ const UOp* add_base(const UOp* t) {
 }
 }  // namespace
 
+// A hash of u's op tree that ignores where its loads read (the address under an INDEX), to depth 6: the copies of an
+// upcast sum (one per vector lane, each reading its own addresses) then order their terms alike, so the vectorize
+// stage packs term t of every lane into one vector (int_gemm's four byte products of a word: by hash, each lane had
+// its own order, and the packed vectors mixed bytes across lanes).
+static uint64_t shape_hash(const UOp* u, int depth = 6) {
+  if (u->nsrc() == 0 || depth == 0) return u->nsrc() == 0 ? u->hash : uint64_t(u->op) + 1;
+  uint64_t h = (uint64_t(u->op) + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t(u->dtype.scalar) << 8 | u->dtype.count);
+  const size_t n = u->op == Ops::INDEX ? 1 : u->nsrc();  // a load's buffer, not its address
+  for (size_t i = 0; i < n; i++) h = (h ^ shape_hash(u->src(i), depth - 1)) * 0x100000001B3ull;
+  return h;
+}
+
+// The constant parts of the addresses u's loads read (an INDEX's index a + c: c), in the order of a walk of its
+// tree, to depth 6: terms of one shape (one word's byte products of each group) ordered by where they read, the
+// same order in every lane (lane l adds l to each address of its copy).
+static void address_offsets(const UOp* u, std::vector<int64_t>& out, int depth = 6) {
+  if (depth == 0) return;
+  if (u->op == Ops::INDEX && u->nsrc() >= 2) {
+    const UOp* i = u->src(1);
+    out.push_back(i->op == Ops::CONST ? i->const_int()
+                  : i->op == Ops::ADD && i->src(1)->op == Ops::CONST ? i->src(1)->const_int() : 0);
+    return;
+  }
+  for (size_t k = 0; k < u->nsrc(); k++) address_offsets(u->src(k), out, depth - 1);
+}
+
 // A REDUCE, or the expander's tree of `o` over them (its per-lane partial results).
 static bool lane_tree(const UOp* u, Ops o) {
   return u->op == Ops::REDUCE || (u->op == o && lane_tree(u->src(0), o) && lane_tree(u->src(1), o));
@@ -203,7 +229,16 @@ UOpRef order_chain(const UOp* r) {
   DType sd = s0->dtype;
   if (sd.ptr || sd.scalar == Scalar::Void) return {};
   bool assoc = (dtypes::is_int(sd) || dtypes::is_bool(sd)) && o != Ops::CMPNE && o != Ops::CMPEQ;
+  // integer data (not index) sums: terms by shape first, alike in every lane's copy
+  const bool data = o == Ops::ADD && assoc && sd.scalar != Scalar::Index && !dtypes::is_bool(sd);
   auto less = [&](const UOp* a, const UOp* b) {
+    if (data) {
+      const uint64_t ha = shape_hash(add_base(a)), hb = shape_hash(add_base(b));
+      if (ha != hb) return ha < hb;
+      std::vector<int64_t> oa, ob;
+      address_offsets(add_base(a), oa), address_offsets(add_base(b), ob);
+      if (oa != ob) return oa < ob;
+    }
     return o == Ops::ADD && assoc ? order_less(add_base(a), add_base(b)) : order_less(a, b);
   };
   auto mk = [&](const UOp* a, const UOp* b) { return UOp::make(o, d, {a->ref(), b->ref()}); };

@@ -175,6 +175,8 @@ Bounds compute_bounds(Ops op, DType dtype, std::span<const UOpRef> src, const Ar
       return {std::min(b(1).min, b(2).min), std::max(b(1).max, b(2).max), true};
     case Ops::AND:
       if (b(0).min >= 0 && b(1).min >= 0) return {0, std::min(b(0).max, b(1).max), true};
+      if (b(1).min >= 0) return {0, b(1).max, true};  // x & m, m >= 0: the sign bit clear, at most m (any x)
+      if (b(0).min >= 0) return {0, b(0).max, true};
       return full;
     case Ops::OR: case Ops::XOR:
       if (b(0).min >= 0 && b(1).min >= 0) {
@@ -189,6 +191,9 @@ Bounds compute_bounds(Ops op, DType dtype, std::span<const UOpRef> src, const Ar
       return full;
     case Ops::SHR:
       if (b(0).min >= 0 && b(1).min >= 0 && b(1).max < 64) return {b(0).min >> b(1).max, b(0).max >> b(1).min, true};
+      // signed (arithmetic, monotone in the value): x >> 24 of any int32 is a signed byte
+      if (!dtypes::is_unsigned(dtype) && b(0).known && b(1).known && b(1).min >= 0 && b(1).max < int64_t(dtype.bitsize()))
+        return {std::min(b(0).min >> b(1).min, b(0).min >> b(1).max), std::max(b(0).max >> b(1).min, b(0).max >> b(1).max), true};
       return full;
     case Ops::MULACC: {
       i128 c[4] = {i128(b(0).min) * b(1).min, i128(b(0).min) * b(1).max, i128(b(0).max) * b(1).min,
