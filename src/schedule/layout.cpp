@@ -297,7 +297,11 @@ UOpRef int_gemm(const UOp* red, const UOp* ex, const UOp* w, const Shape& xs, co
   Tensor codes = view(q.uop()).reshape({cols, nb, B});
   Tensor dw = view(dq.scale).reshape({cols, nb, B}).shrink({{0, cols}, {0, nb}, {0, 1}}).reshape({cols, nb});
   // four int32 codes (..., 4) as one word, code t in byte t
-  Tensor shifts = (Tensor::arange(0, 4, 1, dtypes::uint32, dev) * Tensor(8).cast(dtypes::uint32));
+  // (arange's RANGE, made here: Tensor::arange off the default device materialises a buffer, and this graph's
+  // buffers are numbered already; a RANGE runs where the graph's buffers are)
+  Tensor shifts = Tensor(UOp::make(Ops::RANGE, dtypes::uint32, {UOp::cnst_int(dtypes::index, 4)},
+                                   std::vector<int64_t>{-1, int64_t(AxisType::Loop), 4}), {4}, dev) *
+                  Tensor(8).cast(dtypes::uint32);
   auto words = [&](const Tensor& v) {
     Tensor bytes = v.bitwise_and(i32(255)).cast(dtypes::uint32).lshift(shifts);
     return bytes.sum({-1}, false, dtypes::uint32).bitcast(dtypes::int32);

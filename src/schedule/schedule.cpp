@@ -135,7 +135,9 @@ void run_split_reduceop(ScheduleCtx& c) {
     if (u->op == Ops::BUFFER) {
       const auto& a = std::get<std::vector<int64_t>>(u->arg);
       int input = int(-1 - a[0]);
-      if (input < 0) throw Error("[schedule] internal: a BUFFER that is not normalised");
+      if (input < 0)
+        throw Error("[schedule] internal: a BUFFER that is not normalised (number " + std::to_string(a[0]) + ", device " +
+                    std::get<std::string>(u->src(0)->arg) + ", " + u->dtype.name() + ")");
       c.slot_of[u] = input;
       c.bufs[size_t(input)] = {input, std::get<std::string>(u->src(0)->arg), u->dtype, a[1]};
     }
