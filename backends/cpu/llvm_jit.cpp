@@ -231,6 +231,19 @@ class PairMulAdd {
   std::map<std::pair<llvm::Value*, llvm::Value*>, llvm::Value*> memo_;
 };
 
+// The x86 features a kernel is compiled for (its "target-features" attribute): has("avx2"), and whether vpdpbusd
+// takes vectors of `bits` (AVX512-VNNI at 512; at 128 and 256 with AVX512-VL, or AVX-VNNI).
+struct TargetFeatures {
+  std::string feats;
+  explicit TargetFeatures(const llvm::Function& f)
+      : feats("," + f.getFnAttribute("target-features").getValueAsString().str() + ",") {}
+  bool has(const char* x) const { return feats.find(std::string(",+") + x + ",") != std::string::npos; }
+  bool vnni(unsigned bits) const {
+    return (bits == 512 && has("avx512vnni")) ||
+           ((bits == 128 || bits == 256) && ((has("avx512vnni") && has("avx512vl")) || has("avxvnni")));
+  }
+};
+
 // Unsigned-by-signed byte multiply-adds (x86 pmaddubsw). q4_0's integer terms after factor_reduce_invariants: lane
 // l sums (lo[l] - 8) x[l] + (hi[l] - 8) x[l + 16], lo and hi the nibbles of byte l, x the quantised activation's
 // int8s, which x86 computed as int32 lanes (2 vpmovzxbd, 2 offset adds, 2 vpmulld a block and row). Each pair of
@@ -248,8 +261,8 @@ class PairMulAdd {
 class ByteMulAdd {
  public:
   static int run(llvm::Function& f) {
-    const std::string feats = "," + f.getFnAttribute("target-features").getValueAsString().str() + ",";
-    auto has = [&](const char* x) { return feats.find(std::string(",+") + x + ",") != std::string::npos; };
+    const TargetFeatures tf(f);
+    auto has = [&](const char* x) { return tf.has(x); };
     if (!has("ssse3")) return 0;
     const llvm::DataLayout& dl = f.getParent()->getDataLayout();
     int n = 0;
@@ -260,8 +273,7 @@ class ByteMulAdd {
       const unsigned lanes = vt->getNumElements(), bits = 16 * lanes;
       // VNNI: vpdpbusd on the lanes' 32 bits (each lane's pair of bytes and two zero bytes), else pmaddubsw
       const unsigned lane_bits = 32 * lanes;
-      const bool vnni = (lane_bits == 512 && has("avx512vnni")) ||
-                        ((lane_bits == 128 || lane_bits == 256) && ((has("avx512vnni") && has("avx512vl")) || has("avxvnni")));
+      const bool vnni = tf.vnni(lane_bits);
       llvm::Intrinsic::ID id = llvm::Intrinsic::not_intrinsic;
       if (vnni) {
         id = lane_bits == 512 ? llvm::Intrinsic::x86_avx512_vpdpbusd_512
@@ -434,8 +446,8 @@ class ByteMulAdd {
 class QuadMulAdd {
  public:
   static int run(llvm::Function& f) {
-    const std::string feats = "," + f.getFnAttribute("target-features").getValueAsString().str() + ",";
-    auto has = [&](const char* x) { return feats.find(std::string(",+") + x + ",") != std::string::npos; };
+    const TargetFeatures tf(f);
+    auto has = [&](const char* x) { return tf.has(x); };
     if (!has("ssse3")) return 0;
     int n = 0;
     std::optional<QuadMulAdd> p;
@@ -443,8 +455,7 @@ class QuadMulAdd {
     for (llvm::BinaryOperator* root : sum_roots(f)) {
       auto* vt = llvm::cast<llvm::FixedVectorType>(root->getType());
       const unsigned lanes = vt->getNumElements(), bits = 32 * lanes;
-      const bool vnni = (bits == 512 && has("avx512vnni")) ||
-                        ((bits == 128 || bits == 256) && ((has("avx512vnni") && has("avx512vl")) || has("avxvnni")));
+      const bool vnni = tf.vnni(bits);
       llvm::Intrinsic::ID dp = llvm::Intrinsic::not_intrinsic, ubs = dp, wd = dp;
       if (vnni) dp = bits == 512 ? llvm::Intrinsic::x86_avx512_vpdpbusd_512
                      : bits == 256 ? llvm::Intrinsic::x86_avx512_vpdpbusd_256
