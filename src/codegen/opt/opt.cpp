@@ -504,6 +504,13 @@ struct Heuristic {
         if (depends_on(l, axes[j])) elems *= double(std::max<int64_t>(size0[j], 1));
     return elems * acc.load_bytes[li];
   }
+  // load li's bytes over the output axes it depends on, at the axis sizes sz (a load's weight among the kernel's)
+  double out_bytes(size_t li, const std::vector<int64_t>& sz) const {
+    double elems = 1;
+    for (size_t j = 0; j < n_out; j++)
+      if (depends_on(acc.loads[li], axes[j])) elems *= double(std::max<int64_t>(sz[j], 1));
+    return acc.load_bytes[li] * elems;
+  }
   void split(OptOp op, size_t i, int64_t a) {
     opts.push_back({op, int(i), a});
     size[i] /= a;
@@ -608,11 +615,8 @@ struct Heuristic {
       for (size_t li = 0; li < acc.loads.size(); li++) {
         const UOp* l = acc.loads[li];
         if (!depends_on(l, axes[i])) continue;
-        double elems = 1;
-        for (size_t j = 0; j < n_out; j++)
-          if (depends_on(l, axes[j])) elems *= double(std::max<int64_t>(size[j], 1));
         auto c = index_coef(l, axes[i]);
-        score += (c && *c == 1 ? 1.0 : -1.0) * acc.load_bytes[li] * elems;
+        score += (c && *c == 1 ? 1.0 : -1.0) * out_bytes(li, size);
       }
       if (score > best) best = score, vec = int(i);
     }
@@ -630,7 +634,7 @@ struct Heuristic {
   //     stores them, instead of one float per line read at a stride (a 4096^2 transpose at 2.3 GB/s: 16 KiB apart,
   //     its lines map to a few cache sets and are evicted before the next row uses them).
   void transpose_tile() {
-    if (reduce || vec < 0 || short_vec) return;
+    if (reduce || vec < 0 || short_vec || !getenv_int("TRANSPOSE_TILE", 1)) return;
     double best = 0;
     int pick_axis = -1;
     for (size_t i = 0; i < n_out; i++) {
@@ -640,15 +644,12 @@ struct Heuristic {
         const UOp* l = acc.loads[li];
         auto ci = index_coef(l, axes[i]), cv = index_coef(l, axes[size_t(vec)]);
         if (!depends_on(l, axes[i]) || !depends_on(l, axes[size_t(vec)])) continue;
-        double elems = 1;
-        for (size_t j = 0; j < n_out; j++)
-          if (depends_on(l, axes[j])) elems *= double(std::max<int64_t>(size0[j], 1));
-        if (ci && *ci == 1 && !(cv && *cv == 1)) score += acc.load_bytes[li] * elems;
-        if (cv && *cv == 1) score -= acc.load_bytes[li] * elems;
+        if (ci && *ci == 1 && !(cv && *cv == 1)) score += out_bytes(li, size0);
+        if (cv && *cv == 1) score -= out_bytes(li, size0);
       }
       if (score > best) best = score, pick_axis = int(i);
     }
-    if (pick_axis < 0 || !getenv_int("TRANSPOSE_TILE", 1)) return;
+    if (pick_axis < 0) return;
     // w rows: a store axis taken whole (up to 2w) makes up to 2w x w copies, 512 under AVX-512, past the expander's
     // 256 that BEAM keeps to; a copy kernel's body is small (a 32-channel NCHW -> NHWC copy, tiles of 32 x 16 against
     // 32 x 8: 40 against 19-28 GB/s, loaded; about 0.1 s more to compile)
