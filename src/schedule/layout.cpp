@@ -854,6 +854,8 @@ std::vector<UOpRef> share_layout_copies(std::vector<UOpRef> roots, LayoutCtx& c)
     copies[v]++;
     if (reorders && !whole.count(v)) whole[v] = u;
   }
+  // nothing shared (most graphs): the roots as they are, without rebuilding the graph
+  if (std::none_of(whole.begin(), whole.end(), [&](const auto& e) { return copies[e.first] >= 2; })) return roots;
   // Rebuilt in topological order: each such value v (its sources rebuilt) is computed into its copy, rebuilt over
   // it, and its readers read the copy back through the inverse view (the copy's reshapes and permute undone).
   std::unordered_map<const UOp*, UOpRef> done, copy_of;  // node -> rebuilt; a chosen copy -> its rebuilt node
