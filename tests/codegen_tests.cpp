@@ -133,15 +133,27 @@ TEST_CASE("CPU exp2/log2 are decomposed into vectorisable ALU ops within about 1
   for (float s : {0.0f, -0.0f, INFINITY, -INFINITY, NAN, 128.0f, 127.99999f, -149.0f, -150.0f, -150.5f, -126.0f,
                   1e-45f, 1e-40f, 1.17549435e-38f, -1.0f, 1.0f, 2.0f, 0.5f})
     v.push_back(s);
-  Tensor x = Tensor::from_vector(v, {int64_t(v.size())});
-  std::vector<float> e = x.exp2().to_vector<float>(), l = x.log2().to_vector<float>();
-  double worst_e = 0, worst_l = 0;
-  for (size_t i = 0; i < v.size(); i++) {
-    worst_e = std::max(worst_e, ulps(e[i], std::exp2(double(v[i]))));
-    worst_l = std::max(worst_l, ulps(l[i], std::log2(double(v[i]))));
+  // The decomposition on the CPU device; a GPU device's library exp2/log2 (CUDA's exp2f and log2f, OpenCL's) within
+  // what their specifications allow: 3 ulp in OpenCL C; CUDA documents 2 and 1 ulp, measured here 2.11 and < 1.1 on an
+  // H200 (this ulp is that of the float64 value rounded to float32, which near a power of two is half the result's).
+  auto worst = [&](const std::string& device) {
+    Tensor x = Tensor::from_vector(v, {int64_t(v.size())}, device);
+    std::vector<float> e = x.exp2().to_vector<float>(), l = x.log2().to_vector<float>();
+    std::pair<double, double> w{0, 0};
+    for (size_t i = 0; i < v.size(); i++) {
+      w.first = std::max(w.first, ulps(e[i], std::exp2(double(v[i]))));
+      w.second = std::max(w.second, ulps(l[i], std::log2(double(v[i]))));
+    }
+    return w;
+  };
+  std::pair<double, double> cpu = worst("CPU");
+  CHECK(cpu.first < 1.0);   // measured 0.91
+  CHECK(cpu.second < 1.1);  // measured 1.02
+  if (!want_transcendental_decomposition(get_device(default_device()).renderer())) {
+    std::pair<double, double> lib = worst(default_device());
+    CHECK(lib.first < 3.0);
+    CHECK(lib.second < 3.0);
   }
-  CHECK(worst_e < 1.0);  // measured 0.91
-  CHECK(worst_l < 1.1);  // measured 1.02
   // Exact special values.
   std::vector<float> sp{0.0f, INFINITY, -INFINITY, 1.0f, 3.0f, -1.0f, 128.0f, -149.0f};
   Tensor s = Tensor::from_vector(sp, {8});

@@ -51,8 +51,10 @@ struct CStyleLanguage {
   /// Vector types (TYPEn: float4, int4) of float32 and int32: the widest in bytes (0: none, the CPU C dialect)
   int vector_bytes = 0;
   /// vector LOAD/STORE as a cast to an aligned vector pointer (CUDA; only at addresses aligned to the vector), else
-  /// OpenCL's vloadn/vstoren (any element-aligned address)
+  /// OpenCL's vloadn/vstoren (any element-aligned address). Register arrays are then declared aligned to vector_bytes
+  /// (`aligned_array`), so that their aligned runs are vectors too (a tile's accumulators).
   bool vector_aligned = false;
+  std::string aligned_array;  ///< before a register array when vector_aligned: CUDA's "__align__(16) "
   /// a vector from its lanes: "make_" (CUDA: make_float4(a, b, c, d)), "" (OpenCL: (float4)(a, b, c, d))
   std::string vector_make;
   /// ALU ops whose templates work unchanged on float32 vectors (CUDA's float4 has no arithmetic: none)

@@ -96,7 +96,7 @@ struct VecCtx {
     if (i0->op != Ops::INDEX || i0->nsrc() != 2) return false;
     const UOp* buf = i0->src(0);
     bool param = buf->op == Ops::PARAM;
-    if (!param && (reg_of(buf)->op != Ops::DEFINE_REG || r.vector_aligned())) return false;
+    if (!param && reg_of(buf)->op != Ops::DEFINE_REG) return false;  // (an aligned renderer aligns register arrays)
     auto [base, off] = split_offset(i0->src(1));
     int64_t n = int64_t(idx.size());
     if (r.vector_aligned() && (off % n != 0 || !multiple_of(base, n))) return false;
@@ -297,7 +297,7 @@ bool fits_memory(const Renderer& r, DType d, const UOp* idx) {
   int n = d.count;
   if (r.vector_lanes_of(d.scalar_type()) < n) return false;
   if (!r.vector_aligned()) return true;
-  if (idx->src(0)->op != Ops::PARAM) return false;
+  if (Ops b = reg_of(idx->src(0))->op; b != Ops::PARAM && b != Ops::DEFINE_REG) return false;
   auto [base, off] = split_offset(idx->src(1));
   return off % n == 0 && multiple_of(base, n);
 }

@@ -272,7 +272,7 @@ std::string CStyleRenderer::render(const std::string& name, const std::vector<co
       case Ops::AFTER: r[u] = s(0); break;  // ordering only
       case Ops::DEFINE_REG: case Ops::DEFINE_LOCAL: {
         r[u] = fresh(u->op == Ops::DEFINE_REG ? "acc" : "smem");
-        std::string pre = u->op == Ops::DEFINE_LOCAL ? lang_.smem_prefix : "";
+        std::string pre = u->op == Ops::DEFINE_LOCAL ? lang_.smem_prefix : lang_.aligned_array;
         decls += "  " + pre + lang_.type(u->dtype.base()) + " " + r[u] + "[" + std::to_string(u->dtype.size) + "];\n";
         break;
       }

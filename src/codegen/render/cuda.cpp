@@ -162,6 +162,7 @@ CStyleLanguage cuda_language() {
   // aligned), make_float4; CUDA's vector types have no arithmetic, so their ops run lane by lane
   l.vector_bytes = 16;
   l.vector_aligned = true;
+  l.aligned_array = "__align__(16) ";
   l.vector_make = "make_";
   return l;
 }
