@@ -1014,6 +1014,41 @@ TEST_CASE("elementwise copies that simplify into different trees stay a lane loo
   CHECK(elementwise > 0);
 }
 
+TEST_CASE("a reduce's lane copies order a sum of two products alike: vector loads and ops, no lanes gathered") {
+  // out[c] = sum_n (x*y + z*u)[n, c] with the contiguous c upcast to the machine's width: each lane's copy adds two
+  // products (batchnorm's backward sums have this form). The simplifier orders the operands of a float ADD of two
+  // MULs; by hash each lane had its own order, and the vectorize stage gathered the lanes' loads one by one
+  // (mnist_step's r_256_32: scalar loads and divides). By shape and address offset every copy orders them alike.
+  Tensor x = vrand({64, 32}, 21), y = vrand({64, 32}, 22), z = vrand({64, 32}, 23), u = vrand({64, 32}, 24);
+  Device& dev = get_device(x.device());
+  if (dev.renderer().grid_limits().threads > 0 || !dev.renderer().vector_lanes()) return;  // the CPU's LLVM renderer
+  const int w = opt_config(dev).vector_width;
+  const std::string vf = "<" + std::to_string(w) + " x float>";
+  VKern k = test::last_kernel(Tensor(x * y + z * u).sum(0));
+  std::vector<Opt> opts{{OptOp::UPCAST, 0, w}};
+  std::string src, scalar;
+  std::vector<float> got = run_lowered(k, opts, dev, src);
+  if (!has(src, "define void")) return;  // not the LLVM renderer (CPU_COMPILER=clang: C source)
+  CAPTURE(src);
+  size_t loads = 0;
+  for (size_t at = src.find("load " + vf); at != std::string::npos; at = src.find("load " + vf, at + 1)) loads++;
+  CHECK(loads >= 4);  // x, y, z and u as vectors
+  CHECK(!has(src, "insertelement"));
+  CHECK(!has(src, "load float,"));  // no scalar loads of the inputs
+  std::vector<float> xs = x.to_vector<float>(), ys = y.to_vector<float>(), zs = z.to_vector<float>(), us = u.to_vector<float>();
+  REQUIRE(got.size() == 32);
+  for (size_t c = 0; c < 32; c++) {
+    float acc = 0;
+    for (size_t n = 0; n < 64; n++) {
+      size_t i = n * 32 + c;
+      acc = acc + (xs[i] * ys[i] + zs[i] * us[i]);
+    }
+    CHECK(got[c] == acc);
+  }
+  ScopedEnv off("VECTORIZE", "0");
+  CHECK(run_lowered(k, opts, dev, scalar) == got);
+}
+
 TEST_CASE("vectorize takes the renderer's widths; devectorize splits what a renderer cannot take into lanes") {
   DType f = dtypes::float32;
   auto param = [&](int64_t i) { return UOp::make(Ops::PARAM, f.ptr_to(64), {}, i); };

@@ -67,6 +67,32 @@ bool sign_ok(i128 nlo, i128 nhi, i128 rlo, i128 rhi) {
 }
 UOpRef cst(DType d, i128 v) { return UOp::cnst_int(d, int64_t(v)); }
 
+// A hash of u's op tree that ignores where its loads read (the address under an INDEX), to depth 6: the copies of an
+// upcast sum (one per vector lane, each reading its own addresses) then order their terms alike, so the vectorize
+// stage packs term t of every lane into one vector (int_gemm's four byte products of a word: by hash, each lane had
+// its own order, and the packed vectors mixed bytes across lanes).
+static uint64_t shape_hash(const UOp* u, int depth = 6) {
+  if (u->nsrc() == 0 || depth == 0) return u->nsrc() == 0 ? u->hash : uint64_t(u->op) + 1;
+  uint64_t h = (uint64_t(u->op) + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t(u->dtype.scalar) << 8 | u->dtype.count);
+  const size_t n = u->op == Ops::INDEX ? 1 : u->nsrc();  // a load's buffer, not its address
+  for (size_t i = 0; i < n; i++) h = (h ^ shape_hash(u->src(i), depth - 1)) * 0x100000001B3ull;
+  return h;
+}
+
+// The constant parts of the addresses u's loads read (an INDEX's index a + c: c), in the order of a walk of its
+// tree, to depth 6: terms of one shape (one word's byte products of each group) ordered by where they read, the
+// same order in every lane (lane l adds l to each address of its copy).
+static void address_offsets(const UOp* u, std::vector<int64_t>& out, int depth = 6) {
+  if (depth == 0) return;
+  if (u->op == Ops::INDEX && u->nsrc() >= 2) {
+    const UOp* i = u->src(1);
+    out.push_back(i->op == Ops::CONST ? i->const_int()
+                  : i->op == Ops::ADD && i->src(1)->op == Ops::CONST ? i->src(1)->const_int() : 0);
+    return;
+  }
+  for (size_t k = 0; k < u->nsrc(); k++) address_offsets(u->src(k), out, depth - 1);
+}
+
 namespace {
 int order_cat(const UOp* u) {
   if (u->op == Ops::CONST) return 2;
@@ -97,6 +123,16 @@ bool order_less(const UOp* a, const UOp* b) {
     if (!arg_equal(a->arg, b->arg) && a->arg.index() == b->arg.index()) {
       if (auto* va = std::get_if<std::vector<int64_t>>(&a->arg)) return *va < std::get<std::vector<int64_t>>(b->arg);
     }
+  }
+  if (dtypes::is_float(a->dtype) && a->dtype == b->dtype) {
+    // Float values of one op (a lane's product and sum terms): by shape, then by where their loads read, before the
+    // hash. The expander's copies (one per vector lane, each reading its own addresses) then order their operands
+    // alike and the vectorize stage packs them into vector ops: by hash each lane had its own order, and the packed
+    // vectors mixed the terms of a batchnorm backward's sum across lanes (gathered lane by lane).
+    if (uint64_t ha = shape_hash(a), hb = shape_hash(b); ha != hb) return ha < hb;
+    std::vector<int64_t> oa, ob;
+    address_offsets(a, oa), address_offsets(b, ob);
+    if (oa != ob) return oa < ob;
   }
   return a->hash < b->hash;
 }
@@ -190,32 +226,6 @@ const UOp* add_base(const UOp* t) {
   return t;
 }
 }  // namespace
-
-// A hash of u's op tree that ignores where its loads read (the address under an INDEX), to depth 6: the copies of an
-// upcast sum (one per vector lane, each reading its own addresses) then order their terms alike, so the vectorize
-// stage packs term t of every lane into one vector (int_gemm's four byte products of a word: by hash, each lane had
-// its own order, and the packed vectors mixed bytes across lanes).
-static uint64_t shape_hash(const UOp* u, int depth = 6) {
-  if (u->nsrc() == 0 || depth == 0) return u->nsrc() == 0 ? u->hash : uint64_t(u->op) + 1;
-  uint64_t h = (uint64_t(u->op) + 1) * 0x9E3779B97F4A7C15ull ^ (uint64_t(u->dtype.scalar) << 8 | u->dtype.count);
-  const size_t n = u->op == Ops::INDEX ? 1 : u->nsrc();  // a load's buffer, not its address
-  for (size_t i = 0; i < n; i++) h = (h ^ shape_hash(u->src(i), depth - 1)) * 0x100000001B3ull;
-  return h;
-}
-
-// The constant parts of the addresses u's loads read (an INDEX's index a + c: c), in the order of a walk of its
-// tree, to depth 6: terms of one shape (one word's byte products of each group) ordered by where they read, the
-// same order in every lane (lane l adds l to each address of its copy).
-static void address_offsets(const UOp* u, std::vector<int64_t>& out, int depth = 6) {
-  if (depth == 0) return;
-  if (u->op == Ops::INDEX && u->nsrc() >= 2) {
-    const UOp* i = u->src(1);
-    out.push_back(i->op == Ops::CONST ? i->const_int()
-                  : i->op == Ops::ADD && i->src(1)->op == Ops::CONST ? i->src(1)->const_int() : 0);
-    return;
-  }
-  for (size_t k = 0; k < u->nsrc(); k++) address_offsets(u->src(k), out, depth - 1);
-}
 
 // A REDUCE, or the expander's tree of `o` over them (its per-lane partial results).
 static bool lane_tree(const UOp* u, Ops o) {
