@@ -505,6 +505,52 @@ TEST_CASE("a quantised matvec sums 8-bit integer products per block: x quantised
   }
 }
 
+TEST_CASE("a quantised matvec at ragged sizes: rows not a multiple of the register tile (16 on AVX-512), few blocks to many") {
+  // The same values as the reference quantising x per block (ggml's q8_0 rounding, the integer block sums times the
+  // float16 scales) and within x's quantisation (at most about half a step a weight) of the dequantise-then-matmul
+  // product, for row counts that the 16- and 8-row tiles do not divide (PADTO or a smaller tile) and K from two
+  // blocks to a decode step's width. The float tolerance is 1e-6 of the integer terms' magnitude (sum over weights of
+  // |xq q| dx dw): the kernel sums a block's terms per lane, and the lanes' partial sums may cancel.
+  std::mt19937 gen{23};
+  for (const auto& nk : {std::pair<int64_t, int64_t>{3, 64}, {7, 64}, {24, 96}, {40, 160}, {72, 64}, {80, 2048}, {1000, 64}}) {
+    const int64_t N = nk.first, K = nk.second;
+    for (const auto& type_bytes : {std::pair<std::string, int64_t>{"q8_0", 34}, {"q4_0", 18}}) {
+      const std::string& type = type_bytes.first;
+      const int64_t bytes = type_bytes.second;
+      CAPTURE(N);
+      CAPTURE(K);
+      CAPTURE(type);
+      std::vector<uint8_t> blocks = random_blocks(gen, N * K / 32, bytes);
+      Tensor w = Tensor::from_vector(blocks, {N, K / 32, bytes}, "CPU").realize();
+      Tensor::manual_seed(uint64_t(N * 131 + K));
+      Tensor x = (Tensor::randn({1, K}, dtypes::float32, "CPU") * 3.0).realize();
+      Tensor y = x.matmul(nn::ggml_dequantize(w, type).reshape({N, K}).T());
+      CHECK(int_sums(schedule_of(y)) >= 1);
+      std::vector<float> got = y.to_vector<float>(), xs = x.to_vector<float>();
+      REQUIRE(got.size() == size_t(N));
+      for (int64_t j = 0; j < N; j++) {
+        auto [want, mag, exact, bound] = int_dot_reference(blocks, xs, j, K, bytes, type);
+        double terms = 0;  // sum of |xq q| dx dw
+        for (int64_t b = 0; b < K / 32; b++) {
+          const uint8_t* blk = &blocks[size_t((j * K / 32 + b) * bytes)];
+          const uint16_t h = uint16_t(blk[0] | blk[1] << 8);
+          const double dw = std::ldexp(1.0 + (h & 1023) / 1024.0, ((h >> 10) & 31) - 15);
+          float amax = 0;
+          for (int64_t i = 0; i < 32; i++) amax = std::max(amax, std::fabs(xs[size_t(b * 32 + i)]));
+          const float d = amax / 127.0f;
+          for (int64_t i = 0; i < 32; i++) {
+            const int q = type == "q8_0" ? int(int8_t(blk[2 + i])) : (i < 16 ? blk[2 + i] & 15 : blk[2 + i % 16] >> 4) - 8;
+            const double xq = d == 0 ? 0 : std::nearbyint(xs[size_t(b * 32 + i)] / d);
+            terms += std::fabs(xq * q) * double(through_f16(d)) * dw;
+          }
+        }
+        CHECK(std::fabs(double(got[size_t(j)]) - want) <= 1e-6 * std::max(mag, terms) + 1e-30);
+        CHECK(std::fabs(double(got[size_t(j)]) - exact) <= bound);
+      }
+    }
+  }
+}
+
 TEST_CASE("a short prompt's quantised product: q8_0 sums integer blocks, q4_0 keeps the fused float product (no int32 copy of its codes)") {
   // 16 rows of x (a prompt shorter than the packed matmul's 32): q8_0 keeps INT_DOT's integer block sums, three
   // kernels (x's block maxima, x's blocks, the product). q4_0's offset codes go integer for one row only: with more
