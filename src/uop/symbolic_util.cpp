@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <utility>
 
 #define TG_SYMBOLIC_NO_TABLES
@@ -93,6 +94,15 @@ static void address_offsets(const UOp* u, std::vector<int64_t>& out, int depth =
   for (size_t k = 0; k < u->nsrc(); k++) address_offsets(u->src(k), out, depth - 1);
 }
 
+// a before b by shape, then by where their loads read (the same order in every lane's copy); nullopt when alike
+static std::optional<bool> lane_order(const UOp* a, const UOp* b) {
+  if (uint64_t ha = shape_hash(a), hb = shape_hash(b); ha != hb) return ha < hb;
+  std::vector<int64_t> oa, ob;
+  address_offsets(a, oa), address_offsets(b, ob);
+  if (oa != ob) return oa < ob;
+  return std::nullopt;
+}
+
 namespace {
 int order_cat(const UOp* u) {
   if (u->op == Ops::CONST) return 2;
@@ -129,10 +139,7 @@ bool order_less(const UOp* a, const UOp* b) {
     // hash. The expander's copies (one per vector lane, each reading its own addresses) then order their operands
     // alike and the vectorize stage packs them into vector ops: by hash each lane had its own order, and the packed
     // vectors mixed the terms of a batchnorm backward's sum across lanes (gathered lane by lane).
-    if (uint64_t ha = shape_hash(a), hb = shape_hash(b); ha != hb) return ha < hb;
-    std::vector<int64_t> oa, ob;
-    address_offsets(a, oa), address_offsets(b, ob);
-    if (oa != ob) return oa < ob;
+    if (std::optional<bool> o = lane_order(a, b)) return *o;
   }
   return a->hash < b->hash;
 }
@@ -242,13 +249,8 @@ UOpRef order_chain(const UOp* r) {
   // integer data (not index) sums: terms by shape first, alike in every lane's copy
   const bool data = o == Ops::ADD && assoc && sd.scalar != Scalar::Index && !dtypes::is_bool(sd);
   auto less = [&](const UOp* a, const UOp* b) {
-    if (data) {
-      const uint64_t ha = shape_hash(add_base(a)), hb = shape_hash(add_base(b));
-      if (ha != hb) return ha < hb;
-      std::vector<int64_t> oa, ob;
-      address_offsets(add_base(a), oa), address_offsets(add_base(b), ob);
-      if (oa != ob) return oa < ob;
-    }
+    if (data)
+      if (std::optional<bool> lo = lane_order(add_base(a), add_base(b))) return *lo;
     return o == Ops::ADD && assoc ? order_less(add_base(a), add_base(b)) : order_less(a, b);
   };
   auto mk = [&](const UOp* a, const UOp* b) { return UOp::make(o, d, {a->ref(), b->ref()}); };
