@@ -31,13 +31,15 @@
 using namespace tg;
 
 namespace {
-// This process's resident set (VmRSS of /proc/self/status), bytes.
-double rss_bytes() {
+// A field of /proc/self/status in bytes: this process's resident set (VmRSS), its anonymous and file-backed parts
+// (RssAnon, RssFile).
+double status_bytes(const std::string& field = "VmRSS:") {
   std::ifstream f("/proc/self/status");
   for (std::string line; std::getline(f, line);)
-    if (line.rfind("VmRSS:", 0) == 0) return 1024.0 * std::stod(line.substr(6));
+    if (line.rfind(field, 0) == 0) return 1024.0 * std::stod(line.substr(field.size()));
   return 0;
 }
+double rss_bytes() { return status_bytes(); }
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
   for (int64_t d : s) n *= d;
@@ -74,7 +76,7 @@ int main() {
     // without growing the resident set: given back first
     get_device(default_device()).allocator().clear_cache();
     malloc_trim(0);
-    double rss0 = rss_bytes();
+    double rss0 = rss_bytes(), anon0 = status_bytes("RssAnon:"), file0 = status_bytes("RssFile:");
     auto llm = models::Llama::from_gguf(path, c.max_context, 1, dequantise);
     double rss_load = rss_bytes() - rss0, weight_bytes = double(llm->weight_bytes());
     double read_bytes = 0, stored_bytes = 0;  // what a decode step reads of the weights (the embedding: one row)
@@ -112,8 +114,10 @@ int main() {
       get_device(default_device()).allocator().clear_cache();
       double rss_c = rss_bytes() - rss0;
       malloc_trim(0);
-      std::fprintf(stderr, "memdiag %s: after run %.1f MB, allocator cache %.1f MB, after clear_cache %.1f MB, after malloc_trim %.1f MB\n",
-                   type.c_str(), rss_run / 1e6, cached / 1e6, rss_c / 1e6, (rss_bytes() - rss0) / 1e6);
+      std::fprintf(stderr, "memdiag %s: after run %.1f MB (anonymous %.1f MB, file-backed %.1f MB), allocator cache %.1f MB, "
+                   "after clear_cache %.1f MB, after malloc_trim %.1f MB\n",
+                   type.c_str(), rss_run / 1e6, (status_bytes("RssAnon:") - anon0) / 1e6, (status_bytes("RssFile:") - file0) / 1e6, cached / 1e6,
+                   rss_c / 1e6, (rss_bytes() - rss0) / 1e6);
     }
     std::sort(per_tok.begin(), per_tok.end());
     double tg_decode = per_tok[per_tok.size() / 2];
