@@ -40,6 +40,13 @@ double status_bytes(const std::string& field = "VmRSS:") {
   return 0;
 }
 double rss_bytes() { return status_bytes(); }
+// Anonymous memory in transparent huge pages (AnonHugePages of /proc/self/smaps_rollup), bytes.
+double huge_bytes() {
+  std::ifstream f("/proc/self/smaps_rollup");
+  for (std::string line; std::getline(f, line);)
+    if (line.rfind("AnonHugePages:", 0) == 0) return 1024.0 * std::stod(line.substr(14));
+  return 0;
+}
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
   for (int64_t d : s) n *= d;
@@ -114,9 +121,9 @@ int main() {
       get_device(default_device()).allocator().clear_cache();
       double rss_c = rss_bytes() - rss0;
       malloc_trim(0);
-      std::fprintf(stderr, "memdiag %s: after run %.1f MB (anonymous %.1f MB, file-backed %.1f MB), allocator cache %.1f MB, "
+      std::fprintf(stderr, "memdiag %s: after run %.1f MB (anonymous %.1f MB, %.1f MB of it in huge pages, file-backed %.1f MB), allocator cache %.1f MB, "
                    "after clear_cache %.1f MB, after malloc_trim %.1f MB\n",
-                   type.c_str(), rss_run / 1e6, (status_bytes("RssAnon:") - anon0) / 1e6, (status_bytes("RssFile:") - file0) / 1e6, cached / 1e6,
+                   type.c_str(), rss_run / 1e6, (status_bytes("RssAnon:") - anon0) / 1e6, huge_bytes() / 1e6, (status_bytes("RssFile:") - file0) / 1e6, cached / 1e6,
                    rss_c / 1e6, (rss_bytes() - rss0) / 1e6);
     }
     std::sort(per_tok.begin(), per_tok.end());
