@@ -27,16 +27,12 @@ const nn::GGUFValue* find_key(const nn::GGUFFile& f, const std::string& key) {
   return it == f.metadata.end() ? nullptr : &it->second;
 }
 
-// A host range's pages handed back (MADV_PAGEOUT: a file mapping's clean pages are dropped, to be read again from
-// the file if touched; anonymous memory is swapped or kept, never lost): the mapped file's pages of a weight copied
-// out of it stop counting in the resident set.
+// The file mapping's pages under a range dropped from this process (a private mapping's clean pages: read again
+// from the file if touched, the page cache keeping them for the next load): the pages of a weight copied out of it
+// stop counting in the resident set.
 void release_pages(const void* p, size_t n) {
-#ifdef MADV_PAGEOUT
   const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE)), b = (uintptr_t(p) + page - 1) / page * page, e = (uintptr_t(p) + n) / page * page;
-  if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_PAGEOUT);
-#else
-  (void)p, (void)n;
-#endif
+  if (e > b) madvise(reinterpret_cast<void*>(b), e - b, MADV_DONTNEED);
 }
 
 // The decode matvecs' weights (every 2-D q8_0 and q4_0 tensor but the token embedding, whose rows are picked) copied
@@ -52,8 +48,12 @@ void interleave_linears(nn::GGUFFile& f) {
     const int64_t rows = nn::ggml_tile_rows(type->second, t.device());
     if (rows < 2) continue;
     Tensor stored = nn::ggml_interleave_rows(t, rows).realize();
-    if (const UOp* b = contiguous_buffer(t.uop().get()))
-      if (std::shared_ptr<Buffer> buf = buffer_of(b); buf && buf->dev().allocator().host_memory()) release_pages(buf->ptr(), buf->nbytes());
+    // only memory inside the file's mapping: a copy elsewhere (an unaligned tensor, gguf_load_bytes) may be shared
+    if (const UOp* b = contiguous_buffer(t.uop().get()); b && !f.mapped.empty())
+      if (std::shared_ptr<Buffer> buf = buffer_of(b); buf && buf->dev().allocator().host_memory()) {
+        const auto* p = static_cast<const uint8_t*>(buf->ptr());
+        if (p >= f.mapped.data() && p + buf->nbytes() <= f.mapped.data() + f.mapped.size()) release_pages(p, buf->nbytes());
+      }
     t = nn::ggml_interleaved_view(stored, t.shape()[0]);
   }
 }

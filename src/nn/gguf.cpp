@@ -1096,7 +1096,10 @@ const std::vector<GGUFValue>& GGUFValue::as_array() const {
 }
 
 GGUFFile gguf_load(const std::string& path, const std::string& device, bool dequantise) {
-  return parse(map_file(path, "gguf_load"), path, device, dequantise);
+  Bytes b = map_file(path, "gguf_load");
+  GGUFFile out = parse(b, path, device, dequantise);
+  out.mapped = {b.p, b.n};
+  return out;
 }
 
 GGUFFile gguf_load_bytes(const uint8_t* data, size_t size, const std::string& name, const std::string& device, bool dequantise) {

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <variant>
 #include <vector>
@@ -123,6 +124,9 @@ struct GGUFFile {
   std::map<std::string, std::string> tensor_types;
   /// each tensor's element shape (GGUF dims reversed)
   std::map<std::string, Shape> shapes;
+  /// the file's private mapping, which tensors kept as stored on a host device view (gguf_load; empty otherwise):
+  /// its clean pages can be dropped (madvise) and are read again from the file if touched
+  std::span<const uint8_t> mapped;
 };
 
 /** Load a GGUF file (v2 or v3; alignment from general.alignment, default 32). The types tinygrad's gguf_load reads
