@@ -18,6 +18,7 @@
 #include <fstream>
 #include <functional>
 #include <numeric>
+#include <sstream>
 #include <nlohmann/json.hpp>
 
 #include "../examples/llm_model_util.hpp"
@@ -417,7 +418,14 @@ TEST_CASE("Llama keeps quantised weights as the file stores them: the logits of 
     // float32 at load takes 4 bytes a weight
     nn::GGUFFile f = nn::gguf_load(path, "DISK", false);
     int64_t tensor_bytes = 0, elems = 0;
-    for (const auto& [name, t] : f.tensors) tensor_bytes += t.numel() * t.dtype().itemsize();
+    // q8_0 and q4_0 linears are copied row-interleaved (INTERLEAVE_ROWS), their rows padded to the tile's (the
+    // output head's 259 rows)
+    const int64_t rows = std::max<int64_t>(1, nn::ggml_tile_rows(type));
+    for (const auto& [name, t] : f.tensors) {
+      int64_t n = t.numel() * t.dtype().itemsize();
+      if (t.ndim() == 3 && name != "token_embd.weight") n = n / t.shape()[0] * ((t.shape()[0] + rows - 1) / rows * rows);
+      tensor_bytes += n;
+    }
     for (const auto& [name, s] : f.shapes) elems += std::accumulate(s.begin(), s.end(), int64_t(1), std::multiplies<int64_t>());
     int64_t file_bytes = int64_t(std::filesystem::file_size(path));
     CHECK(kept->weight_bytes() == tensor_bytes);
@@ -759,4 +767,115 @@ TEST_CASE("a mixture-of-experts LLaMA (Mixtral's layout): its metadata and stack
   CHECK(error_of([&] { (void)models::LlamaConfig::from_gguf(f, path); }).find(path + ": llama.expert_used_count 5 is not in 1..4") !=
         std::string::npos);
   std::filesystem::remove(path);
+}
+
+TEST_CASE("a LLaMA's q8_0 and q4_0 linears stored row-interleaved by the matvec tile's rows give the plain layout's "
+          "logits, for weights whose rows are not a multiple of the tile's") {
+  models::LlamaConfig c;
+  // KV projections of 8 rows, 259 output rows (byte vocabulary): not multiples of q4_0's 16 (AVX-512) or of 8
+  c.dim = 64, c.hidden_dim = 96, c.n_layers = 2, c.n_heads = 8, c.n_kv_heads = 1, c.max_context = 48;
+  std::vector<int32_t> toks = {1, 7, 42, 3, 19, 25, 8};
+  for (const char* type_name : {"q8_0", "q4_0"}) {
+    const std::string type = type_name;
+    CAPTURE(type);
+    const int64_t rows = nn::ggml_tile_rows(type);
+    if (rows < 2) {
+      MESSAGE("the default device's matvec takes no integer block sums: nothing is interleaved");
+      continue;
+    }
+    std::string path = tmp_path("interleaved_" + type + ".gguf");
+    llm_util::write_random_llama(path, c, 11, type);
+    std::unique_ptr<models::Llama> plain;
+    {
+      ScopedEnv off("INTERLEAVE_ROWS", "0");
+      plain = models::Llama::from_gguf(path, 48, 1);
+    }
+    auto il = models::Llama::from_gguf(path, 48, 1);
+    // the copies hold the rows padded to a multiple of the tile's: the output head's 259 rows to the next multiple
+    nn::GGUFFile f = nn::gguf_load(path, "DISK", false);
+    int64_t padded = 0;
+    for (const auto& [name, t] : f.tensors) {
+      int64_t n = t.numel() * t.dtype().itemsize();
+      if (t.ndim() == 3 && name != "token_embd.weight") n = n / t.shape()[0] * ((t.shape()[0] + rows - 1) / rows * rows);
+      padded += n;
+    }
+    CHECK(il->weight_bytes() == padded);
+    CHECK(il->weight_bytes() > plain->weight_bytes());
+    // the same integer block sums in the same order: the same logits (prefill: 7 rows, the float products)
+    auto check_same = [](const std::vector<float>& a, const std::vector<float>& b) {
+      REQUIRE(a.size() == b.size());
+      float mx = 0, err = 0;
+      for (size_t i = 0; i < a.size(); i++) mx = std::max(mx, std::fabs(a[i])), err = std::max(err, std::fabs(a[i] - b[i]));
+      CHECK(mx > 0);
+      CHECK(err <= 1e-6f * mx);
+    };
+    check_same(plain->prefill(toks).to_vector<float>(), il->prefill(toks).to_vector<float>());
+    for (int64_t t = int64_t(toks.size()); t < int64_t(toks.size()) + 4; t++) {
+      CAPTURE(t);
+      check_same(plain->decode({int32_t(t % 40)}, t).to_vector<float>(), il->decode({int32_t(t % 40)}, t).to_vector<float>());
+    }
+    // a prompt of 40 tokens: the int8 GEMM (from 32 rows) packs the codes through the view
+    std::vector<int32_t> longer;
+    for (int32_t i = 0; i < 40; i++) longer.push_back(3 + (i * 37) % 200);
+    plain->reset(), il->reset();
+    check_same(plain->prefill(longer, 0, true).to_vector<float>(), il->prefill(longer, 0, true).to_vector<float>());
+    std::filesystem::remove(path);
+  }
+}
+
+TEST_CASE("nn::ggml_tile_rows is the rows the heuristic's matvec tile takes of a weight read through the "
+          "interleaved view, and the interleaving's errors") {
+  for (const auto& [type, bytes] : {std::pair<std::string, int64_t>{"q8_0", 34}, {"q4_0", 18}}) {
+    CAPTURE(type);
+    const int64_t rows = nn::ggml_tile_rows(type);
+    if (rows < 2) continue;
+    const int64_t n = 2048, k = 1024;  // a LLaMA's shape (other splits of the rows are open to the heuristic)
+    std::vector<uint8_t> blocks(size_t(n * k / 32 * bytes));
+    for (size_t i = 0; i < blocks.size(); i++) blocks[i] = uint8_t(i * 2654435761u >> 13);
+    for (size_t b = 0; b < blocks.size(); b += size_t(bytes)) blocks[b + 1] = 0x20;  // scales of about 2^-7
+    Tensor raw = Tensor::from_vector(blocks, {n, k / 32, bytes}).realize();
+    Tensor il = nn::ggml_interleaved_view(nn::ggml_interleave_rows(raw, rows).realize(), n);
+    Tensor x = Tensor::randn({1, k}).realize();
+    char dir[] = "/tmp/tg_tile_rows_XXXXXX";
+    REQUIRE(mkdtemp(dir) != nullptr);
+    std::vector<float> a, b;
+    {
+      ScopedEnv rec("TG_PROCESS_REPLAY", dir);
+      b = x.matmul(nn::ggml_dequantize(il, type).reshape({n, k}).T()).realize().to_vector<float>();
+    }
+    a = x.matmul(nn::ggml_dequantize(raw, type).reshape({n, k}).T()).realize().to_vector<float>();
+    std::string lines;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      std::ifstream f(e.path());
+      lines += std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    }
+    std::filesystem::remove_all(dir);
+    // the product's kernel (the one reading the blocks) upcasts the rows within a group of `rows` by all of them
+    bool found = false;
+    std::stringstream ls(lines);
+    for (std::string line; std::getline(ls, line);) {
+      nlohmann::json j = nlohmann::json::parse(line);
+      if (j["src"].get<std::string>().find("i8") == std::string::npos || j["name"].get<std::string>().rfind("r_", 0) != 0) continue;
+      const std::string opts = j["opts"].get<std::string>();
+      if (opts.find("UPCAST") == std::string::npos) continue;
+      CAPTURE(opts);
+      CHECK(opts.find("Opt(UPCAST, axis=1, amt=" + std::to_string(rows) + ")") != std::string::npos);
+      found = true;
+    }
+    CHECK(found);
+    REQUIRE(a.size() == b.size());
+    for (size_t i = 0; i < a.size(); i++) CHECK(a[i] == doctest::Approx(b[i]).epsilon(1e-5));
+  }
+  Tensor raw = Tensor::zeros({4, 2, 34}, dtypes::uint8);
+  CHECK(error_of([&] { nn::ggml_interleave_rows(raw, 0); }) == "[ggml_interleave_rows] rows must be at least 1, got 0");
+  CHECK_THROWS_AS(nn::ggml_interleave_rows(Tensor::zeros({4, 68}, dtypes::uint8), 2), Error);
+  CHECK_THROWS_AS(nn::ggml_interleave_rows(Tensor::zeros({4, 2, 34}), 2), Error);
+  CHECK_THROWS_AS(nn::ggml_interleaved_view(raw, 4), Error);                                   // not an interleaved copy
+  CHECK_THROWS_AS(nn::ggml_interleaved_view(nn::ggml_interleave_rows(raw, 2), 5), Error);       // past its rows
+  CHECK(nn::ggml_interleaved_view(nn::ggml_interleave_rows(raw, 8), 4).shape() == Shape{4, 2, 34});
+  CHECK(nn::ggml_tile_rows("q6_K") == 0);
+  {
+    ScopedEnv off("INTERLEAVE_ROWS", "0");
+    CHECK(nn::ggml_tile_rows("q8_0") == 0);
+  }
 }

@@ -9,6 +9,7 @@
 
 #include "gguf_grids.hpp"
 #include "mapped.hpp"
+#include "tg/env.hpp"
 #include "tg/device.hpp"
 #include "tg/schedule.hpp"
 #include "tg/nn/state.hpp"
@@ -675,6 +676,39 @@ Tensor nibbles(const Tensor& x) { return merge_last(unpack(x, 4)); }
 
 }  // namespace
 
+int64_t ggml_tile_rows(const std::string& type, const std::string& device) {
+  if ((type != "q8_0" && type != "q4_0") || getenv_int("INTERLEAVE_ROWS", 1) == 0) return 0;
+  Device& dev = get_device(device.empty() ? default_device() : device);
+  if (!dev.runs_kernels() || dev.renderer().grid_limits().threads != 0) return 0;  // not a serial CPU
+  const MachineModel m = dev.machine();
+  // AVX-512 only: on AVX2 (TG_CPU=x86-64-v3, 8192 x 2048) the heuristic tiles the interleaved view as 3 groups x 2
+  // rows (PADTO 3 on the groups) rather than 4 rows of one group, 0.77-0.86x the plain layout; NEON/SVE unmeasured
+  if (m.isa != "AVX-512") return 0;
+  // mirrors the heuristic's register tile (src/codegen/opt/opt.cpp); tests/llm_tests.cpp checks the two agree
+  const int64_t lanes = std::max(1, m.vector_bits / 32), part = std::min<int64_t>(type == "q8_0" ? 32 : 16, 2 * lanes);
+  const int64_t per_row = std::max<int64_t>(1, part / lanes);
+  int64_t rows = 1;
+  while (rows * 2 <= 16 && rows * 2 * per_row <= m.vector_registers / 2) rows *= 2;
+  return rows;
+}
+
+Tensor ggml_interleave_rows(const Tensor& raw, int64_t rows) {
+  if (rows < 1) throw Error("[ggml_interleave_rows] rows must be at least 1, got " + std::to_string(rows));
+  if (raw.dtype() != dtypes::uint8 || raw.ndim() != 3)
+    throw Error("[ggml_interleave_rows] expected uint8 blocks (rows, blocks, bytes), got " + raw.dtype().name() + " " + shape_str(raw.shape()));
+  const int64_t n = raw.shape()[0], nb = raw.shape()[1], bytes = raw.shape()[2], np = (n + rows - 1) / rows * rows;
+  return raw.pad({{0, np - n}, {0, 0}, {0, 0}}).reshape({np / rows, rows, nb, bytes}).permute({0, 2, 1, 3}).contiguous();
+}
+
+Tensor ggml_interleaved_view(const Tensor& stored, int64_t n) {
+  if (stored.ndim() != 4 || n < 0 || n > stored.shape()[0] * stored.shape()[2])
+    throw Error("[ggml_interleaved_view] expected an interleaved copy (groups, blocks, rows, bytes) of at least " + std::to_string(n) +
+                " rows, got " + shape_str(stored.shape()));
+  const Shape& s = stored.shape();
+  Tensor v = stored.permute({0, 2, 1, 3}).reshape({s[0] * s[2], s[1], s[3]});
+  return n == s[0] * s[2] ? v : v.shrink({{0, n}, {0, s[1]}, {0, s[3]}});
+}
+
 Tensor ggml_dequantize(const Tensor& raw, const std::string& type) {
   auto need = [&](int64_t bytes) {
     if (raw.dtype() != dtypes::uint8 || raw.ndim() < 2 || raw.shape().back() != bytes)
@@ -1062,7 +1096,10 @@ const std::vector<GGUFValue>& GGUFValue::as_array() const {
 }
 
 GGUFFile gguf_load(const std::string& path, const std::string& device, bool dequantise) {
-  return parse(map_file(path, "gguf_load"), path, device, dequantise);
+  Bytes b = map_file(path, "gguf_load");
+  GGUFFile out = parse(b, path, device, dequantise);
+  out.mapped = {b.p, b.n};
+  return out;
 }
 
 GGUFFile gguf_load_bytes(const uint8_t* data, size_t size, const std::string& name, const std::string& device, bool dequantise) {

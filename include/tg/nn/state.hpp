@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <map>
+#include <span>
 #include <string>
 #include <variant>
 #include <vector>
@@ -123,6 +124,9 @@ struct GGUFFile {
   std::map<std::string, std::string> tensor_types;
   /// each tensor's element shape (GGUF dims reversed)
   std::map<std::string, Shape> shapes;
+  /// the file's private mapping, which tensors kept as stored on a host device view (gguf_load; empty otherwise):
+  /// its clean pages can be dropped (madvise) and are read again from the file if touched
+  std::span<const uint8_t> mapped;
 };
 
 /** Load a GGUF file (v2 or v3; alignment from general.alignment, default 32). The types tinygrad's gguf_load reads
@@ -143,6 +147,23 @@ GGUFFile gguf_load_bytes(const uint8_t* data, size_t size, const std::string& na
  *  iq1_m, iq2_*, iq3_*) are dequantised on load only: here they are a tg::Error saying so, as are a wrong dtype or
  *  block size and an unknown type. */
 Tensor ggml_dequantize(const Tensor& raw, const std::string& type);
+/** The rows of a q8_0 or q4_0 weight that a decode matvec's register tile on `device` ("": the default) takes at once,
+ *  from its machine model: half the vector registers hold the tile's int32 accumulators, a row's being the block
+ *  part one accumulation chain sums (q8_0: the 32 codes, q4_0: one nibble half of 16) in at most two vectors of
+ *  vector_bits / 32 lanes, and at most 16 rows (the heuristic's largest amount): AVX-512 q8_0 8, q4_0 16.
+ *  0 (no interleaving) for another type, a device that is not a serial CPU with AVX-512 (on AVX2 the heuristic
+ *  tiles the interleaved view otherwise: slower than the plain layout), or INTERLEAVE_ROWS=0. */
+int64_t ggml_tile_rows(const std::string& type, const std::string& device = "");
+/** A copy of a weight's blocks raw (N, blocks, bytes) stored row-interleaved, as llama.cpp repacks for its CPU
+ *  kernels: (ceil(N / rows), blocks, rows, bytes), the `rows` rows' blocks of one column next to each other (rows
+ *  past N are zero), so a tile of that many rows reads one sequential stream instead of `rows` interleaved ones.
+ *  Lazy: realise it, then read it through ggml_interleaved_view. rows < 1 or a raw that is not (N, blocks, bytes)
+ *  uint8 is a tg::Error. */
+Tensor ggml_interleave_rows(const Tensor& raw, int64_t rows);
+/** The (n, blocks, bytes) view of ggml_interleave_rows' copy `stored` (the weight's first n rows): what
+ *  ggml_dequantize reads, every kernel addressing the interleaved bytes. A stored tensor of another rank or n past its
+ *  rows is a tg::Error. */
+Tensor ggml_interleaved_view(const Tensor& stored, int64_t n);
 /** Write a GGUF v3 file (all or nothing, as safe_save): the metadata, then each tensor (realised, read back as
  *  float32; GGUF dims are its shape reversed) stored as the GGML type `types` names for it: "f32" (the default),
  *  "f16", "q8_0" or "q4_0", quantised with ggml's reference formulas (quantize_row_*_ref). A uint8 tensor of a
