@@ -825,7 +825,9 @@ TEST_CASE("a LLaMA's q8_0 and q4_0 linears stored row-interleaved by the matvec 
 
 TEST_CASE("nn::ggml_tile_rows is the rows the heuristic's matvec tile takes of a weight read through the "
           "interleaved view, and the interleaving's errors") {
-  for (const auto& [type, bytes] : {std::pair<std::string, int64_t>{"q8_0", 34}, {"q4_0", 18}}) {
+  for (const auto& type_bytes : {std::pair<std::string, int64_t>{"q8_0", 34}, {"q4_0", 18}}) {
+    const std::string& type = type_bytes.first;  // not a structured binding: CAPTURE's lambda cannot take one in clang
+    const int64_t bytes = type_bytes.second;
     CAPTURE(type);
     const int64_t rows = nn::ggml_tile_rows(type);
     if (rows < 2) continue;
