@@ -15,6 +15,7 @@
 #include <malloc.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -40,6 +41,17 @@ double status_bytes(const std::string& field = "VmRSS:") {
   return 0;
 }
 double rss_bytes() { return status_bytes(); }
+// Resident bytes of this process's mappings of `file` (the Rss of its entries in /proc/self/smaps).
+double mapped_bytes(const std::string& file) {
+  std::ifstream f("/proc/self/smaps");
+  double n = 0;
+  bool in = false;
+  for (std::string line; std::getline(f, line);) {
+    if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) && line.find('-') < 16) in = line.find(file) != std::string::npos;
+    else if (in && line.rfind("Rss:", 0) == 0) n += 1024.0 * std::stod(line.substr(4));
+  }
+  return n;
+}
 // Anonymous memory in transparent huge pages (AnonHugePages of /proc/self/smaps_rollup), bytes.
 double huge_bytes() {
   std::ifstream f("/proc/self/smaps_rollup");
@@ -121,9 +133,17 @@ int main() {
       get_device(default_device()).allocator().clear_cache();
       double rss_c = rss_bytes() - rss0;
       malloc_trim(0);
-      std::fprintf(stderr, "memdiag %s: after run %.1f MB (anonymous %.1f MB, %.1f MB of it in huge pages, file-backed %.1f MB), allocator cache %.1f MB, "
+      if (getenv_int("LLM_MEMDIAG", 0) > 1) {
+        std::ifstream sm("/proc/self/smaps");
+        bool in = false;
+        for (std::string line; std::getline(sm, line);) {
+          if (!line.empty() && std::isxdigit(static_cast<unsigned char>(line[0])) && line.find('-') < 16) in = line.find(path) != std::string::npos;
+          if (in) std::fprintf(stderr, "%s\n", line.c_str());
+        }
+      }
+      std::fprintf(stderr, "memdiag %s: after run %.1f MB (anonymous %.1f MB, %.1f MB of it in huge pages, file-backed %.1f MB, of the GGUF file %.1f MB), allocator cache %.1f MB, "
                    "after clear_cache %.1f MB, after malloc_trim %.1f MB\n",
-                   type.c_str(), rss_run / 1e6, (status_bytes("RssAnon:") - anon0) / 1e6, huge_bytes() / 1e6, (status_bytes("RssFile:") - file0) / 1e6, cached / 1e6,
+                   type.c_str(), rss_run / 1e6, (status_bytes("RssAnon:") - anon0) / 1e6, huge_bytes() / 1e6, (status_bytes("RssFile:") - file0) / 1e6, mapped_bytes(path) / 1e6, cached / 1e6,
                    rss_c / 1e6, (rss_bytes() - rss0) / 1e6);
     }
     std::sort(per_tok.begin(), per_tok.end());

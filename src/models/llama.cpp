@@ -41,7 +41,19 @@ void release_pages(const void* p, size_t n) {
 // handed back, so the load holds one copy of the weights at a time. Zen 4, 1 thread, quiet, weights from memory
 // (bench/qmatvec 8192 x 2048 QMV_MATS=64, the layouts alternated): q8_0 12.6-13.0 -> 24.0-24.6 GB/s, q4_0 8.9-9.1 ->
 // 11.1 GB/s (q4_0 is then compute-bound: 11.4 GB/s in cache).
+// Once any weight is interleaved, the rest that view the mapping (norms, the token embedding) are copied out of it too
+// and the whole mapping is handed back: the page cache may hold the file in 2 MiB folios, mapped whole on a touch,
+// so each norm read between two released weights kept its 2 MiB resident (bench/llm ~1B q4_0: 65 MB of the file,
+// "FilePmdMapped" in /proc/self/smaps, after the run 1.19-1.21x the file).
 void interleave_linears(nn::GGUFFile& f) {
+  auto in_mapping = [&](const Tensor& t) -> std::shared_ptr<Buffer> {
+    const UOp* b = contiguous_buffer(t.uop().get());
+    std::shared_ptr<Buffer> buf = b && !f.mapped.empty() ? buffer_of(b) : nullptr;
+    if (!buf || !buf->dev().allocator().host_memory()) return nullptr;
+    const auto* p = static_cast<const uint8_t*>(buf->ptr());
+    return p >= f.mapped.data() && p + buf->nbytes() <= f.mapped.data() + f.mapped.size() ? buf : nullptr;
+  };
+  bool any = false;
   for (auto& [name, t] : f.tensors) {
     auto type = f.tensor_types.find(name);
     if (name == "token_embd.weight" || type == f.tensor_types.end() || t.ndim() != 3 || t.dtype() != dtypes::uint8) continue;
@@ -49,13 +61,15 @@ void interleave_linears(nn::GGUFFile& f) {
     if (rows < 2) continue;
     Tensor stored = nn::ggml_interleave_rows(t, rows).realize();
     // only memory inside the file's mapping: a copy elsewhere (an unaligned tensor, gguf_load_bytes) may be shared
-    if (const UOp* b = contiguous_buffer(t.uop().get()); b && !f.mapped.empty())
-      if (std::shared_ptr<Buffer> buf = buffer_of(b); buf && buf->dev().allocator().host_memory()) {
-        const auto* p = static_cast<const uint8_t*>(buf->ptr());
-        if (p >= f.mapped.data() && p + buf->nbytes() <= f.mapped.data() + f.mapped.size()) release_pages(p, buf->nbytes());
-      }
+    if (std::shared_ptr<Buffer> buf = in_mapping(t)) release_pages(buf->ptr(), buf->nbytes());
     t = nn::ggml_interleaved_view(stored, t.shape()[0]);
+    any = true;
   }
+  if (!any || f.mapped.empty()) return;
+  for (auto& [name, t] : f.tensors)  // through the host: clone().realize() of these left them on the mapping
+    if (std::shared_ptr<Buffer> buf = in_mapping(t); buf && int64_t(buf->nbytes()) == t.numel() * int64_t(t.dtype().itemsize()))
+      t = Tensor::from_blob(buf->ptr(), t.shape(), t.dtype(), t.device()).realize();
+  release_pages(f.mapped.data(), f.mapped.size());
 }
 
 }  // namespace
