@@ -68,6 +68,18 @@ std::string tmp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("tg_llm_tests_" + std::to_string(::getpid()) + "_" + name)).string();
 }
 
+// The bytes a Llama holds for a GGUF's tensors as stored, the 2-D ones but the token embedding copied row-interleaved
+// (INTERLEAVE_ROWS) with their rows padded to a multiple of `rows` (1: as in the file).
+int64_t interleaved_bytes(const nn::GGUFFile& f, int64_t rows) {
+  int64_t total = 0;
+  for (const auto& [name, t] : f.tensors) {
+    int64_t n = t.numel() * t.dtype().itemsize();
+    if (t.ndim() == 3 && name != "token_embd.weight") n = n / t.shape()[0] * ((t.shape()[0] + rows - 1) / rows * rows);
+    total += n;
+  }
+  return total;
+}
+
 }  // namespace
 
 TEST_CASE(
@@ -417,15 +429,10 @@ TEST_CASE("Llama keeps quantised weights as the file stores them: the logits of 
     // memory: the weights' buffers hold the file's tensor bytes (the file adds its header and 32-byte padding);
     // float32 at load takes 4 bytes a weight
     nn::GGUFFile f = nn::gguf_load(path, "DISK", false);
-    int64_t tensor_bytes = 0, elems = 0;
     // q8_0 and q4_0 linears are copied row-interleaved (INTERLEAVE_ROWS), their rows padded to the tile's (the
     // output head's 259 rows)
-    const int64_t rows = std::max<int64_t>(1, nn::ggml_tile_rows(type));
-    for (const auto& [name, t] : f.tensors) {
-      int64_t n = t.numel() * t.dtype().itemsize();
-      if (t.ndim() == 3 && name != "token_embd.weight") n = n / t.shape()[0] * ((t.shape()[0] + rows - 1) / rows * rows);
-      tensor_bytes += n;
-    }
+    const int64_t tensor_bytes = interleaved_bytes(f, std::max<int64_t>(1, nn::ggml_tile_rows(type)));
+    int64_t elems = 0;
     for (const auto& [name, s] : f.shapes) elems += std::accumulate(s.begin(), s.end(), int64_t(1), std::multiplies<int64_t>());
     int64_t file_bytes = int64_t(std::filesystem::file_size(path));
     CHECK(kept->weight_bytes() == tensor_bytes);
@@ -793,13 +800,7 @@ TEST_CASE("a LLaMA's q8_0 and q4_0 linears stored row-interleaved by the matvec 
     auto il = models::Llama::from_gguf(path, 48, 1);
     // the copies hold the rows padded to a multiple of the tile's: the output head's 259 rows to the next multiple
     nn::GGUFFile f = nn::gguf_load(path, "DISK", false);
-    int64_t padded = 0;
-    for (const auto& [name, t] : f.tensors) {
-      int64_t n = t.numel() * t.dtype().itemsize();
-      if (t.ndim() == 3 && name != "token_embd.weight") n = n / t.shape()[0] * ((t.shape()[0] + rows - 1) / rows * rows);
-      padded += n;
-    }
-    CHECK(il->weight_bytes() == padded);
+    CHECK(il->weight_bytes() == interleaved_bytes(f, rows));
     CHECK(il->weight_bytes() > plain->weight_bytes());
     // the same integer block sums in the same order: the same logits (prefill: 7 rows, the float products)
     auto check_same = [](const std::vector<float>& a, const std::vector<float>& b) {

@@ -428,7 +428,8 @@ namespace {
 // it reuses of them: trimming after every compile made a small kernel's 4.6-4.8 ms 5.5-5.8. So it trims after a
 // batch compiled by the pool (several kernels, tens of ms or more), and after a single kernel only once the process's
 // anonymous resident memory (/proc/self/statm: resident less file-backed) has grown by 8 MiB since the last trim.
-// (Trimming only on that growth left 44-54 MB anonymous after the q4_0 run against 27-31 MB after every batch.)
+// (The anonymous part after the q4_0 run read 27-31 MB trimming after every compile, 44-54 MB trimming on that growth
+// alone, 31-50 MB with both rules: it moves from run to run.)
 void give_back_heap(bool batch) {
 #ifdef __GLIBC__
   constexpr long kSlack = 8l << 20;
