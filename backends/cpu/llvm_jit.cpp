@@ -1,5 +1,6 @@
 // The in-process CPU compiler: LLVM IR text -> O2 for the host CPU -> ELF object in memory, and the loader that
 // links objects into one process-wide ORC LLJIT, one JITDylib per program.
+#include <array>
 #include <math.h>
 #include <unistd.h>
 
@@ -314,9 +315,38 @@ class ByteMulAdd {
       llvm::Function* madd = llvm::Intrinsic::getDeclaration(f.getParent(), id);
       std::vector<bool> used(terms.size(), false);
       std::vector<llvm::Value*> sums;
+      llvm::Value* acc32 = nullptr;
+      if (vnni) {  // quads first: two bytes' nibble pairs a lane (4 products), the rest in pairs below
+        std::vector<std::array<size_t, 2>> np;  // prods (lo, hi): the two nibbles of one byte vector
+        std::vector<bool> paired(prods.size(), false);
+        for (size_t i = 0; i < prods.size(); i++)
+          for (size_t j = 0; j < prods.size() && !paired[i]; j++)
+            if (j != i && !paired[j] && nibble_source(prods[i].u, prods[j].u)) {
+              np.push_back({i, j});
+              paired[i] = paired[j] = true;
+            }
+        std::vector<bool> in_quad(prods.size(), false);
+        for (size_t q = 0; q + 1 < np.size(); q += 2) {
+          const Prod &a = prods[np[q][0]], &c = prods[np[q][1]], &e = prods[np[q + 1][0]], &g = prods[np[q + 1][1]];
+          llvm::Value* u = p->quad_nibbles(nibble_source(a.u, c.u), nibble_source(e.u, g.u), vt);
+          llvm::Value* sq = p->interleave4(a.s, c.s, e.s, g.s, vt);
+          llvm::Value* off = nullptr;
+          if (a.c || c.c || e.c || g.c)
+            off = b.CreateAdd(p->offset(a.s, a.c, c.s, c.c, vt), p->offset(e.s, e.c, g.s, g.c, vt));
+          llvm::Value* start = acc32 ? acc32 : off ? off : llvm::Constant::getNullValue(vt);
+          if (acc32 && off) sums.push_back(off);
+          acc32 = b.CreateCall(madd, {start, u, sq});
+          for (size_t t : {np[q][0], np[q][1], np[q + 1][0], np[q + 1][1]}) used[prods[t].term] = in_quad[t] = true;
+          n++;
+        }
+        std::vector<Prod> rest;
+        for (size_t i = 0; i < prods.size(); i++)
+          if (!in_quad[i]) rest.push_back(prods[i]);
+        prods = std::move(rest);
+      }
       // pmaddubsw's 16-bit results are summed as such while the sum's bound stays below 2^15 (q4_0 on AVX2: a
       // lane's two pairs a block), then widened once; vpdpbusd accumulates each pair into the last one's result
-      llvm::Value *acc16 = nullptr, *acc32 = nullptr;
+      llvm::Value* acc16 = nullptr;
       uint64_t bound16 = 0;
       auto flush16 = [&] {
         if (acc16) sums.push_back(b.CreateSExt(acc16, vt));
@@ -392,9 +422,8 @@ class ByteMulAdd {
     }
     return it->second;
   }
-  // interleave(w & 15, w >> 4) computed on 16-bit (or 32-bit) lanes, or null when lo and hi are not those nibbles of
-  // one w
-  llvm::Value* nibbles(llvm::Value* lo, llvm::Value* hi, llvm::Type* t) {
+  // w when lo = w & 15 and hi = w >> 4 (the two nibbles of the bytes w), else null
+  static llvm::Value* nibble_source(llvm::Value* lo, llvm::Value* hi) {
     auto splat_is = [](llvm::Value* v, uint64_t k) {
       auto* c = llvm::dyn_cast<llvm::Constant>(v);
       auto* s = c ? llvm::dyn_cast_or_null<llvm::ConstantInt>(c->getSplatValue()) : nullptr;
@@ -405,14 +434,50 @@ class ByteMulAdd {
     if (!a || !h || a->getOpcode() != llvm::Instruction::And || h->getOpcode() != llvm::Instruction::LShr ||
         a->getOperand(0) != h->getOperand(0) || !splat_is(a->getOperand(1), 15) || !splat_is(h->getOperand(1), 4))
       return nullptr;
+    return a->getOperand(0);
+  }
+  // interleave(w & 15, w >> 4) computed on 16-bit (or 32-bit) lanes, or null when lo and hi are not those nibbles of
+  // one w
+  llvm::Value* nibbles(llvm::Value* lo, llvm::Value* hi, llvm::Type* t) {
+    llvm::Value* src = nibble_source(lo, hi);
+    if (!src) return nullptr;
     auto [it, fresh] = memo_.try_emplace({{lo, hi}, t}, nullptr);
     if (fresh) {
-      auto* w = llvm::cast<llvm::FixedVectorType>(a->getType());
+      auto* w = llvm::cast<llvm::FixedVectorType>(src->getType());
       auto* wide = t->getScalarType()->isIntegerTy(32) ? llvm::cast<llvm::FixedVectorType>(t)
                                                         : llvm::FixedVectorType::get(b_.getInt16Ty(), w->getNumElements());
-      llvm::Value* z = b_.CreateZExt(a->getOperand(0), wide);
+      llvm::Value* z = b_.CreateZExt(src, wide);
       llvm::Value* v = b_.CreateAnd(b_.CreateOr(z, b_.CreateShl(z, 4)), llvm::ConstantInt::get(wide, 0x0F0F));
       it->second = b_.CreateBitCast(v, t);
+    }
+    return it->second;
+  }
+  // The nibbles of two byte vectors w1, w2 as the four bytes of each int32 lane of t: (w1 & 15, w1 >> 4, w2 & 15,
+  // w2 >> 4). The bytes interleaved (w1[l], w2[l] adjacent: where w1 and w2 are the even and odd bytes of one load,
+  // that load), widened to 16 bits (w1 in the lane's bits 0-7, w2 in 16-23), then (v | v << 4) & 0x0F0F0F0F.
+  llvm::Value* quad_nibbles(llvm::Value* w1, llvm::Value* w2, llvm::Type* t) {
+    auto [it, fresh] = quad_nibbles_.try_emplace({{w1, w2}, t}, nullptr);
+    if (fresh) {
+      const unsigned l = llvm::cast<llvm::FixedVectorType>(w1->getType())->getNumElements();
+      llvm::SmallVector<int, 64> mask;
+      for (unsigned k = 0; k < l; k++) mask.push_back(int(k)), mask.push_back(int(l + k));
+      llvm::Value* z = b_.CreateZExt(b_.CreateShuffleVector(w1, w2, mask), llvm::FixedVectorType::get(b_.getInt16Ty(), 2 * l));
+      llvm::Value* v = b_.CreateBitCast(z, t);
+      it->second = b_.CreateAnd(b_.CreateOr(v, b_.CreateShl(v, 4)), llvm::ConstantInt::get(t, 0x0F0F0F0F));
+    }
+    return it->second;
+  }
+  // The byte vectors s1..s4 as the four bytes of each int32 lane of t (s1[l], s2[l], s3[l], s4[l]).
+  llvm::Value* interleave4(llvm::Value* s1, llvm::Value* s2, llvm::Value* s3, llvm::Value* s4, llvm::Type* t) {
+    auto [it, fresh] = quads_.try_emplace({s1, s2, s3, s4}, nullptr);
+    if (fresh) {
+      const unsigned l = llvm::cast<llvm::FixedVectorType>(s1->getType())->getNumElements();
+      llvm::SmallVector<int, 64> mask;
+      for (unsigned k = 0; k < l; k++) mask.push_back(int(k)), mask.push_back(int(l + k));
+      auto* h = llvm::FixedVectorType::get(b_.getInt16Ty(), l);
+      llvm::Value* lo = b_.CreateBitCast(b_.CreateShuffleVector(s1, s2, mask), h);
+      llvm::Value* hi = b_.CreateBitCast(b_.CreateShuffleVector(s3, s4, mask), h);
+      it->second = b_.CreateBitCast(b_.CreateShuffleVector(lo, hi, mask), t);
     }
     return it->second;
   }
@@ -432,6 +497,8 @@ class ByteMulAdd {
   llvm::BasicBlock* block_;
   std::map<std::pair<std::pair<llvm::Value*, llvm::Value*>, llvm::Type*>, llvm::Value*> memo_;
   std::map<std::tuple<llvm::Value*, int64_t, llvm::Value*, int64_t>, llvm::Value*> offsets_;
+  std::map<std::tuple<llvm::Value*, llvm::Value*, llvm::Value*, llvm::Value*>, llvm::Value*> quads_;
+  std::map<std::pair<std::pair<llvm::Value*, llvm::Value*>, llvm::Type*>, llvm::Value*> quad_nibbles_;
 };
 
 // Four-byte dot products (x86 vpdpbusd). int_gemm (src/schedule/layout.cpp) sums, per int32 lane, the products of
@@ -617,7 +684,7 @@ class QuadMulAdd {
 // kernel's source), so a binary an older rewrite made is not read back under the same source. Bump it with every
 // change to the rewrite. (Work-in-progress builds of the first version cached binaries under "-pairmadd1" whose
 // TG_CPU=haswell q8_0 matvec ran 0.85x the float product, against 1.33-1.38x compiled afresh: bench/qmatvec.)
-constexpr int kPairMulAddVersion = 2, kByteMulAddVersion = 3, kQuadMulAddVersion = 1;
+constexpr int kPairMulAddVersion = 3, kByteMulAddVersion = 4, kQuadMulAddVersion = 1;
 
 class LLVMCompiler : public Compiler {
  public:
@@ -696,12 +763,13 @@ class LLVMCompiler : public Compiler {
     if (getenv_int("BYTE_MADD", 1))
       for (llvm::Function& f : *m)
         if (!f.isDeclaration()) QuadMulAdd::run(f);
-    if (getenv_int("PAIR_MADD", 1))
-      for (llvm::Function& f : *m)
-        if (!f.isDeclaration()) PairMulAdd::run(f);
+    // byte products before pairs: q4_0's quads read their nibbles' even and odd bytes, which PairMulAdd would widen
     if (getenv_int("BYTE_MADD", 1))
       for (llvm::Function& f : *m)
         if (!f.isDeclaration()) ByteMulAdd::run(f);
+    if (getenv_int("PAIR_MADD", 1))
+      for (llvm::Function& f : *m)
+        if (!f.isDeclaration()) PairMulAdd::run(f);
     if (debug_level() >= 5) llvm::errs() << "; optimised IR of " << name << "\n" << *m << "\n";
 
     llvm::SmallVector<char, 0> obj;

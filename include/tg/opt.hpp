@@ -81,6 +81,8 @@ struct OptConfig {
   /// independent FMA chains (vector accumulators) a register tile needs to keep the FMA pipes busy: (latency + 1) x
   /// FMAs per cycle of the machine model (one cycle of slack per pipe: a late operand load does not idle it)
   int fma_chains = 10;
+  /// a vector instruction sums 4 byte products into each int32 lane (x86 vpdpbusd; MachineModel::int8_dot)
+  bool int8_dot = false;
 };
 
 /** The most bytes a row kernel keeps in a row array on the stack (softmax's exps, where its output goes past the

@@ -219,6 +219,29 @@ bool dequantises(const UOp* e) {
   return false;
 }
 
+// Whether a is float(int32(nibble) [+ c] * int32(b)) or its mirror: a nibble (& 15) of a loaded byte times a loaded
+// int8 (int_dot_product's q4_0 terms).
+bool nibble_times_byte(const UOp* a) {
+  if (a->op != Ops::CAST || !dtypes::is_float(a->dtype)) return false;
+  const UOp* m = a->src(0);
+  if (m->op != Ops::MUL || m->dtype != dtypes::int32) return false;
+  auto int8_load = [](const UOp* x) {
+    return x->op == Ops::CAST && x->src(0)->op == Ops::LOAD && x->src(0)->dtype == dtypes::int8;
+  };
+  auto nibble = [](const UOp* x) {
+    if (x->op == Ops::ADD && (x->src(0)->op == Ops::CONST || x->src(1)->op == Ops::CONST))
+      x = x->src(x->src(1)->op == Ops::CONST ? 0 : 1);
+    if (x->op != Ops::CAST || x->src(0)->op != Ops::AND) return false;
+    const UOp* n = x->src(0);
+    const UOp* k = n->src(1)->op == Ops::CONST ? n->src(1) : n->src(0);
+    const UOp* v = k == n->src(1) ? n->src(0) : n->src(1);
+    if (k->op != Ops::CONST || k->const_int() != 15 || n->dtype != dtypes::uint8) return false;
+    if (v->op == Ops::SHR) v = v->src(0);
+    return v->op == Ops::LOAD;
+  };
+  return (nibble(m->src(0)) && int8_load(m->src(1))) || (nibble(m->src(1)) && int8_load(m->src(0)));
+}
+
 // A factor of a float sum's terms that does not move with its inner terms multiplies once per group of them, not per
 // term (a quantised weight's block scale, constant over the block's 32 weights):
 // REDUCE(a * s, outer..., inner...) -> REDUCE(s * REDUCE(a, inner...), outer...), s independent of `inner`, which
@@ -233,7 +256,12 @@ bool dequantises(const UOp* e) {
 // gradients of the same weights agreed within 1e-6 either way: a ReLU or max-pool switch at step 3 under a 1e-6
 // weight change, not a wrong sum). CPU only (a GPU's grouped reduces are left as they are). FACTOR_REDUCE=0 turns
 // it off.
-UOpRef factor_reduce_invariants(const UOpRef& k, int64_t lanes) {
+// Where the machine sums 4 byte products into an int32 lane in one instruction (`quad_dot`: x86 vpdpbusd) and the
+// terms are a nibble of a loaded byte times a loaded int8 (q4_0's decode product), each lane takes 4 terms instead
+// of 2: half the lanes (vector_width / 2: 8 on AVX-512, a q4_0 block's 32 products), lane l the two nibbles of bytes
+// 2l and 2l + 1 (the pairs' indexing below), so one 4-byte dot does a whole lane: one vpdpbusd of 8 lanes a row and
+// block (ByteMulAdd's quads, llvm_jit.cpp) where the 2-term lanes took one of 16, half its bytes zero.
+UOpRef factor_reduce_invariants(const UOpRef& k, int64_t lanes, bool quad_dot) {
   constexpr int64_t kMaxCopies = 8;  // an inner loop of at most this many terms is summed as copies
   if (!getenv_int("FACTOR_REDUCE", 1) || lanes < 1) return k;
   int64_t next_id = 0;
@@ -245,15 +273,19 @@ UOpRef factor_reduce_invariants(const UOpRef& k, int64_t lanes) {
   for (const UOp* n : toposort(k.get())) {
     if (n->op != Ops::REDUCE || Ops(std::get<int64_t>(n->arg)) != Ops::ADD || !dtypes::is_float(n->dtype) || n->dtype.count != 1)
       continue;
-    bool nested = false;  // sums of sums are left as they are
-    for (const UOp* e : toposort(n->src(0))) nested |= e->op == Ops::REDUCE;
+    bool nested = false, quads = false;  // sums of sums are left as they are
+    for (const UOp* e : toposort(n->src(0))) {
+      nested |= e->op == Ops::REDUCE;
+      quads |= quad_dot && lanes >= 2 && nibble_times_byte(e);
+    }
     if (nested) continue;
+    const int64_t L = quads ? lanes / 2 : lanes;  // the lanes of this sum
     std::vector<const UOp*> loops, unrolls;
     for (size_t i = 1; i < n->nsrc(); i++) {
       const UOp* r = n->src(i);
       if (r->op != Ops::RANGE || size_of(r) == 1) continue;
       if (range_type(r) == AxisType::Reduce) loops.push_back(r);
-      if (range_type(r) == AxisType::Unroll && size_of(r) > lanes && size_of(r) % lanes == 0) unrolls.push_back(r);
+      if (range_type(r) == AxisType::Unroll && size_of(r) > L && size_of(r) % L == 0) unrolls.push_back(r);
     }
     std::vector<const UOp*> factors, stack{n->src(0)};
     while (!stack.empty()) {
@@ -289,7 +321,7 @@ UOpRef factor_reduce_invariants(const UOpRef& k, int64_t lanes) {
       }
       int64_t terms = 1;
       for (size_t j = cut; j < loops.size(); j++) terms *= std::max<int64_t>(size_of(loops[j]), 2);
-      for (const UOp* u : unrolls) terms *= size_of(u) / lanes;
+      for (const UOp* u : unrolls) terms *= size_of(u) / L;
       if (any && rest && terms >= 2) pick = cut;
     }
     if (!pick) continue;
@@ -320,8 +352,8 @@ UOpRef factor_reduce_invariants(const UOpRef& k, int64_t lanes) {
       if (f->op == Ops::BITCAST) f = f->src(0);
       return f->op == Ops::LOAD;
     };
-    const bool pairs =
-        ai && ai->dtype == dtypes::int32 && ai->op == Ops::MUL && loaded(ai->src(0)) && loaded(ai->src(1));
+    const bool pairs = (ai && ai->dtype == dtypes::int32 && ai->op == Ops::MUL && loaded(ai->src(0)) && loaded(ai->src(1))) ||
+                       (quads && nibble_times_byte(a.get()));
     auto copy_inner_loops = [&] {
       if (copy_loops)
         for (size_t j = *pick; j < loops.size(); j++)
@@ -329,16 +361,16 @@ UOpRef factor_reduce_invariants(const UOpRef& k, int64_t lanes) {
     };
     if (pairs) copy_inner_loops();  // the unrolled copies innermost: a pair's two terms stay next to each other
     for (const UOp* u : unrolls) {
-      UOpRef l = UOp::range(ci(lanes), next_id++, AxisType::Unroll);
+      UOpRef l = UOp::range(ci(L), next_id++, AxisType::Unroll);
       keep.push_back(l);
       kept.emplace_back(u, l);
-      const int64_t count = size_of(u) / lanes;
+      const int64_t count = size_of(u) / L;
       if (pairs && count % 2 == 0)
         copies(u, count, [&](int64_t t) {
-          return ci(t / 2 * 2 * lanes + t % 2)->alu(Ops::ADD, l->alu(Ops::MUL, ci(2)));
+          return ci(t / 2 * 2 * L + t % 2)->alu(Ops::ADD, l->alu(Ops::MUL, ci(2)));
         });
       else
-        copies(u, count, [&](int64_t t) { return ci(t * lanes)->alu(Ops::ADD, l); });
+        copies(u, count, [&](int64_t t) { return ci(t * L)->alu(Ops::ADD, l); });
     }
     if (!pairs) copy_inner_loops();
     // Terms that are integers cast to float (int_dot_product's 8-bit products, in int32) are summed as integers and
@@ -1013,7 +1045,7 @@ const std::vector<LowerStage>& lowering_stages() {
       {"simplify", [](const UOpRef& k, LowerCtx&) { return simplify(k, "simplify"); }},
       {"split ranges", [](const UOpRef& k, LowerCtx&) { return split_ranges(k); }},
       {"apply opts", do_apply_opts},
-      {"factor reduce invariants", [](const UOpRef& k, LowerCtx& c) { return c.gpu() ? k : factor_reduce_invariants(k, c.opt.config.vector_width); }},
+      {"factor reduce invariants", [](const UOpRef& k, LowerCtx& c) { return c.gpu() ? k : factor_reduce_invariants(k, c.opt.config.vector_width, c.opt.config.int8_dot); }},
       {"reuse row values", do_reuse_row_values},
       {"expand upcasts", do_expand_upcasts},
       {"simplify after opts", [](const UOpRef& k, LowerCtx&) { return simplify(k, "simplify after opts"); }},

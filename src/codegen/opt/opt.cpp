@@ -368,6 +368,7 @@ OptConfig opt_config(const Device& dev) {
   // the last-level cache: this process's share of the L3, else the threads' L2s
   c.llc_bytes = m.l3_share_bytes > 0 ? m.l3_share_bytes : m.l2_bytes * std::max(1, c.threads);
   c.fma_chains = std::max(1, int(std::lround((m.fma_latency + 1) * m.fma_per_cycle)));
+  c.int8_dot = m.int8_dot;
   return c;
 }
 
