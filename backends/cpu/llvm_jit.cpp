@@ -258,7 +258,11 @@ struct TargetFeatures {
 // AVX-512BW (64) only; several pairs of one sum add their 16-bit results while the sum's bound stays below 2^15 and
 // widen once (AVX2's 8 lanes: two pairs a q4_0 block). With VNNI (AVX512-VNNI, AVX-VNNI) each pair is one vpdpbusd
 // on the lane's 32 bits instead (the pair's two bytes and two zero bytes), accumulating into the offset or the sum's
-// previous pair: no widening, no add. BYTE_MADD=0 turns it off.
+// previous pair: no widening, no add. Where a sum has two such pairs of two byte vectors w1, w2 (lowering's quads on
+// a machine with the 4-byte dot: lane l takes bytes 2l and 2l + 1, LLVM's even and odd bytes of one load), VNNI takes
+// all four products in one vpdpbusd: the lane's bytes (w1 & 15, w1 >> 4, w2 & 15, w2 >> 4), from the load widened to
+// 16 bits ((v | v << 4) & 0x0F0F0F0F), against x's four bytes; no byte of the lane is zero. Runs before PairMulAdd,
+// which would otherwise widen the even and odd halves first. BYTE_MADD=0 turns it off.
 class ByteMulAdd {
  public:
   static int run(llvm::Function& f) {

@@ -366,7 +366,8 @@ UOpRef int_gemm(const UOp* red, const UOp* ex, const UOp* w, const Shape& xs, co
 // dequantises the weight once into float panels for a GEMM), and one row only for codes with an offset (q4_0). On by default
 // (INT_DOT=0 turns it off). The CPU compiler turns the lane sums into byte multiply-adds
 // (backends/cpu/llvm_jit.cpp): q8_0's adjacent pairs of products into vpmaddwd
-// (vpdpwssd with VNNI; PairMulAdd), q4_0's nibble pairs into vpdpbusd (VNNI) or pmaddubsw (ByteMulAdd). bench/qmatvec
+// (vpdpwssd with VNNI; PairMulAdd), q4_0's nibbles into vpdpbusd (VNNI: a lane the two nibbles of two adjacent bytes,
+// 4 products, lowering's quads) or pmaddubsw (ByteMulAdd). bench/qmatvec
 // (5632 x 2048, Zen 5, THREADS=1 and 2): q8_0 1.20-1.22x the float product native, 1.26-1.34x TG_CPU=haswell; q4_0
 // 1.17-1.18x native, 1.09-1.13x haswell.
 UOpRef int_dot_product(const UOp* red, LayoutCtx& c) {
