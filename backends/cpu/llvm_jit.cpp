@@ -320,7 +320,13 @@ class ByteMulAdd {
       std::vector<bool> used(terms.size(), false);
       std::vector<llvm::Value*> sums;
       llvm::Value* acc32 = nullptr;
-      if (vnni) {  // quads first: two bytes' nibble pairs a lane (4 products), the rest in pairs below
+      // without VNNI, quads are pmaddubsw over the lane's 4 bytes (two 16-bit sums of 2 products) and pmaddwd(., 1)
+      llvm::Intrinsic::ID qubs = llvm::Intrinsic::not_intrinsic, qwd = qubs;
+      if (!vnni && lane_bits == 128) qubs = llvm::Intrinsic::x86_ssse3_pmadd_ub_sw_128, qwd = llvm::Intrinsic::x86_sse2_pmadd_wd;
+      if (!vnni && lane_bits == 256 && has("avx2")) qubs = llvm::Intrinsic::x86_avx2_pmadd_ub_sw, qwd = llvm::Intrinsic::x86_avx2_pmadd_wd;
+      if (!vnni && lane_bits == 512 && has("avx512bw"))
+        qubs = llvm::Intrinsic::x86_avx512_pmaddubs_w_512, qwd = llvm::Intrinsic::x86_avx512_pmaddw_d_512;
+      if (vnni || qubs != llvm::Intrinsic::not_intrinsic) {  // quads first: two bytes' nibble pairs a lane (4 products), the rest in pairs below
         std::vector<std::array<size_t, 2>> np;  // prods (lo, hi): the two nibbles of one byte vector
         std::vector<bool> paired(prods.size(), false);
         for (size_t i = 0; i < prods.size(); i++)
@@ -330,6 +336,16 @@ class ByteMulAdd {
               paired[i] = paired[j] = true;
             }
         std::vector<bool> in_quad(prods.size(), false);
+        auto* bytes = llvm::FixedVectorType::get(b.getInt8Ty(), 4 * lanes);
+        auto* halves = llvm::FixedVectorType::get(b.getInt16Ty(), 2 * lanes);
+        llvm::Value* acc16q = nullptr;  // pmaddubsw's sums, widened by one pmaddwd while below 2^15
+        uint64_t bound16q = 0;
+        auto widen16 = [&] {
+          if (acc16q)
+            sums.push_back(b.CreateCall(llvm::Intrinsic::getDeclaration(f.getParent(), qwd),
+                                        {acc16q, llvm::ConstantInt::get(halves, 1)}));
+          acc16q = nullptr, bound16q = 0;
+        };
         for (size_t q = 0; q + 1 < np.size(); q += 2) {
           const Prod &a = prods[np[q][0]], &c = prods[np[q][1]], &e = prods[np[q + 1][0]], &g = prods[np[q + 1][1]];
           llvm::Value* u = p->quad_nibbles(nibble_source(a.u, c.u), nibble_source(e.u, g.u), vt);
@@ -337,12 +353,23 @@ class ByteMulAdd {
           llvm::Value* off = nullptr;
           if (a.c || c.c || e.c || g.c)
             off = b.CreateAdd(p->offset(a.s, a.c, c.s, c.c, vt), p->offset(e.s, e.c, g.s, g.c, vt));
-          llvm::Value* start = acc32 ? acc32 : off ? off : llvm::Constant::getNullValue(vt);
-          if (acc32 && off) sums.push_back(off);
-          acc32 = b.CreateCall(madd, {start, u, sq});
+          if (vnni) {
+            llvm::Value* start = acc32 ? acc32 : off ? off : llvm::Constant::getNullValue(vt);
+            if (acc32 && off) sums.push_back(off);
+            acc32 = b.CreateCall(madd, {start, u, sq});
+          } else {
+            const uint64_t bound = 128 * std::max(a.umax + c.umax, e.umax + g.umax);
+            if (acc16q && bound16q + bound > 32767) widen16();
+            llvm::Value* r = b.CreateCall(llvm::Intrinsic::getDeclaration(f.getParent(), qubs),
+                                          {b.CreateBitCast(u, bytes), b.CreateBitCast(sq, bytes)});
+            acc16q = acc16q ? b.CreateAdd(acc16q, r) : r;
+            bound16q += bound;
+            if (off) sums.push_back(off);
+          }
           for (size_t t : {np[q][0], np[q][1], np[q + 1][0], np[q + 1][1]}) used[prods[t].term] = in_quad[t] = true;
           n++;
         }
+        widen16();
         std::vector<Prod> rest;
         for (size_t i = 0; i < prods.size(); i++)
           if (!in_quad[i]) rest.push_back(prods[i]);
@@ -688,7 +715,7 @@ class QuadMulAdd {
 // kernel's source), so a binary an older rewrite made is not read back under the same source. Bump it with every
 // change to the rewrite. (Work-in-progress builds of the first version cached binaries under "-pairmadd1" whose
 // TG_CPU=haswell q8_0 matvec ran 0.85x the float product, against 1.33-1.38x compiled afresh: bench/qmatvec.)
-constexpr int kPairMulAddVersion = 3, kByteMulAddVersion = 4, kQuadMulAddVersion = 1;
+constexpr int kPairMulAddVersion = 3, kByteMulAddVersion = 5, kQuadMulAddVersion = 1;
 
 class LLVMCompiler : public Compiler {
  public:

@@ -353,7 +353,7 @@ UOpRef factor_reduce_invariants(const UOpRef& k, int64_t lanes, bool quad_dot) {
       return f->op == Ops::LOAD;
     };
     const bool pairs = (ai && ai->dtype == dtypes::int32 && ai->op == Ops::MUL && loaded(ai->src(0)) && loaded(ai->src(1))) ||
-                       (quads && nibble_times_byte(a.get()));
+                       nibble_times_byte(a.get());
     auto copy_inner_loops = [&] {
       if (copy_loops)
         for (size_t j = *pick; j < loops.size(); j++)
