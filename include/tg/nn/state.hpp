@@ -150,9 +150,9 @@ Tensor ggml_dequantize(const Tensor& raw, const std::string& type);
 /** The rows of a q8_0 or q4_0 weight that a decode matvec's register tile on `device` ("": the default) takes at once,
  *  from its machine model: half the vector registers hold the tile's int32 accumulators, a row's being the block
  *  part one accumulation chain sums (q8_0: the 32 codes, q4_0: one nibble half of 16) in at most two vectors of
- *  vector_bits / 32 lanes, and at most 16 rows (the heuristic's largest amount): AVX-512 q8_0 8, q4_0 16.
- *  0 (no interleaving) for another type, a device that is not a serial CPU with AVX-512 (on AVX2 the heuristic
- *  tiles the interleaved view otherwise: slower than the plain layout), or INTERLEAVE_ROWS=0. */
+ *  vector_bits / 32 lanes, and at most 16 rows (the heuristic's largest amount): AVX-512 q8_0 8, q4_0 16; AVX2 4
+ *  and 4. 0 (no interleaving) for another type, a device that is not a serial x86 CPU with AVX-512 or AVX2, or
+ *  INTERLEAVE_ROWS=0. */
 int64_t ggml_tile_rows(const std::string& type, const std::string& device = "");
 /** A copy of a weight's blocks raw (N, blocks, bytes) stored row-interleaved, as llama.cpp repacks for its CPU
  *  kernels: (ceil(N / rows), blocks, rows, bytes), the `rows` rows' blocks of one column next to each other (rows
