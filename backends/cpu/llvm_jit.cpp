@@ -438,15 +438,20 @@ class ByteMulAdd {
     u = z->getOperand(0);
     return true;
   }
+  // The elements of vectors a and b (n each) alternating: a[0], b[0], a[1], b[1], ... (2n)
+  llvm::Value* alternate(llvm::Value* a, llvm::Value* b) {
+    const unsigned l = llvm::cast<llvm::FixedVectorType>(a->getType())->getNumElements();
+    llvm::SmallVector<int, 64> mask;
+    for (unsigned k = 0; k < l; k++) mask.push_back(int(k)), mask.push_back(int(l + k));
+    return b_.CreateShuffleVector(a, b, mask);
+  }
   // The elements of a and b alternating (a[0], b[0], a[1], ...) as bytes of type t: <2n x i8>, or <n x i32> with
   // each pair zero-extended to 32 bits (vpdpbusd's four bytes a lane, two of them zero).
   llvm::Value* interleave(llvm::Value* a, llvm::Value* c, llvm::Type* t) {
     auto [it, fresh] = memo_.try_emplace({{a, c}, t}, nullptr);
     if (fresh) {
       const unsigned l = llvm::cast<llvm::FixedVectorType>(a->getType())->getNumElements();
-      llvm::SmallVector<int, 64> mask;
-      for (unsigned k = 0; k < l; k++) mask.push_back(int(k)), mask.push_back(int(l + k));
-      llvm::Value* v = b_.CreateShuffleVector(a, c, mask);
+      llvm::Value* v = alternate(a, c);
       if (t != v->getType())
         v = b_.CreateZExt(b_.CreateBitCast(v, llvm::FixedVectorType::get(b_.getInt16Ty(), l)), t);
       it->second = v;
@@ -490,9 +495,7 @@ class ByteMulAdd {
     auto [it, fresh] = quad_nibbles_.try_emplace({{w1, w2}, t}, nullptr);
     if (fresh) {
       const unsigned l = llvm::cast<llvm::FixedVectorType>(w1->getType())->getNumElements();
-      llvm::SmallVector<int, 64> mask;
-      for (unsigned k = 0; k < l; k++) mask.push_back(int(k)), mask.push_back(int(l + k));
-      llvm::Value* z = b_.CreateZExt(b_.CreateShuffleVector(w1, w2, mask), llvm::FixedVectorType::get(b_.getInt16Ty(), 2 * l));
+      llvm::Value* z = b_.CreateZExt(alternate(w1, w2), llvm::FixedVectorType::get(b_.getInt16Ty(), 2 * l));
       llvm::Value* v = b_.CreateBitCast(z, t);
       it->second = b_.CreateAnd(b_.CreateOr(v, b_.CreateShl(v, 4)), llvm::ConstantInt::get(t, 0x0F0F0F0F));
     }
@@ -502,13 +505,8 @@ class ByteMulAdd {
   llvm::Value* interleave4(llvm::Value* s1, llvm::Value* s2, llvm::Value* s3, llvm::Value* s4, llvm::Type* t) {
     auto [it, fresh] = quads_.try_emplace({s1, s2, s3, s4}, nullptr);
     if (fresh) {
-      const unsigned l = llvm::cast<llvm::FixedVectorType>(s1->getType())->getNumElements();
-      llvm::SmallVector<int, 64> mask;
-      for (unsigned k = 0; k < l; k++) mask.push_back(int(k)), mask.push_back(int(l + k));
-      auto* h = llvm::FixedVectorType::get(b_.getInt16Ty(), l);
-      llvm::Value* lo = b_.CreateBitCast(b_.CreateShuffleVector(s1, s2, mask), h);
-      llvm::Value* hi = b_.CreateBitCast(b_.CreateShuffleVector(s3, s4, mask), h);
-      it->second = b_.CreateBitCast(b_.CreateShuffleVector(lo, hi, mask), t);
+      auto* h = llvm::FixedVectorType::get(b_.getInt16Ty(), llvm::cast<llvm::FixedVectorType>(s1->getType())->getNumElements());
+      it->second = b_.CreateBitCast(alternate(b_.CreateBitCast(alternate(s1, s2), h), b_.CreateBitCast(alternate(s3, s4), h)), t);
     }
     return it->second;
   }
