@@ -1445,12 +1445,13 @@ TEST_CASE("PREFETCH runs ahead in loop order: past a short row's end it prefetch
   for (int64_t b : at_blocks) CHECK(b == last % nb);
 }
 
-TEST_CASE("PREFETCH: a 4096 x 4096 layernorm and softmax (row kernels) prefetch the next row in their last sum's loop") {
+TEST_CASE("PREFETCH: a 4096 x 4096 softmax (a row kernel) prefetches the next row in its last sum's loop, a layernorm in none") {
   // a row kernel's work is its loops one after another (3 x 4096 per row), not the product of all its axes (4096^4):
   // it streams x about once, so it prefetches, one row (16 KiB) ahead, within a quarter of L2, in the loop of its
-  // last sum before the output loop (layernorm's variance, softmax's sum of exps, each reading the other REDUCE),
-  // not its first (the mean, the max): the next row's reads then run beside the output loop's stores. Lowered for a
-  // Zen 5 machine model (2 threads, AVX-512, 1 MiB L2), whatever this machine is.
+  // last sum before the output loop where that loop computes a transcendental (softmax's sum of exps, reading the
+  // other REDUCE), not its first (the max): the next row's reads then run beside the exps. A layernorm's loops (the
+  // mean, the variance) are a few adds an element and leave the rows to the hardware prefetcher: no PREFETCH. Lowered
+  // for a Zen 5 machine model (2 threads, AVX-512, 1 MiB L2), whatever this machine is.
   Device& dev = get_device("CPU");
   LowerOptions lo;
   lo.config = opt_config(dev);
@@ -1465,6 +1466,11 @@ TEST_CASE("PREFETCH: a 4096 x 4096 layernorm and softmax (row kernels) prefetch 
     std::vector<Opt> without;
     for (const Opt& o : ck.opts)
       if (o.op != OptOp::PREFETCH) without.push_back(o);
+    if (which == 0) {
+      CHECK(without.size() == ck.opts.size());
+      CHECK(!without.empty());  // the row kernel's other opts (lanes, threads) are there
+      continue;
+    }
     REQUIRE(without.size() + 1 == ck.opts.size());
     const Opt pf = *std::find_if(ck.opts.begin(), ck.opts.end(), [](const Opt& o) { return o.op == OptOp::PREFETCH; });
     CHECK(pf.amt == row_bytes);

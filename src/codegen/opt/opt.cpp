@@ -1058,6 +1058,14 @@ struct Heuristic {
         }
       return std::ptrdiff_t(0);
     };
+    // whether the sum over axis r computes a transcendental
+    auto transcendental_in = [&](const UOp* r) {
+      for (const UOp* n : toposort(ast.get()))
+        if (n->op == Ops::REDUCE && std::any_of(n->src().begin() + 1, n->src().end(), [&](const UOpRef& x) { return x.get() == r; }))
+          for (const UOp* u : toposort(n->src(0)))
+            if (u->op == Ops::EXP2 || u->op == Ops::LOG2 || u->op == Ops::SIN) return true;
+      return false;
+    };
     std::optional<Opt> pick;
     std::ptrdiff_t pick_before = -1;
     for (size_t i = n_out; i < axes.size(); i++) {
@@ -1077,8 +1085,14 @@ struct Heuristic {
           }
           if (env <= 1)  // one row ahead (the loop's span of the load), within a quarter of L2
             bytes = std::clamp(size0[i] * step, bytes, std::max(bytes, cfg.l2_bytes / 4));
-          // a row kernel: in its last loop over the row before the output loop
-          if (std::ptrdiff_t before = loops_before(axes[i]); before > pick_before)
+          // a row kernel: in its last loop over the row before the output loop, where that loop computes a
+          // transcendental (softmax's exps). Its row of prefetches then issues beside many vector ops an element; a
+          // loop of a few adds (layernorm's mean and variance) issues them in a burst that fills the core's miss
+          // buffers and waits, and the hardware prefetcher, which streams the rows ahead through all three loops, does
+          // better alone: bench/bandwidth's layernorm (4096 x 4096, 2 threads, Zen 4, 20 runs each, alternated)
+          // 3.27-3.30 -> 2.70 ms best, TG_CPU=haswell 2.81-2.91 -> 2.60-2.61; the softmax keeps its prefetch (3.26-3.48
+          // ms with it, 3.85 without).
+          if (std::ptrdiff_t before = loops_before(axes[i]); before > pick_before && transcendental_in(axes[i]))
             pick = Opt{OptOp::PREFETCH, int(i), bytes}, pick_before = before;
           break;
         }
