@@ -326,7 +326,8 @@ class ByteMulAdd {
       if (!vnni && lane_bits == 256 && has("avx2")) qubs = llvm::Intrinsic::x86_avx2_pmadd_ub_sw, qwd = llvm::Intrinsic::x86_avx2_pmadd_wd;
       if (!vnni && lane_bits == 512 && has("avx512bw"))
         qubs = llvm::Intrinsic::x86_avx512_pmaddubs_w_512, qwd = llvm::Intrinsic::x86_avx512_pmaddw_d_512;
-      if (vnni || qubs != llvm::Intrinsic::not_intrinsic) {  // quads first: two bytes' nibble pairs a lane (4 products), the rest in pairs below
+      // quads first: two bytes' nibble pairs a lane (4 products); the rest in pairs below
+      if (vnni || qubs != llvm::Intrinsic::not_intrinsic) {
         std::vector<std::array<size_t, 2>> np;  // prods (lo, hi): the two nibbles of one byte vector
         std::vector<bool> paired(prods.size(), false);
         for (size_t i = 0; i < prods.size(); i++)
@@ -505,8 +506,10 @@ class ByteMulAdd {
   llvm::Value* interleave4(llvm::Value* s1, llvm::Value* s2, llvm::Value* s3, llvm::Value* s4, llvm::Type* t) {
     auto [it, fresh] = quads_.try_emplace({s1, s2, s3, s4}, nullptr);
     if (fresh) {
-      auto* h = llvm::FixedVectorType::get(b_.getInt16Ty(), llvm::cast<llvm::FixedVectorType>(s1->getType())->getNumElements());
-      it->second = b_.CreateBitCast(alternate(b_.CreateBitCast(alternate(s1, s2), h), b_.CreateBitCast(alternate(s3, s4), h)), t);
+      const unsigned l = llvm::cast<llvm::FixedVectorType>(s1->getType())->getNumElements();
+      auto* h = llvm::FixedVectorType::get(b_.getInt16Ty(), l);  // byte pairs as 16-bit elements
+      llvm::Value *lo = b_.CreateBitCast(alternate(s1, s2), h), *hi = b_.CreateBitCast(alternate(s3, s4), h);
+      it->second = b_.CreateBitCast(alternate(lo, hi), t);
     }
     return it->second;
   }

@@ -358,6 +358,15 @@ UOpRef split_ranges(const UOpRef& ast) {
 
 int64_t row_array_bytes(const OptConfig& cfg) { return std::max<int64_t>(0, cfg.l2_bytes / 4); }
 
+namespace {
+// whether e computes a transcendental (exp, log, sin: many vector ops an element)
+bool transcendental(const UOp* e) {
+  for (const UOp* u : toposort(e))
+    if (u->op == Ops::EXP2 || u->op == Ops::LOG2 || u->op == Ops::SIN) return true;
+  return false;
+}
+}  // namespace
+
 OptConfig opt_config(const Device& dev) {
   MachineModel m = dev.machine();
   OptConfig c;
@@ -840,21 +849,24 @@ struct Heuristic {
     // that rule, their amounts' product taken as its amount: the q4_0 matvec's rows interleaved by 4 took 3 groups x
     // 2 rows under TG_CPU=haswell (6 rows in 3 streams, 0.73x the plain layout's 4 rows) before.
     auto rows_of_three = [&](int64_t a) { return a % 3 == 0 && !(wide || (latency_bound && a == 3)); };
-    auto reads_alike = [&](size_t i, size_t j) {
-      if (depends_on(st, axes[i]) != depends_on(st, axes[j])) return false;
-      for (const UOp* l : acc.loads)
-        if (depends_on(l, axes[i]) != depends_on(l, axes[j])) return false;
-      return true;
-    };
+    // alike[x][y]: candidates x and y are not the vectorised axis and the store and every load read both or neither
+    // (computed once, not per tile)
+    std::vector<std::vector<bool>> alike(cand.size(), std::vector<bool>(cand.size(), false));
+    for (size_t x = 0; x < cand.size(); x++)
+      for (size_t y = x + 1; y < cand.size(); y++) {
+        const UOp *a = axes[cand[x]], *b = axes[cand[y]];
+        bool same = int(cand[x]) != vec && int(cand[y]) != vec && depends_on(st, a) == depends_on(st, b);
+        for (const UOp* l : acc.loads) same = same && depends_on(l, a) == depends_on(l, b);
+        alike[x][y] = same;
+      }
     std::function<void(size_t, int64_t)> visit = [&](size_t k, int64_t total) {
       if (k == cand.size()) {
         for (size_t x = 0; x < cand.size(); x++) {
-          if (int(cand[x]) == vec) continue;
           int64_t rows = am[cand[x]] / amt[cand[x]];
-          size_t alike = 1;
+          size_t n_alike = 1;
           for (size_t y = x + 1; y < cand.size(); y++)
-            if (int(cand[y]) != vec && reads_alike(cand[x], cand[y])) rows *= am[cand[y]] / amt[cand[y]], alike++;
-          if (alike > 1 && rows_of_three(rows)) return;
+            if (alike[x][y]) rows *= am[cand[y]] / amt[cand[y]], n_alike++;
+          if (n_alike > 1 && rows_of_three(rows)) return;
         }
         if (am != amt && fits_registers(am, total))
           tiles.emplace_back(Key{short_of_chains(total), loads_per_acc(am), strides_of(am), -double(total)}, am);
@@ -1035,9 +1047,7 @@ struct Heuristic {
     // they go past the caches.
     if (rows)
       for (const UOp* n : toposort(ast.get()))
-        if (n->op == Ops::REDUCE)
-          for (const UOp* u : toposort(n->src(0)))
-            if (u->op == Ops::EXP2 || u->op == Ops::LOG2 || u->op == Ops::SIN) return;
+        if (n->op == Ops::REDUCE && transcendental(n->src(0))) return;
     int64_t item = 0;
     for (const UOp* n : toposort(ast.get()))
       if (n->op == Ops::STORE && n->src(0)->op == Ops::INDEX && n->src(0)->src(1) == st)
@@ -1049,22 +1059,24 @@ struct Heuristic {
   void prefetch() {
     const int64_t env = getenv_int("PREFETCH", 1, 0, 1 << 20);  // PREFETCH=N: N bytes a stream
     if (!reduce || cfg.local_threads > 0 || cfg.l2_bytes <= 0 || env == 0) return;
+    // the REDUCE over axis r (null: none)
+    auto reduce_over = [&](const UOp* r) -> const UOp* {
+      for (const UOp* n : toposort(ast.get()))
+        if (n->op == Ops::REDUCE && std::any_of(n->src().begin() + 1, n->src().end(), [&](const UOpRef& x) { return x.get() == r; }))
+          return n;
+      return nullptr;
+    };
     // the REDUCEs computed before the one over axis r (inside its value): a row kernel's loops in their order
     auto loops_before = [&](const UOp* r) {
-      for (const UOp* n : toposort(ast.get()))
-        if (n->op == Ops::REDUCE && std::any_of(n->src().begin() + 1, n->src().end(), [&](const UOpRef& x) { return x.get() == r; })) {
-          std::vector<const UOp*> inside = toposort(n->src(0));
-          return std::count_if(inside.begin(), inside.end(), [](const UOp* u) { return u->op == Ops::REDUCE; });
-        }
-      return std::ptrdiff_t(0);
+      const UOp* n = reduce_over(r);
+      if (!n) return std::ptrdiff_t(0);
+      std::vector<const UOp*> inside = toposort(n->src(0));
+      return std::count_if(inside.begin(), inside.end(), [](const UOp* u) { return u->op == Ops::REDUCE; });
     };
     // whether the sum over axis r computes a transcendental
     auto transcendental_in = [&](const UOp* r) {
-      for (const UOp* n : toposort(ast.get()))
-        if (n->op == Ops::REDUCE && std::any_of(n->src().begin() + 1, n->src().end(), [&](const UOpRef& x) { return x.get() == r; }))
-          for (const UOp* u : toposort(n->src(0)))
-            if (u->op == Ops::EXP2 || u->op == Ops::LOG2 || u->op == Ops::SIN) return true;
-      return false;
+      const UOp* n = reduce_over(r);
+      return n && transcendental(n->src(0));
     };
     std::optional<Opt> pick;
     std::ptrdiff_t pick_before = -1;
