@@ -956,6 +956,12 @@ TEST_CASE("heuristic: a transpose is a tile of whole-vector loads and stores, it
     CHECK(count(ck.src, "load " + vec) >= 1);
     CHECK(count(ck.src, "load float,") == 0);  // no scalar load of the input
     CHECK(count(ck.src, "store " + vec) >= 1);
+    // each stored row is a row of the block's transpose: log2(w) two-source shuffles a row, shared by the block's
+    // rows, not w - 1 single-lane inserts a row (the LLVM renderer's transpose_lane)
+    int log2w = 0;
+    while ((int64_t(1) << log2w) < w) log2w++;
+    CHECK(count(ck.src, "shufflevector " + vec) >= size_t(w * log2w));
+    CHECK(count(ck.src, "insertelement " + vec) == 0);
     auto got = run_with(k, ck.opts);
     CHECK(got == run_with(k, {}));  // exactly the plain loops' values
     for (int64_t i = 0; i < 6 * w; i++)
