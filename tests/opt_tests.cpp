@@ -984,6 +984,45 @@ TEST_CASE("heuristic: a transpose is a tile of whole-vector loads and stores, it
   CHECK(bt == run_with(kb, {}));
 }
 
+TEST_CASE("vectorize: ops over a transposed read run on the loaded rows, one transpose for the store (row_op)") {
+  // A relu's gradient read back in NCHW order from channels-last activations (mnist's E_512_32_24_24): the store runs
+  // along w, the input, the gradient and the bias along c. The compare and select run on whole rows of c (the
+  // bias a row too, not a broadcast per lane) and only their result is transposed into the store's lanes: one
+  // block-swap network of w log2(w) shuffles per w x w block, where the input and the gradient were transposed each.
+  Device& dev = get_device("CPU");
+  LowerOptions lo;
+  lo.config = opt_config(dev);
+  const int64_t w = std::max(4, lo.config.vector_width);
+  const std::string vec = "<" + std::to_string(w) + " x float>";
+  auto count = [](const std::string& s, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = s.find(what); at != std::string::npos; at = s.find(what, at + 1)) n++;
+    return n;
+  };
+  Tensor x = randn({2, 3, w, w}, 81).realize(), g = randn({2, 3, w, w}, 82).realize(), b = randn({w}, 83).realize();
+  Tensor y = ((x + b) > 0.0f).where(g, 0.0f).permute({0, 3, 1, 2}).contiguous();
+  Kern k = last_kernel(y);
+  auto opts = hand_coded_optimizations(k.ast, lo.config);
+  int upcast_axes = 0;
+  for (const Opt& o : opts) upcast_axes += o.op == OptOp::UPCAST && o.amt == w;
+  REQUIRE(upcast_axes == 2);  // the transpose tile
+  CompiledKernel ck = lower_kernel(k.ast, "row_op", dev.renderer(), lo);
+  int log2w = 0;
+  while ((int64_t(1) << log2w) < w) log2w++;
+  CHECK(count(ck.src, "shufflevector " + vec) == size_t(w * log2w));  // one network, no broadcasts
+  CHECK(count(ck.src, "fcmp ogt " + vec) + count(ck.src, "fcmp olt " + vec) == size_t(w));  // one compare a row
+  auto got = run_with(k, ck.opts);
+  CHECK(got == run_with(k, {}));  // exactly the plain loops' values
+  const std::vector<float> xs = x.to_vector<float>(), gs = g.to_vector<float>(), bs = b.to_vector<float>();
+  for (int64_t n = 0; n < 2; n++)
+    for (int64_t c = 0; c < w; c++)
+      for (int64_t h = 0; h < 3; h++)
+        for (int64_t q = 0; q < w; q++) {
+          const size_t at = size_t(((n * 3 + h) * w + q) * w + c);
+          REQUIRE(got[size_t(((n * w + c) * 3 + h) * w + q)] == (xs[at] + bs[size_t(c)] > 0.0f ? gs[at] : 0.0f));
+        }
+}
+
 TEST_CASE("split ranges: a loop read under divisors that divide each other splits by the largest (q4_0's packing)") {
   // The kernel dequantising a q4_0 weight (n, K) into the panels (n/32, K, 32) reads k as k // 32 (the block and its
   // scale), k % 16 (the byte) and k // 16 % 2 (the nibble): k splits by 32, then the inner loop by 16, so each index

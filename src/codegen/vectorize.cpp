@@ -111,6 +111,7 @@ struct VecCtx {
 };
 
 bool gathers(const UOpRef& v);
+bool broadcast(const UOp* v);
 
 // Lanes that load idx[0..n) at a stride (a transpose: the store runs along one axis, the loads along another) where
 // the kernel loads each lane's whole aligned block of n elements anyway (the tile's other copies): one vector LOAD a
@@ -118,22 +119,92 @@ bool gathers(const UOpRef& v);
 // scalar loads of n cache lines that must stay in L1 between the copies (at a power-of-two row stride they share a
 // cache set and do not: a 4096^2 transpose read each line 16 times from L2). Null when some block is not loaded
 // whole: then a vector would read addresses the kernel does not (past the buffer's end).
+// The aligned block of n elements that holds the element INDEX ix reads, as one vector LOAD, and the element's
+// lane in it; null where ix is not an offset into a PARAM or the kernel does not load the whole block anyway (a
+// vector would then read addresses the kernel does not: past the buffer's end).
+std::optional<std::pair<UOpRef, int64_t>> block_of(VecCtx& c, const UOp* ix, int n, DType d) {
+  if (ix->op != Ops::INDEX || ix->nsrc() != 2 || ix->src(0)->op != Ops::PARAM) return std::nullopt;
+  auto [base, off] = split_offset(ix->src(1));
+  const int64_t start = off - ((off % n) + n) % n;
+  for (int64_t k = 0; k < n; k++)
+    if (!c.loaded.count({ix->src(0), base, start + k})) return std::nullopt;
+  UOpRef at = base ? UOpRef(base)->alu(Ops::ADD, ci_like(ix->src(1), start)) : ci_like(ix->src(1), start);
+  if (base && start == 0) at = UOpRef(base);
+  UOpRef blk = UOp::make(Ops::LOAD, d.vec(n), {UOp::make(Ops::INDEX, ix->dtype, {UOpRef(ix->src(0)), at})});
+  return std::make_pair(blk, off - start);
+}
+
 UOpRef transposed(VecCtx& c, const std::vector<const UOp*>& idx, int n, DType d) {
   if (c.r.vector_aligned() || c.lanes(d) < n) return {};
   std::vector<UOpRef> lanes;
   for (const UOp* ix : idx) {
-    if (ix->op != Ops::INDEX || ix->nsrc() != 2 || ix->src(0)->op != Ops::PARAM) return {};
-    auto [base, off] = split_offset(ix->src(1));
-    const int64_t start = off - ((off % n) + n) % n;
-    for (int64_t k = 0; k < n; k++)
-      if (!c.loaded.count({ix->src(0), base, start + k})) return {};
-    UOpRef at = base ? UOpRef(base)->alu(Ops::ADD, ci_like(ix->src(1), start)) : ci_like(ix->src(1), start);
-    if (base && start == 0) at = UOpRef(base);
-    UOpRef blk = UOp::make(Ops::LOAD, d.vec(n),
-                           {UOp::make(Ops::INDEX, ix->dtype, {UOpRef(ix->src(0)), at})});
-    lanes.push_back(UOp::make(Ops::GEP, d, {blk}, std::vector<int64_t>{off - start}));
+    auto b = block_of(c, ix, n, d);
+    if (!b) return {};
+    lanes.push_back(UOp::make(Ops::GEP, d, {b->first}, std::vector<int64_t>{b->second}));
   }
   return UOp::make(Ops::VECTORIZE, d.vec(n), lanes);
+}
+
+// Lane j of each of n vectors of n lanes (rows: a transposed block, or values computed from such blocks): the rows
+// and j; nullopt for any other VECTORIZE.
+std::optional<std::pair<std::vector<UOpRef>, int64_t>> rows_of(const UOpRef& v) {
+  const int n = v->dtype.count;
+  if (v->op != Ops::VECTORIZE || n < 2) return std::nullopt;
+  std::vector<UOpRef> rows;
+  int64_t j = -1;
+  for (const UOpRef& g : v->src()) {
+    if (g->op != Ops::GEP || g->src(0)->dtype.count != n) return std::nullopt;
+    const auto& a = std::get<std::vector<int64_t>>(g->arg);
+    if (a.size() != 1 || (j >= 0 && a[0] != j)) return std::nullopt;
+    j = a[0];
+    rows.push_back(g->src()[0]);
+  }
+  return std::make_pair(rows, j);
+}
+
+// An op over the lanes of transposed blocks, computed on the blocks' rows instead (rows_of): lane i of op(s...) is
+// lane j of op over row i of each source, so the op runs once per row in the loads' layout, and only its result is
+// transposed into the store's lanes, where each source was transposed before (a relu gradient read back in NCHW
+// order: the input and the gradient, two transposes, against one). A source the same in every lane (a channel's
+// bias: a broadcast) takes its block's row in every row, where it is a constant or a load whose block the kernel
+// loads whole with the element in lane j. Only for blocks of 4 lanes or more (a 2 x 2 block's transpose is a shuffle
+// a row; the op on whole rows would double the work where the other lane is not used), and not for IDIV and MOD: the
+// rows' other lanes hold the other copies' operands only where those copies compute the same expression. Null where
+// the sources are not of this form.
+UOpRef row_op(VecCtx& c, const UOp* a, const std::vector<UOpRef>& s, int n) {
+  if (n < 4 || a->op == Ops::IDIV || a->op == Ops::MOD) return {};
+  int64_t j = -1;
+  std::vector<std::optional<std::vector<UOpRef>>> rows(s.size());
+  for (size_t k = 0; k < s.size(); k++)
+    if (auto r = rows_of(s[k])) {
+      if (j >= 0 && r->second != j) return {};
+      j = r->second, rows[k] = std::move(r->first);
+    }
+  if (j < 0) return {};
+  std::vector<UOpRef> same(s.size());  // a broadcast source as one row of n lanes
+  for (size_t k = 0; k < s.size(); k++) {
+    if (rows[k]) continue;
+    if (s[k]->op != Ops::VECTORIZE || !broadcast(s[k].get())) return {};
+    const UOp* x = s[k]->src(0);
+    DType d = x->dtype;
+    if (x->op == Ops::CONST) {
+      same[k] = UOp::make(Ops::VECTORIZE, d.vec(n), std::vector<UOpRef>(size_t(n), UOpRef(x)));
+    } else if (x->op == Ops::LOAD && x->nsrc() == 1 && mem_kind(d) && c.lanes(d) >= n) {
+      auto b = block_of(c, x->src(0), n, d);
+      if (!b || b->second != j) return {};
+      same[k] = b->first;
+    } else {
+      return {};
+    }
+  }
+  std::vector<UOpRef> lanes;
+  for (size_t i = 0; i < size_t(n); i++) {
+    std::vector<UOpRef> src;
+    for (size_t k = 0; k < s.size(); k++) src.push_back(rows[k] ? (*rows[k])[i] : same[k]);
+    UOpRef row = UOp::make(a->op, a->dtype.vec(n), src, a->arg);
+    lanes.push_back(UOp::make(Ops::GEP, a->dtype, {row}, std::vector<int64_t>{j}));
+  }
+  return UOp::make(Ops::VECTORIZE, a->dtype.vec(n), lanes);
 }
 
 // The lanes v[0..n) as one vector value: a broadcast, a vector LOAD, a vector op over packed sources, or the
@@ -177,7 +248,8 @@ UOpRef pack(VecCtx& c, const std::vector<const UOp*>& v, int depth = 0) {
       // a BITCAST's lanes only over a source that is vector work throughout (the decomposed exp2's scale); over
       // gathered scalars (a threefry counter's copies) the scalar chain stays, and a vector of it would only add
       // inserts
-      res = a->op == Ops::BITCAST && gathers(s[0]) ? gather() : UOp::make(a->op, d.vec(n), s, a->arg);
+      if (!(res = row_op(c, a, s, n)))
+        res = a->op == Ops::BITCAST && gathers(s[0]) ? gather() : UOp::make(a->op, d.vec(n), s, a->arg);
     } else {
       res = gather();
     }
@@ -193,11 +265,12 @@ bool broadcast(const UOp* v) {
   return std::all_of(v->src().begin(), v->src().end(), [&](const UOpRef& x) { return x == v->src()[0]; });
 }
 // Whether a packed value does vector work: a gather of different scalars does none (their stores stay scalar).
-// A VECTORIZE of lanes of vector LOADs (a transposed block, `transposed`) is shuffles of whole-vector loads.
+// A VECTORIZE of lanes of vector LOADs (a transposed block, `transposed`) or of vector ops over such blocks' rows
+// (`row_op`) is shuffles of whole vectors.
 bool vector_work(const UOpRef& v) {
   if (v->op != Ops::VECTORIZE || broadcast(v.get())) return true;
   return std::all_of(v->src().begin(), v->src().end(), [](const UOpRef& g) {
-    return g->op == Ops::GEP && g->src(0)->op == Ops::LOAD && g->src(0)->dtype.count > 1;
+    return g->op == Ops::GEP && g->src(0)->dtype.count > 1 && (g->src(0)->op == Ops::LOAD || packable(g->src(0)->op));
   });
 }
 // Whether a packed value gathers different scalars anywhere (lanes that are not one vector load or broadcast).
