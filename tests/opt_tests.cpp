@@ -1691,6 +1691,32 @@ TEST_CASE("an axis reserved for the threads and padded for a tile of 3 stays div
     if (o.op == OptOp::PADTO) CHECK(o.amt % 2 == 0);
 }
 
+TEST_CASE("threads: a copy with few vector operations but buffers past the cores' L2 is split; a small one is not") {
+  // mnist's max-pool output copied channels-last (E_512_10_10_32): 102k vector operations, below the split's 2 x 65536,
+  // but 13 MB moved, its NCHW input read 100 floats apart along the stored channels (2.0 ms on one thread). The
+  // machine model's L2 decides: the kernel's buffers past the L2 of its threads split it, whatever their operation count
+  Tensor x = randn({128, 32, 10, 10}, 91).realize();
+  Kern k = last_kernel(x.permute({0, 2, 3, 1}).contiguous());  // 3.3 MB moved, 25.6k vector operations at 16 lanes
+  auto threads_of = [&](int64_t l2) {
+    OptConfig c{2, 16};
+    c.vector_registers = 32;
+    c.l2_bytes = l2;
+    auto opts = hand_coded_optimizations(k.ast, c);
+    return std::count_if(opts.begin(), opts.end(), [](const Opt& o) { return o.op == OptOp::THREAD; });
+  };
+  CHECK(threads_of(1 << 20) == 1);  // 3.3 MB > 2 x 1 MiB
+  CHECK(threads_of(4 << 20) == 0);  // fits in 2 x 4 MiB: the operation count alone, too few
+  CHECK(threads_of(0) == 0);        // an unknown L2: the operation count alone
+  OptConfig c{2, 16};
+  c.l2_bytes = 1 << 20;
+  auto opts = hand_coded_optimizations(k.ast, c);
+  std::vector<float> got = run_with(k, opts), xs = x.to_vector<float>();
+  for (int64_t n : {0, 77, 127})
+    for (int64_t c2 : {0, 13, 31})
+      CHECK(got[size_t(((n * 10 + 3) * 10 + 7) * 32 + c2)] == xs[size_t(((n * 32 + c2) * 10 + 3) * 10 + 7)]);
+  CHECK(got == run_with(k, {}));
+}
+
 TEST_CASE("NONTEMPORAL: an add larger than the last-level cache writes aligned vectors past the caches, a small one does not") {
   // lowered for a machine model with a 64 KiB last-level cache (the test's sizes stay small on any machine)
   Device& dev = get_device("CPU");

@@ -950,7 +950,29 @@ struct Heuristic {
   static constexpr double kSplitVectorOps = 65536;
   std::optional<size_t> reserved;  // an output axis set aside for THREAD before the tile
   bool unsplit = false;            // threads() wanted a split and found no axis for it
-  bool wants_threads() const { return cfg.threads > 1 && vector_ops() >= kSplitVectorOps * cfg.threads; }
+  // Or a kernel whose buffers do not fit in the cores' L2 (the bytes its loads span and its store writes, against
+  // the machine model's L2 times the threads): its time is moving them, which a vector-operation count does not
+  // see. mnist's max-pool output copied channels-last (E_512_10_10_32: 102k vector operations, 13 MB, its NCHW input
+  // read 100 floats apart along the stored channels) ran 2.0 ms on one thread. Counting gathered lanes as
+  // operations instead threaded small kernels too (PaddleOCR's classifier 0.90 -> 1.25 ms).
+  double footprint() const {
+    double b = 0;
+    for (size_t li = 0; li < acc.loads.size(); li++) {
+      double reads = acc.load_bytes[li];  // at most one element per iteration of its axes (a table lookup spans
+      for (size_t j = 0; j < axes.size(); j++)  // the whole table and reads a few rows of it)
+        if (depends_on(acc.loads[li], axes[j])) reads *= double(std::max<int64_t>(size0[j], 1));
+      b += std::min(span_bytes(li), reads);
+    }
+    if (st->bounds().known)
+      for (const UOp* n : toposort(ast.get()))
+        if (n->op == Ops::STORE && n->src(0)->op == Ops::INDEX && n->src(0)->src(1) == st)
+          b += (double(st->vmax()) - double(st->vmin()) + 1) * double(n->src(1)->dtype.scalar_type().itemsize());
+    return b;
+  }
+  bool wants_threads() const {
+    return cfg.threads > 1 && (vector_ops() >= kSplitVectorOps * cfg.threads ||
+                               (cfg.l2_bytes > 0 && footprint() > double(cfg.l2_bytes) * cfg.threads));
+  }
   // sets `reserved` to the outermost output axis whose full size the threads divide; false if none
   bool reserve_axis() {
     for (size_t i = 0; i < n_out; i++)
