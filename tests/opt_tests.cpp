@@ -1691,6 +1691,37 @@ TEST_CASE("an axis reserved for the threads and padded for a tile of 3 stays div
     if (o.op == OptOp::PADTO) CHECK(o.amt % 2 == 0);
 }
 
+TEST_CASE("heuristic: a reduce kernel whose store gathers takes vectors along the axis its loads run along") {
+  // A 2x2 sum pool stored NCHW from a channels-last input (mnist's max-pool gradient, r_512_32_10_10): the store's
+  // columns read the input 2C floats apart, so neither the store nor the 2x2 window gives vectors; the channels do
+  // (every load contiguous along them), where the heuristic took scalar copies of a batch-row tile before.
+  Device& dev = get_device("CPU");
+  LowerOptions lo;
+  lo.config = opt_config(dev);
+  const int64_t w = std::max(4, lo.config.vector_width);
+  Tensor x = randn({4, 8, 8, 2 * w}, 95).realize();  // (N, H, W, C)
+  Tensor y = x.permute({0, 3, 1, 2}).reshape({4, 2 * w, 4, 2, 4, 2}).sum({3, 5});  // (N, C, 4, 4)
+  Kern k = last_kernel(y);
+  auto opts = hand_coded_optimizations(k.ast, lo.config);
+  CAPTURE(opts.size());
+  CHECK(std::any_of(opts.begin(), opts.end(), [&](const Opt& o) { return o.op == OptOp::UPCAST && o.axis == 1 && o.amt == w; }));
+  CompiledKernel ck = lower_kernel(k.ast, "pool_vectors", dev.renderer(), lo);
+  const std::string vec = "load <" + std::to_string(w) + " x float>";
+  CHECK(ck.src.find(vec) != std::string::npos);
+  auto got = run_with(k, ck.opts);
+  CHECK(got == run_with(k, {}));
+  const std::vector<float> xs = x.to_vector<float>();
+  for (int64_t n : {0, 3})
+    for (int64_t c : {int64_t(0), w + 1})
+      for (int64_t i : {0, 3}) {
+        const int64_t j = 2;
+        float want = 0;  // the same order: the window's rows, then its columns
+        for (int64_t a = 0; a < 2; a++)
+          for (int64_t b = 0; b < 2; b++) want += xs[size_t(((n * 8 + 2 * i + a) * 8 + 2 * j + b) * 2 * w + c)];
+        CHECK(got[size_t(((n * 2 * w + c) * 4 + i) * 4 + j)] == doctest::Approx(want).epsilon(1e-6));
+      }
+}
+
 TEST_CASE("threads: a copy with few vector operations but buffers past the cores' L2 is split; a small one is not") {
   // mnist's max-pool output copied channels-last (E_512_10_10_32): 102k vector operations, below the split's 2 x 65536,
   // but 13 MB moved, its NCHW input read 100 floats apart along the stored channels (2.0 ms on one thread). The

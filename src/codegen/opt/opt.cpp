@@ -616,8 +616,13 @@ struct Heuristic {
   //     NCHW order, its channels 32 floats apart along the row) then loads whole cache lines instead of one float
   //     per line (PaddleOCR det's E_32_322_322, 36 ms); a softmax's last kernel over 6625 classes reads its rows
   //     along the classes, not 40 rows at once with the per-row max and sum.
-  void load_vectors() {
-    if (reduce || vec >= 0) return;
+  //     Reduce kernels take this step after steps 1a-1b (`reduce_kernels`), where neither their store nor a reduce
+  //     axis gave vectors: a max pool's input gradient stored NCHW from a channels-last input (mnist's
+  //     r_512_32_10_10: its store's 10 columns read the input 64 floats apart, so step 1 declines them) took a
+  //     register tile of 16 batch rows of scalar copies, 4.5 / 5.5 ms; vectors along the channels 3.0 / 3.6 ms
+  //     (Zen 4, 2 threads; its 3x3 sibling r_512_64_3_3 0.66 -> 0.26 ms).
+  void load_vectors(bool reduce_kernels = false) {
+    if (reduce != reduce_kernels || vec >= 0 || rows) return;
     double best = 0;
     for (size_t i = 0; i < n_out; i++) {
       if (!vector_amount(size[i])) continue;
@@ -1160,6 +1165,7 @@ std::optional<std::vector<Opt>> heuristic_opts(const UOpRef& ast_in, const OptCo
     p.transpose_tile();
     p.row_lanes();
     p.reduce_lanes();
+    p.load_vectors(true);
     if (!p.register_tile()) return false;
     p.threads();
     p.prefetch();
