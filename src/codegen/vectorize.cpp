@@ -113,12 +113,6 @@ struct VecCtx {
 bool gathers(const UOpRef& v);
 bool broadcast(const UOp* v);
 
-// Lanes that load idx[0..n) at a stride (a transpose: the store runs along one axis, the loads along another) where
-// the kernel loads each lane's whole aligned block of n elements anyway (the tile's other copies): one vector LOAD a
-// block and a lane of each (GEP), so that each block is loaded once as a vector and the lanes are shuffles, not n
-// scalar loads of n cache lines that must stay in L1 between the copies (at a power-of-two row stride they share a
-// cache set and do not: a 4096^2 transpose read each line 16 times from L2). Null when some block is not loaded
-// whole: then a vector would read addresses the kernel does not (past the buffer's end).
 // The aligned block of n elements that holds the element INDEX ix reads, as one vector LOAD, and the element's
 // lane in it; null where ix is not an offset into a PARAM or the kernel does not load the whole block anyway (a
 // vector would then read addresses the kernel does not: past the buffer's end).
@@ -134,6 +128,12 @@ std::optional<std::pair<UOpRef, int64_t>> block_of(VecCtx& c, const UOp* ix, int
   return std::make_pair(blk, off - start);
 }
 
+// Lanes that load idx[0..n) at a stride (a transpose: the store runs along one axis, the loads along another) where
+// the kernel loads each lane's whole aligned block of n elements anyway (the tile's other copies): one vector LOAD a
+// block and a lane of each (GEP), so that each block is loaded once as a vector and the lanes are shuffles, not n
+// scalar loads of n cache lines that must stay in L1 between the copies (at a power-of-two row stride they share a
+// cache set and do not: a 4096^2 transpose read each line 16 times from L2). Null when some block is not loaded
+// whole: then a vector would read addresses the kernel does not (past the buffer's end).
 UOpRef transposed(VecCtx& c, const std::vector<const UOp*>& idx, int n, DType d) {
   if (c.r.vector_aligned() || c.lanes(d) < n) return {};
   std::vector<UOpRef> lanes;

@@ -507,12 +507,24 @@ struct Heuristic {
   // the bytes load li's index spans (its buffer's part it reads); unknown bounds: the elements of its axes
   double span_bytes(size_t li) const {
     const UOp* l = acc.loads[li];
+    if (!l->bounds().known) return iteration_bytes(li);
+    return (double(l->vmax()) - double(l->vmin()) + 1) * acc.load_bytes[li];
+  }
+  // load li's bytes over the iterations of every axis it depends on (one element each)
+  double iteration_bytes(size_t li) const {
     double elems = 1;
-    if (l->bounds().known) elems = double(l->vmax()) - double(l->vmin()) + 1;
-    else
-      for (size_t j = 0; j < axes.size(); j++)
-        if (depends_on(l, axes[j])) elems *= double(std::max<int64_t>(size0[j], 1));
+    for (size_t j = 0; j < axes.size(); j++)
+      if (depends_on(acc.loads[li], axes[j])) elems *= double(std::max<int64_t>(size0[j], 1));
     return elems * acc.load_bytes[li];
+  }
+  // the bytes the store's index spans (0 where its bounds are unknown)
+  double store_bytes() const {
+    if (!st->bounds().known) return 0;
+    int64_t item = 0;
+    for (const UOp* n : toposort(ast.get()))
+      if (n->op == Ops::STORE && n->src(0)->op == Ops::INDEX && n->src(0)->src(1) == st)
+        item = n->src(1)->dtype.scalar_type().itemsize();
+    return (double(st->vmax()) - double(st->vmin()) + 1) * double(item);
   }
   // load li's bytes over the output axes it depends on, at the axis sizes sz (a load's weight among the kernel's)
   double out_bytes(size_t li, const std::vector<int64_t>& sz) const {
@@ -961,17 +973,9 @@ struct Heuristic {
   // read 100 floats apart along the stored channels) ran 2.0 ms on one thread. Counting gathered lanes as
   // operations instead threaded small kernels too (PaddleOCR's classifier 0.90 -> 1.25 ms).
   double footprint() const {
-    double b = 0;
-    for (size_t li = 0; li < acc.loads.size(); li++) {
-      double reads = acc.load_bytes[li];  // at most one element per iteration of its axes (a table lookup spans
-      for (size_t j = 0; j < axes.size(); j++)  // the whole table and reads a few rows of it)
-        if (depends_on(acc.loads[li], axes[j])) reads *= double(std::max<int64_t>(size0[j], 1));
-      b += std::min(span_bytes(li), reads);
-    }
-    if (st->bounds().known)
-      for (const UOp* n : toposort(ast.get()))
-        if (n->op == Ops::STORE && n->src(0)->op == Ops::INDEX && n->src(0)->src(1) == st)
-          b += (double(st->vmax()) - double(st->vmin()) + 1) * double(n->src(1)->dtype.scalar_type().itemsize());
+    double b = store_bytes();
+    // a load at most one element per iteration of its axes (a table lookup spans the whole table, reads a few rows)
+    for (size_t li = 0; li < acc.loads.size(); li++) b += std::min(span_bytes(li), iteration_bytes(li));
     return b;
   }
   bool wants_threads() const {
@@ -1075,11 +1079,7 @@ struct Heuristic {
     if (rows)
       for (const UOp* n : toposort(ast.get()))
         if (n->op == Ops::REDUCE && transcendental(n->src(0))) return;
-    int64_t item = 0;
-    for (const UOp* n : toposort(ast.get()))
-      if (n->op == Ops::STORE && n->src(0)->op == Ops::INDEX && n->src(0)->src(1) == st)
-        item = n->src(1)->dtype.scalar_type().itemsize();
-    if (mode == 2 || (double(st->vmax()) - double(st->vmin()) + 1) * double(item) > double(cfg.llc_bytes))
+    if (mode == 2 || store_bytes() > double(cfg.llc_bytes))
       opts.push_back({OptOp::NONTEMPORAL, 0, 1});
   }
 

@@ -364,7 +364,8 @@ class LLVMEmitter {
   // their bit b picks, one two-source shuffle per row and bit, log2(n) bits: the n rows of one block cost n log2(n)
   // shuffles, shared between the block's VECTORIZEs (memoised within a basic block), where an insert of each lane
   // cost n - 1 per row, which LLVM's x86 lowering turned into single-element blends, broadcasts and spills
-  // (a (512, 24, 24, 32) -> NCHW copy: 850 instructions per 384 floats, 21 GB/s). Null when u is not such a block.
+  // (a (512, 24, 24, 32) -> NCHW copy: about 850 instructions, nearly all in its loop over 384 floats, 21 GB/s). Null
+  // when u is not such a block.
   std::optional<std::string> transpose_lane(const UOp* u) {
     const size_t n = u->nsrc();
     if (n < 4 || (n & (n - 1)) || u->src(0)->op != Ops::GEP) return std::nullopt;
