@@ -124,10 +124,12 @@ TEST_CASE("an OpenCL kernel that fails to build reports the build log and the so
 
 TEST_CASE("OpenCL kernels index work items with get_global_id and launch one item per output element") {
   if (!has_device("CL")) return;
+  // a column added to a 6 x 8 matrix: two axes (split_ranges merges a contiguous elementwise kernel's into one)
   Tensor a = Tensor::arange(0, 6 * 8, 1, dtypes::int32, "CL").reshape({6, 8});
+  Tensor col = Tensor::arange(0, 6, 1, dtypes::int32, "CL").reshape({6, 1});
   {
     ScopedEnv no("NOOPT", "1");  // plain: global ids, the group size is the runtime's choice
-    CompiledKernel k = lower_last(a + 1, get_device("CL").renderer());
+    CompiledKernel k = lower_last(a + col, get_device("CL").renderer());
     CHECK(contains(k.src, "__kernel void k("));
     CHECK(contains(k.src, "get_global_id(0)"));
     CHECK(contains(k.src, "__global int* restrict data0"));
@@ -136,7 +138,7 @@ TEST_CASE("OpenCL kernels index work items with get_global_id and launch one ite
     CHECK(!k.dims.exact_local);
   }
   // The GPU heuristic: LOCAL 8 on the contiguous axis, LOCAL 2 on the other; group indices for the rest.
-  CompiledKernel k = lower_last(a + 1, get_device("CL").renderer());
+  CompiledKernel k = lower_last(a + col, get_device("CL").renderer());
   CHECK(k.opts == std::vector<Opt>{{OptOp::LOCAL, 1, 8}, {OptOp::LOCAL, 0, 2}});
   CHECK(contains(k.src, "get_local_id(0)"));
   CHECK(contains(k.src, "get_group_id(0)"));  // the row axis: 3 groups (the column loop of 8/8 is gone)
@@ -144,7 +146,7 @@ TEST_CASE("OpenCL kernels index work items with get_global_id and launch one ite
   CHECK(k.dims.local[1] == 2);
   CHECK(k.dims.global[0] * k.dims.global[1] * k.dims.global[2] == 3);
   CHECK(k.dims.exact_local);
-  CHECK(Tensor(a + 1).sum().item<int64_t>() == 48 * 49 / 2);
+  CHECK(Tensor(a + col).sum().item<int64_t>() == 47 * 48 / 2 + 8 * (5 * 6 / 2));
 }
 
 TEST_CASE("to() copies between CPU and CL both ways; results match the CPU") {
@@ -357,7 +359,7 @@ TEST_CASE("the GPU heuristic groups a long row sum: local memory, a barrier, and
 
 TEST_CASE("LOCAL, GROUP and GROUPTOP as explicit opts give the CPU's results on OpenCL and compile with NVRTC") {
   Tensor x = rand_t({8, 1024}, dtypes::float32, 2);
-  Tensor y = rand_t({8, 1024}, dtypes::float32, 3);
+  Tensor y = rand_t({8, 1024}, dtypes::float32, 3), col = rand_t({8, 1}, dtypes::float32, 9);
   auto cl_r = make_opencl_renderer(false, true, 256);
   auto cu = make_cuda_renderer(80);
   struct Case {
@@ -371,7 +373,8 @@ TEST_CASE("LOCAL, GROUP and GROUPTOP as explicit opts give the CPU's results on 
       {"sum, LOCAL 4 x GROUP 16", Tensor(x * y).sum(int64_t(1)), {{OptOp::LOCAL, 0, 4}, {OptOp::GROUP, 1, 16}}, false},
       {"max, GROUP 32 and UPCAST 2", Tensor(x - y).max(int64_t(1)), {{OptOp::UPCAST, 0, 2}, {OptOp::GROUP, 1, 32}}, true},
       {"column sum, GROUP 8 x UNROLL 2", x.sum(int64_t(0)), {{OptOp::LOCAL, 0, 16}, {OptOp::GROUP, 1, 4}, {OptOp::UNROLL, 1, 2}}, false},
-      {"elementwise, LOCAL 32 x LOCAL 4", Tensor(x * 2.0f + y), {{OptOp::LOCAL, 1, 32}, {OptOp::LOCAL, 0, 4}}, true},
+      // (a column added: two axes, where x * 2 + y's are merged into one)
+      {"elementwise, LOCAL 32 x LOCAL 4", Tensor(x * 2.0f + col), {{OptOp::LOCAL, 1, 32}, {OptOp::LOCAL, 0, 4}}, true},
   };
   for (Case& c : cases) {
     std::string what = c.what;

@@ -1118,6 +1118,41 @@ TEST_CASE("heuristic: a stride-2 input gradient's rows of w/2..2w take the whole
   CHECK(opts8[0] == Opt{OptOp::UPCAST, 4, 4});
 }
 
+TEST_CASE("split_ranges: an elementwise kernel's rows are one loop; rand over rows of 28 is vector work") {
+  // A rand numbers its elements r * 28 + c: as two loops its 28 copies had lane 0's counter r * 28 against the
+  // others' r * 28 + k, not one vector op, and the whole threefry ran in scalars (15 ns an element against 1 for rows
+  // of 32). Merged (every access reads the two as one), the copies are lanes of one loop: vector integer ops.
+  HostLowering h;
+  Tensor::manual_seed(11);
+  Tensor r = Tensor::rand({64, 28});
+  UOpRef root = r.uop();
+  Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+  Kern k;  // the kernel that makes the floats (the others advance the generator's counter)
+  for (const ScheduleItem& it : s.items)
+    for (const UOp* u : toposort(it.ast.get()))
+      if (u->op == Ops::BITCAST) k = Kern{it.ast, it.bufs};
+  REQUIRE(k.ast);
+  UOpRef merged = split_ranges(simplify(k.ast));
+  std::vector<int64_t> loops;
+  for (const UOp* a : kernel_axes(merged))
+    if (range_type(a) == AxisType::Loop) loops.push_back(a->src(0)->const_int());
+  CHECK(loops == std::vector<int64_t>{64 * 28});
+  CompiledKernel ck = lower_kernel(k.ast, "rand_rows", h.dev.renderer(), h.lo);
+  // the threefry's 21 xors once (vector ops, or one loop over the lanes that LLVM vectorises), not once per copy
+  // (28 x 21 scalar xors before)
+  CHECK(occurrences(ck.src, " = xor ") <= 3 * 21);
+  // the same numbers as one row of 64 * 28 from the same seed, every one in [0, 1)
+  Tensor::manual_seed(11);
+  std::vector<float> flat = Tensor::rand({64 * 28}).to_vector<float>(), rows = r.to_vector<float>();
+  CHECK(rows == flat);
+  CHECK(std::all_of(rows.begin(), rows.end(), [](float v) { return v >= 0 && v < 1; }));
+  // a column added keeps two loops: the column's load reads the rows, not the columns
+  Tensor col = randn({64, 1}, 12).realize();
+  Kern kc = last_kernel(Tensor(r.realize() + col));
+  UOpRef two = split_ranges(simplify(kc.ast));
+  CHECK(kernel_axes(two).size() == 2);
+}
+
 TEST_CASE("split_ranges: a reduce kernel's store rows read as one axis are merged (a 1x1 convolution's input gradient)") {
   // dx[n, c, h, w] = sum_o g[n, o, h, w] w[o, c]: every access reads (h, w) as h * 28 + w, so they become one loop of
   // 784 = 49 vectors of 16 (28 was 16 + 8 + 4 copies; bench/torch_compare conv_dx, THREADS=1: 0.80x -> 0.94x libtorch)
@@ -1155,10 +1190,11 @@ TEST_CASE("split_ranges: a reduce kernel's store rows read as one axis are merge
 
 TEST_CASE("every opt list computes what the plain loops compute") {
   // matmul with sizes that divide 16, 8, 4 and 2 differently; a row sum; a full sum; an elementwise kernel.
-  Tensor a = randn({24, 40}, 5), b = randn({40, 32}, 6), c = randn({12, 64}, 7);
-  a.realize(), b.realize(), c.realize();
+  // (The elementwise kernel adds a column, so its two axes stay two: split_ranges merges a contiguous one's.)
+  Tensor a = randn({24, 40}, 5), b = randn({40, 32}, 6), c = randn({12, 64}, 7), col = randn({12, 1}, 8);
+  a.realize(), b.realize(), c.realize(), col.realize();
   Kern mm = last_kernel(a.matmul(b)), rs = last_kernel(c.sum(1)), fs = last_kernel(c.sum()),
-       ew = last_kernel(Tensor((c * 2 + 1).exp()));
+       ew = last_kernel(Tensor((c * 2 + col).exp()));
   std::vector<float> mm0 = run_with(mm, {}), rs0 = run_with(rs, {}), fs0 = run_with(fs, {}), ew0 = run_with(ew, {});
   using O = Opt;
   for (auto opts : std::vector<std::vector<Opt>>{
@@ -1256,9 +1292,9 @@ TEST_CASE("GPU opts lower to work-group indices, local memory with a barrier, an
 
 TEST_CASE("SWAP exchanges two output axes: the same values, the other axis innermost (launch axis 0 on a GPU)") {
   Tensor::manual_seed(4);
-  Tensor x = Tensor::rand({6, 40});
-  x.realize();
-  Kern k = last_kernel(Tensor(x * 3.0f + 1.0f));
+  Tensor x = Tensor::rand({6, 40}), col = Tensor::rand({6, 1});  // a column added: two axes, not merged into one
+  x.realize(), col.realize();
+  Kern k = last_kernel(Tensor(x * 3.0f + col));
   CHECK(run_with(k, {{OptOp::SWAP, 0, 1}}) == run_with(k, {}));
   CHECK(run_with(k, {{OptOp::SWAP, 1, 0}, {OptOp::UPCAST, 0, 4}}) == run_with(k, {}));
   auto cu = make_cuda_renderer(90);

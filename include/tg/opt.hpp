@@ -102,9 +102,9 @@ UOpRef apply_opt(const UOpRef& ast, const Opt& opt);
 /** Split a reduce RANGE of size n that the kernel takes modulo c (c divides n) into an outer range of n/c and
  *  an inner one of c (innermost of the reduce loops): r % c and r // c become plain ranges, so an index such as
  *  a transposed-and-reshaped operand's (r//64)*8192 + r%64 is linear in the inner one (vectorisable). As
- *  tinygrad's split ranges; an output loop read only as x // c and x % c is split likewise. Then, in a reduce
- *  kernel, the store's contiguous loop and the output loop outside it are merged into one where every access reads
- *  them as a*B + b (merge_loops). Run before opts (lower_kernel and BEAM see the same axes). */
+ *  tinygrad's split ranges; an output loop read only as x // c and x % c is split likewise. Then the store's
+ *  contiguous loop and the output loop outside it are merged into one where every access reads them as a*B + b
+ *  (merge_loops; as tinygrad's merge of adjacent ranges). Run before opts (lower_kernel and BEAM see the same axes). */
 UOpRef split_ranges(const UOpRef& ast);
 
 /** The loads of `ast` that stream a buffer larger than `l2_bytes` (their index spans more bytes, bounds known) and

@@ -256,21 +256,20 @@ UOpRef split_loop(const UOpRef& k, const UOp* x, int64_t f) {
   return graph_rewrite(substitute(k, map), symbolic(), nullptr, false, "split ranges");
 }
 
-// The inverse, in a reduce kernel: the loop its store is contiguous in (b, of size B) and the output loop just
-// outside it (a) become one loop m of A*B when every access reads them as one, at a*B*s + b*s (the input gradient
-// of a 1x1 convolution stores (n, c, h, w) and reads the output's gradient at (n, o, h, w): its 28x28 rows are one
-// axis of 784, vectors of 16 instead of 28 = 16 + 8 + 4). Only where a and b appear nowhere else (a gate, a window's
-// h * s + kh): substituted by m // B and m % B, the indices must fold back to affine ones.
+// The inverse, as tinygrad merges adjacent ranges: the loop the store is contiguous in (b, of size B) and the output
+// loop just outside it (a) become one loop m of A*B when every access reads them as one, at a*B*s + b*s (the input
+// gradient of a 1x1 convolution stores (n, c, h, w) and reads the output's gradient at (n, o, h, w): its 28x28 rows
+// are one axis of 784, vectors of 16 instead of 28 = 16 + 8 + 4). Only where a and b appear nowhere else (a gate, a
+// window's h * s + kh): substituted by m // B and m % B, the indices must fold back to affine ones. Elementwise
+// kernels too: a rand of (N, 28) numbers its elements a * 28 + b, and as 28 copies of the threefry, lane 0's counter
+// a * 28 against the others' a * 28 + k, its copies were not one vector op (scalar code, 15 ns an element against 1
+// for rows of 32); rows of 12 or 7 took no vectors at all.
 UOpRef merge_loops(const UOpRef& k) {
   Accesses acc = accesses(k);
   if (acc.stores.size() != 1) return k;
   std::vector<const UOp*> loops;
-  bool reduce = false;
-  for (const UOp* r : kernel_axes(k)) {
+  for (const UOp* r : kernel_axes(k))
     if (range_type(r) == AxisType::Loop) loops.push_back(r);
-    reduce |= range_type(r) == AxisType::Reduce;
-  }
-  if (!reduce) return k;
   for (size_t i = 1; i < loops.size(); i++) {
     const UOp *a = loops[i - 1], *b = loops[i];
     auto sa = range_size(a), sb = range_size(b);
@@ -292,7 +291,8 @@ UOpRef merge_loops(const UOpRef& k) {
     map.push_back({b, m->alu(Ops::MOD, ci(*sb))});
     UOpRef out = graph_rewrite(substitute(k, map), symbolic(), nullptr, false, "merge loops");
     for (const UOp* n : toposort(out.get()))
-      if ((n->op == Ops::IDIV || n->op == Ops::MOD) && depends_on(n->src(0), m.get())) return k;
+      if ((n->op == Ops::IDIV || n->op == Ops::MOD) && n->dtype.scalar == Scalar::Index && depends_on(n->src(0), m.get()))
+        return k;  // (an IDIV of data, the threefry's rotations of the counter, is not index arithmetic)
     return merge_loops(out);
   }
   return k;
@@ -582,6 +582,10 @@ struct Heuristic {
     const bool whole = n >= w / 2 && n <= 2 * w && (!reduce || n >= w || n % 4 == 0 || n > 8);
     int64_t a = whole ? n : pick(n, {int64_t(w), int64_t(w / 2), 4});
     if (!a && reduce) a = odd_amount(n);
+    // an elementwise axis that every load reads contiguously or not at all (rows merged by split_ranges: 14 x 14 =
+    // 196) takes an odd divisor from w/2 to 2w before vectors of 4: 28 copies, vectors of 16, 8 and 4
+    if (!reduce && !whole && a < w / 2 && loads_contiguous(size_t(vec)))
+      if (int64_t o = odd_amount(n)) a = o;
     // a short axis that no vector width divides (a 5x5 or 3x3 kernel's width) is unrolled whole in reduce kernels,
     // as copies rather than a vector (a reduce axis may still give the vectors, step 1b)
     if (!a && reduce && size[size_t(vec)] > 1 && size[size_t(vec)] <= 8) a = size[size_t(vec)], short_vec = true;
