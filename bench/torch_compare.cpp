@@ -19,6 +19,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -307,6 +308,28 @@ void bench_gpt2_block() {
 
 }  // namespace
 
+// Random numbers: normal ones (tg: Box-Muller over its threefry uniforms, a log, a sqrt and a cos an element) and
+// dropout, against libtorch's generators. The values differ by construction; their mean and deviation are checked.
+void bench_random() {
+  const int64_t R = 4096, C = 4096;
+  std::vector<float> v = tg::Tensor::randn({R, C}).to_vector<float>();
+  double sum = 0, sq = 0;
+  for (float x : v) sum += x, sq += double(x) * x;
+  const double mean = sum / double(v.size()), sd = std::sqrt(sq / double(v.size()) - mean * mean);
+  std::printf("randn %lldx%lld: mean %.2e, deviation %.4f (libtorch's generator differs; these must be 0 and 1)\n",
+              (long long)R, (long long)C, mean, sd);
+  if (std::fabs(mean) > 1e-3 || std::fabs(sd - 1) > 1e-3) {
+    std::fprintf(stderr, "torch_compare: randn's moments are off\n");
+    std::exit(1);
+  }
+  report("randn 4096x4096", "randn_f32_4096", median_ms([&] { tg::Tensor::randn({R, C}).realize(); }),
+         median_ms([&] { torch::randn({R, C}); }));
+  tg::Tensor tx = tg::Tensor::rand({R, C}).realize();
+  torch::Tensor hx = torch::rand({R, C});
+  report("dropout 0.5, 4096x4096", "dropout_f32_4096", median_ms([&] { tg::Tensor(tx.dropout(0.5)).realize(); }),
+         median_ms([&] { torch::dropout(hx, 0.5, true); }));
+}
+
 int main(int argc, char** argv) {
   // freed blocks stay in glibc's heap (no mmap per large block, no trimming): both sides reuse warm memory
   mallopt(M_MMAP_THRESHOLD, 1 << 30);
@@ -316,7 +339,7 @@ int main(int argc, char** argv) {
   std::printf("libtorch %s, %d intra-op threads; tg on CPU; %ld cores\n", TORCH_VERSION, torch::get_num_threads(),
               sysconf(_SC_NPROCESSORS_ONLN));
   bench::LoadReport load;
-  // `torch_compare [CASE...]`: only the cases named (mlp, conv, conv_dx, memory, bmm, gpt2)
+  // `torch_compare [CASE...]`: only the cases named (mlp, conv, conv_dx, memory, bmm, gpt2, random)
   auto want = [&](const char* c) { return argc < 2 || std::find_if(argv + 1, argv + argc, [&](const char* a) { return std::string(a) == c; }) != argv + argc; };
   if (want("mlp")) bench_mlp();
   if (want("conv")) bench_conv();
@@ -327,5 +350,6 @@ int main(int argc, char** argv) {
   if (want("memory")) bench_memory();
   if (want("bmm")) bench_bmm();
   if (want("gpt2")) bench_gpt2_block();
+  if (want("random")) bench_random();
   return 0;
 }

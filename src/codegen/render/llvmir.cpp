@@ -2,6 +2,7 @@
 // LLVM 19 IR with opaque pointers. Loops are header-tested blocks with a phi counter (runtime trip counts may be
 // 0), gated loads are a branch diamond, accumulators are allocas in the entry block. bool is i1 in registers
 // and i8 in memory; float16/bfloat16 are `half`/`bfloat` and compute in float.
+#include <bit>
 #include <cctype>
 #include <cinttypes>
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <set>
 
 #include "linear.hpp"
+#include "tg/env.hpp"
 #include "tg/error.hpp"
 #include "tg/opt.hpp"
 #include "tg/render.hpp"
@@ -67,6 +69,75 @@ std::string hex64(uint64_t v) {
   char buf[24];
   std::snprintf(buf, sizeof buf, "0x%016" PRIX64, v);
   return buf;
+}
+
+// sin of float32 lanes for the CPU (Ops::SIN; LLVM lowers llvm.sin to one libm sinf call per lane, scalar code that
+// stops the kernel's vectors, 7 ns an element for randn's cos). In double, as glibc's own sinf reduces: q = rint(x 2/pi),
+// r = x - q pi/2 with pi/2 in two doubles and fused multiply-adds (exact products; for |x| < 2^24 the error is below
+// 2^-80 against |r| >= 2^-30, the closest any float32 comes to a multiple of pi/2 there), then sin r or cos r by
+// their Taylor series to r^11 and r^12 (|r| <= pi/4: truncation below 1e-11 relative), the sign and the swap by q's
+// low bits, rounded once to float: within 0.5 ulp plus 1e-11 of the exact value. |x| < 2^-12 returns x (sin x rounds
+// to x there; keeps -0). Lanes at or past 2^24, infinities and NaN take libm's sinf, one at a time, behind a branch
+// that ordinary arguments never take. n lanes (1: a scalar).
+std::string sin_helper_def(int n) {
+  const bool vec = n > 1;
+  const std::string F = ltype(dtypes::float32.vec(n)), D = ltype(dtypes::float64.vec(n)), I = ltype(dtypes::int32.vec(n)),
+                    C = cond_t(dtypes::float32.vec(n)), fs = vec ? "v" + std::to_string(n) + "f32" : "f32",
+                    ds = vec ? "v" + std::to_string(n) + "f64" : "f64", name = vec ? "tg.sinf.v" + std::to_string(n) : "tg.sinf";
+  auto dk = [&](double v) { return splat(dtypes::float64.vec(n), hex64(std::bit_cast<uint64_t>(v))); };
+  auto fk = [&](double v) { return splat(dtypes::float32.vec(n), hex64(std::bit_cast<uint64_t>(v))); };
+  auto ik = [&](const char* v) { return splat(dtypes::int32.vec(n), v); };
+  auto fma = [&](const std::string& out, const std::string& a, const std::string& b, const std::string& c) {
+    return "  " + out + " = call " + D + " @llvm.fma." + ds + "(" + D + " " + a + ", " + D + " " + b + ", " + D + " " + c + ")\n";
+  };
+  const double s[] = {-1.0 / 6, 1.0 / 120, -1.0 / 5040, 1.0 / 362880, -1.0 / 39916800};
+  const double c[] = {-1.0 / 2, 1.0 / 24, -1.0 / 720, 1.0 / 40320, -1.0 / 3628800, 1.0 / 479001600};
+  // The scalar one is a call LLVM's loop vectoriser may widen (an elementwise kernel's lane loop, run as vectors by
+  // LLVM): its vector variants are named to it (VFABI), and it stays a call until then.
+  const std::string attrs = vec ? "alwaysinline nounwind willreturn memory(none)"
+                                : "noinline nounwind willreturn memory(none) \"vector-function-abi-variant\"=\""
+                                  "_ZGV_LLVM_N4v_tg.sinf(tg.sinf.v4),_ZGV_LLVM_N8v_tg.sinf(tg.sinf.v8),"
+                                  "_ZGV_LLVM_N16v_tg.sinf(tg.sinf.v16)\"";
+  std::string b = "define internal " + F + " @" + name + "(" + F + " %x) " + attrs + " {\nentry:\n";
+  b += "  %ax = call " + F + " @llvm.fabs." + fs + "(" + F + " %x)\n";
+  b += "  %ok = fcmp olt " + F + " %ax, " + fk(16777216.0) + "\n";
+  b += "  %tiny = fcmp olt " + F + " %ax, " + fk(std::ldexp(1.0, -12)) + "\n";
+  b += "  %xs = select " + C + " %ok, " + F + " %x, " + F + " " + zero(dtypes::float32.vec(n)) + "\n";
+  b += "  %xd = fpext " + F + " %xs to " + D + "\n";
+  b += "  %t = fmul " + D + " %xd, " + dk(0.63661977236758134308) + "\n";  // 2/pi
+  b += "  %q = call " + D + " @llvm.rint." + ds + "(" + D + " %t)\n";
+  b += "  %nq = fneg " + D + " %q\n";
+  b += fma("%r1", "%nq", dk(std::bit_cast<double>(uint64_t(0x3FF921FB54442D18))), "%xd");  // pi/2, high double
+  b += fma("%r", "%nq", dk(std::bit_cast<double>(uint64_t(0x3C91A62633145C07))), "%r1");   // pi/2 - high
+  b += "  %r2 = fmul " + D + " %r, %r\n";
+  b += fma("%s4", "%r2", dk(s[4]), dk(s[3])) + fma("%s3", "%r2", "%s4", dk(s[2])) + fma("%s2", "%r2", "%s3", dk(s[1])) +
+       fma("%s1", "%r2", "%s2", dk(s[0]));
+  b += "  %r3 = fmul " + D + " %r, %r2\n" + fma("%sin", "%r3", "%s1", "%r");
+  b += fma("%c5", "%r2", dk(c[5]), dk(c[4])) + fma("%c4", "%r2", "%c5", dk(c[3])) + fma("%c3", "%r2", "%c4", dk(c[2])) +
+       fma("%c2", "%r2", "%c3", dk(c[1])) + fma("%c1", "%r2", "%c2", dk(c[0])) + fma("%cos", "%r2", "%c1", dk(1.0));
+  b += "  %qi = fptosi " + D + " %q to " + I + "\n";
+  b += "  %q1 = and " + I + " %qi, " + ik("1") + "\n  %swap = icmp ne " + I + " %q1, " + zero(dtypes::int32.vec(n)) + "\n";
+  b += "  %v = select " + C + " %swap, " + D + " %cos, " + D + " %sin\n";
+  b += "  %q2 = and " + I + " %qi, " + ik("2") + "\n  %neg = icmp ne " + I + " %q2, " + zero(dtypes::int32.vec(n)) + "\n";
+  b += "  %nv = fneg " + D + " %v\n  %w = select " + C + " %neg, " + D + " %nv, " + D + " %v\n";
+  b += "  %f = fptrunc " + D + " %w to " + F + "\n";
+  b += "  %fast = select " + C + " %tiny, " + F + " %x, " + F + " %f\n";
+  if (!vec) {
+    b += "  br i1 %ok, label %done, label %slow\nslow:\n  %si = call float @llvm.sin.f32(float %x)\n  br label %done\n";
+    b += "done:\n  %res = phi float [ %fast, %entry ], [ %si, %slow ]\n  ret float %res\n}\n";
+    return b;
+  }
+  const std::string N = std::to_string(n);
+  b += "  %all = call i1 @llvm.vector.reduce.and.v" + N + "i1(" + C + " %ok)\n";
+  b += "  br i1 %all, label %done, label %loop\n";
+  b += "loop:\n  %i = phi i32 [ 0, %entry ], [ %in, %next ]\n  %acc = phi " + F + " [ %fast, %entry ], [ %acc2, %next ]\n";
+  b += "  %oki = extractelement " + C + " %ok, i32 %i\n  br i1 %oki, label %next, label %call\n";
+  b += "call:\n  %xi = extractelement " + F + " %x, i32 %i\n  %si = call float @llvm.sin.f32(float %xi)\n";
+  b += "  %accc = insertelement " + F + " %acc, float %si, i32 %i\n  br label %next\n";
+  b += "next:\n  %acc2 = phi " + F + " [ %acc, %loop ], [ %accc, %call ]\n  %in = add i32 %i, 1\n";
+  b += "  %more = icmp ult i32 %in, " + N + "\n  br i1 %more, label %loop, label %done\n";
+  b += "done:\n  %res = phi " + F + " [ %fast, %entry ], [ %acc2, %next ]\n  ret " + F + " %res\n}\n";
+  return b;
 }
 
 // Helpers defined in the module when used: exact conversions the x86 backend would otherwise do with libcalls. The
@@ -163,6 +234,12 @@ class LLVMEmitter {
     out += entry_ + body_ + (nt_md_.empty() ? "" : "  fence seq_cst\n") + "  ret void\n}\n\n";
     for (const auto& [name, def] : helpers_) out += def + "\n";
     for (const std::string& d : decls_) out += d + "\n";
+    if (!compiler_used_.empty()) {
+      std::string list;
+      for (const std::string& f : compiler_used_) list += (list.empty() ? "ptr @" : ", ptr @") + f;
+      out += "@llvm.compiler.used = appending global [" + std::to_string(compiler_used_.size()) + " x ptr] [" + list +
+             "], section \"llvm.metadata\"\n";
+    }
     out += "\nattributes #0 = { nounwind \"no-trapping-math\"=\"true\" }\n";
     out += "attributes #1 = { nounwind alwaysinline \"no-trapping-math\"=\"true\" }\n";
     for (const std::string& m : meta_) out += m + "\n";
@@ -192,6 +269,28 @@ class LLVMEmitter {
                        (dtypes::is_float(d) ? fsuffix(d) : lscalar(d));
     decls_.insert("declare " + T + " @" + full + "(" + sig + ")");
     return val("call " + T + " @" + full + "(" + call + ")");
+  }
+  // sin of float32 lanes through sin_helper_def (vectorised; libm only for arguments past 2^24, inf and NaN)
+  std::string sinf(DType d, const std::string& x) {
+    const int n = d.count;
+    const std::string F = ltype(d), name = n > 1 ? "tg.sinf.v" + std::to_string(n) : "tg.sinf";
+    auto define = [&](int lanes) {
+      const std::string nm = lanes > 1 ? "tg.sinf.v" + std::to_string(lanes) : "tg.sinf";
+      if (helpers_.count(nm)) return;
+      helpers_[nm] = sin_helper_def(lanes);
+      const DType dl = dtypes::float32.vec(lanes);
+      const std::string Fl = ltype(dl), Dl = ltype(dtypes::float64.vec(lanes));
+      const std::string fl = lanes > 1 ? "v" + std::to_string(lanes) + "f32" : "f32", dd = lanes > 1 ? "v" + std::to_string(lanes) + "f64" : "f64";
+      decls_.insert("declare " + Fl + " @llvm.fabs." + fl + "(" + Fl + ")");
+      decls_.insert("declare " + Dl + " @llvm.rint." + dd + "(" + Dl + ")");
+      decls_.insert("declare " + Dl + " @llvm.fma." + dd + "(" + Dl + ", " + Dl + ", " + Dl + ")");
+      decls_.insert("declare float @llvm.sin.f32(float)");
+      if (lanes > 1) decls_.insert("declare i1 @llvm.vector.reduce.and.v" + std::to_string(lanes) + "i1(" + cond_t(dl) + ")");
+    };
+    define(n);
+    if (n == 1)  // the scalar's vector variants, kept until the loop vectoriser has run (llvm.compiler.used)
+      for (int lanes : {4, 8, 16}) define(lanes), compiler_used_.insert("tg.sinf.v" + std::to_string(lanes));
+    return val("call " + F + " @" + name + "(" + F + " " + x + ")");
   }
   // A call of helper fn (helper_def) over n lanes.
   std::string helper(const std::string& fn, const std::string& ret, const std::string& arg, int n = 1) {
@@ -300,7 +399,8 @@ class LLVMEmitter {
       case Ops::NEG: return val("fneg " + T + " " + a[0]);
       case Ops::EXP2: return intrinsic("exp2", d, a);
       case Ops::LOG2: return intrinsic("log2", d, a);
-      case Ops::SIN: return intrinsic("sin", d, a);
+      case Ops::SIN: return d.scalar == Scalar::Float32 && getenv_int("TRANSCENDENTAL", 1) != 0 ? sinf(d, a[0])
+                                                                                           : intrinsic("sin", d, a);
       case Ops::SQRT: return intrinsic("sqrt", d, a);
       case Ops::TRUNC: return intrinsic("trunc", d, a);
       case Ops::POW: return intrinsic("pow", d, a);
@@ -609,6 +709,7 @@ class LLVMEmitter {
   std::string entry_, body_, block_ = "entry";
   std::set<std::string> decls_;
   std::map<std::string, std::string> helpers_;  // helper name -> its definition
+  std::set<std::string> compiler_used_;         // helpers kept whether or not called (@llvm.compiler.used)
   std::map<std::pair<const UOp*, int64_t>, std::string> aligned_;  // aligned_flag's
   std::string nt_md_;                                              // the !nontemporal metadata node, once used
   int ntmp_ = 0;
