@@ -172,7 +172,8 @@ const PatternMatcher& pm_gradient() {
       // d f(x) = f'(x) dx
       rule(op_any<opset<Ops::NEG>>, [](auto& m) { return tup1(-g_of(m)); }),
       rule(op_any<opset<Ops::RECIPROCAL>>, [](auto& m) { return tup1(-g_of(m) * ret_of(m) * ret_of(m)); }),
-      rule(op_any<opset<Ops::SIN>>, [](auto& m) { return tup1((M_PI / 2 - src_of(m, 0)).sin() * g_of(m)); }),
+      // (cos as Tensor::cos: 1 - 2 sin^2(x/2), exact in its argument; sin(pi/2 - x) rounds pi/2 - x first)
+      rule(op_any<opset<Ops::SIN>>, [](auto& m) { return tup1(src_of(m, 0).cos() * g_of(m)); }),
       rule(op_any<opset<Ops::LOG2>>, [](auto& m) { return tup1(g_of(m) / (src_of(m, 0) * M_LN2)); }),
       rule(op_any<opset<Ops::EXP2>>, [](auto& m) { return tup1(ret_of(m) * g_of(m) * M_LN2); }),
       rule(op_any<opset<Ops::SQRT>>, [](auto& m) { return tup1(g_of(m) / (ret_of(m) * 2)); }),
