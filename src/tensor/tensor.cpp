@@ -657,8 +657,8 @@ namespace {
 // float16, x + pi/2 loses the low bits of x (cos), and the sigmoid gradient's (1 + e^-x)^2 overflows for x < -5.5.
 bool narrow_float(DType d) { return dtypes::is_float(d) && d.itemsize() < 4; }
 }  // namespace
-// cos x = 1 - 2 sin^2(x/2): x/2 is exact, so the error is sin's, about 1e-7 whatever |x| (sin(x + pi/2), tinygrad's
-// form, rounds x + pi/2 first: 4.8e-4 off at |x| near 1e5, 4.5e-6 below 1000).
+// cos x = 1 - 2 sin^2(x/2): x/2 is exact, so the error is sin's, about 1e-7 whatever |x| (sin(x + pi/2), the form
+// before, rounds x + pi/2 first, as tinygrad's sin(pi/2 - x) rounds pi/2 - x: 4.8e-4 off at |x| near 1e5).
 Tensor Tensor::cos() const {
   if (narrow_float(dtype())) return cast(dtypes::float32).cos().cast(dtype());
   Tensor h = (*this * 0.5).sin();

@@ -71,6 +71,9 @@ std::string hex64(uint64_t v) {
   return buf;
 }
 
+// A helper's name over n lanes (n 1: the scalar one), "fn.vN".
+std::string bf16_helper_name(const std::string& fn, int n) { return n == 1 ? fn : fn + ".v" + std::to_string(n); }
+
 // sin of float32 lanes for the CPU (Ops::SIN; LLVM lowers llvm.sin to one libm sinf call per lane, scalar code that
 // stops the kernel's vectors, 7 ns an element for randn's cos). In double, as glibc's own sinf reduces: q = rint(x 2/pi),
 // r = x - q pi/2 with pi/2 in two doubles and fused multiply-adds (exact products; for |x| < 2^24 the error is below
@@ -79,11 +82,23 @@ std::string hex64(uint64_t v) {
 // low bits, rounded once to float: within 0.5 ulp plus 1e-11 of the exact value. |x| < 2^-12 returns x (sin x rounds
 // to x there; keeps -0). Lanes at or past 2^24, infinities and NaN take libm's sinf, one at a time, behind a branch
 // that ordinary arguments never take. n lanes (1: a scalar).
+std::string lanes_suffix(int n, const char* scalar) { return (n > 1 ? "v" + std::to_string(n) : "") + scalar; }
+// The intrinsics sin_helper_def(n) calls.
+std::vector<std::string> sin_helper_decls(int n) {
+  const DType f = dtypes::float32.vec(n);
+  const std::string F = ltype(f), D = ltype(dtypes::float64.vec(n)), fs = lanes_suffix(n, "f32"), ds = lanes_suffix(n, "f64");
+  std::vector<std::string> d{"declare " + F + " @llvm.fabs." + fs + "(" + F + ")",
+                             "declare " + D + " @llvm.rint." + ds + "(" + D + ")",
+                             "declare " + D + " @llvm.fma." + ds + "(" + D + ", " + D + ", " + D + ")",
+                             "declare float @llvm.sin.f32(float)"};
+  if (n > 1) d.push_back("declare i1 @llvm.vector.reduce.and." + lanes_suffix(n, "i1") + "(" + cond_t(f) + ")");
+  return d;
+}
 std::string sin_helper_def(int n) {
   const bool vec = n > 1;
   const std::string F = ltype(dtypes::float32.vec(n)), D = ltype(dtypes::float64.vec(n)), I = ltype(dtypes::int32.vec(n)),
-                    C = cond_t(dtypes::float32.vec(n)), fs = vec ? "v" + std::to_string(n) + "f32" : "f32",
-                    ds = vec ? "v" + std::to_string(n) + "f64" : "f64", name = vec ? "tg.sinf.v" + std::to_string(n) : "tg.sinf";
+                    C = cond_t(dtypes::float32.vec(n)), fs = lanes_suffix(n, "f32"), ds = lanes_suffix(n, "f64"),
+                    name = bf16_helper_name("tg.sinf", n);
   auto dk = [&](double v) { return splat(dtypes::float64.vec(n), hex64(std::bit_cast<uint64_t>(v))); };
   auto fk = [&](double v) { return splat(dtypes::float32.vec(n), hex64(std::bit_cast<uint64_t>(v))); };
   auto ik = [&](const char* v) { return splat(dtypes::int32.vec(n), v); };
@@ -128,7 +143,7 @@ std::string sin_helper_def(int n) {
     return b;
   }
   const std::string N = std::to_string(n);
-  b += "  %all = call i1 @llvm.vector.reduce.and.v" + N + "i1(" + C + " %ok)\n";
+  b += "  %all = call i1 @llvm.vector.reduce.and." + lanes_suffix(n, "i1") + "(" + C + " %ok)\n";
   b += "  br i1 %all, label %done, label %loop\n";
   b += "loop:\n  %i = phi i32 [ 0, %entry ], [ %in, %next ]\n  %acc = phi " + F + " [ %fast, %entry ], [ %acc2, %next ]\n";
   b += "  %oki = extractelement " + C + " %ok, i32 %i\n  br i1 %oki, label %next, label %call\n";
@@ -142,7 +157,6 @@ std::string sin_helper_def(int n) {
 
 // Helpers defined in the module when used: exact conversions the x86 backend would otherwise do with libcalls. The
 // bfloat16 ones take n lanes (n 1: scalars; vector CASTs, see LLVMRenderer::vector_alu) and are named by them.
-std::string bf16_helper_name(const std::string& fn, int n) { return n == 1 ? fn : fn + ".v" + std::to_string(n); }
 std::string helper_def(const std::string& fn, int n) {
   const std::string F = ltype(dtypes::float32.vec(n)), B = ltype(dtypes::bfloat16.vec(n)), I = ltype(dtypes::int32.vec(n)),
                     H = ltype(dtypes::int16.vec(n)), C = ltype(dtypes::bool_.vec(n)), name = bf16_helper_name(fn, n);
@@ -271,26 +285,18 @@ class LLVMEmitter {
     return val("call " + T + " @" + full + "(" + call + ")");
   }
   // sin of float32 lanes through sin_helper_def (vectorised; libm only for arguments past 2^24, inf and NaN)
-  std::string sinf(DType d, const std::string& x) {
-    const int n = d.count;
-    const std::string F = ltype(d), name = n > 1 ? "tg.sinf.v" + std::to_string(n) : "tg.sinf";
+  std::string sin_f32(DType d, const std::string& x) {
     auto define = [&](int lanes) {
-      const std::string nm = lanes > 1 ? "tg.sinf.v" + std::to_string(lanes) : "tg.sinf";
-      if (helpers_.count(nm)) return;
+      const std::string nm = bf16_helper_name("tg.sinf", lanes);
+      if (helpers_.count(nm)) return nm;
       helpers_[nm] = sin_helper_def(lanes);
-      const DType dl = dtypes::float32.vec(lanes);
-      const std::string Fl = ltype(dl), Dl = ltype(dtypes::float64.vec(lanes));
-      const std::string fl = lanes > 1 ? "v" + std::to_string(lanes) + "f32" : "f32", dd = lanes > 1 ? "v" + std::to_string(lanes) + "f64" : "f64";
-      decls_.insert("declare " + Fl + " @llvm.fabs." + fl + "(" + Fl + ")");
-      decls_.insert("declare " + Dl + " @llvm.rint." + dd + "(" + Dl + ")");
-      decls_.insert("declare " + Dl + " @llvm.fma." + dd + "(" + Dl + ", " + Dl + ", " + Dl + ")");
-      decls_.insert("declare float @llvm.sin.f32(float)");
-      if (lanes > 1) decls_.insert("declare i1 @llvm.vector.reduce.and.v" + std::to_string(lanes) + "i1(" + cond_t(dl) + ")");
+      for (std::string& decl : sin_helper_decls(lanes)) decls_.insert(std::move(decl));
+      return nm;
     };
-    define(n);
-    if (n == 1)  // the scalar's vector variants, kept until the loop vectoriser has run (llvm.compiler.used)
-      for (int lanes : {4, 8, 16}) define(lanes), compiler_used_.insert("tg.sinf.v" + std::to_string(lanes));
-    return val("call " + F + " @" + name + "(" + F + " " + x + ")");
+    const std::string name = define(d.count);
+    if (d.count == 1)  // the scalar's vector variants, kept until the loop vectoriser has run (llvm.compiler.used)
+      for (int lanes : {4, 8, 16}) compiler_used_.insert(define(lanes));
+    return val("call " + ltype(d) + " @" + name + "(" + ltype(d) + " " + x + ")");
   }
   // A call of helper fn (helper_def) over n lanes.
   std::string helper(const std::string& fn, const std::string& ret, const std::string& arg, int n = 1) {
@@ -399,7 +405,7 @@ class LLVMEmitter {
       case Ops::NEG: return val("fneg " + T + " " + a[0]);
       case Ops::EXP2: return intrinsic("exp2", d, a);
       case Ops::LOG2: return intrinsic("log2", d, a);
-      case Ops::SIN: return d.scalar == Scalar::Float32 && getenv_int("TRANSCENDENTAL", 1) != 0 ? sinf(d, a[0])
+      case Ops::SIN: return d.scalar == Scalar::Float32 && getenv_int("TRANSCENDENTAL", 1) != 0 ? sin_f32(d, a[0])
                                                                                            : intrinsic("sin", d, a);
       case Ops::SQRT: return intrinsic("sqrt", d, a);
       case Ops::TRUNC: return intrinsic("trunc", d, a);
