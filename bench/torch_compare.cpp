@@ -328,6 +328,10 @@ void bench_random() {
   // scalar code, 7 ns an element)
   report("rand 262144x12", "rand_f32_262144x12", median_ms([&] { tg::Tensor::rand({262144, 12}).realize(); }),
          median_ms([&] { torch::rand({262144, 12}); }));
+  // a count that no vector divides (999000 = 2 threads x 4 x 124875): padded to whole vectors (PADTO); before, 30
+  // copies of the threefry in scalar code, 23-33 ms
+  report("randn 1000x999", "randn_f32_1000x999", median_ms([&] { tg::Tensor::randn({1000, 999}).realize(); }),
+         median_ms([&] { torch::randn({1000, 999}); }));
   tg::Tensor tx = tg::Tensor::rand({R, C}).realize();
   torch::Tensor hx = torch::rand({R, C});
   report("dropout 0.5, 4096x4096", "dropout_f32_4096", median_ms([&] { tg::Tensor(tx.dropout(0.5)).realize(); }),

@@ -1153,6 +1153,61 @@ TEST_CASE("split_ranges: an elementwise kernel's rows are one loop; rand over ro
   CHECK(kernel_axes(two).size() == 2);
 }
 
+TEST_CASE("a random draw along an axis no vector divides is padded to whole vectors (PADTO), not scalar copies") {
+  // 2054 = 2 x 1027 numbers: no vector of 4 or more divides them. Odd copies of the threefry's counter lanes were not
+  // one op (each copy folds its constant its own way) and ran as scalar code (rand of 4194300: 9.4 ns an element
+  // against 1.2 padded). Padded to whole vectors, the padding's lanes compute and store nothing.
+  HostLowering h;
+  const int64_t n = 2054;
+  auto rand_kernel = [](int64_t m) {
+    Tensor t = Tensor::rand({m}, dtypes::float32, "CPU");
+    UOpRef root = t.uop();
+    Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+    Kern k;  // the kernel that makes the floats (the others advance the generator's counter)
+    for (const ScheduleItem& it : s.items)
+      for (const UOp* u : toposort(it.ast.get()))
+        if (u->op == Ops::BITCAST) k = Kern{it.ast, it.bufs};
+    return std::make_pair(t, k);
+  };
+  // 1094638 = 2 x 547319 numbers: past the two cores' L2 (1 MiB each here), so two threads split the padded loop
+  for (int64_t m : {n, int64_t(1094638)})
+    for (int threads : {1, 2})
+      for (int w : {8, 16}) {
+        CAPTURE(m);
+        CAPTURE(threads);
+        CAPTURE(w);
+        auto [t, km] = rand_kernel(m);
+        REQUIRE(km.ast);
+        OptConfig cfg{threads, w};
+        cfg.l2_bytes = int64_t(1) << 20;
+        auto opts = hand_coded_optimizations(split_ranges(simplify(km.ast)), cfg);
+        REQUIRE(opts.size() >= 2);
+        CHECK(opts[0].op == OptOp::PADTO);
+        CHECK(opts[0].amt % w == 0);
+        CHECK(opts[1] == Opt{OptOp::UPCAST, 0, w});
+        const int64_t loop = (m + opts[0].amt - 1) / opts[0].amt * opts[0].amt / w;
+        const bool split = std::any_of(opts.begin(), opts.end(), [](const Opt& o) { return o.op == OptOp::THREAD; });
+        CHECK(split == (threads == 2 && m > n));
+        if (split) CHECK(loop % threads == 0);
+      }
+  Tensor::manual_seed(5);
+  auto [r, k] = rand_kernel(n);
+  REQUIRE(k.ast);
+  CompiledKernel ck = lower_kernel(k.ast, "rand_padded", h.dev.renderer(), h.lo);
+  CHECK(std::count_if(ck.opts.begin(), ck.opts.end(), [](const Opt& o) { return o.op == OptOp::PADTO; }) == 1);
+  CHECK(occurrences(ck.src, " = xor ") <= 3 * 21);  // one lane loop (or vector ops), not 2054 / 2 copies' xors
+  // the numbers of a longer draw from the same seed, cut to n (counter-based: element i is threefry(key, i))
+  Tensor::manual_seed(5);
+  std::vector<float> longer = Tensor::rand({n + 10}, dtypes::float32, "CPU").to_vector<float>(), got = r.to_vector<float>();
+  REQUIRE(got.size() == size_t(n));
+  CHECK(std::equal(got.begin(), got.end(), longer.begin()));
+  CHECK(std::all_of(got.begin(), got.end(), [](float v) { return v >= 0 && v < 1; }));
+  // a dropout reads x along the axis: no padding (its loads' addresses would be clamped), vectors of a power of two
+  Tensor x = randn({n}, 3).realize();
+  auto dopts = hand_coded_optimizations(split_ranges(simplify(last_kernel(x.dropout(0.5)).ast)), OptConfig{1, 16});
+  CHECK(std::none_of(dopts.begin(), dopts.end(), [](const Opt& o) { return o.op == OptOp::PADTO; }));
+}
+
 TEST_CASE("split_ranges: a reduce kernel's store rows read as one axis are merged (a 1x1 convolution's input gradient)") {
   // dx[n, c, h, w] = sum_o g[n, o, h, w] w[o, c]: every access reads (h, w) as h * 28 + w, so they become one loop of
   // 784 = 49 vectors of 16 (28 was 16 + 8 + 4 copies; bench/torch_compare conv_dx, THREADS=1: 0.80x -> 0.94x libtorch)

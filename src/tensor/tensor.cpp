@@ -319,6 +319,14 @@ Tensor Tensor::from_blob(const void* data, const Shape& shape, DType dtype, cons
   return t;
 }
 
+namespace {
+// 0, 1, ..., n - 1 as the index itself (a RANGE in the tensor graph, n > 0), computed by the kernel that uses it
+Tensor index_range(int64_t n, DType d, const std::string& dev) {
+  return Tensor(UOp::make(Ops::RANGE, d, {UOp::cnst_int(dtypes::index, n)}, std::vector<int64_t>{-1, int64_t(AxisType::Loop), n}),
+                {n}, dev);
+}
+}  // namespace
+
 Tensor Tensor::arange(double start, double stop, double step, DType dtype, const std::string& device) {
   if (step == 0) throw Error("[arange] step must not be 0");
   if (dtype == dtypes::void_)  // unset: float32 when an argument is not a whole number (tinygrad, torch), else int32
@@ -341,8 +349,7 @@ Tensor Tensor::arange(double start, double stop, double step, DType dtype, const
   if (as_range && (dev == default_device() || is_multi_device(dev))) {  // several devices: each computes it
     // Integers: the index itself (a RANGE in the tensor graph), computed where it is used. A kernel that compares
     // it with an index and sums (a gather written as a one-hot reduce) becomes an indexed load (see the scheduler).
-    Tensor t(UOp::make(Ops::RANGE, d, {UOp::cnst_int(dtypes::index, n)}, std::vector<int64_t>{-1, int64_t(AxisType::Loop), n}),
-             {n}, dev);
+    Tensor t = index_range(n, d, dev);
     if (step != 1) t = t * Tensor(UOp::cnst_int(d, int64_t(step)), {}, dev);
     if (start != 0) t = t + Tensor(UOp::cnst_int(d, int64_t(start)), {}, dev);
     return t;
@@ -454,7 +461,10 @@ Tensor Tensor::random_bits(int64_t n, const std::string& device) {
   std::string dev = dev_or_default(device);
   Tensor key = rng_draw_key(dev);
   Tensor k0 = key.shrink({{0, 1}}).reshape({}), k1 = key.shrink({{1, 2}}).reshape({});
-  Tensor ctr = arange(0, double(n), 1, dtypes::uint32, dev);
+  // The counter as the index itself on any one device, not only the default one where arange makes it a RANGE: the
+  // kernel reads the key from dev, so it runs there (elsewhere arange fills a buffer on the host, 14 ns an element:
+  // a CPU rand of 1M numbers under DEVICE=CL took 16 ms, and its lanes read the counter from memory, no vectors).
+  Tensor ctr = n > 0 && !is_multi_device(dev) ? index_range(n, dtypes::uint32, dev) : arange(0, double(n), 1, dtypes::uint32, dev);
   return threefry2(ctr, Tensor::zeros({n}, dtypes::uint32, dev), k0, k1).first;
 }
 

@@ -160,13 +160,13 @@ UOpRef lanes_from_unrolls(const UOpRef& ast, bool packs, bool pack_rows, bool* k
   // elementwise kernel whose values are all 16-, 32- or 64-bit (or bool) and whose loads and stores are ungated keeps its
   // copies: vector loads, ops and stores of the machine's width in tg's IR, not a loop left to LLVM's vectoriser.
   {
-    std::vector<const UOp*> reduces, upcasts, indexes, gates;
+    std::vector<const UOp*> reduces, upcasts, indexes, gates, store_gates;
     for (const UOp* n : toposort(ast.get())) {
       if (n->op == Ops::REDUCE) reduces.push_back(n);
       if (n->op == Ops::RANGE && range_type(n) == AxisType::Upcast) upcasts.push_back(n);
       if (n->op == Ops::INDEX && n->src(0)->op == Ops::PARAM) indexes.push_back(n->src(1));
       if (n->op == Ops::LOAD && n->nsrc() == 3) gates.push_back(n->src(2));
-      if (n->op == Ops::STORE && n->nsrc() == 3) gates.push_back(n->src(2));
+      if (n->op == Ops::STORE && n->nsrc() == 3) store_gates.push_back(n->src(2));
       if ((n->op == Ops::LOAD && (n->nsrc() != 1 || !wide_elements(n->dtype))) ||
           (n->op == Ops::STORE && (n->nsrc() != 2 || !wide_elements(n->src(1)->dtype))) ||
           (n->op == Ops::INDEX && n->nsrc() != 2))
@@ -190,6 +190,7 @@ UOpRef lanes_from_unrolls(const UOpRef& ast, bool packs, bool pack_rows, bool* k
         ok &= c && (*c == 0 || *c == 1);
       }
       for (const UOp* g : gates) ok &= ok && !depends_on(g, u);
+      if (!store_gates.empty()) packs = false;
       for (const UOp* r : reduces) ok &= ok && !depends_on(r, u);
       if (ok) pick = u, found++;
     }

@@ -178,15 +178,17 @@ UOpRef apply_opt(const UOpRef& ast, const Opt& opt) {
     if (*n < opt.amt) return fail("the axis size " + std::to_string(*n) + " is below the amount");
     UOpRef nr = UOp::range(ci((*n + opt.amt - 1) / opt.amt * opt.amt), range_id(r), range_type(r));
     UOpRef valid = nr->alu(Ops::CMPLT, ci(*n));
-    UOpRef k = substitute(ast, {{r, valid->alu(Ops::WHERE, nr, ci(*n - 1))}});
+    const std::vector<std::pair<const UOp*, UOpRef>> clamp{{r, valid->alu(Ops::WHERE, nr, ci(*n - 1))}};
     // (the padding's copies never store: a kernel that reads the buffer it stores, an in-place update, reads it as
-    // before; a store already gated, an index check's hit record, gets both gates)
+    // before; a store already gated, an index check's hit record, gets both gates). A gated store's address is r'
+    // itself, affine as before: an elementwise kernel's store stays contiguous in its lanes.
     std::vector<std::pair<const UOp*, UOpRef>> gated;
-    for (const UOp* u : toposort(k.get()))
-      if (u->op == Ops::STORE && depends_on(u->src(0), nr.get()))
-        gated.emplace_back(u, UOp::make(Ops::STORE, u->dtype, {UOpRef(u->src(0)), UOpRef(u->src(1)),
-                                                                u->nsrc() == 3 ? valid->alu(Ops::AND, UOpRef(u->src(2))) : valid}));
-    return substitute(k, gated);
+    for (const UOp* u : toposort(ast.get()))
+      if (u->op == Ops::STORE && depends_on(u->src(0), r))
+        gated.emplace_back(u, UOp::make(Ops::STORE, u->dtype,
+                                        {substitute(UOpRef(u->src(0)), {{r, nr}}), substitute(UOpRef(u->src(1)), clamp),
+                                         u->nsrc() == 3 ? valid->alu(Ops::AND, substitute(UOpRef(u->src(2)), clamp)) : valid}));
+    return substitute(substitute(ast, gated), clamp);
   }
   if (*n % opt.amt != 0)
     return fail("the axis size " + std::to_string(*n) + " is not divisible by " + std::to_string(opt.amt));
@@ -464,6 +466,9 @@ struct Heuristic {
     return t;
   }
 
+  // padding an elementwise axis to whole vectors (at most w - 1 lanes of w x kPadVectors computed for nothing)
+  static constexpr int64_t kPadVectors = 64;
+
   static int64_t pick(int64_t n, std::initializer_list<int64_t> amts) {
     for (int64_t a : amts)
       if (n > 0 && n % a == 0 && n / a >= 1) return a;
@@ -485,6 +490,18 @@ struct Heuristic {
   int64_t vector_amount(int64_t n) const {
     int64_t a = pick(n, {int64_t(w), int64_t(w / 2), 4});
     return a ? a : odd_amount(n);
+  }
+  // axis i is read as a value, not only as an address: cast from an index into the data (an arange's or a random
+  // draw's counter). Copies of it are not one op for the vectorizers (each copy's constant folds its own way).
+  bool counter_lanes(size_t i) const {
+    for (const UOp* u : toposort(ast.get()))
+      if (u->op == Ops::CAST && u->src(0)->dtype == dtypes::index && !(u->dtype == dtypes::index) && depends_on(u, axes[i]))
+        return true;
+    return false;
+  }
+  // some load's address moves along axis i
+  bool reads_along(size_t i) const {
+    return std::any_of(acc.loads.begin(), acc.loads.end(), [&](const UOp* l) { return depends_on(l, axes[i]); });
   }
   // every load depending on axis i is contiguous in it (and `any`: some load depends on it)
   bool loads_contiguous(size_t i, bool* any = nullptr) const {
@@ -583,9 +600,24 @@ struct Heuristic {
     int64_t a = whole ? n : pick(n, {int64_t(w), int64_t(w / 2), 4});
     if (!a && reduce) a = odd_amount(n);
     // an elementwise axis that every load reads contiguously or not at all (rows merged by split_ranges: 14 x 14 =
-    // 196) takes an odd divisor from w/2 to 2w before vectors of 4: 28 copies, vectors of 16, 8 and 4
-    if (!reduce && !whole && a < w / 2 && loads_contiguous(size_t(vec)))
-      if (int64_t o = odd_amount(n)) a = o;
+    // 196) takes an odd divisor from w/2 to 2w before vectors of 4: 28 copies, vectors of 16, 8 and 4. Not an axis
+    // whose lanes are read as values (a random draw's or an arange's counter): its copies are not one op (each
+    // copy's constant folds its own way) and an odd number of them ran as scalar code (a dropout of 1000 x 999,
+    // 999000 / 2 threads = 4 x 124875: 30 copies, 8-12 ms; vectors of 4 under TG_CPU=haswell, 2.9 ms). Such an
+    // axis that reads nothing along it (Tensor::rand, randn) is padded to whole vectors instead (PADTO: the padding's
+    // lanes compute and store nothing), a Lane loop LLVM runs as vectors of w: rand of 1000 x 999 8-13 -> 1.2 ms,
+    // randn 23-33 -> 3.5 ms (Zen 4, 2 threads; libtorch 2.9 and 3.0); of 4194300 9.4 -> 1.2 ns an element.
+    if (!reduce && !whole && a < w / 2 && loads_contiguous(size_t(vec))) {
+      if (!counter_lanes(size_t(vec))) {
+        if (int64_t o = odd_amount(n)) a = o;
+      } else if (!reads_along(size_t(vec)) && n >= kPadVectors * w) {
+        // (an axis reserved for the threads holds size / threads per thread: its padded length divides by both)
+        const int64_t t = reserved && *reserved == size_t(vec) ? cfg.threads : 1, whole_axis = size0[size_t(vec)];
+        opts.push_back({OptOp::PADTO, vec, w * t});
+        size[size_t(vec)] = n = (whole_axis + w * t - 1) / (w * t) * w;
+        a = w;
+      }
+    }
     // a short axis that no vector width divides (a 5x5 or 3x3 kernel's width) is unrolled whole in reduce kernels,
     // as copies rather than a vector (a reduce axis may still give the vectors, step 1b)
     if (!a && reduce && size[size_t(vec)] > 1 && size[size_t(vec)] <= 8) a = size[size_t(vec)], short_vec = true;
