@@ -1118,6 +1118,17 @@ TEST_CASE("heuristic: a stride-2 input gradient's rows of w/2..2w take the whole
   CHECK(opts8[0] == Opt{OptOp::UPCAST, 4, 4});
 }
 
+// The kernel of a rand's schedule that makes its floats (the others advance the generator's counter).
+Kern rand_floats_kernel(const Tensor& r) {
+  UOpRef root = r.uop();
+  Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+  Kern k;
+  for (const ScheduleItem& it : s.items)
+    for (const UOp* u : toposort(it.ast.get()))
+      if (u->op == Ops::BITCAST) k = Kern{it.ast, it.bufs};
+  return k;
+}
+
 TEST_CASE("split_ranges: an elementwise kernel's rows are one loop; rand over rows of 28 is vector work") {
   // A rand numbers its elements r * 28 + c: as two loops its 28 copies had lane 0's counter r * 28 against the
   // others' r * 28 + k, not one vector op, and the whole threefry ran in scalars (15 ns an element against 1 for rows
@@ -1125,12 +1136,7 @@ TEST_CASE("split_ranges: an elementwise kernel's rows are one loop; rand over ro
   HostLowering h;
   Tensor::manual_seed(11);
   Tensor r = Tensor::rand({64, 28});
-  UOpRef root = r.uop();
-  Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
-  Kern k;  // the kernel that makes the floats (the others advance the generator's counter)
-  for (const ScheduleItem& it : s.items)
-    for (const UOp* u : toposort(it.ast.get()))
-      if (u->op == Ops::BITCAST) k = Kern{it.ast, it.bufs};
+  Kern k = rand_floats_kernel(r);
   REQUIRE(k.ast);
   UOpRef merged = split_ranges(simplify(k.ast));
   std::vector<int64_t> loops;
@@ -1161,13 +1167,7 @@ TEST_CASE("a random draw along an axis no vector divides is padded to whole vect
   const int64_t n = 2054;
   auto rand_kernel = [](int64_t m) {
     Tensor t = Tensor::rand({m}, dtypes::float32, "CPU");
-    UOpRef root = t.uop();
-    Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
-    Kern k;  // the kernel that makes the floats (the others advance the generator's counter)
-    for (const ScheduleItem& it : s.items)
-      for (const UOp* u : toposort(it.ast.get()))
-        if (u->op == Ops::BITCAST) k = Kern{it.ast, it.bufs};
-    return std::make_pair(t, k);
+    return std::make_pair(t, rand_floats_kernel(t));
   };
   // 1094638 = 2 x 547319 numbers: past the two cores' L2 (1 MiB each here), so two threads split the padded loop
   for (int64_t m : {n, int64_t(1094638)})
