@@ -125,6 +125,22 @@ TEST_CASE("reductions over any axes with keepdim") {
 TEST_CASE("creation: full, arange, eye, rand") {
   CHECK(Tensor::full({2, 2}, 3.5).to_vector<float>() == std::vector<float>{3.5, 3.5, 3.5, 3.5});
   CHECK(Tensor::arange(5).to_vector<int32_t>() == std::vector<int32_t>{0, 1, 2, 3, 4});
+  {  // a float arange is start + i * step in double, rounded once to the dtype (past float32's range: +-inf)
+    std::vector<float> f = Tensor::arange(0.5, 1200.1, 0.3, dtypes::float32).to_vector<float>();
+    REQUIRE(f.size() == 4000);
+    bool exact = true;
+    for (size_t i = 0; i < f.size(); i++) exact &= f[i] == float(0.5 + double(i) * 0.3);
+    CHECK(exact);
+    std::vector<double> d = Tensor::arange(-3.0, 7.7, 0.1, dtypes::float64).to_vector<double>();
+    REQUIRE(d.size() == 107);
+    bool close = true;  // (a build that fuses the multiply-add rounds once less: within an ulp)
+    for (size_t i = 0; i < d.size(); i++) close &= std::fabs(d[i] - (-3.0 + double(i) * 0.1)) <= 1e-15;
+    CHECK(close);
+    std::vector<float> big = Tensor::arange(3e38, 4e38, 0.5e38, dtypes::float32).to_vector<float>();
+    CHECK(big == std::vector<float>{3e38f, std::numeric_limits<float>::infinity()});
+    std::vector<uint16_t> h = Tensor::arange(0.0, 1.0, 0.25, dtypes::float16).bitcast(dtypes::uint16).to_vector<uint16_t>();
+    CHECK(h == std::vector<uint16_t>{0x0000, 0x3400, 0x3800, 0x3A00});
+  }
   CHECK(Tensor::eye(3).to_vector<float>() == std::vector<float>{1, 0, 0, 0, 1, 0, 0, 0, 1});
   Tensor::manual_seed(42);
   auto r1 = Tensor::rand({1000}).to_vector<float>();

@@ -171,6 +171,13 @@ std::vector<Case> math_cases() {
                   [](TH&) { return torch::linspace(0, 10, 4, torch::kInt); }));
   c.push_back(op2("eye_arange", {}, [](TG&) { return tg::Tensor::eye(3, 4) * tg::Tensor::arange(4).cast(tg::dtypes::float32); },
                   [](TH&) { return torch::eye(3, 4) * torch::arange(4).to(torch::kFloat); }));
+  // Float aranges: tg rounds start + i * step (computed in double) once; libtorch's vector loop adds j * step to each
+  // block's first value in the dtype, a rounding more (1024.69995 against its 1024.70007 at i = 3414): 2 ulps. Its
+  // double one fuses the multiply-add (-3 + 30 x 0.1: 1.7e-16 against tg's 0): an absolute floor of a double ulp.
+  c.push_back(op2("arange_float", {}, [](TG&) { return tg::Tensor::arange(0.5, 1200.1, 0.3, tg::dtypes::float32); },
+                  [](TH&) { return torch::arange(0.5, 1200.1, 0.3, torch::kFloat); }).tol(2.4e-7, 0));
+  c.push_back(op2("arange_double", {}, [](TG&) { return tg::Tensor::arange(-3.0, 7.7, 0.1, tg::dtypes::float64); },
+                  [](TH&) { return torch::arange(-3.0, 7.7, 0.1, torch::kDouble); }).tol(4.5e-16, 2.5e-16));
   c.push_back(op2("full_like", {F({2, 3})}, [](TG& x) { return x[0].full_like(1.5) + x[0].zeros_like() + x[0] * x[0].ones_like(); },
                   [](TH& x) { return torch::full_like(x[0], 1.5) + torch::zeros_like(x[0]) + x[0] * torch::ones_like(x[0]); }));
   return c;
