@@ -1190,6 +1190,14 @@ TEST_CASE("a random draw along an axis no vector divides is padded to whole vect
         CHECK(split == (threads == 2 && m > n));
         if (split) CHECK(loop % threads == 0);
       }
+  {  // 8216 = 8 x 1027: vectors of half the width, padded to full ones; a full vector of 8 divides it as it is
+    auto [t, km] = rand_kernel(8216);
+    REQUIRE(km.ast);
+    auto o16 = hand_coded_optimizations(split_ranges(simplify(km.ast)), OptConfig{1, 16});
+    auto o8 = hand_coded_optimizations(split_ranges(simplify(km.ast)), OptConfig{1, 8});
+    CHECK(o16 == std::vector<Opt>{{OptOp::PADTO, 0, 16}, {OptOp::UPCAST, 0, 16}});
+    CHECK(o8 == std::vector<Opt>{{OptOp::UPCAST, 0, 8}});
+  }
   Tensor::manual_seed(5);
   auto [r, k] = rand_kernel(n);
   REQUIRE(k.ast);

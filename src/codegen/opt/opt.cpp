@@ -606,10 +606,13 @@ struct Heuristic {
     // 999000 / 2 threads = 4 x 124875: 30 copies, 8-12 ms; vectors of 4 under TG_CPU=haswell, 2.9 ms). Such an
     // axis that reads nothing along it (Tensor::rand, randn) is padded to whole vectors instead (PADTO: the padding's
     // lanes compute and store nothing), a Lane loop LLVM runs as vectors of w: rand of 1000 x 999 8-13 -> 1.2 ms,
-    // randn 23-33 -> 3.5 ms (Zen 4, 2 threads; libtorch 2.9 and 3.0); of 4194300 9.4 -> 1.2 ns an element.
-    if (!reduce && !whole && a < w / 2 && loads_contiguous(size_t(vec))) {
+    // randn 23-33 -> 3.5 ms (Zen 4, 2 threads; libtorch 2.9 and 3.0); of 4194300 9.4 -> 1.2 ns an element. So is one
+    // that half vectors divide: TG_CPU=haswell's vectors of 4 over 1000 x 999, rand 3.0 -> 1.6 ms, randn 8.9 -> 4.8;
+    // natively 4194288 (8 x 524286) 1.8 -> 1.0 ns an element.
+    if (!reduce && !whole && a < w && loads_contiguous(size_t(vec))) {
       if (!counter_lanes(size_t(vec))) {
-        if (int64_t o = odd_amount(n)) a = o;
+        if (a < w / 2)
+          if (int64_t o = odd_amount(n)) a = o;
       } else if (!reads_along(size_t(vec)) && n >= kPadVectors * w) {
         // (an axis reserved for the threads holds size / threads per thread: its padded length divides by both)
         const int64_t t = reserved && *reserved == size_t(vec) ? cfg.threads : 1, whole_axis = size0[size_t(vec)];
