@@ -151,8 +151,9 @@ UOpRef lanes_from_unrolls(const UOpRef& ast, bool packs, bool pack_rows, bool* k
     if (ok) lane[u] = UOp::range(UOpRef(u->src()[0]), range_id(u), AxisType::Lane);
   }
   // The UPCAST every store is contiguous in, when no REDUCE depends on it (an elementwise kernel, the output loop
-  // of a row kernel), every memory access is contiguous in it or does not use it, no gate depends on it and its
-  // size is a power of two or a multiple of 8 (run as vectors of lane_vector_width): an innermost Lane loop around
+  // of a row kernel), every memory access is contiguous in it or does not use it, no load's gate depends on it (a
+  // store's may: PADTO's, which LLVM's vectoriser masks; a gated store is never packed below) and its size is a
+  // power of two or a multiple of 8 (run as vectors of lane_vector_width): an innermost Lane loop around
   // the stores (SLP left a softmax's output loop as 16 scalar exps, and a padded 24-channel row as 24 branches, one
   // per gated load). Index arithmetic that is not linear in it (a pool's gradient, with divisions and gates) stays
   // with copies, where each copy's index folds to constants (as a Lane loop it is computed per lane at run time).
@@ -160,13 +161,12 @@ UOpRef lanes_from_unrolls(const UOpRef& ast, bool packs, bool pack_rows, bool* k
   // elementwise kernel whose values are all 16-, 32- or 64-bit (or bool) and whose loads and stores are ungated keeps its
   // copies: vector loads, ops and stores of the machine's width in tg's IR, not a loop left to LLVM's vectoriser.
   {
-    std::vector<const UOp*> reduces, upcasts, indexes, gates, store_gates;
+    std::vector<const UOp*> reduces, upcasts, indexes, gates;
     for (const UOp* n : toposort(ast.get())) {
       if (n->op == Ops::REDUCE) reduces.push_back(n);
       if (n->op == Ops::RANGE && range_type(n) == AxisType::Upcast) upcasts.push_back(n);
       if (n->op == Ops::INDEX && n->src(0)->op == Ops::PARAM) indexes.push_back(n->src(1));
       if (n->op == Ops::LOAD && n->nsrc() == 3) gates.push_back(n->src(2));
-      if (n->op == Ops::STORE && n->nsrc() == 3) store_gates.push_back(n->src(2));
       if ((n->op == Ops::LOAD && (n->nsrc() != 1 || !wide_elements(n->dtype))) ||
           (n->op == Ops::STORE && (n->nsrc() != 2 || !wide_elements(n->src(1)->dtype))) ||
           (n->op == Ops::INDEX && n->nsrc() != 2))
@@ -190,7 +190,6 @@ UOpRef lanes_from_unrolls(const UOpRef& ast, bool packs, bool pack_rows, bool* k
         ok &= c && (*c == 0 || *c == 1);
       }
       for (const UOp* g : gates) ok &= ok && !depends_on(g, u);
-      if (!store_gates.empty()) packs = false;
       for (const UOp* r : reduces) ok &= ok && !depends_on(r, u);
       if (ok) pick = u, found++;
     }
