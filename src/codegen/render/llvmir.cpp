@@ -72,7 +72,7 @@ std::string hex64(uint64_t v) {
 }
 
 // A helper's name over n lanes (n 1: the scalar one), "fn.vN".
-std::string bf16_helper_name(const std::string& fn, int n) { return n == 1 ? fn : fn + ".v" + std::to_string(n); }
+std::string lanes_helper_name(const std::string& fn, int n) { return n == 1 ? fn : fn + ".v" + std::to_string(n); }
 
 // sin of float32 lanes for the CPU (Ops::SIN; LLVM lowers llvm.sin to one libm sinf call per lane, scalar code that
 // stops the kernel's vectors, 7 ns an element for randn's cos). In double, as glibc's own sinf reduces: q = rint(x 2/pi),
@@ -98,7 +98,7 @@ std::string sin_helper_def(int n) {
   const bool vec = n > 1;
   const std::string F = ltype(dtypes::float32.vec(n)), D = ltype(dtypes::float64.vec(n)), I = ltype(dtypes::int32.vec(n)),
                     C = cond_t(dtypes::float32.vec(n)), fs = lanes_suffix(n, "f32"), ds = lanes_suffix(n, "f64"),
-                    name = bf16_helper_name("tg.sinf", n);
+                    name = lanes_helper_name("tg.sinf", n);
   auto dk = [&](double v) { return splat(dtypes::float64.vec(n), hex64(std::bit_cast<uint64_t>(v))); };
   auto fk = [&](double v) { return splat(dtypes::float32.vec(n), hex64(std::bit_cast<uint64_t>(v))); };
   auto ik = [&](const char* v) { return splat(dtypes::int32.vec(n), v); };
@@ -159,7 +159,7 @@ std::string sin_helper_def(int n) {
 // bfloat16 ones take n lanes (n 1: scalars; vector CASTs, see LLVMRenderer::vector_alu) and are named by them.
 std::string helper_def(const std::string& fn, int n) {
   const std::string F = ltype(dtypes::float32.vec(n)), B = ltype(dtypes::bfloat16.vec(n)), I = ltype(dtypes::int32.vec(n)),
-                    H = ltype(dtypes::int16.vec(n)), C = ltype(dtypes::bool_.vec(n)), name = bf16_helper_name(fn, n);
+                    H = ltype(dtypes::int16.vec(n)), C = ltype(dtypes::bool_.vec(n)), name = lanes_helper_name(fn, n);
   auto k = [&](const char* c) { return splat(dtypes::int32.vec(n), c); };
   if (fn == "tg.bf2f")
     return "define internal " + F + " @" + name + "(" + B + " %x) alwaysinline nounwind {\n"
@@ -287,7 +287,7 @@ class LLVMEmitter {
   // sin of float32 lanes through sin_helper_def (vectorised; libm only for arguments past 2^24, inf and NaN)
   std::string sin_f32(DType d, const std::string& x) {
     auto define = [&](int lanes) {
-      const std::string nm = bf16_helper_name("tg.sinf", lanes);
+      const std::string nm = lanes_helper_name("tg.sinf", lanes);
       if (helpers_.count(nm)) return nm;
       helpers_[nm] = sin_helper_def(lanes);
       for (std::string& decl : sin_helper_decls(lanes)) decls_.insert(std::move(decl));
@@ -300,7 +300,7 @@ class LLVMEmitter {
   }
   // A call of helper fn (helper_def) over n lanes.
   std::string helper(const std::string& fn, const std::string& ret, const std::string& arg, int n = 1) {
-    std::string name = bf16_helper_name(fn, n);
+    std::string name = lanes_helper_name(fn, n);
     if (!helpers_.count(name)) helpers_[name] = helper_def(fn, n);
     return val("call " + ret + " @" + name + "(" + arg + ")");
   }
