@@ -996,6 +996,35 @@ TEST_CASE("heuristic: a transpose is a tile of whole-vector loads and stores, it
   CHECK(bt == run_with(kb, {}));
 }
 
+TEST_CASE("heuristic: a transpose whose rows are a multiple of 4 KiB apart reads 4 cache lines a tile row") {
+  // out[i][j] = in[j][i] with in's rows 1024 floats (4 KiB) apart: they fall in one L1 set, and a tile row of one
+  // vector left the rest of its lines (and the neighbours fetched with them) to be read after the whole column of
+  // tiles below, evicted by then (a 4096^2 .T, 9 ms; with rows of 64 floats 4-6). The tile's rows along the loads
+  // are 4 lines (64 floats) where the store's axis keeps a loop inside; other strides keep rows of one vector.
+  auto load_rows = [](const Kern& k, const OptConfig& cfg) {
+    int64_t amt = 0;  // the amount of the second UPCAST: the tile's rows along the loads
+    int n = 0;
+    for (const Opt& o : hand_coded_optimizations(k.ast, cfg))
+      if (o.op == OptOp::UPCAST && n++ == 1) amt = o.amt;
+    return amt;
+  };
+  Tensor a = randn({64, 1024}, 91).realize(), b = randn({64, 1000}, 92).realize(), c = randn({16, 1024}, 93).realize();
+  Kern ka = last_kernel(a.T().contiguous()), kb = last_kernel(b.T().contiguous()), kc = last_kernel(c.T().contiguous());
+  for (int w : {16, 8}) {
+    CAPTURE(w);
+    const OptConfig cfg{1, w};
+    CHECK(load_rows(ka, cfg) == 64);           // 4 lines of floats, the store's 64 rows in vectors of w
+    CHECK(load_rows(kb, cfg) == 8);            // rows 4000 bytes apart: a vector's worth (1000 = 8 x 125)
+    CHECK(load_rows(kc, cfg) == w);            // the store's axis (16, up to 2w) taken whole: no loop of tiles below
+  }
+  HostLowering h;
+  const std::vector<float> host = a.to_vector<float>();
+  auto got = run_with(ka, hand_coded_optimizations(ka.ast, h.lo.config));
+  CHECK(got == run_with(ka, {}));  // exactly the plain loops' values
+  for (int64_t i = 0; i < 1024; i += 3)
+    for (int64_t j = 0; j < 64; j++) REQUIRE(got[size_t(i * 64 + j)] == host[size_t(j * 1024 + i)]);
+}
+
 TEST_CASE("vectorize: ops over a transposed read run on the loaded rows, one transpose for the store (row_op)") {
   // A relu's gradient read back in NCHW order from channels-last activations (mnist's E_512_32_24_24): the store runs
   // along w, the input, the gradient and the bias along c. The compare and select run on whole rows of c (the

@@ -468,6 +468,10 @@ struct Heuristic {
 
   // padding an elementwise axis to whole vectors (at most w - 1 lanes of w x kPadVectors computed for nothing)
   static constexpr int64_t kPadVectors = 64;
+  static constexpr int64_t kLineBytes = 64;  // a cache line
+  static constexpr int64_t kPageBytes = 4096;  // a small page: L1's sets span one (64 sets x 64-byte lines)
+  int64_t load_isz = 4, load_row_stride = 0;  // transpose_tile: its heaviest transposed load's element size and
+                                              // the bytes between the rows of its tile
 
   static int64_t pick(int64_t n, std::initializer_list<int64_t> amts) {
     for (int64_t a : amts)
@@ -699,27 +703,53 @@ struct Heuristic {
   //     NCHW <-> NHWC). Upcasting that axis too makes a tile: each of its rows loads whole cache lines and each column
   //     stores them, instead of one float per line read at a stride (a 4096^2 transpose at 2.3 GB/s: 16 KiB apart,
   //     its lines map to a few cache sets and are evicted before the next row uses them).
+  //     Where the tile's rows are read a multiple of 4 KiB apart (a power-of-two row of 1024 floats or more) and the
+  //     store axis's loop runs inside the loop along the rows, the rows are 4 cache lines long where the axis and the
+  //     copies allow. Such rows all fall in one L1 set and in a few of L2's: a tile row of one vector reads 64 bytes,
+  //     and the next 64 (fetched with it: x86 prefetches lines in aligned pairs) are read only after the whole column
+  //     of tiles below it, evicted by then. Zen 4, 2 threads, best of 25, alternated rounds: a 4096^2 .T with rows of
+  //     16 floats 8.9-9.5 ms, 32 5.8-6.5, 64 3.8-5.9; TG_CPU=haswell (vectors of 8) rows of 8 8.0-8.1, 16 6.3-7.5,
+  //     32 5.5-5.7, 64 5.5-5.6; 2048^2 0.74-0.83 -> 0.66-0.67 ms; 1024^2 (in L3) 0.12-0.14 either way.
+  //     Other kernels keep rows of w. A store axis taken whole leaves no loop of tiles below: the next tile reads the
+  //     rest of the lines at once (attention's K^T copies, 32 x 1024 x 32 and 24 x 3072 x 32, were no faster with
+  //     longer rows). Other strides spread the rows over the sets: mnist's NHWC -> NCHW copy (512 x 32 x 400, rows
+  //     128 bytes apart, the rest of a line read 50 KiB later from L2) took 1.9 ms with rows of 16 channels, 2.0-2.4
+  //     with all 32 (twice the store streams); a 3000 x 2000 .T showed no difference beyond the noise.
+  static constexpr int64_t kTileRowLines = 4, kMaxTileCopies = 1024;
   void transpose_tile() {
     if (reduce || vec < 0 || short_vec || !getenv_int("TRANSPOSE_TILE", 1)) return;
     double best = 0;
     int pick_axis = -1;
     for (size_t i = 0; i < n_out; i++) {
       if (int(i) == vec || size[i] <= 1 || !pick(size[i], {int64_t(w), int64_t(w / 2), 4})) continue;
-      double score = 0;
+      double score = 0, heaviest = 0;
+      int64_t isz = 4, row_stride = 0;  // the heaviest transposed load's element size and row stride (bytes)
       for (size_t li = 0; li < acc.loads.size(); li++) {
         const UOp* l = acc.loads[li];
         auto ci = index_coef(l, axes[i]), cv = index_coef(l, axes[size_t(vec)]);
         if (!depends_on(l, axes[i]) || !depends_on(l, axes[size_t(vec)])) continue;
-        if (ci && *ci == 1 && !(cv && *cv == 1)) score += out_bytes(li, size0);
+        if (ci && *ci == 1 && !(cv && *cv == 1)) {
+          score += out_bytes(li, size0);
+          if (out_bytes(li, size0) > heaviest) {
+            heaviest = out_bytes(li, size0), isz = std::max<int64_t>(int64_t(acc.load_bytes[li]), 1);
+            row_stride = cv ? std::abs(*cv) * isz : 0;
+          }
+        }
         if (cv && *cv == 1) score -= out_bytes(li, size0);
       }
-      if (score > best) best = score, pick_axis = int(i);
+      if (score > best) best = score, pick_axis = int(i), load_isz = isz, load_row_stride = row_stride;
     }
     if (pick_axis < 0) return;
-    // w rows: a store axis taken whole (up to 2w) makes up to 2w x w copies, 512 under AVX-512, past the expander's
-    // 256 that BEAM keeps to; a copy kernel's body is small (a 32-channel NCHW -> NHWC copy, tiles of 32 x 16 against
-    // 32 x 8: 40 against 19-28 GB/s, loaded; about 0.1 s more to compile)
-    const int64_t a = pick(size[size_t(pick_axis)], {int64_t(w), int64_t(w / 2), 4});
+    // Rows of w (or kTileRowLines lines, above): a store axis taken whole (up to 2w) makes up to 2w x w copies, past
+    // the expander's 256 that BEAM keeps to; a copy kernel's body is small (a 32-channel NCHW -> NHWC copy, tiles of
+    // 32 x 16 against 32 x 8: 40 against 19-28 GB/s, loaded; about 0.1 s more to compile). At most kMaxTileCopies.
+    const int64_t line = std::max<int64_t>(kLineBytes / load_isz, 1), n = size[size_t(pick_axis)];
+    const bool long_rows = load_row_stride > 0 && load_row_stride % kPageBytes == 0 && vec > pick_axis &&
+                           size[size_t(vec)] > 1;  // the store axis's loop runs inside the tile rows' loop
+    int64_t a = 0;
+    for (int64_t c : {kTileRowLines * line, 2 * line, int64_t(w), int64_t(w / 2), int64_t(4)})
+      if (!a && (long_rows || c <= w) && vec_amt * c <= kMaxTileCopies && pick(n, {c})) a = c;
+    if (!a) return;
     split(OptOp::UPCAST, size_t(pick_axis), a);
     upcast *= a;
   }
@@ -1094,7 +1124,6 @@ struct Heuristic {
   //    instruction per stream and iteration for nothing (mnist's step: the max pool's r_512_32_10_10 in the
   //    backward took 28-40 ms a launch with them, 15-23 ms without; Zen 5, load 5-10).
   static constexpr int64_t kInFlightBytes = 8192;
-  static constexpr int64_t kLineBytes = 64;
   static constexpr double kStreamReuse = 4;
   // 6. (CPU) Non-temporal stores: an output whose stores are vectors along a unit-stride axis and that spans more
   //    than the last-level cache is written past the caches (Opt NONTEMPORAL): by the time a later kernel reads it,
