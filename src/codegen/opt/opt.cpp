@@ -1136,21 +1136,16 @@ struct Heuristic {
     if (cfg.local_threads > 0 || mode == 0 || (cfg.llc_bytes <= 0 && mode != 2)) return;
     if (vec < 0 || size_t(vec) >= n_out || short_vec || vec_amt < 4 || !st->bounds().known) return;
     if (auto c = index_coef(st, axes[size_t(vec)]); !c || *c != 1) return;
-    // a row kernel whose sum reads a transcendental (softmax's exp) keeps those values for its output loop
-    // (reuse_row_values): in the output row, cached, by default; with this opt (BEAM's choice) in a row array on the
-    // stack, so the output goes past the caches. Measured on the 2-core Zen 5 VM (bench/bandwidth, alternating runs,
-    // load 4-6), the cached softmax read 0.61-0.66x of the triad, the non-temporal one with its row array 0.52-0.55x
-    // (TG_CPU=haswell 0.48 against 0.34): left out here. Both kernels' code matches hand-written C of the same
-    // loops (/tmp reference, 2026-12-04); what limits them is the loops' order: a row's exps take 0.66 us (AVX-512;
-    // 1.13 us AVX2) against 1.21 us to move its 32 KiB at the triad's rate, the cached output adds a third pass
-    // (the write allocate) and the row array's output loop is a burst of stores with no work beside it. Written
-    // as a software pipeline (row r-1's output stored from a second row array inside row r's loop of exps) the C
-    // read 1.08-1.8x the cached one's GB/s natively in paired runs, 1.0x with AVX2 (load 4-8): the next step.
-    // The others' output copies are packed into vector stores for this opt (the expander), which only pays where
-    // they go past the caches.
-    if (rows)
-      for (const UOp* n : toposort(ast.get()))
-        if (n->op == Ops::REDUCE && transcendental(n->src(0))) return;
+    // A row kernel whose sum reads a transcendental (softmax's exp) keeps those values for its output loop
+    // (reuse_row_values): with this opt in a row array on the stack, so that the output goes past the caches;
+    // without it in the output row, cached, which adds a third pass over DRAM (the write allocate). bench/bandwidth's
+    // softmax (4096 x 4096, Zen 4, 2 threads, quiet, alternated with a build leaving row kernels out of this opt):
+    // 0.79 / 0.79 -> 0.88 / 0.89 of the triad, TG_CPU=haswell 0.75 / 0.74 -> 0.82 / 0.88; best of 30 calls
+    // 3.1-3.7 -> 2.8-3.2 ms. (An earlier measurement on a Zen 5 VM under load 4-6 had the cached output ahead,
+    // 0.61-0.66 against 0.52-0.55: other processes' traffic there.) The row array's output loop is still a burst of
+    // stores with no work beside it: a software pipeline (row r-1's output stored from a second row array inside
+    // row r's loop of exps) is the next step. The others' output copies are packed into vector stores for this
+    // opt (the expander), which only pays where they go past the caches.
     if (mode == 2 || store_bytes() > double(cfg.llc_bytes))
       opts.push_back({OptOp::NONTEMPORAL, 0, 1});
   }
