@@ -1025,6 +1025,43 @@ TEST_CASE("heuristic: a transpose whose rows are a multiple of 4 KiB apart reads
     for (int64_t j = 0; j < 64; j++) REQUIRE(got[size_t(i * 64 + j)] == host[size_t(j * 1024 + i)]);
 }
 
+TEST_CASE("heuristic: a transpose tile that would read more page-apart rows than it writes runs the store's blocks outermost") {
+  // NCHW -> NHWC with planes of 1024 floats (4 KiB apart): with the channel blocks innermost, as the axes come, the
+  // tile reads all 64 planes at once, each a stream of its own to the prefetcher; with them outermost (SWAPs that
+  // rotate the channel-block loop first) 16 planes, while the output (pixels 256 bytes apart) stays one stream.
+  // Planes closer than a page, a .T whose output rows are pages apart too, and blocks of channels shorter than a
+  // cache line keep their order.
+  auto swaps = [](const std::vector<Opt>& opts) {
+    return std::count_if(opts.begin(), opts.end(), [](const Opt& o) { return o.op == OptOp::SWAP; });
+  };
+  Tensor x = randn({16, 64, 32, 32}, 94).realize(), near = randn({16, 64, 30, 32}, 95).realize();
+  Tensor sq = randn({1024, 1024}, 96).realize();
+  Kern k = last_kernel(x.permute({0, 2, 3, 1}).contiguous());
+  for (int w : {16, 8}) {
+    CAPTURE(w);
+    OptConfig cfg{2, w};
+    cfg.l2_bytes = 1 << 20;  // 8 MiB copied: past the two L2s, so the threads split it
+    auto opts = hand_coded_optimizations(k.ast, cfg);
+    auto th = std::find_if(opts.begin(), opts.end(), [](const Opt& o) { return o.op == OptOp::THREAD; });
+    REQUIRE(th != opts.end());
+    if (w == 16) {
+      CHECK(swaps(opts) == 3);  // (n, h, w, c-block) -> (c-block, n, h, w)
+      CHECK(th->axis == 0);     // the threads split the channel blocks
+    } else {
+      CHECK(swaps(opts) == 0);  // blocks of 8 channels would write 32 of each 64-byte line at a time
+    }
+    CHECK(swaps(hand_coded_optimizations(last_kernel(near.permute({0, 2, 3, 1}).contiguous()).ast, cfg)) == 0);
+    CHECK(swaps(hand_coded_optimizations(last_kernel(sq.T().contiguous()).ast, cfg)) == 0);
+  }
+  HostLowering h;
+  auto got = run_with(k, hand_coded_optimizations(k.ast, h.lo.config));
+  CHECK(got == run_with(k, {}));  // exactly the plain loops' values
+  const std::vector<float> xs = x.to_vector<float>();
+  for (int64_t n = 0; n < 16; n += 3)
+    for (int64_t c = 0; c < 64; c += 5)
+      for (int64_t p = 0; p < 1024; p += 3) REQUIRE(got[size_t((n * 1024 + p) * 64 + c)] == xs[size_t((n * 64 + c) * 1024 + p)]);
+}
+
 TEST_CASE("vectorize: ops over a transposed read run on the loaded rows, one transpose for the store (row_op)") {
   // A relu's gradient read back in NCHW order from channels-last activations (mnist's E_512_32_24_24): the store runs
   // along w, the input, the gradient and the bias along c. The compare and select run on whole rows of c (the
