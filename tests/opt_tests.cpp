@@ -1062,6 +1062,25 @@ TEST_CASE("heuristic: a transpose tile that would read more page-apart rows than
       for (int64_t p = 0; p < 1024; p += 3) REQUIRE(got[size_t((n * 1024 + p) * 64 + c)] == xs[size_t((n * 64 + c) * 1024 + p)]);
 }
 
+TEST_CASE("split ranges: a copy's pixel loops merge where its columns take no vector (10 x 10 -> 100), not 32 x 32") {
+  // NCHW -> NHWC: the store runs along the channels, the loads along the columns. Columns of 10 take no vector, so
+  // the copy had no transpose tile: scalar gathers 100 floats apart. Merged into one loop of 100 (every access reads
+  // h and w as one) it takes a tile of channels x 4 pixels; columns of 32 keep their loops (a merged 56 x 56 in tiles
+  // of 16 x 16 was slower).
+  auto simplified = [](const Kern& k) { return split_ranges(graph_rewrite(k.ast, symbolic(), nullptr, false, "simplify")); };
+  Tensor a = randn({4, 32, 10, 10}, 97).realize(), b = randn({4, 32, 32, 32}, 98).realize();
+  Kern ka = last_kernel(a.permute({0, 2, 3, 1}).contiguous()), kb = last_kernel(b.permute({0, 2, 3, 1}).contiguous());
+  CHECK(kernel_axes(simplified(ka)).size() == 3);
+  CHECK(kernel_axes(simplified(kb)).size() == 4);
+  auto opts = hand_coded_optimizations(simplified(ka), OptConfig{1, 16});
+  CHECK(std::count_if(opts.begin(), opts.end(), [](const Opt& o) { return o.op == OptOp::UPCAST; }) == 2);  // the tile
+  std::vector<float> got = run_with(ka, opts), xs = a.to_vector<float>();
+  CHECK(got == run_with(ka, {}));
+  for (int64_t n = 0; n < 4; n++)
+    for (int64_t c = 0; c < 32; c++)
+      for (int64_t p = 0; p < 100; p++) REQUIRE(got[size_t((n * 100 + p) * 32 + c)] == xs[size_t((n * 32 + c) * 100 + p)]);
+}
+
 TEST_CASE("vectorize: ops over a transposed read run on the loaded rows, one transpose for the store (row_op)") {
   // A relu's gradient read back in NCHW order from channels-last activations (mnist's E_512_32_24_24): the store runs
   // along w, the input, the gradient and the bias along c. The compare and select run on whole rows of c (the
@@ -1893,11 +1912,14 @@ TEST_CASE("threads: a copy with few vector operations but buffers past the cores
   // machine model's L2 decides: the kernel's buffers past the L2 of its threads split it, whatever their operation count
   Tensor x = randn({128, 32, 10, 10}, 91).realize();
   Kern k = last_kernel(x.permute({0, 2, 3, 1}).contiguous());  // 3.3 MB moved, 25.6k vector operations at 16 lanes
+  // (the heuristic sees the kernel as lowering gives it: its 10 x 10 pixels one loop of 100, split_ranges' merge)
+  const UOpRef split = split_ranges(graph_rewrite(k.ast, symbolic(), nullptr, false, "simplify"));
+  CHECK(kernel_axes(split).size() == 3);
   auto threads_of = [&](int64_t l2) {
     OptConfig c{2, 16};
     c.vector_registers = 32;
     c.l2_bytes = l2;
-    auto opts = hand_coded_optimizations(k.ast, c);
+    auto opts = hand_coded_optimizations(split, c);
     return std::count_if(opts.begin(), opts.end(), [](const Opt& o) { return o.op == OptOp::THREAD; });
   };
   CHECK(threads_of(1 << 20) == 1);  // 3.3 MB > 2 x 1 MiB
@@ -1905,7 +1927,7 @@ TEST_CASE("threads: a copy with few vector operations but buffers past the cores
   CHECK(threads_of(0) == 0);        // an unknown L2: the operation count alone
   OptConfig c{2, 16};
   c.l2_bytes = 1 << 20;
-  auto opts = hand_coded_optimizations(k.ast, c);
+  auto opts = hand_coded_optimizations(split, c);
   std::vector<float> got = run_with(k, opts), xs = x.to_vector<float>();
   for (int64_t n : {0, 77, 127})
     for (int64_t c2 : {0, 13, 31})
