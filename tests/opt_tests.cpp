@@ -1029,12 +1029,13 @@ TEST_CASE("heuristic: a transpose tile that would read more page-apart rows than
   // NCHW -> NHWC with planes of 1024 floats (4 KiB apart): with the channel blocks innermost, as the axes come, the
   // tile reads all 64 planes at once, each a stream of its own to the prefetcher; with them outermost (SWAPs that
   // rotate the channel-block loop first) 16 planes, while the output (pixels 256 bytes apart) stays one stream.
-  // Planes closer than a page, a .T whose output rows are pages apart too, and blocks of channels shorter than a
-  // cache line keep their order.
+  // Planes closer than a page, a .T whose output rows are pages apart too, and channel blocks that cannot be whole
+  // cache lines keep their order.
   auto swaps = [](const std::vector<Opt>& opts) {
     return std::count_if(opts.begin(), opts.end(), [](const Opt& o) { return o.op == OptOp::SWAP; });
   };
   Tensor x = randn({16, 64, 32, 32}, 94).realize(), near = randn({16, 64, 30, 32}, 95).realize();
+  Tensor odd = randn({16, 24, 32, 32}, 99).realize();
   Tensor sq = randn({1024, 1024}, 96).realize();
   Kern k = last_kernel(x.permute({0, 2, 3, 1}).contiguous());
   for (int w : {16, 8}) {
@@ -1044,12 +1045,12 @@ TEST_CASE("heuristic: a transpose tile that would read more page-apart rows than
     auto opts = hand_coded_optimizations(k.ast, cfg);
     auto th = std::find_if(opts.begin(), opts.end(), [](const Opt& o) { return o.op == OptOp::THREAD; });
     REQUIRE(th != opts.end());
-    if (w == 16) {
-      CHECK(swaps(opts) == 3);  // (n, h, w, c-block) -> (c-block, n, h, w)
-      CHECK(th->axis == 0);     // the threads split the channel blocks
-    } else {
-      CHECK(swaps(opts) == 0);  // blocks of 8 channels would write 32 of each 64-byte line at a time
-    }
+    CHECK(swaps(opts) == 3);  // (n, h, w, c-block) -> (c-block, n, h, w)
+    CHECK(th->axis == 0);     // the threads split the channel blocks
+    // blocks of whole lines: vectors of 8 channels (32 bytes) take two a block
+    CHECK(std::count(opts.begin(), opts.end(), Opt{OptOp::UPCAST, 3, 2}) == (w == 8 ? 1 : 0));
+    // 24 channels: blocks of 8 that no whole line divides into (3 of them) keep the axes' order
+    CHECK(swaps(hand_coded_optimizations(last_kernel(odd.permute({0, 2, 3, 1}).contiguous()).ast, cfg)) == 0);
     CHECK(swaps(hand_coded_optimizations(last_kernel(near.permute({0, 2, 3, 1}).contiguous()).ast, cfg)) == 0);
     CHECK(swaps(hand_coded_optimizations(last_kernel(sq.T().contiguous()).ast, cfg)) == 0);
   }
