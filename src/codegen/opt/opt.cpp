@@ -269,7 +269,7 @@ UOpRef split_loop(const UOpRef& k, const UOp* x, int64_t f) {
 // Loops the store is not contiguous in merge only where the inner one takes no vector (its size not a multiple of 4):
 // an NCHW -> NHWC copy of 10 x 10 planes had no tile along its loads (10 columns), scalar gathers 100 floats apart;
 // as one axis of 100 it takes tiles of 32 channels x 4 pixels. Planes of 56 x 56 keep their rows (a merged axis of
-// 3136 in tiles of 16 x 16 took twice as long, Zen 5; 3.3-3.5 -> 3.9 ms, Zen 4).
+// 3136 in tiles of 16 x 16 took twice as long, Zen 5; 3.4 -> 3.9 ms in one run each, Zen 4).
 UOpRef merge_loops(const UOpRef& k) {
   Accesses acc = accesses(k);
   if (acc.stores.size() != 1) return k;
@@ -543,13 +543,17 @@ struct Heuristic {
     return elems * acc.load_bytes[li];
   }
   // the bytes the store's index spans (0 where its bounds are unknown)
-  double store_bytes() const {
-    if (!st->bounds().known) return 0;
+  // the element size of the store (0: not found)
+  int64_t store_item() const {
     int64_t item = 0;
     for (const UOp* n : toposort(ast.get()))
       if (n->op == Ops::STORE && n->src(0)->op == Ops::INDEX && n->src(0)->src(1) == st)
         item = n->src(1)->dtype.scalar_type().itemsize();
-    return (double(st->vmax()) - double(st->vmin()) + 1) * double(item);
+    return item;
+  }
+  double store_bytes() const {
+    if (!st->bounds().known) return 0;
+    return (double(st->vmax()) - double(st->vmin()) + 1) * double(store_item());
   }
   // load li's bytes over the output axes it depends on, at the axis sizes sz (a load's weight among the kernel's)
   double out_bytes(size_t li, const std::vector<int64_t>& sz) const {
@@ -713,12 +717,13 @@ struct Heuristic {
   //     and the next 64 (fetched with it: x86 prefetches lines in aligned pairs) are read only after the whole column
   //     of tiles below it, evicted by then. Zen 4, 2 threads, best of 25, alternated rounds: a 4096^2 .T with rows of
   //     16 floats 8.9-9.5 ms, 32 5.8-6.5, 64 3.8-5.9; TG_CPU=haswell (vectors of 8) rows of 8 8.0-8.1, 16 6.3-7.5,
-  //     32 5.5-5.7, 64 5.5-5.6; 2048^2 0.74-0.83 -> 0.66-0.67 ms; 1024^2 (in L3) 0.12-0.14 either way.
+  //     32 5.5-5.7, 64 5.5-5.6; 2048^2 0.74-0.83 -> 0.66-0.67 ms; 1024^2 (in L3) 0.12-0.20 -> 0.13-0.15 (noise).
   //     Other kernels keep rows of w. A store axis taken whole leaves no loop of tiles below: the next tile reads the
   //     rest of the lines at once (attention's K^T copies, 32 x 1024 x 32 and 24 x 3072 x 32, were no faster with
-  //     longer rows). Other strides spread the rows over the sets: mnist's NHWC -> NCHW copy (512 x 32 x 400, rows
-  //     128 bytes apart, the rest of a line read 50 KiB later from L2) took 1.9 ms with rows of 16 channels, 2.0-2.4
-  //     with all 32 (twice the store streams); a 3000 x 2000 .T showed no difference beyond the noise.
+  //     longer rows; in vectors of 8 their axis of 32 keeps a loop, and TG_CPU=haswell took them 1.7-2.1x faster).
+  //     Other strides spread the rows over the sets: mnist's NHWC -> NCHW copy (512 x 32 x 400, rows 128 bytes
+  //     apart, the rest of a line read 50 KiB later from L2) took 1.9 ms with rows of 16 channels, 2.0-2.4 with all
+  //     32 (twice the store streams); a 3000 x 2000 .T showed no difference beyond the noise.
   static constexpr int64_t kTileRowLines = 4, kMaxTileCopies = 1024;
   void transpose_tile() {
     if (reduce || vec < 0 || short_vec || !getenv_int("TRANSPOSE_TILE", 1)) return;
@@ -772,10 +777,7 @@ struct Heuristic {
     if (reserved || vec < 0 || size_t(vec) + 1 != n_out || size[size_t(vec)] <= 1) return;
     auto o = index_coef(st, axes[pick_axis]);
     if (!o) return;
-    int64_t item = 0;
-    for (const UOp* n : toposort(ast.get()))
-      if (n->op == Ops::STORE && n->src(0)->op == Ops::INDEX && n->src(0)->src(1) == st)
-        item = n->src(1)->dtype.scalar_type().itemsize();
+    const int64_t item = store_item();
     // Outermost, the store axis's blocks write their part of each output row at a different time: whole lines only.
     // A block of vectors shorter than a line is widened to one (an NCHW -> NHWC copy in vectors of 8 channels,
     // TG_CPU=haswell: 32 of each 64 bytes at a time 5.5-5.9 ms, blocks of 16 channels 3.5-3.7, the axes' order
@@ -1184,7 +1186,7 @@ struct Heuristic {
     // without it in the output row, cached, which adds a third pass over DRAM (the write allocate). bench/bandwidth's
     // softmax (4096 x 4096, Zen 4, 2 threads, quiet, alternated with a build leaving row kernels out of this opt):
     // 0.79 / 0.79 -> 0.88 / 0.89 of the triad, TG_CPU=haswell 0.75 / 0.74 -> 0.82 / 0.88; best of 30 calls
-    // 3.1-3.7 -> 2.8-3.2 ms. (An earlier measurement on a Zen 5 VM under load 4-6 had the cached output ahead,
+    // 2.9-4.1 -> 2.8-3.2 ms (10 alternated rounds). (An earlier measurement on a Zen 5 VM under load 4-6 had the cached output ahead,
     // 0.61-0.66 against 0.52-0.55: other processes' traffic there.) The row array's output loop is still a burst of
     // stores with no work beside it: a software pipeline (row r-1's output stored from a second row array inside
     // row r's loop of exps) is the next step. The others' output copies are packed into vector stores for this
