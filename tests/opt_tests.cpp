@@ -745,6 +745,47 @@ TEST_CASE("a convolution's output gradient copied into two layouts is computed c
   CHECK(gws == gwn);
 }
 
+TEST_CASE("a value computed from a channels-last convolution is stored channels-last too: its pool's stores run along the channels") {
+  // relu(conv) is stored channels-last by the layout rules; the max pool over it, read twice (its mean and the
+  // difference), is materialised. It took the NCHW order, so the pool's kernel loaded vectors along the channels
+  // and stored them 9 elements apart, and the readers gathered it (mnist's pools and batch norms at 7-17 GB/s).
+  // It follows the layout of what it is computed from now (FOLLOW_LAYOUTS=0: NCHW); the same values exactly.
+  Tensor x = randn({2, 16, 6, 6}, 27), w = randn({16, 16, 3, 3}, 28);
+  x.realize(), w.realize();
+  auto out = [&] {
+    Tensor p = x.conv2d(w, std::nullopt, 1, 1).relu().max_pool2d(2);
+    return p - p.mean({0, 2, 3}, true);
+  };
+  // the store's step along the 16 channels in the max pool's kernel
+  auto pool_store_step = [&] {
+    UOpRef root = out().uop();
+    Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+    for (auto& it : s.items) {
+      bool max = false;
+      const UOp* st = nullptr;
+      for (const UOp* u : toposort(it.ast.get())) {
+        max |= u->op == Ops::REDUCE && Ops(std::get<int64_t>(u->arg)) == Ops::MAX;
+        if (u->op == Ops::STORE && u->src(0)->op == Ops::INDEX) st = u->src(0)->src(1);
+      }
+      if (!max || !st) continue;
+      for (const UOp* r : kernel_axes(it.ast))
+        if (r->src(0)->const_int() == 16) return index_coef(st, r).value_or(-1);
+    }
+    FAIL("no max pool kernel");
+    return int64_t(0);
+  };
+  std::vector<float> yl = out().to_vector<float>(), yn;
+  int64_t nchw = 0;
+  {
+    ScopedEnv off("FOLLOW_LAYOUTS", "0");  // a knob of the scheduler: part of its cache key
+    yn = out().to_vector<float>();
+    nchw = pool_store_step();
+  }
+  CHECK(nchw == 9);
+  if (get_device(default_device()).renderer().grid_limits().threads == 0) CHECK(pool_store_step() == 1);
+  CHECK(yl == yn);
+}
+
 TEST_CASE("a depthwise convolution is channels-last on the CPU: vectors along the channels, NCHW's values") {
   // groups = input channels (one per group), 2 output channels per group: pm_layout sums it in (N, *o, *k, G, Co/G)
   // order from channels-last copies, so the kernel's innermost output axis is the 16 channels, which its store is

@@ -25,6 +25,7 @@ struct RealizeCtx {
   std::unordered_map<std::string, bool> serial;  // device -> its output loops run in order
   std::unordered_map<const UOp*, bool> has_reduce;  // an unrealised reduce lies below (within the kernel)
   std::unordered_map<const UOp*, int> layout_copies;  // value -> CONTIGUOUS copies of views of it
+  NodeSet read_as_stored;  // values a custom kernel or a copy reads (through views): their buffers' order is theirs
   // the node being visited
   bool hr = false;     // its value carries an unrealised reduce
   bool inner = false;  // an unrealised reduce lies below it
@@ -245,6 +246,7 @@ struct BufferizeCtx {
   const RealizeCtx& r;
   NodeSet outputs;                                 // the roots
   std::unordered_map<const UOp*, UOpRef> rebuilt;  // tensor graph node -> its node in the bufferized graph
+  NodeSet followed;                                // materialised values stored in a followed layout
 };
 
 // The layout the layout stage chose for a materialised value: a CONTIGUOUS of a view of a computed value stores
@@ -272,6 +274,58 @@ bool keeps_reduce(const RealizeCtx& c, const UOp* v) {
   return false;
 }
 
+// The layout a materialised intermediate takes from the values it is computed from (FOLLOW_LAYOUTS=0: none):
+// channels-last, (0, 2, ..., r - 1, 1), for a float value of shape (N, C, ...) with 8 or more channels on a serial
+// device (the CPU) whose kernel reads a value of the same N and C stored channels-last: a convolution's result or
+// a channels-last copy (a PERMUTE (0, r - 1, 1, ..., r - 2) of a materialised value), or a value that took this
+// layout itself. Stored NCHW, its kernel's vectors along C load that value contiguously but store one element a
+// row (rows H x W apart), and every later reader vectorised along C gathers it. mnist's batch norms and max pools
+// between its convolutions (the pools' forward and backward values, the batch norms' backward sums) ran at 7-17
+// GB/s so. Values read by a custom kernel or a copy (which index their buffers as stored) keep their order.
+std::vector<int64_t> followed_layout(const RealizeCtx& c, const NodeSet& followed, const UOp* u, bool output) {
+  if (output || !c.s.knobs.follow_layouts || !c.s.knobs.channels_last || !dtypes::is_float(u->dtype) ||
+      c.read_as_stored.count(u))
+    return {};
+  const UOp* val = u;  // a BUFFERIZE in the graph (a reduce whose row fusion a kernel refused): its value
+  if (u->op == Ops::BUFFERIZE) {
+    const BufferizeOpts o = BufferizeOpts::of(u);
+    if (o.output || o.row || !o.perm.empty()) return {};
+    val = u->src(0);
+  }
+  if (!(is_alu(val->op) || val->op == Ops::CAST || val->op == Ops::REDUCE_AXIS)) return {};
+  const Shape& us = c.s.shapes.at(u);
+  const size_t r = us.size();
+  if (r < 3 || us[1] < 8 || get_device(device_of(u)).renderer().grid_limits().threads != 0) return {};
+  auto same_lead = [&](const UOp* v) { return c.s.shapes.at(v)[0] == us[0] && c.s.shapes.at(v)[1] == us[1]; };
+  // a read-back view of a channels-last value: PERMUTE (0, r - 1, 1, ..., r - 2) over a materialised value
+  auto reads_back = [&](const UOp* v) {
+    if (v->op != Ops::PERMUTE || !same_lead(v)) return false;
+    const auto& perm = std::get<std::vector<int64_t>>(v->arg);
+    if (perm.size() < 3 || perm[0] != 0 || perm[1] != int64_t(perm.size()) - 1) return false;
+    for (size_t i = 2; i < perm.size(); i++)
+      if (perm[i] != int64_t(i) - 1) return false;
+    const UOp* b = v->src(0);
+    while (is_movement(b->op) && !c.is_realized(b)) b = b->src(0);
+    return c.is_realized(b) || b->op == Ops::BUFFER;
+  };
+  std::vector<const UOp*> st{u};
+  NodeSet seen{u};
+  while (!st.empty()) {
+    const UOp* v = st.back();
+    st.pop_back();
+    if (reads_back(v) || (v != u && followed.count(v) && same_lead(v))) {
+      std::vector<int64_t> perm{0};
+      for (size_t i = 2; i < r; i++) perm.push_back(int64_t(i));
+      perm.push_back(1);
+      return perm;
+    }
+    if (v->op == Ops::BUFFER || (v != u && c.is_realized(v))) continue;
+    for (auto& x : v->src())
+      if (seen.insert(x.get()).second) st.push_back(x.get());
+  }
+  return {};
+}
+
 const PatternMatcher& pm_add_bufferize() {
   using namespace pat;
   static const PatternMatcher pm(table(
@@ -287,8 +341,19 @@ const PatternMatcher& pm_add_bufferize() {
           changed = true;
         }
         UOpRef v = changed ? u->replace_src(src) : UOpRef(u);
-        if (c.r.is_realized(u) && u->op != Ops::BUFFERIZE)
-          v = bufferize(v, device_of(u), {c.outputs.count(u) != 0, false, stored_layout(u)});
+        if (c.r.is_realized(u)) {
+          const bool out = c.outputs.count(u) != 0;
+          if (std::vector<int64_t> perm = followed_layout(c.r, c.followed, u, out); !perm.empty()) {
+            c.followed.insert(u);
+            std::vector<int64_t> inv(perm.size());
+            for (size_t i = 0; i < perm.size(); i++) inv[size_t(perm[i])] = int64_t(i);
+            const UOpRef val = v->op == Ops::BUFFERIZE ? v->src()[0] : v;
+            UOpRef stored = bufferize(UOp::make(Ops::PERMUTE, v->dtype, {val}, perm), device_of(u), {out, false, perm});
+            v = UOp::make(Ops::PERMUTE, v->dtype, {stored}, inv);
+          } else if (u->op != Ops::BUFFERIZE) {
+            v = bufferize(v, device_of(u), {out, false, stored_layout(u)});
+          }
+        }
         c.rebuilt.emplace(u, v);
         return {};
       })));
@@ -298,7 +363,7 @@ const PatternMatcher& pm_add_bufferize() {
 }  // namespace
 
 void realize_map(ScheduleCtx& s) {
-  RealizeCtx c{s, s.knobs.fuse_rows, {}, {}, {}, {}, {}};
+  RealizeCtx c{s, s.knobs.fuse_rows, {}, {}, {}, {}, {}, {}};
   for (auto& r : s.roots)  // the roots are the results
     if (!contiguous_buffer(r.get())) c.realized.insert(r.get());
   for (const UOp* u : s.topo) {  // the layout copies: a CONTIGUOUS of a view of a computed value
@@ -307,8 +372,16 @@ void realize_map(ScheduleCtx& s) {
     while (is_movement(v->op)) v = v->src(0);
     c.layout_copies[v]++;
   }
+  for (const UOp* u : s.topo) {  // what custom kernels and copies read
+    if (u->op != Ops::CALL && u->op != Ops::COPY && u->op != Ops::AFTER) continue;
+    for (auto& x : u->src()) {
+      const UOp* v = x.get();
+      while (is_movement(v->op)) v = v->src(0);
+      c.read_as_stored.insert(v);
+    }
+  }
   graph_visit(s.topo, pm_realize_map(), &c, "realize map");
-  BufferizeCtx b{c, {}, {}};
+  BufferizeCtx b{c, {}, {}, {}};
   for (auto& r : s.roots) b.outputs.insert(r.get());
   graph_visit(s.topo, pm_add_bufferize(), &b, "add bufferize");
   if (!s.graph.empty()) s.old_graphs.push_back(std::move(s.graph));  // a pass before: its nodes stay keys of shapes
@@ -318,6 +391,8 @@ void realize_map(ScheduleCtx& s) {
   s.origin.clear();
   for (auto& [u, v] : b.rebuilt) {  // a BUFFERIZE's key: its value
     const UOp* from = v->op == Ops::BUFFERIZE ? v->src(0) : v.get();
+    if (v->op == Ops::PERMUTE && v->src(0)->op == Ops::BUFFERIZE && u->op != Ops::PERMUTE)  // a followed layout
+      from = v->src(0)->src(0)->src(0);
     const UOp* to = u->op == Ops::BUFFERIZE ? u->src(0) : u;
     if (from != to) s.origin[from] = to;
   }

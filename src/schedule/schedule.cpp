@@ -42,6 +42,7 @@ Knobs Knobs::from_env() {
   k.int_dot = getenv_int("INT_DOT", 1) != 0;
   k.share_layouts = getenv_int("SHARE_LAYOUTS", 1) != 0;
   k.int_gemm = getenv_int("INT_GEMM", 1) != 0;
+  k.follow_layouts = getenv_int("FOLLOW_LAYOUTS", 1) != 0;
   return k;
 }
 
@@ -49,7 +50,7 @@ std::string Knobs::key() const {
   return std::string(packed_matmul ? "p" : "-") + (channels_last ? "c" : "-") + (conv_input_grad ? "g" : "-") +
          (split_reduceop ? "s" : "-") +
          (fuse_rows ? "r" : "-") + (simplify_valid ? "v" : "-") + (multi_output ? "m" : "-") + (int_dot ? "i" : "-") +
-         (share_layouts ? "l" : "-") + (int_gemm ? "q" : "-") + std::to_string(split_threshold);
+         (share_layouts ? "l" : "-") + (int_gemm ? "q" : "-") + (follow_layouts ? "f" : "-") + std::to_string(split_threshold);
 }
 
 Arg BufferizeOpts::arg() const {

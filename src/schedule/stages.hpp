@@ -93,6 +93,7 @@ struct Knobs {
   bool share_layouts = true;        // SHARE_LAYOUTS=0: a value copied into several layouts is stored as computed, then copied
   bool int_dot = true;              // INT_DOT=0: quantised weights dequantised to float in the matvec (else integer block sums, x quantised)
   bool int_gemm = true;             // INT_GEMM=0: from 32 rows the quantised product is the packed float GEMM (else the int8 GEMM, with VNNI)
+  bool follow_layouts = true;       // FOLLOW_LAYOUTS=0: an intermediate computed from channels-last values is stored NCHW
   static Knobs from_env();
   std::string key() const;
 };
