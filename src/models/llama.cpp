@@ -36,8 +36,9 @@ void release_pages(const void* p, size_t n) {
 }
 
 // The decode matvecs' weights (every 2-D q8_0 and q4_0 tensor but the token embedding, whose rows are picked) copied
-// row-interleaved by the rows of the device's matvec tile (nn::ggml_tile_rows; INTERLEAVE_ROWS=0 keeps the file's
-// layout) and replaced by views of the copies, each copy realised on its own and the file's pages it was read from
+// row-interleaved by the rows of the device's matvec tile where this machine reads that layout faster
+// (nn::ggml_decode_interleave, measured once; INTERLEAVE_ROWS=0 keeps the file's layout, =1 interleaves without
+// measuring) and replaced by views of the copies, each copy realised on its own and the file's pages it was read from
 // handed back, so the load holds one copy of the weights at a time. Zen 4, 1 thread, quiet, weights from memory
 // (bench/qmatvec 8192 x 2048 QMV_MATS=64, the layouts alternated): q8_0 12.6-13.0 -> 24.0-24.6 GB/s, q4_0 8.9-9.1 ->
 // 11.1 GB/s (q4_0 is then compute-bound: 11.4 GB/s in cache).
@@ -57,7 +58,7 @@ void interleave_linears(nn::GGUFFile& f) {
   for (auto& [name, t] : f.tensors) {
     auto type = f.tensor_types.find(name);
     if (name == "token_embd.weight" || type == f.tensor_types.end() || t.ndim() != 3 || t.dtype() != dtypes::uint8) continue;
-    const int64_t rows = nn::ggml_tile_rows(type->second, t.device());
+    const int64_t rows = nn::ggml_decode_interleave(type->second, t.device());
     if (rows < 2) continue;
     Tensor stored = nn::ggml_interleave_rows(t, rows).realize();
     // only memory inside the file's mapping: a copy elsewhere (an unaligned tensor, gguf_load_bytes) may be shared

@@ -154,6 +154,11 @@ Tensor ggml_dequantize(const Tensor& raw, const std::string& type);
  *  and 4. 0 (no interleaving) for another type, a device that is not a serial x86 CPU with AVX-512 or AVX2, or
  *  INTERLEAVE_ROWS=0. */
 int64_t ggml_tile_rows(const std::string& type, const std::string& device = "");
+/** The rows a LLaMA's q8_0 or q4_0 decode weights are interleaved by on `device` (Llama::from_gguf): ggml_tile_rows
+ *  where that layout reads faster than the file's on this machine, else 0. Measured once per machine model, type and
+ *  rows (a product over weights twice the last-level cache, both layouts, about a second) and kept in the disk cache;
+ *  INTERLEAVE_ROWS=1 interleaves without measuring, INTERLEAVE_ROWS=0 never. `DEBUG=1` prints the measurement. */
+int64_t ggml_decode_interleave(const std::string& type, const std::string& device = "");
 /** A copy of a weight's blocks raw (N, blocks, bytes) stored row-interleaved, as llama.cpp repacks for its CPU
  *  kernels: (ceil(N / rows), blocks, rows, bytes), the `rows` rows' blocks of one column next to each other (rows
  *  past N are zero), so a tile of that many rows reads one sequential stream instead of `rows` interleaved ones.
