@@ -22,7 +22,11 @@ expect "TG_CPU=haswell on AVX-512" "$out" "ATEN_CPU_CAPABILITY=avx2" present
 out="$("$pe" "$native" "$avx512_flags")"
 expect "AVX-512 host" "$out" "ONEDNN_MAX_CPU_ISA=AVX2" absent
 expect "AVX-512 host" "$out" "ATEN_CPU_CAPABILITY=avx2" absent
-out="$("$pe" "$haswell" "$avx2_flags")"
+out="$(OPENBLAS_CORETYPE=Haswell "$pe" "$native" "$avx512_flags")"
+expect "AVX-512 host, OPENBLAS_CORETYPE=Haswell in the environment" "$out" "OPENBLAS_CORETYPE=SkylakeX" present
+out="$(OPENBLAS_CORETYPE=SkylakeX "$pe" "$haswell" "$avx512_flags")"
+expect "TG_CPU=haswell, OPENBLAS_CORETYPE=SkylakeX in the environment" "$out" "OPENBLAS_CORETYPE=Haswell" present
+out="$(env -u OPENBLAS_CORETYPE "$pe" "$haswell" "$avx2_flags")"
 expect "AVX2-only host" "$out" "ONEDNN_MAX_CPU_ISA=AVX2" absent
 expect "AVX2-only host" "$out" "ATEN_CPU_CAPABILITY=avx2" absent
 exit $fail
