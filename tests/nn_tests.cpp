@@ -1,6 +1,7 @@
 // nn: datasets (IDX), optimisers, state, JIT.
 #include <doctest/doctest.h>
 
+#include <unistd.h>
 #include <zlib.h>
 
 #include <cmath>
@@ -16,7 +17,8 @@ using namespace tg;
 
 namespace {
 std::string tmp_path(const std::string& name) {
-  auto d = std::filesystem::temp_directory_path() / "tg_nn_tests";
+  // one folder a process: meson runs this binary as two tests at once (nn, nn_nvrtc), which wrote each other's files
+  auto d = std::filesystem::temp_directory_path() / ("tg_nn_tests_" + std::to_string(::getpid()));
   std::filesystem::create_directories(d);
   return (d / name).string();
 }
