@@ -17,10 +17,18 @@ using namespace tg;
 
 namespace {
 std::string tmp_path(const std::string& name) {
-  // one folder a process: meson runs this binary as two tests at once (nn, nn_nvrtc), which wrote each other's files
-  auto d = std::filesystem::temp_directory_path() / ("tg_nn_tests_" + std::to_string(::getpid()));
-  std::filesystem::create_directories(d);
-  return (d / name).string();
+  // one folder a process, removed at exit: meson runs this binary as two tests at once (nn, nn_nvrtc), which wrote
+  // each other's files
+  struct Folder {
+    std::filesystem::path d = std::filesystem::temp_directory_path() / ("tg_nn_tests_" + std::to_string(::getpid()));
+    ~Folder() {
+      std::error_code ec;
+      std::filesystem::remove_all(d, ec);
+    }
+  };
+  static Folder f;
+  std::filesystem::create_directories(f.d);
+  return (f.d / name).string();
 }
 void write_file(const std::string& p, const std::vector<uint8_t>& bytes, bool gz) {
   if (gz) {
