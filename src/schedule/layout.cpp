@@ -502,17 +502,10 @@ UOpRef rebuild(const std::vector<const UOp*>& path, const UOpRef& repl) {
 
 // x stored with its axes in `perm` order and read back as x: the same values, another memory layout.
 UOpRef stored_as(const UOpRef& x, const std::vector<int64_t>& perm) {
-  std::vector<int64_t> inv(perm.size());
-  for (size_t i = 0; i < perm.size(); i++) inv[size_t(perm[i])] = int64_t(i);
-  return mov(Ops::PERMUTE, UOp::make(Ops::CONTIGUOUS, x->dtype, {mov(Ops::PERMUTE, x, perm)}), inv);
+  return mov(Ops::PERMUTE, UOp::make(Ops::CONTIGUOUS, x->dtype, {mov(Ops::PERMUTE, x, perm)}), inverse_permutation(perm));
 }
 // (N, C, *sp) stored as (N, *sp, C)
-UOpRef channels_last(const UOpRef& x, size_t nd) {
-  std::vector<int64_t> perm{0};
-  for (size_t i = 0; i < nd; i++) perm.push_back(int64_t(2 + i));
-  perm.push_back(1);
-  return stored_as(x, perm);
-}
+UOpRef channels_last(const UOpRef& x, size_t nd) { return stored_as(x, channels_last_perm(nd + 2)); }
 
 // A convolution-shaped reduce: a sum of a product of shape (N, G, Co/G, *o, Ci/G, *k) (nd spatial axes, G groups).
 struct ConvShape {
@@ -885,10 +878,7 @@ std::vector<UOpRef> share_layout_copies(std::vector<UOpRef> roots, LayoutCtx& c)
       if (m->op == Ops::RESHAPE) {
         back = mov(Ops::RESHAPE, back, c.shapes.of(m->src(0)));
       } else {
-        const auto& perm = std::get<std::vector<int64_t>>(m->arg);
-        std::vector<int64_t> inv(perm.size());
-        for (size_t i = 0; i < perm.size(); i++) inv[size_t(perm[i])] = int64_t(i);
-        back = mov(Ops::PERMUTE, back, inv);
+        back = mov(Ops::PERMUTE, back, inverse_permutation(std::get<std::vector<int64_t>>(m->arg)));
       }
     }
     done.emplace(u, back);

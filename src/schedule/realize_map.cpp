@@ -301,9 +301,7 @@ std::vector<int64_t> followed_layout(const RealizeCtx& c, const NodeSet& followe
   auto reads_back = [&](const UOp* v) {
     if (v->op != Ops::PERMUTE || !same_lead(v)) return false;
     const auto& perm = std::get<std::vector<int64_t>>(v->arg);
-    if (perm.size() < 3 || perm[0] != 0 || perm[1] != int64_t(perm.size()) - 1) return false;
-    for (size_t i = 2; i < perm.size(); i++)
-      if (perm[i] != int64_t(i) - 1) return false;
+    if (perm.size() < 3 || perm != inverse_permutation(channels_last_perm(perm.size()))) return false;
     const UOp* b = v->src(0);
     while (is_movement(b->op) && !c.is_realized(b)) b = b->src(0);
     return c.is_realized(b) || b->op == Ops::BUFFER;
@@ -313,12 +311,7 @@ std::vector<int64_t> followed_layout(const RealizeCtx& c, const NodeSet& followe
   while (!st.empty()) {
     const UOp* v = st.back();
     st.pop_back();
-    if (reads_back(v) || (v != u && followed.count(v) && same_lead(v))) {
-      std::vector<int64_t> perm{0};
-      for (size_t i = 2; i < r; i++) perm.push_back(int64_t(i));
-      perm.push_back(1);
-      return perm;
-    }
+    if (reads_back(v) || (v != u && followed.count(v) && same_lead(v))) return channels_last_perm(r);
     if (v->op == Ops::BUFFER || (v != u && c.is_realized(v))) continue;
     for (auto& x : v->src())
       if (seen.insert(x.get()).second) st.push_back(x.get());
@@ -345,11 +338,9 @@ const PatternMatcher& pm_add_bufferize() {
           const bool out = c.outputs.count(u) != 0;
           if (std::vector<int64_t> perm = followed_layout(c.r, c.followed, u, out); !perm.empty()) {
             c.followed.insert(u);
-            std::vector<int64_t> inv(perm.size());
-            for (size_t i = 0; i < perm.size(); i++) inv[size_t(perm[i])] = int64_t(i);
             const UOpRef val = v->op == Ops::BUFFERIZE ? v->src()[0] : v;
             UOpRef stored = bufferize(UOp::make(Ops::PERMUTE, v->dtype, {val}, perm), device_of(u), {out, false, perm});
-            v = UOp::make(Ops::PERMUTE, v->dtype, {stored}, inv);
+            v = UOp::make(Ops::PERMUTE, v->dtype, {stored}, inverse_permutation(perm));
           } else if (u->op != Ops::BUFFERIZE) {
             v = bufferize(v, device_of(u), {out, false, stored_layout(u)});
           }
@@ -391,8 +382,7 @@ void realize_map(ScheduleCtx& s) {
   s.origin.clear();
   for (auto& [u, v] : b.rebuilt) {  // a BUFFERIZE's key: its value
     const UOp* from = v->op == Ops::BUFFERIZE ? v->src(0) : v.get();
-    if (v->op == Ops::PERMUTE && v->src(0)->op == Ops::BUFFERIZE && u->op != Ops::PERMUTE)  // a followed layout
-      from = v->src(0)->src(0)->src(0);
+    if (b.followed.count(u)) from = v->src(0)->src(0)->src(0);  // a followed layout: PERMUTE(BUFFERIZE(PERMUTE(value)))
     const UOp* to = u->op == Ops::BUFFERIZE ? u->src(0) : u;
     if (from != to) s.origin[from] = to;
   }

@@ -93,6 +93,19 @@ std::vector<UOpRef> mapped_sources(const UOp* u, const std::unordered_map<const 
   return src;
 }
 
+std::vector<int64_t> inverse_permutation(const std::vector<int64_t>& perm) {
+  std::vector<int64_t> inv(perm.size());
+  for (size_t i = 0; i < perm.size(); i++) inv[size_t(perm[i])] = int64_t(i);
+  return inv;
+}
+
+std::vector<int64_t> channels_last_perm(size_t rank) {
+  std::vector<int64_t> perm{0};
+  for (size_t i = 2; i < rank; i++) perm.push_back(int64_t(i));
+  perm.push_back(1);
+  return perm;
+}
+
 std::string device_of(const UOp* u) {
   if (u->op == Ops::BUFFERIZE) return std::get<std::string>(u->src(1)->arg);
   auto dev = [](const UOp* n) { return std::get<std::string>(n->op == Ops::BUFFER ? n->src(0)->arg : n->src(1)->arg); };

@@ -118,6 +118,10 @@ UOpRef bufferize(const UOpRef& value, const std::string& device, const Bufferize
 /** The sources of `u`, each replaced by its entry in `done` (the node a walk rebuilt it as; every source has one);
  *  `changed`: whether any differs from the original. */
 std::vector<UOpRef> mapped_sources(const UOp* u, const std::unordered_map<const UOp*, UOpRef>& done, bool& changed);
+/** The permutation that undoes `perm`: inv[perm[i]] = i. */
+std::vector<int64_t> inverse_permutation(const std::vector<int64_t>& perm);
+/** (0, 2, ..., rank - 1, 1): the axes of an (N, C, ...) value in channels-last order. */
+std::vector<int64_t> channels_last_perm(size_t rank);
 /** Whether u is a row BUFFERIZE (a row-fused reduce's value, inside its reader's kernel). */
 bool is_row_bufferize(const UOp* u);
 /** Whether u is a kernel boundary: a BUFFERIZE that is not a row BUFFERIZE. */
