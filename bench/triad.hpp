@@ -12,6 +12,10 @@
 //     32 MiB L3 a Zen 5 CCD's cores share (glibc reports the whole socket's, 508 MiB; the VM has no sysfs cache
 //     entries), the same footprint as the add it is compared with; 2^25 measured lower on the VM, not higher;
 //   - the best of several repetitions.
+// The same class runs other mixes of reads and writes (one to three float arrays read, one written as float or
+// float16): a kernel with another mix is judged against what the machine's memory does for that mix, beside the
+// triad. (On the 2-core Zen 5 VM, quiet, the one-read stream moved 91-93 GB/s beside the triad's 93-95: the two agree
+// there; a machine whose writes cost more than its reads would not.)
 // The older triad (a TBB loop over 2^16-float blocks, default partitioner, SSE2 code from the default -O3 flags, one
 // store kind) moved 24-55 GB/s where tg's own add moved 68 GB/s on the same VM (2-core AMD EPYC Zen 5).
 #include <immintrin.h>
@@ -20,6 +24,7 @@
 #include <oneapi/tbb/task_arena.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -34,63 +39,126 @@ namespace bench {
 
 namespace triad_detail {
 
-// One part: a[i] = b[i] + s*c[i] for i in [0, n), a 64-byte aligned (n a multiple of 16); nt: streaming stores.
-__attribute__((target("avx512f"))) inline void part_avx512(float* a, const float* b, const float* c, size_t n, float s,
-                                                          bool nt) {
+// One part, n elements (a multiple of 16, the arrays 64-byte aligned): a[i] = s*b[i] (reads 1), b[i] + s*c[i] (2:
+// the triad) or b[i] + s*c[i] + d[i] (3), stored as float or (half) as IEEE half; nt: streaming stores.
+template <int reads>
+__attribute__((target("avx512f"))) inline __m512 value_avx512(const float* b, const float* c, const float* d, size_t i, __m512 vs) {
+  if constexpr (reads == 1) return _mm512_mul_ps(vs, _mm512_load_ps(b + i));
+  __m512 v = _mm512_fmadd_ps(vs, _mm512_load_ps(c + i), _mm512_load_ps(b + i));
+  if constexpr (reads == 3) v = _mm512_add_ps(v, _mm512_load_ps(d + i));
+  return v;
+}
+// (the zero-masked conversion: GCC 12 warns that the plain one's undefined source "may be used uninitialized")
+template <int reads, bool half>
+__attribute__((target("avx512f"))) inline void part_avx512(void* a, const float* b, const float* c, const float* d, size_t n,
+                                                          float s, bool nt) {
   const __m512 vs = _mm512_set1_ps(s);
-  if (nt)
-    for (size_t i = 0; i < n; i += 16)
-      _mm512_stream_ps(a + i, _mm512_fmadd_ps(vs, _mm512_load_ps(c + i), _mm512_load_ps(b + i)));
-  else
-    for (size_t i = 0; i < n; i += 16)
-      _mm512_store_ps(a + i, _mm512_fmadd_ps(vs, _mm512_load_ps(c + i), _mm512_load_ps(b + i)));
-  _mm_sfence();
-}
-__attribute__((target("avx2,fma"))) inline void part_avx2(float* a, const float* b, const float* c, size_t n, float s,
-                                                         bool nt) {
-  const __m256 vs = _mm256_set1_ps(s);
-  if (nt)
-    for (size_t i = 0; i < n; i += 8)
-      _mm256_stream_ps(a + i, _mm256_fmadd_ps(vs, _mm256_load_ps(c + i), _mm256_load_ps(b + i)));
-  else
-    for (size_t i = 0; i < n; i += 8)
-      _mm256_store_ps(a + i, _mm256_fmadd_ps(vs, _mm256_load_ps(c + i), _mm256_load_ps(b + i)));
-  _mm_sfence();
-}
-inline void part_sse2(float* a, const float* b, const float* c, size_t n, float s, bool nt) {
-  const __m128 vs = _mm_set1_ps(s);
-  for (size_t i = 0; i < n; i += 4) {
-    __m128 v = _mm_add_ps(_mm_load_ps(b + i), _mm_mul_ps(vs, _mm_load_ps(c + i)));
-    nt ? _mm_stream_ps(a + i, v) : _mm_store_ps(a + i, v);
+  if constexpr (half) {
+    auto* h = static_cast<__m256i*>(a);
+    if (nt)
+      for (size_t i = 0; i < n; i += 16) _mm256_stream_si256(h + i / 16, _mm512_maskz_cvtps_ph(0xffff, value_avx512<reads>(b, c, d, i, vs), _MM_FROUND_TO_NEAREST_INT));
+    else
+      for (size_t i = 0; i < n; i += 16) _mm256_store_si256(h + i / 16, _mm512_maskz_cvtps_ph(0xffff, value_avx512<reads>(b, c, d, i, vs), _MM_FROUND_TO_NEAREST_INT));
+  } else {
+    auto* f = static_cast<float*>(a);
+    if (nt)
+      for (size_t i = 0; i < n; i += 16) _mm512_stream_ps(f + i, value_avx512<reads>(b, c, d, i, vs));
+    else
+      for (size_t i = 0; i < n; i += 16) _mm512_store_ps(f + i, value_avx512<reads>(b, c, d, i, vs));
   }
   _mm_sfence();
+}
+template <int reads>
+__attribute__((target("avx2,fma"))) inline __m256 value_avx2(const float* b, const float* c, const float* d, size_t i, __m256 vs) {
+  if constexpr (reads == 1) return _mm256_mul_ps(vs, _mm256_load_ps(b + i));
+  __m256 v = _mm256_fmadd_ps(vs, _mm256_load_ps(c + i), _mm256_load_ps(b + i));
+  if constexpr (reads == 3) v = _mm256_add_ps(v, _mm256_load_ps(d + i));
+  return v;
+}
+template <int reads, bool half>
+__attribute__((target("avx2,fma,f16c"))) inline void part_avx2(void* a, const float* b, const float* c, const float* d, size_t n,
+                                                              float s, bool nt) {
+  const __m256 vs = _mm256_set1_ps(s);
+  if constexpr (half) {
+    auto* h = static_cast<__m128i*>(a);
+    if (nt)
+      for (size_t i = 0; i < n; i += 8) _mm_stream_si128(h + i / 8, _mm256_cvtps_ph(value_avx2<reads>(b, c, d, i, vs), _MM_FROUND_TO_NEAREST_INT));
+    else
+      for (size_t i = 0; i < n; i += 8) _mm_store_si128(h + i / 8, _mm256_cvtps_ph(value_avx2<reads>(b, c, d, i, vs), _MM_FROUND_TO_NEAREST_INT));
+  } else {
+    auto* f = static_cast<float*>(a);
+    if (nt)
+      for (size_t i = 0; i < n; i += 8) _mm256_stream_ps(f + i, value_avx2<reads>(b, c, d, i, vs));
+    else
+      for (size_t i = 0; i < n; i += 8) _mm256_store_ps(f + i, value_avx2<reads>(b, c, d, i, vs));
+  }
+  _mm_sfence();
+}
+// SSE2: float output only (a half needs F16C, which every AVX2 CPU has)
+template <int reads>
+inline void part_sse2(void* a, const float* b, const float* c, const float* d, size_t n, float s, bool nt) {
+  const __m128 vs = _mm_set1_ps(s);
+  auto* f = static_cast<float*>(a);
+  for (size_t i = 0; i < n; i += 4) {
+    __m128 v = reads == 1 ? _mm_mul_ps(vs, _mm_load_ps(b + i)) : _mm_add_ps(_mm_load_ps(b + i), _mm_mul_ps(vs, _mm_load_ps(c + i)));
+    if (reads == 3) v = _mm_add_ps(v, _mm_load_ps(d + i));
+    nt ? _mm_stream_ps(f + i, v) : _mm_store_ps(f + i, v);
+  }
+  _mm_sfence();
+}
+
+using PartFn = void (*)(void*, const float*, const float*, const float*, size_t, float, bool);
+template <int reads>
+inline PartFn pick(bool avx512, bool avx2, bool half) {
+  if (avx512) return half ? part_avx512<reads, true> : part_avx512<reads, false>;
+  if (avx2) return half ? part_avx2<reads, true> : part_avx2<reads, false>;
+  return half ? nullptr : part_sse2<reads>;
+}
+// The IEEE half of a float that one holds exactly (the small integers check() expects)
+inline uint16_t half_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if (f == 0.0f) return 0;
+  return uint16_t(((u >> 16) & 0x8000u) | ((((u >> 23) & 0xffu) - 127u + 15u) << 10) | ((u >> 13) & 0x3ffu));
 }
 
 }  // namespace triad_detail
 
-/** A STREAM triad over three arrays of n floats on tg's threads (see the file comment). Not thread-safe. */
+/** A streaming kernel over arrays of n floats on tg's threads (see the file comment): by default the STREAM triad
+ *  (two float arrays read, one written); `reads` 1..3 float arrays read and one written as float, or (half) as IEEE
+ *  half: the same mix of reads and writes as a memory-bound kernel it is compared with. Not thread-safe. */
 class Triad {
  public:
-  explicit Triad(size_t n = size_t(1) << 24) : n_(n / 64 * 64), threads_(std::max(1, tg_threads())), arena_(threads_) {
-    for (float** p : {&a_, &b_, &c_}) {
+  explicit Triad(size_t n = size_t(1) << 24, int reads = 2, bool half = false)
+      : n_(n / 64 * 64), reads_(reads), half_(half), threads_(std::max(1, tg_threads())), arena_(threads_) {
+    if (reads < 1 || reads > 3) throw std::invalid_argument("[triad] reads must be 1..3, got " + std::to_string(reads));
+    const bool avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    isa_ = avx512 ? "AVX-512" : avx2 ? "AVX2" : "SSE2";
+    part_ = reads == 1 ? triad_detail::pick<1>(avx512, avx2, half) : reads == 2 ? triad_detail::pick<2>(avx512, avx2, half) : triad_detail::pick<3>(avx512, avx2, half);
+    if (!part_) throw std::invalid_argument("[triad] half output needs F16C");
+    for (float** p : {&b_, &c_, &d_}) {
+      if (p - &b_ >= reads) break;
       *p = static_cast<float*>(std::aligned_alloc(64, n_ * sizeof(float)));
       if (!*p) throw std::bad_alloc();
     }
-    if (__builtin_cpu_supports("avx512f"))
-      part_ = triad_detail::part_avx512, isa_ = "AVX-512";
-    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-      part_ = triad_detail::part_avx2, isa_ = "AVX2";
+    a_ = std::aligned_alloc(64, n_ * out_bytes());
+    if (!a_) throw std::bad_alloc();
     for_parts([&](size_t lo, size_t hi) {  // first touch, by parts
-      std::fill(a_ + lo, a_ + hi, 0.0f), std::fill(b_ + lo, b_ + hi, 1.0f), std::fill(c_ + lo, c_ + hi, 2.0f);
+      std::memset(static_cast<char*>(a_) + lo * out_bytes(), 0, (hi - lo) * out_bytes());
+      std::fill(b_ + lo, b_ + hi, 1.0f);
+      if (c_) std::fill(c_ + lo, c_ + hi, 2.0f);
+      if (d_) std::fill(d_ + lo, d_ + hi, 1.0f);
     });
   }
-  ~Triad() { std::free(a_), std::free(b_), std::free(c_); }
+  ~Triad() { std::free(a_), std::free(b_), std::free(c_), std::free(d_); }
   Triad(const Triad&) = delete;
   Triad& operator=(const Triad&) = delete;
 
-  /** One triad over the arrays; nt: non-temporal stores. */
+  /** One run over the arrays; nt: non-temporal stores. */
   void run(bool nt) {
-    for_parts([&](size_t lo, size_t hi) { part_(a_ + lo, b_ + lo, c_ + lo, hi - lo, 3.0f, nt); });
+    for_parts([&](size_t lo, size_t hi) {
+      part_(static_cast<char*>(a_) + lo * out_bytes(), b_ + lo, c_ ? c_ + lo : nullptr, d_ ? d_ + lo : nullptr, hi - lo, 3.0f, nt);
+    });
   }
   /** The ms of one run of each store kind, the faster's (each kind's best so far is kept: best_gbs). */
   double once_ms() {
@@ -107,22 +175,39 @@ class Triad {
     for (int r = 0; r < reps; r++) best = std::min(best, once_ms());
     return best;
   }
-  /** GB/s of a run of `ms` (12 bytes an element). */
-  double gbs(double ms) const { return 12.0 * double(n_) / ms / 1e6; }
+  /** Bytes an element: each array read once, the output written once (the triad's 12, as STREAM counts). */
+  double bytes_per_element() const { return 4.0 * reads_ + double(out_bytes()); }
+  /** GB/s of a run of `ms`. */
+  double gbs(double ms) const { return bytes_per_element() * double(n_) / ms / 1e6; }
   /** Best GB/s so far with ordinary (nt false) or non-temporal stores. */
   double best_gbs(bool nt) const { return gbs(best_[nt]); }
-  /** "16777216 floats (64 MiB) x 3, 2 threads, AVX-512" */
+  /** "16777216 floats (64 MiB) x 3, 2 threads, AVX-512"; another mix: "... 1 read, 1 written as float16 ..." */
   std::string describe() const {
-    char s[96];
-    std::snprintf(s, sizeof s, "%zu floats (%zu MiB) x 3, %d threads, %s", n_, n_ * 4 >> 20, threads_, isa_);
+    char s[128];
+    if (reads_ == 2 && !half_)
+      std::snprintf(s, sizeof s, "%zu floats (%zu MiB) x 3, %d threads, %s", n_, n_ * 4 >> 20, threads_, isa_);
+    else
+      std::snprintf(s, sizeof s, "%zu floats (%zu MiB): %d read, 1 written as %s, %d threads, %s", n_, n_ * 4 >> 20, reads_,
+                    half_ ? "float16" : "float32", threads_, isa_);
     return s;
   }
   void check() const {  // every element written (the last run's values)
-    for (size_t i = 0; i < n_; i += 4093)
-      if (a_[i] != 7.0f) throw std::runtime_error("[triad] wrong result at " + std::to_string(i));
+    const float want = reads_ == 1 ? 3.0f : reads_ == 2 ? 7.0f : 8.0f;
+    for (size_t i = 0; i < n_; i += 4093) {
+      bool ok;
+      if (half_) {
+        uint16_t h;
+        std::memcpy(&h, static_cast<const char*>(a_) + 2 * i, 2);
+        ok = h == triad_detail::half_bits(want);
+      } else {
+        ok = static_cast<const float*>(a_)[i] == want;
+      }
+      if (!ok) throw std::runtime_error("[triad] wrong result at " + std::to_string(i));
+    }
   }
 
  private:
+  size_t out_bytes() const { return half_ ? 2 : 4; }
   template <class F>
   void for_parts(F&& f) {
     const size_t parts = size_t(threads_);
@@ -133,10 +218,13 @@ class Triad {
     });
   }
   size_t n_;
+  int reads_;
+  bool half_;
   int threads_;
   tbb::task_arena arena_;
-  float *a_ = nullptr, *b_ = nullptr, *c_ = nullptr;
-  void (*part_)(float*, const float*, const float*, size_t, float, bool) = triad_detail::part_sse2;
+  void* a_ = nullptr;
+  float *b_ = nullptr, *c_ = nullptr, *d_ = nullptr;
+  triad_detail::PartFn part_ = nullptr;
   const char* isa_ = "SSE2";
   double best_[2] = {1e30, 1e30};
 };
@@ -145,6 +233,7 @@ class Triad {
 struct Rounds {
   std::vector<std::vector<double>> ms;  ///< ms[side][round]: the better of the side's two runs in the round
   double triad_ms = 1e30;               ///< the triad's best (Triad::once_ms) over the rounds
+  double mix_ms = 1e30;                 ///< the same-mix stream's best over the rounds (interleaved's `mix`)
   /** The side's best ms. */
   double best(size_t side) const { return *std::min_element(ms[side].begin(), ms[side].end()); }
   /** The side's median over the rounds. */
@@ -162,12 +251,14 @@ struct Rounds {
  *  triad 1.87-2.37, after itself 1.77-1.94; why was not found), and its threads' one oneTBB worker first leaves the
  *  other's task arena (150-200 us in a micro-benchmark: a worker leaves an arena only after spinning in it). With one
  *  run a round, a side paid both every time and the triad's best never did: tg's add read 0.61-0.88 of the triad
- *  where two runs a round read 0.94-1.01 in the same minutes. */
-inline Rounds interleaved(Triad& triad, const std::vector<std::function<void()>>& sides, int rounds) {
+ *  where two runs a round read 0.94-1.01 in the same minutes. With `mix`, that stream runs after the triad each
+ *  round, the same way. */
+inline Rounds interleaved(Triad& triad, const std::vector<std::function<void()>>& sides, int rounds, Triad* mix = nullptr) {
   Rounds r;
   r.ms.resize(sides.size());
   for (int k = 0; k < rounds; k++) {
     r.triad_ms = std::min(r.triad_ms, triad.once_ms());
+    if (mix) r.mix_ms = std::min(r.mix_ms, mix->once_ms());
     for (size_t s = 0; s < sides.size(); s++) r.ms[s].push_back(best_ms(sides[s], 2));
   }
   return r;
