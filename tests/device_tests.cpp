@@ -698,6 +698,35 @@ TEST_CASE("opt_config sizes the optimiser from the device's machine model") {
   CHECK(c.fma_chains == int(std::lround((m.fma_latency + 1) * m.fma_per_cycle)));
 }
 
+TEST_CASE("the machine model's row prefetch: measured once on the host and kept, or set by ROW_PREFETCH") {
+  const cpu::CpuTarget& t = cpu::cpu_target();
+  {
+    ScopedEnv e("ROW_PREFETCH", "1");
+    MachineModel m = cpu::machine_model_of(t, 2);
+    CHECK(m.row_prefetch);
+    CHECK(m.row_prefetch_source == "ROW_PREFETCH");
+    CHECK(to_string(m).find(", row prefetch yes (ROW_PREFETCH)") != std::string::npos);
+  }
+  {
+    ScopedEnv e("ROW_PREFETCH", "0");
+    MachineModel m = cpu::machine_model_of(t, 2);
+    CHECK(!m.row_prefetch);
+    CHECK(to_string(m).find(", row prefetch no (ROW_PREFETCH)") != std::string::npos);
+  }
+  {
+    ScopedEnv e("ROW_PREFETCH", "2");
+    CHECK_THROWS_WITH_AS(cpu::machine_model_of(t, 2), doctest::Contains("ROW_PREFETCH"), EnvError);
+  }
+  // unset: measured (x86), then answered from memory (the same decision, though memory speed varies run to run)
+  ScopedEnv e("ROW_PREFETCH", "");
+  MachineModel a = cpu::machine_model_of(t, 2);
+#if defined(__x86_64__)
+  CHECK(a.row_prefetch_source == "measured");
+#endif
+  for (int i = 0; i < 3; i++) CHECK(cpu::machine_model_of(t, 2).row_prefetch == a.row_prefetch);
+  CHECK(opt_config(get_device("CPU")).row_prefetch == get_device("CPU").machine().row_prefetch);
+}
+
 TEST_CASE("TG_PROCESS_REPLAY records each compiled kernel's key, opts and source as a JSON line") {
   TempDir dir;
   Tensor a = Tensor::arange(0, 331, 1).cast(dtypes::float32);

@@ -1720,13 +1720,14 @@ TEST_CASE("PREFETCH runs ahead in loop order: past a short row's end it prefetch
   for (int64_t b : at_blocks) CHECK(b == last % nb);
 }
 
-TEST_CASE("PREFETCH: a 4096 x 4096 softmax (a row kernel) prefetches the next row in its last sum's loop, a layernorm in none") {
+TEST_CASE("PREFETCH: a 4096 x 4096 softmax (a row kernel) prefetches the next row in its last sum's loop, a layernorm only where the machine model says so") {
   // a row kernel's work is its loops one after another (3 x 4096 per row), not the product of all its axes (4096^4):
   // it streams x about once, so it prefetches, one row (16 KiB) ahead, within a quarter of L2, in the loop of its
   // last sum before the output loop where that loop computes a transcendental (softmax's sum of exps, reading the
   // other REDUCE), not its first (the max): the next row's reads then run beside the exps. A layernorm's loops (the
-  // mean, the variance) are a few adds an element and leave the rows to the hardware prefetcher: no PREFETCH. Lowered
-  // for a Zen 5 machine model (2 threads, AVX-512, 1 MiB L2), whatever this machine is.
+  // mean, the variance) are a few adds an element: whether they prefetch is the machine model's row_prefetch (measured
+  // on the host); without it no PREFETCH, with it the same one as the softmax's, in the variance's loop. Lowered for
+  // a Zen 5 machine model (2 threads, AVX-512, 1 MiB L2), whatever this machine is.
   Device& dev = get_device("CPU");
   LowerOptions lo;
   lo.config = opt_config(dev);
@@ -1734,10 +1735,11 @@ TEST_CASE("PREFETCH: a 4096 x 4096 softmax (a row kernel) prefetches the next ro
   lo.config.l2_bytes = 1 << 20;
   const int64_t n = 4096, row_bytes = n * 4;
   Tensor x = randn({n, n}, 51).realize();
-  for (int which = 0; which < 2; which++) {
-    INFO(std::string(which == 0 ? "layernorm" : "softmax"));
-    Kern k = last_kernel(which == 0 ? x.layer_norm({n}) : x.softmax(-1));
-    CompiledKernel ck = lower_kernel(k.ast, which == 0 ? "pf_ln" : "pf_sm", dev.renderer(), lo);
+  for (int which = 0; which < 3; which++) {  // layernorm without row_prefetch, with it, softmax without it
+    INFO(std::string(which == 0 ? "layernorm" : which == 1 ? "layernorm, row_prefetch" : "softmax"));
+    lo.config.row_prefetch = which == 1;
+    Kern k = last_kernel(which < 2 ? x.layer_norm({n}) : x.softmax(-1));
+    CompiledKernel ck = lower_kernel(k.ast, which == 0 ? "pf_ln" : which == 1 ? "pf_ln_rp" : "pf_sm", dev.renderer(), lo);
     std::vector<Opt> without;
     for (const Opt& o : ck.opts)
       if (o.op != OptOp::PREFETCH) without.push_back(o);
@@ -1778,7 +1780,7 @@ TEST_CASE("PREFETCH: a 4096 x 4096 softmax (a row kernel) prefetches the next ro
     // a small L2 (48 KiB): a quarter of it ahead (12 KiB), within the row
     LowerOptions small = lo;
     small.config.l2_bytes = 48 << 10;
-    std::vector<Opt> so = lower_kernel(k.ast, which == 0 ? "pf_ln_small" : "pf_sm_small", dev.renderer(), small).opts;
+    std::vector<Opt> so = lower_kernel(k.ast, which == 1 ? "pf_ln_rp_small" : "pf_sm_small", dev.renderer(), small).opts;
     CHECK(std::count(so.begin(), so.end(), Opt{OptOp::PREFETCH, pf.axis, 12 << 10}) == 1);
   }
 }

@@ -180,9 +180,14 @@ struct MachineModel {
   /// a vector instruction summing 4 byte products into each int32 lane (x86 vpdpbusd: AVX512-VNNI or AVX-VNNI;
   /// AArch64 sdot): what the int8 GEMM of quantised weights needs to run at 4x the float FMA rate
   bool int8_dot = false;
+  /// a row kernel whose loops are a few ops an element (layernorm) prefetches the next row in its last loop before
+  /// the output's: measured on the host once per model line (and kept in the disk cache), or ROW_PREFETCH=0/1
+  bool row_prefetch = false;
+  std::string row_prefetch_source;  ///< "measured", "ROW_PREFETCH", or "" (not known: not prefetched)
 };
 /** One line: "znver3 (host): AVX2+FMA, 256-bit x 16 vector registers, FMA latency 4 x 2/cycle (LLVM sched model),
- *  L1d 32 KiB, L2 512 KiB, L3 32 MiB (ours 4 MiB: 2 of 16 CPUs) (cpuid), 2 cores". */
+ *  L1d 32 KiB, L2 512 KiB, L3 32 MiB (ours 4 MiB: 2 of 16 CPUs) (cpuid), 2 cores", and where known
+ *  ", row prefetch yes (measured)". */
 std::string to_string(const MachineModel& m);
 
 /** A device: a name ("CPU", "CL:1", ...) and its four parts. */

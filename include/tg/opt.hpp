@@ -83,6 +83,8 @@ struct OptConfig {
   int fma_chains = 10;
   /// a vector instruction sums 4 byte products into each int32 lane (x86 vpdpbusd; MachineModel::int8_dot)
   bool int8_dot = false;
+  /// a row kernel of a few ops an element prefetches its next row too (MachineModel::row_prefetch)
+  bool row_prefetch = false;
 };
 
 /** The most bytes a row kernel keeps in a row array on the stack (softmax's exps, where its output goes past the

@@ -236,7 +236,9 @@ std::string to_string(const MachineModel& m) {
            " CPUs)";
     s += " (" + m.cache_source + ")";
   }
-  return s + ", " + std::to_string(m.cores) + (m.cores == 1 ? " core" : " cores");
+  s += ", " + std::to_string(m.cores) + (m.cores == 1 ? " core" : " cores");
+  if (!m.row_prefetch_source.empty()) s += std::string(", row prefetch ") + (m.row_prefetch ? "yes" : "no") + " (" + m.row_prefetch_source + ")";
+  return s;
 }
 
 std::string device_info(const std::string& device) {

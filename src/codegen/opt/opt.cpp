@@ -384,6 +384,7 @@ OptConfig opt_config(const Device& dev) {
   c.llc_bytes = m.l3_share_bytes > 0 ? m.l3_share_bytes : m.l2_bytes * std::max(1, c.threads);
   c.fma_chains = std::max(1, int(std::lround((m.fma_latency + 1) * m.fma_per_cycle)));
   c.int8_dot = m.int8_dot;
+  c.row_prefetch = m.row_prefetch;
   return c;
 }
 
@@ -1237,13 +1238,14 @@ struct Heuristic {
           if (env <= 1)  // one row ahead (the loop's span of the load), within a quarter of L2
             bytes = std::clamp(size0[i] * step, bytes, std::max(bytes, cfg.l2_bytes / 4));
           // a row kernel: in its last loop over the row before the output loop, where that loop computes a
-          // transcendental (softmax's exps). Its row of prefetches then issues beside many vector ops an element; a
-          // loop of a few adds (layernorm's mean and variance) issues them in a burst that fills the core's miss
-          // buffers and waits, and the hardware prefetcher, which streams the rows ahead through all three loops, does
-          // better alone: bench/bandwidth's layernorm (4096 x 4096, 2 threads, Zen 4, 20 runs each, alternated)
-          // 3.27-3.30 -> 2.70 ms best, TG_CPU=haswell 2.81-2.91 -> 2.60-2.61; the softmax keeps its prefetch (3.26-3.48
-          // ms with it, 3.85 without).
-          if (std::ptrdiff_t before = loops_before(axes[i]); before > pick_before && transcendental_in(axes[i]))
+          // transcendental (softmax's exps): its row of prefetches then issues beside many vector ops an element.
+          // A loop of a few adds (layernorm's mean and variance) prefetches only where the machine model's
+          // row_prefetch says so (measured on the host, backends/cpu/machine.cpp): on Zen 4 its prefetches filled the
+          // core's miss buffers in a burst (bench/bandwidth's layernorm, 4096 x 4096, 2 threads, alternated: 2.70 ms
+          // without, 3.27-3.30 with; TG_CPU=haswell 2.60 against 2.81-2.91), on Zen 5 they overlap the next row's
+          // reads with the output's stores (2.24-2.32 ms without, 1.90-2.03 with; TG_CPU=haswell 2.80-2.90 against
+          // 1.94-2.08). The softmax keeps its prefetch on both (Zen 4: 3.26-3.48 ms with it, 3.85 without).
+          if (std::ptrdiff_t before = loops_before(axes[i]); before > pick_before && (transcendental_in(axes[i]) || cfg.row_prefetch))
             pick = Opt{OptOp::PREFETCH, int(i), bytes}, pick_before = before;
           break;
         }
