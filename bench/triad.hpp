@@ -132,7 +132,7 @@ class Triad {
   explicit Triad(size_t n = size_t(1) << 24, int reads = 2, bool half = false)
       : n_(n / 64 * 64), reads_(reads), half_(half), threads_(std::max(1, tg_threads())), arena_(threads_) {
     if (reads < 1 || reads > 3) throw std::invalid_argument("[triad] reads must be 1..3, got " + std::to_string(reads));
-    const bool avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && __builtin_cpu_supports("f16c");
+    const bool avx512 = __builtin_cpu_supports("avx512f"), avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");  // F16C: every AVX2 CPU has it (Ivy Bridge on)
     isa_ = avx512 ? "AVX-512" : avx2 ? "AVX2" : "SSE2";
     part_ = reads == 1 ? triad_detail::pick<1>(avx512, avx2, half) : reads == 2 ? triad_detail::pick<2>(avx512, avx2, half) : triad_detail::pick<3>(avx512, avx2, half);
     if (!part_) throw std::invalid_argument("[triad] half output needs F16C");
