@@ -40,60 +40,47 @@ namespace bench {
 namespace triad_detail {
 
 // One part, n elements (a multiple of 16, the arrays 64-byte aligned): a[i] = s*b[i] (reads 1), b[i] + s*c[i] (2:
-// the triad) or b[i] + s*c[i] + d[i] (3), stored as float or (half) as IEEE half; nt: streaming stores.
-template <int reads>
-__attribute__((target("avx512f"))) inline __m512 value_avx512(const float* b, const float* c, const float* d, size_t i, __m512 vs) {
-  if constexpr (reads == 1) return _mm512_mul_ps(vs, _mm512_load_ps(b + i));
-  __m512 v = _mm512_fmadd_ps(vs, _mm512_load_ps(c + i), _mm512_load_ps(b + i));
-  if constexpr (reads == 3) v = _mm512_add_ps(v, _mm512_load_ps(d + i));
-  return v;
-}
-// (the zero-masked conversion: GCC 12 warns that the plain one's undefined source "may be used uninitialized")
-template <int reads, bool half>
-__attribute__((target("avx512f"))) inline void part_avx512(void* a, const float* b, const float* c, const float* d, size_t n,
-                                                          float s, bool nt) {
-  const __m512 vs = _mm512_set1_ps(s);
-  if constexpr (half) {
-    auto* h = static_cast<__m256i*>(a);
-    if (nt)
-      for (size_t i = 0; i < n; i += 16) _mm256_stream_si256(h + i / 16, _mm512_maskz_cvtps_ph(0xffff, value_avx512<reads>(b, c, d, i, vs), _MM_FROUND_TO_NEAREST_INT));
-    else
-      for (size_t i = 0; i < n; i += 16) _mm256_store_si256(h + i / 16, _mm512_maskz_cvtps_ph(0xffff, value_avx512<reads>(b, c, d, i, vs), _MM_FROUND_TO_NEAREST_INT));
-  } else {
-    auto* f = static_cast<float*>(a);
-    if (nt)
-      for (size_t i = 0; i < n; i += 16) _mm512_stream_ps(f + i, value_avx512<reads>(b, c, d, i, vs));
-    else
-      for (size_t i = 0; i < n; i += 16) _mm512_store_ps(f + i, value_avx512<reads>(b, c, d, i, vs));
+// the triad) or b[i] + s*c[i] + d[i] (3), stored as float or (half) as IEEE half; nt: streaming stores. One
+// definition for each vector ISA (its target attribute, vector types and intrinsics; W floats a vector). AVX-512's
+// half conversion is the zero-masked one: GCC 12 warns that the plain one's undefined source "may be used
+// uninitialized".
+#define TG_TRIAD_PART(NAME, TARGET, W, VEC, HVEC, SET1, LOAD, MUL, ADD, FMA, STORE, STREAM, TOHALF, HSTORE, HSTREAM)  \
+  template <int reads>                                                                                             \
+  __attribute__((target(TARGET))) inline VEC NAME##_value(const float* b, const float* c, const float* d, size_t i, \
+                                                          VEC vs) {                                                \
+    if constexpr (reads == 1) return MUL(vs, LOAD(b + i));                                                         \
+    VEC v = FMA(vs, LOAD(c + i), LOAD(b + i));                                                                     \
+    if constexpr (reads == 3) v = ADD(v, LOAD(d + i));                                                             \
+    return v;                                                                                                      \
+  }                                                                                                                \
+  template <int reads, bool half>                                                                                  \
+  __attribute__((target(TARGET))) inline void NAME(void* a, const float* b, const float* c, const float* d,         \
+                                                   size_t n, float s, bool nt) {                                   \
+    const VEC vs = SET1(s);                                                                                        \
+    if constexpr (half) {                                                                                          \
+      auto* h = static_cast<HVEC*>(a);                                                                             \
+      if (nt)                                                                                                      \
+        for (size_t i = 0; i < n; i += W) HSTREAM(h + i / W, TOHALF(NAME##_value<reads>(b, c, d, i, vs)));          \
+      else                                                                                                         \
+        for (size_t i = 0; i < n; i += W) HSTORE(h + i / W, TOHALF(NAME##_value<reads>(b, c, d, i, vs)));           \
+    } else {                                                                                                       \
+      auto* f = static_cast<float*>(a);                                                                            \
+      if (nt)                                                                                                      \
+        for (size_t i = 0; i < n; i += W) STREAM(f + i, NAME##_value<reads>(b, c, d, i, vs));                      \
+      else                                                                                                         \
+        for (size_t i = 0; i < n; i += W) STORE(f + i, NAME##_value<reads>(b, c, d, i, vs));                       \
+    }                                                                                                              \
+    _mm_sfence();                                                                                                  \
   }
-  _mm_sfence();
-}
-template <int reads>
-__attribute__((target("avx2,fma"))) inline __m256 value_avx2(const float* b, const float* c, const float* d, size_t i, __m256 vs) {
-  if constexpr (reads == 1) return _mm256_mul_ps(vs, _mm256_load_ps(b + i));
-  __m256 v = _mm256_fmadd_ps(vs, _mm256_load_ps(c + i), _mm256_load_ps(b + i));
-  if constexpr (reads == 3) v = _mm256_add_ps(v, _mm256_load_ps(d + i));
-  return v;
-}
-template <int reads, bool half>
-__attribute__((target("avx2,fma,f16c"))) inline void part_avx2(void* a, const float* b, const float* c, const float* d, size_t n,
-                                                              float s, bool nt) {
-  const __m256 vs = _mm256_set1_ps(s);
-  if constexpr (half) {
-    auto* h = static_cast<__m128i*>(a);
-    if (nt)
-      for (size_t i = 0; i < n; i += 8) _mm_stream_si128(h + i / 8, _mm256_cvtps_ph(value_avx2<reads>(b, c, d, i, vs), _MM_FROUND_TO_NEAREST_INT));
-    else
-      for (size_t i = 0; i < n; i += 8) _mm_store_si128(h + i / 8, _mm256_cvtps_ph(value_avx2<reads>(b, c, d, i, vs), _MM_FROUND_TO_NEAREST_INT));
-  } else {
-    auto* f = static_cast<float*>(a);
-    if (nt)
-      for (size_t i = 0; i < n; i += 8) _mm256_stream_ps(f + i, value_avx2<reads>(b, c, d, i, vs));
-    else
-      for (size_t i = 0; i < n; i += 8) _mm256_store_ps(f + i, value_avx2<reads>(b, c, d, i, vs));
-  }
-  _mm_sfence();
-}
+#define TG_TRIAD_HALF512(v) _mm512_maskz_cvtps_ph(0xffff, v, _MM_FROUND_TO_NEAREST_INT)
+#define TG_TRIAD_HALF256(v) _mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT)
+TG_TRIAD_PART(part_avx512, "avx512f", 16, __m512, __m256i, _mm512_set1_ps, _mm512_load_ps, _mm512_mul_ps, _mm512_add_ps,
+              _mm512_fmadd_ps, _mm512_store_ps, _mm512_stream_ps, TG_TRIAD_HALF512, _mm256_store_si256, _mm256_stream_si256)
+TG_TRIAD_PART(part_avx2, "avx2,fma,f16c", 8, __m256, __m128i, _mm256_set1_ps, _mm256_load_ps, _mm256_mul_ps, _mm256_add_ps,
+              _mm256_fmadd_ps, _mm256_store_ps, _mm256_stream_ps, TG_TRIAD_HALF256, _mm_store_si128, _mm_stream_si128)
+#undef TG_TRIAD_PART
+#undef TG_TRIAD_HALF512
+#undef TG_TRIAD_HALF256
 // SSE2: float output only (a half needs F16C, which every AVX2 CPU has)
 template <int reads>
 inline void part_sse2(void* a, const float* b, const float* c, const float* d, size_t n, float s, bool nt) {
