@@ -123,10 +123,10 @@ class Triad {
     isa_ = avx512 ? "AVX-512" : avx2 ? "AVX2" : "SSE2";
     part_ = reads == 1 ? triad_detail::pick<1>(avx512, avx2, half) : reads == 2 ? triad_detail::pick<2>(avx512, avx2, half) : triad_detail::pick<3>(avx512, avx2, half);
     if (!part_) throw std::invalid_argument("[triad] half output needs F16C");
-    for (float** p : {&b_, &c_, &d_}) {
-      if (p - &b_ >= reads) break;
-      *p = static_cast<float*>(std::aligned_alloc(64, n_ * sizeof(float)));
-      if (!*p) throw std::bad_alloc();
+    float** inputs[] = {&b_, &c_, &d_};
+    for (int k = 0; k < reads; k++) {
+      *inputs[k] = static_cast<float*>(std::aligned_alloc(64, n_ * sizeof(float)));
+      if (!*inputs[k]) throw std::bad_alloc();
     }
     a_ = std::aligned_alloc(64, n_ * out_bytes());
     if (!a_) throw std::bad_alloc();
