@@ -365,7 +365,8 @@ void read_row_prefetch(MachineModel& m) {
   auto* y = x + n * d + 1040;  // 4160 bytes further than adjacent: x[i] and y[i] not in the same cache sets
   std::fill(x, x + n * d, 1.0f);
   std::memset(y, 0, size_t(bytes));
-  const int threads = std::max(1, m.cores), rounds = 6;
+  // the model's cores, at most the CPUs there are (THREADS may ask for more)
+  const int threads = std::clamp(m.cores, 1, int(std::max(1u, std::thread::hardware_concurrency()))), rounds = 6;
   auto [without, with] = w == 16 ? time_row_probe<16>(x, y, n, d, threads, rounds)
                          : w == 8 ? time_row_probe<8>(x, y, n, d, threads, rounds)
                                   : time_row_probe<4>(x, y, n, d, threads, rounds);
