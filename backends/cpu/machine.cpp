@@ -9,7 +9,6 @@
 #if defined(__x86_64__) || defined(__i386__)
 #include <cpuid.h>
 #include <immintrin.h>
-#include <xxhash.h>
 #endif
 
 #include <llvm/ADT/StringMap.h>
@@ -327,31 +326,8 @@ std::pair<double, double> time_row_probe(const float* x, float* y, int64_t n, in
   return {without, with};
 }
 
-// Measures (or reads back) m.row_prefetch; see above. Only where the host runs the model's vector code (x86).
-void read_row_prefetch(MachineModel& m) {
-  if (int64_t env = getenv_int("ROW_PREFETCH", -1, -1, 1); env >= 0) {
-    m.row_prefetch = env == 1, m.row_prefetch_source = "ROW_PREFETCH";
-    return;
-  }
-  const int w = m.vector_bits >= 512 && __builtin_cpu_supports("avx512f") ? 16
-                : m.vector_bits >= 256 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 8 : 4;
-  static std::mutex mu;
-  static std::map<std::string, bool> known;
-  const std::string line = to_string(m);
-  XXH128_hash_t h = XXH3_128bits(line.data(), line.size());
-  char key[80];
-  std::snprintf(key, sizeof key, "row_prefetch_v1_%016llx%016llx", (unsigned long long)h.high64, (unsigned long long)h.low64);
-  std::lock_guard lk(mu);
-  if (auto it = known.find(key); it != known.end()) {
-    m.row_prefetch = it->second, m.row_prefetch_source = "measured";
-    return;
-  }
-  std::vector<uint8_t> cached;
-  if (disk_cache_get(key, cached) && cached.size() == 1) {
-    m.row_prefetch = cached[0] != 0, m.row_prefetch_source = "measured";
-    known.emplace(key, m.row_prefetch);
-    return;
-  }
+// The probe of m's row prefetch (see above), in vectors of w floats: whether the prefetches save 5% or more.
+bool row_prefetch_measured(const MachineModel& m, int w) {
   const int64_t d = 4096, llc = m.l3_share_bytes > 0 ? m.l3_share_bytes : m.l2_bytes * std::max(1, m.cores);
   const int64_t bytes = std::clamp<int64_t>(2 * llc, int64_t(32) << 20, int64_t(128) << 20);
   const int64_t n = bytes / (4 * d);
@@ -359,7 +335,7 @@ void read_row_prefetch(MachineModel& m) {
   auto t0 = std::chrono::steady_clock::now();
   const size_t mapped = size_t(2 * bytes) + (size_t(2) << 20);
   void* p = mmap(nullptr, mapped, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) return;  // no memory for the probe: the default (no prefetch)
+  if (p == MAP_FAILED) return false;  // no memory for the probe: no prefetch
   madvise(p, mapped, MADV_HUGEPAGE);
   auto* x = static_cast<float*>(p);
   auto* y = x + n * d + 1040;  // 4160 bytes further than adjacent: x[i] and y[i] not in the same cache sets
@@ -371,13 +347,24 @@ void read_row_prefetch(MachineModel& m) {
                          : w == 8 ? time_row_probe<8>(x, y, n, d, threads, rounds)
                                   : time_row_probe<4>(x, y, n, d, threads, rounds);
   munmap(p, mapped);
-  m.row_prefetch = with <= 0.95 * without, m.row_prefetch_source = "measured";
+  const bool taken = with <= 0.95 * without;
   if (debug_level() >= 1)
     std::fprintf(stderr, "tg: row prefetch (%d-float vectors, %d threads, %lld MiB): %.3f ms without, %.3f ms with: %s (measured in %.0f ms)\n",
-                 w, threads, (long long)(bytes >> 20), without, with, m.row_prefetch ? "taken" : "not taken",
+                 w, threads, (long long)(bytes >> 20), without, with, taken ? "taken" : "not taken",
                  std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count());
-  disk_cache_put(key, {uint8_t(m.row_prefetch)});
-  known.emplace(key, m.row_prefetch);
+  return taken;
+}
+
+// Measures (or reads back) m.row_prefetch; see above. Only where the host runs the model's vector code (x86).
+void read_row_prefetch(MachineModel& m) {
+  if (int64_t env = getenv_int("ROW_PREFETCH", -1, -1, 1); env >= 0) {
+    m.row_prefetch = env == 1, m.row_prefetch_source = "ROW_PREFETCH";
+    return;
+  }
+  const int w = m.vector_bits >= 512 && __builtin_cpu_supports("avx512f") ? 16
+                : m.vector_bits >= 256 && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") ? 8 : 4;
+  m.row_prefetch = measured_once("row_prefetch_v1_", to_string(m), [&] { return row_prefetch_measured(m, w); });
+  m.row_prefetch_source = "measured";
 }
 
 }  // namespace

@@ -261,6 +261,11 @@ std::string cache_dir();
 bool disk_cache_get(const std::string& key, std::vector<uint8_t>& out);
 /// stores `data` under `key` (a no-op with CACHELEVEL=0; may evict the least recently used entries, see TG_CACHE_MB)
 void disk_cache_put(const std::string& key, const std::vector<uint8_t>& data);
+/** A yes/no fact about this machine that is measured rather than assumed (Llama's decode layout, the machine model's
+ *  row prefetch): answered from memory, else from the disk cache under `prefix` + a 64-bit hash of `what` (the
+ *  machine model's line and whatever else the answer depends on), else by `measure`, whose answer both then keep.
+ *  One measurement at a time in a process; a measurement may ask for another (a device's machine model). */
+bool measured_once(const std::string& prefix, const std::string& what, const std::function<bool()>& measure);
 
 /** The bytes of a buffer of `shape` (the caller's, for the message) of `dtype`, checked before anything is
  *  allocated: throws tg::Error "[op] shape ... of dtype needs B bytes ..." when the count overflows 64 bits or,

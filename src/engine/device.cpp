@@ -420,6 +420,28 @@ void disk_cache_put(const std::string& key, const std::vector<uint8_t>& data) {
   disk_cache_evict(data.size() + key.size() + 32);
 }
 
+bool measured_once(const std::string& prefix, const std::string& what, const std::function<bool()>& measure) {
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(XXH3_64bits(what.data(), what.size())));
+  const std::string key = prefix + hex;
+  static std::recursive_mutex mu;  // held while measuring: a measurement may build a device's machine model
+  static std::map<std::string, bool> known;
+  std::lock_guard lock(mu);
+  auto it = known.find(key);
+  if (it == known.end()) {
+    std::vector<uint8_t> cached;
+    bool yes;
+    if (disk_cache_get(key, cached) && cached.size() == 1) {
+      yes = cached[0] != 0;
+    } else {
+      yes = measure();
+      disk_cache_put(key, {uint8_t(yes)});
+    }
+    it = known.emplace(key, yes).first;
+  }
+  return it->second;
+}
+
 // ---------------------------------------------------------------- Device::get_program
 
 struct Device::ProgramCache {

@@ -8,10 +8,8 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
-#include <mutex>
 #include <random>
 #include <set>
-#include <xxhash.h>
 
 #include "gguf_grids.hpp"
 #include "mapped.hpp"
@@ -747,26 +745,9 @@ int64_t ggml_decode_interleave(const std::string& type, const std::string& devic
   const int64_t rows = ggml_tile_rows(type, device);
   if (rows < 2 || getenv_int("INTERLEAVE_ROWS", -1, -1, 1) == 1) return rows;
   const std::string dev = device.empty() ? default_device() : device;
+  // the machine model's line, type and rows
   const std::string what = device_info(dev) + " " + type + " " + std::to_string(rows);
-  char hex[17];
-  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(XXH3_64bits(what.data(), what.size())));
-  const std::string key = std::string("ggml_decode_interleave_v1_") + hex;  // the machine model's line, type and rows
-  static std::mutex mu;
-  static std::map<std::string, bool> known;
-  std::lock_guard<std::mutex> lock(mu);
-  auto it = known.find(key);
-  if (it == known.end()) {
-    std::vector<uint8_t> cached;
-    bool faster;
-    if (disk_cache_get(key, cached) && cached.size() == 1) {
-      faster = cached[0] != 0;
-    } else {
-      faster = interleave_measured_faster(type, rows, dev);
-      disk_cache_put(key, {uint8_t(faster)});
-    }
-    it = known.emplace(key, faster).first;
-  }
-  return it->second ? rows : 0;
+  return measured_once("ggml_decode_interleave_v1_", what, [&] { return interleave_measured_faster(type, rows, dev); }) ? rows : 0;
 }
 
 Tensor ggml_interleave_rows(const Tensor& raw, int64_t rows) {
