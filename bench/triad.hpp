@@ -14,8 +14,8 @@
 //   - the best of several repetitions.
 // The same class runs other mixes of reads and writes (one to three float arrays read, one written as float or
 // float16): a kernel with another mix is judged against what the machine's memory does for that mix, beside the
-// triad. (On the 2-core Zen 5 VM, quiet, the one-read stream moved 91-93 GB/s beside the triad's 93-95: the two agree
-// there; a machine whose writes cost more than its reads would not.)
+// triad. (On the 2-core Zen 5 VM, quiet, the one-read stream read 0.97-1.11 of the triad's GB/s in the same rounds:
+// the two agree there; a machine whose writes cost more than its reads would not.)
 // The older triad (a TBB loop over 2^16-float blocks, default partitioner, SSE2 code from the default -O3 flags, one
 // store kind) moved 24-55 GB/s where tg's own add moved 68 GB/s on the same VM (2-core AMD EPYC Zen 5).
 #include <immintrin.h>
