@@ -701,8 +701,20 @@ TEST_CASE("a prompt's quantised product (32 rows or more) is an int8 GEMM: x qua
       CHECK(int_sums_all(schedule_of(y)) == 0);
     }
     ScopedEnv on("INT_GEMM", nullptr);  // on by default
-    CHECK((int_sums_all(schedule_of(y)) >= 1) == gemm);
+    Schedule s = schedule_of(y);
+    CHECK((int_sums_all(s) >= 1) == gemm);
     if (!gemm) continue;
+    // the words are packed from the stored codes: no kernel writes an int32 code per weight first (q4_0's nibbles
+    // decoded into a buffer 8x their bytes, read back by the packing)
+    int64_t wide = 0, words = 0;
+    for (const ScheduleItem& it : s.items)
+      for (size_t o = 0; o < it.n_out && it.kind == ScheduleItem::Kind::Kernel; o++) {
+        const Buffer& b = *it.bufs[o];
+        wide += b.dtype() == dtypes::int32 && int64_t(b.size()) == N * K;
+        words += b.dtype() == dtypes::int32 && int64_t(b.size()) == N * K / 4;
+      }
+    CHECK(wide == 0);
+    CHECK(words == 1);
     std::vector<float> got = y.to_vector<float>(), xs = x.to_vector<float>();
     CHECK(y.shape() == Shape{1, M, N});
     for (int64_t i = 0; i < M; i++) {
