@@ -680,8 +680,7 @@ TEST_CASE("a prompt's quantised product (32 rows or more) is an int8 GEMM: x qua
   // of 16 columns (4 codes of a column in one int32 word); the product sums each block's 4-byte dot products in int32
   // lanes and scales them once per block, where the machine model has the 4-byte dot product (vpdpbusd: VNNI;
   // TG_CPU=haswell has not: the float GEMM). Values: against the same quantisation done here (tight) and against the
-  // unquantised product (within the quantisation's bound). INT_GEMM=0: the packed float GEMM, no integer sum. q4_0
-  // from 128 rows (its packing costs more than the float panels' below), so 40 rows of it stay a float GEMM.
+  // unquantised product (within the quantisation's bound). INT_GEMM=0: the packed float GEMM, no integer sum.
   const int64_t N = 48, K = 256;
   std::mt19937 gen{13};
   const bool dot4 = get_device("CPU").machine().int8_dot;
@@ -695,7 +694,7 @@ TEST_CASE("a prompt's quantised product (32 rows or more) is an int8 GEMM: x qua
     Tensor::manual_seed(7);
     Tensor x = (Tensor::randn({1, M, K}, dtypes::float32, "CPU") * 3.0).realize();
     Tensor y = x.matmul(nn::ggml_dequantize(w, type).reshape({N, K}).T());
-    const bool gemm = dot4 && (type == "q8_0" || M >= 128);
+    const bool gemm = dot4;
     {
       ScopedEnv off("INT_GEMM", "0");
       CHECK(int_sums_all(schedule_of(y)) == 0);
