@@ -728,6 +728,33 @@ TEST_CASE("a prompt's quantised product (32 rows or more) is an int8 GEMM: x qua
   }
 }
 
+TEST_CASE("the int8 GEMM computes a computed x once: its block maxima, codes and sums read it from a buffer") {
+  // x = silu(a) * b (a SwiGLU's down-projection input) is quantised by three kernels (the blocks' maxima, the codes'
+  // words, the blocks' sums); each recomputed silu's exp per element before int_gemm realised x itself. With the
+  // 4-byte dot product (VNNI): exactly one kernel of the schedule evaluates the exp, and the values match the same
+  // product of the realised x.
+  if (!get_device("CPU").machine().int8_dot) return;
+  const int64_t M = 64, N = 32, K = 256;
+  std::mt19937 gen{17};
+  std::vector<uint8_t> blocks = random_blocks(gen, N * K / 32, 18);
+  Tensor w = Tensor::from_vector(blocks, {N, K / 32, 18}, "CPU").realize();
+  Tensor::manual_seed(9);
+  Tensor a = Tensor::randn({M, K}, dtypes::float32, "CPU").realize(), b = Tensor::randn({M, K}, dtypes::float32, "CPU").realize();
+  Tensor wt = nn::ggml_dequantize(w, "q4_0").reshape({N, K}).T();
+  Tensor y = (a.silu() * b).matmul(wt);
+  int exps = 0;
+  for (const ScheduleItem& it : schedule_of(y).items) {
+    if (it.kind != ScheduleItem::Kind::Kernel) continue;
+    bool e = false;
+    for (const UOp* u : toposort(it.ast.get())) e = e || u->op == Ops::EXP2;
+    exps += e;
+  }
+  CHECK(exps == 1);
+  std::vector<float> got = y.to_vector<float>(), want = (a.silu() * b).realize().matmul(wt).to_vector<float>();
+  REQUIRE(got.size() == want.size());
+  for (size_t i = 0; i < got.size(); i++) CHECK(got[i] == want[i]);
+}
+
 TEST_CASE("INT_DOT's q8_0 block sums are pair multiply-adds: adjacent int8 products per lane (vpmaddwd's form)") {
   // factor_reduce_invariants gives each lane the block's adjacent products x[2l] w[2l] + x[2l+1] w[2l+1]; LLVM's loop
   // vectoriser reads them as the even and odd elements of one vector, and the CPU compiler's PairMulAdd
