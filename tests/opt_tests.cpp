@@ -257,6 +257,48 @@ TEST_CASE("a large CPU matmul packs B into 32-column panels: the same values as 
   CHECK(kernels_run() - b1 == 1);
 }
 
+TEST_CASE("A @ B^T with B's rows shared by 32+ rows of A copies B columns-innermost: attention's scores, grouped heads") {
+  // q (2, 4, 64, 32) against keys (2, 1, 128, 32) shared by 4 heads: each key row meets 256 query rows. B is read
+  // along its rows (contiguous in k, 32 floats apart in n): copied once with n innermost, then one product kernel
+  const int64_t K = 32;
+  Tensor q = randn({2, 4, 64, K}, 31), k = randn({2, 1, 128, K}, 32);
+  q.realize(), k.realize();
+  size_t before = kernels_run();
+  Tensor s = q.matmul(k.transpose(-1, -2));
+  s.realize();
+  CHECK(kernels_run() - before == 2);  // B copied, the product
+  std::vector<float> got = s.to_vector<float>(), qv = q.to_vector<float>(), kv = k.to_vector<float>(), plain;
+  {
+    ScopedEnv off("PACKED_MATMUL", "0");
+    size_t b0 = kernels_run();
+    plain = q.matmul(k.transpose(-1, -2)).to_vector<float>();
+    CHECK(kernels_run() - b0 == 1);
+  }
+  REQUIRE(got.size() == size_t(2 * 4 * 64 * 128));
+  for (int64_t b = 0; b < 2; b++)
+    for (int64_t h = 0; h < 4; h++)
+      for (int64_t i = 0; i < 64; i++)
+        for (int64_t j = 0; j < 128; j++) {
+          double want = 0, mag = 0;
+          for (int64_t t = 0; t < K; t++) {
+            double p = double(qv[size_t(((b * 4 + h) * 64 + i) * K + t)]) * double(kv[size_t((b * 128 + j) * K + t)]);
+            want += p, mag += std::abs(p);
+          }
+          const size_t at = size_t(((b * 4 + h) * 64 + i) * 128 + j);
+          REQUIRE(std::abs(got[at] - want) <= double(K) * 1.2e-7 * mag);
+          REQUIRE(std::abs(plain[at] - want) <= double(K) * 1.2e-7 * mag);
+        }
+  // a decode step's 4 query rows per key row, and a B already contiguous along n (A @ B), keep the one kernel
+  Tensor q1 = randn({2, 4, 1, K}, 33), kt = randn({2, 1, K, 128}, 34);
+  q1.realize(), kt.realize();
+  size_t b1 = kernels_run();
+  q1.matmul(k.transpose(-1, -2)).realize();
+  CHECK(kernels_run() - b1 == 1);
+  size_t b2 = kernels_run();
+  q.matmul(kt).realize();
+  CHECK(kernels_run() - b2 == 1);
+}
+
 namespace {
 
 // The register tiles (sorted amounts per axis) of an opt list.
