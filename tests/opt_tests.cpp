@@ -257,7 +257,7 @@ TEST_CASE("a large CPU matmul packs B into 32-column panels: the same values as 
   CHECK(kernels_run() - b1 == 1);
 }
 
-TEST_CASE("A @ B^T with B's rows shared by 32+ rows of A copies B columns-innermost: attention's scores, grouped heads") {
+TEST_CASE("an operand shared by 32+ rows is copied once: B of A @ B^T columns-innermost (attention's scores), a float16 V as float32") {
   // q (2, 4, 64, 32) against keys (2, 1, 128, 32) shared by 4 heads: each key row meets 256 query rows. B is read
   // along its rows (contiguous in k, 32 floats apart in n): copied once with n innermost, then one product kernel
   const int64_t K = 32;
@@ -297,6 +297,20 @@ TEST_CASE("A @ B^T with B's rows shared by 32+ rows of A copies B columns-innerm
   size_t b2 = kernels_run();
   q.matmul(kt).realize();
   CHECK(kernels_run() - b2 == 1);
+  // attn @ V with V float16 (a KV cache's values), contiguous along n: converted to float32 once, then the product;
+  // the values as the plain kernel's (each product of a float32 and a converted float16 is the same, summed in order)
+  Tensor v16 = randn({2, 1, 128, K}, 35).cast(dtypes::float16).realize();
+  Tensor p = randn({2, 4, 64, 128}, 36).realize();
+  size_t b3 = kernels_run();
+  std::vector<float> pv = p.matmul(v16.cast(dtypes::float32)).to_vector<float>(), pv_plain;
+  CHECK(kernels_run() - b3 == 2);  // V converted, the product
+  {
+    ScopedEnv off("PACKED_MATMUL", "0");
+    size_t b4 = kernels_run();
+    pv_plain = p.matmul(v16.cast(dtypes::float32)).to_vector<float>();
+    CHECK(kernels_run() - b4 == 1);
+  }
+  check_close(pv, pv_plain, 128 * 1.2e-7f);
 }
 
 namespace {

@@ -769,16 +769,21 @@ std::optional<std::vector<int64_t>> view_strides(const UOp* u, LayoutCtx& c) {
   }
 }
 
-// A product summed over its last axis k whose output's inner axis n reads one operand B across its rows: B stored
-// contiguous along k and strided along n (A @ B^T with both row-major: attention's scores q @ k^T, a Linear's x @ W^T
-// below the panelled matmul's sizes), its rows shared by m >= 32 rows of A (a batch of heads included). The kernel
-// vectorises along the output's inner axis, where B's loads gather one float per row (or it sums along k in lanes,
-// combining each output's lanes at its end): B is first copied with n innermost, read back through the inverse
-// permutation, and the product becomes a GEMM's broadcast of A against vectors of B. The copy is one pass over B
-// against m passes of the product. PACKED_MATMUL=0 turns it off with the panels. Zen 5, 2 threads: a LLaMA-1B
-// prefill's scores (8 KV heads x 4 x 512 x 512 over 64, keys float16) 9.3-9.9 ms at 138-148 GFLOPS -> 3.3 ms and a
-// 0.09 ms copy (bench/llm's attention).
-UOpRef transposed_operand(const UOp* red, LayoutCtx& c) {
+// A product summed over its last axis k, one operand B's rows shared by m >= 32 rows of the other, A (a batch of
+// heads included), on a serial device: a prompt's attention, a Linear below the panelled matmul's sizes. B is first
+// copied once where the product would otherwise pay per use:
+//  - B read across its rows: stored contiguous along k and strided along the output's inner axis n (A @ B^T with
+//    both row-major: attention's scores q @ k^T, a Linear's x @ W^T). The kernel vectorises along n, where B's loads
+//    gather one float per row (or it sums along k in lanes, combining each output's lanes at its end). B is copied
+//    with n innermost, read back through the inverse permutation: the product becomes a GEMM's broadcast of A
+//    against vectors of B. Zen 5, 2 threads: a LLaMA-1B prefill's scores (8 KV heads x 4 x 512 x 512 over 64, keys
+//    float16) 9.3-9.9 ms at 138-148 GFLOPS -> 3.3 ms and a 0.09 ms copy.
+//  - B converted from 16 bits (float16 or bfloat16 read as float32: a KV cache's values): each vector of B is
+//    converted again for every tile of A's rows, which AVX2 pays in its FMAs' pipes. B is converted once into a
+//    float32 buffer. The same prefill's attn @ V with TG_CPU=haswell: 11.3-13.3 -> 6.2 ms and a 0.11 ms copy (native
+//    AVX-512: 4.0-4.4 ms either way).
+// The copy is one pass over B against m passes of the product. PACKED_MATMUL=0 turns it off with the panels.
+UOpRef shared_operand(const UOp* red, LayoutCtx& c) {
   constexpr int64_t kMinRows = 32, kMinCols = 32;
   const auto& ra = std::get<ReduceArg>(red->arg);
   const UOp* mul = red->src(0);
@@ -801,11 +806,21 @@ UOpRef transposed_operand(const UOp* red, LayoutCtx& c) {
       if (bs[i] == 1) m *= full[i];
     if (m < kMinRows) continue;
     auto st = view_strides(b, c);
-    if (!st || (*st)[r] != 1 || (*st)[j] == 1) continue;
-    std::vector<int64_t> perm;
-    for (size_t i = 0; i + 2 < rank; i++) perm.push_back(int64_t(i));
-    perm.push_back(int64_t(r)), perm.push_back(int64_t(j));
-    UOpRef nb = stored_as(UOpRef(b), perm);
+    std::vector<const UOp*> path;  // B's movement ops above its value, top first
+    const UOp* v = b;
+    for (; is_movement(v->op) && !v->sym(); v = v->src(0)) path.push_back(v);
+    UOpRef nb;
+    if (st && (*st)[r] == 1 && (*st)[j] != 1) {
+      std::vector<int64_t> perm;
+      for (size_t i = 0; i + 2 < rank; i++) perm.push_back(int64_t(i));
+      perm.push_back(int64_t(r)), perm.push_back(int64_t(j));
+      nb = stored_as(UOpRef(b), perm);
+    } else if (v->op == Ops::CAST && v->dtype == dtypes::float32 &&
+               (v->src(0)->dtype == dtypes::float16 || v->src(0)->dtype == dtypes::bfloat16)) {
+      nb = rebuild(path, UOp::make(Ops::CONTIGUOUS, v->dtype, {UOpRef(v)}));
+    } else {
+      continue;
+    }
     if (eb->op == Ops::EXPAND) nb = mov(Ops::EXPAND, nb, full);
     UOpRef nm = side == 0 ? UOpRef(ea)->alu(Ops::MUL, nb) : nb->alu(Ops::MUL, UOpRef(ea));
     return c.made_reduce(UOp::make(Ops::REDUCE_AXIS, red->dtype, {nm}, red->arg));
@@ -950,7 +965,7 @@ const PatternMatcher& pm_layout() {
       rule(op_any<opset<Ops::REDUCE_AXIS>>, [](auto& m) { return conv_layout(m.root, m.template ctx<LayoutCtx>()); }),
       rule(op_any<opset<Ops::REDUCE_AXIS>>,
            [](auto& m) { return conv_weight_grad_layout(m.root, m.template ctx<LayoutCtx>()); }),
-      rule(op_any<opset<Ops::REDUCE_AXIS>>, [](auto& m) { return transposed_operand(m.root, m.template ctx<LayoutCtx>()); })));
+      rule(op_any<opset<Ops::REDUCE_AXIS>>, [](auto& m) { return shared_operand(m.root, m.template ctx<LayoutCtx>()); })));
   return pm;
 }
 
