@@ -83,6 +83,10 @@ int64_t k_block(int64_t k, int64_t p, int64_t l2) {
 
 UOpRef mov(Ops op, const UOpRef& x, std::vector<int64_t> arg) { return UOp::make(op, x->dtype, {x}, std::move(arg)); }
 
+// Rows of A from which a copy of B made once for a product pays (the panels below, shared_operand's copies): 4 tiles
+// of the register tile's 8 rows read it, where the plain kernel would read B in place 4 times.
+constexpr int64_t kPackMinRows = 32;
+
 // A large matrix product on a serial (CPU) device: C[i][j] = sum over k of A[i][k] B[k][j], written as a reduce over
 // one axis of the product of two broadcasts (A broadcast along j, B along i; in any axis order: the forward matmul
 // reduces its last axis, the gradients' matmuls another). B is first copied into panels of 32 columns, each K x 32
@@ -97,7 +101,7 @@ UOpRef mov(Ops op, const UOpRef& x, std::vector<int64_t> arg) { return UOp::make
 // at 8 rows, one tile, the copy is pure cost: 17 -> 26 ms). A B computed by the kernel that packs it (a quantised
 // weight dequantised from its blocks) is dequantised once, straight into the panels.
 UOpRef packed_matmul(const UOp* red, LayoutCtx& c) {
-  constexpr int64_t P = 32, kPackMinRows = 32, kPackMinRowsNearB = 256, kFarB = int64_t(4) << 20,
+  constexpr int64_t P = 32, kPackMinRowsNearB = 256, kFarB = int64_t(4) << 20,
                     kUnknownL2 = int64_t(2) << 20;
   const auto& ra = std::get<ReduceArg>(red->arg);
   const UOp* mul = red->src(0);
@@ -777,14 +781,14 @@ std::optional<std::vector<int64_t>> view_strides(const UOp* u, LayoutCtx& c) {
 //    gather one float per row (or it sums along k in lanes, combining each output's lanes at its end). B is copied
 //    with n innermost, read back through the inverse permutation: the product becomes a GEMM's broadcast of A
 //    against vectors of B. Zen 5, 2 threads: a LLaMA-1B prefill's scores (8 KV heads x 4 x 512 x 512 over 64, keys
-//    float16) 9.3-9.9 ms at 138-148 GFLOPS -> 3.3 ms and a 0.09 ms copy.
+//    float16) 9.3-9.9 ms at 138-148 GFLOPS (one launch of three 16.4) -> 3.3 ms and a 0.09 ms copy.
 //  - B converted from 16 bits (float16 or bfloat16 read as float32: a KV cache's values): each vector of B is
 //    converted again for every tile of A's rows, which AVX2 pays in its FMAs' pipes. B is converted once into a
 //    float32 buffer. The same prefill's attn @ V with TG_CPU=haswell: 11.3-13.3 -> 6.2 ms and a 0.11 ms copy (native
 //    AVX-512: 4.0-4.4 ms either way).
 // The copy is one pass over B against m passes of the product. PACKED_MATMUL=0 turns it off with the panels.
 UOpRef shared_operand(const UOp* red, LayoutCtx& c) {
-  constexpr int64_t kMinRows = 32, kMinCols = 32;
+  constexpr int64_t kMinCols = 32;
   const auto& ra = std::get<ReduceArg>(red->arg);
   const UOp* mul = red->src(0);
   if (!c.packed_matmul || c.made.count(red) || ra.op != Ops::ADD || ra.axes.size() != 1 || mul->op != Ops::MUL ||
@@ -804,7 +808,7 @@ UOpRef shared_operand(const UOp* red, LayoutCtx& c) {
     int64_t m = 1;  // rows of A sharing each row of B
     for (size_t i = 0; i + 2 < rank; i++)
       if (bs[i] == 1) m *= full[i];
-    if (m < kMinRows) continue;
+    if (m < kPackMinRows) continue;
     auto st = view_strides(b, c);
     std::vector<const UOp*> path;  // B's movement ops above its value, top first
     const UOp* v = b;
