@@ -81,6 +81,8 @@ struct OptConfig {
   /// independent FMA chains (vector accumulators) a register tile needs to keep the FMA pipes busy: (latency + 1) x
   /// FMAs per cycle of the machine model (one cycle of slack per pipe: a late operand load does not idle it)
   int fma_chains = 10;
+  /// vector FMAs a cycle the machine model's pipes start (its reciprocal throughput's inverse)
+  double fma_per_cycle = 2;
   /// a vector instruction sums 4 byte products into each int32 lane (x86 vpdpbusd; MachineModel::int8_dot)
   bool int8_dot = false;
   /// a row kernel of a few ops an element prefetches its next row too (MachineModel::row_prefetch)

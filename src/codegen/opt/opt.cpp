@@ -383,6 +383,7 @@ OptConfig opt_config(const Device& dev) {
   // the last-level cache: this process's share of the L3, else the threads' L2s
   c.llc_bytes = m.l3_share_bytes > 0 ? m.l3_share_bytes : m.l2_bytes * std::max(1, c.threads);
   c.fma_chains = std::max(1, int(std::lround((m.fma_latency + 1) * m.fma_per_cycle)));
+  if (m.fma_per_cycle > 0) c.fma_per_cycle = m.fma_per_cycle;
   c.int8_dot = m.int8_dot;
   c.row_prefetch = m.row_prefetch;
   return c;
@@ -474,6 +475,9 @@ struct Heuristic {
   // padding an elementwise axis to whole vectors (at most w - 1 lanes of w x kPadVectors computed for nothing)
   static constexpr int64_t kPadVectors = 64;
   static constexpr int64_t kLineBytes = 64;  // a cache line
+  // the lines a core's L1 takes from its L2 in a cycle, sustained: half the 64-byte port of Zen 3..5, Haswell and
+  // later Intel cores
+  static constexpr double kL2FillBytes = 32;
   static constexpr int64_t kPageBytes = 4096;  // a small page: L1's sets span one (64 sets x 64-byte lines)
   int64_t load_isz = 4, load_row_stride = 0;  // transpose_tile: its heaviest transposed load's element size and
                                               // the bytes between the rows of its tile
@@ -893,6 +897,47 @@ struct Heuristic {
       }
       return n / total;
     };
+    // Cache lines a tile's loads bring in per trip of the innermost reduce loop: each trip moves a load's footprint
+    // in the tile by its stride along that loop. A footprint moved by a line or more touches lines of its own every
+    // trip (its bytes within a line's distance, rounded up to whole lines, for each copy further apart); one moved by
+    // less shares its lines with the next trips (the stride's bytes a trip and copy). Where the tile's streams run
+    // past L1 (assumed: a kernel whose data fits L1 is too short for the difference to show) these lines come from
+    // L2, kL2FillBytes a cycle, and the tile waits on them where that is longer than its FMAs take (total / w vector
+    // FMAs a trip at the machine model's rate). With TG_CPU=haswell mnist's weight gradient
+    // r_128_32_5_5_32 (the input and the output's gradient channels-last, 128 bytes a position apart; the loads
+    // model ranks the first first: the input's 4 vectors read a whole block a trip) took 74 ms a step at 140 GFLOPS
+    // as 2 output channels x 4 vectors of input channels (2 + 1 lines a trip: 6 cycles of L2 for 4 of FMAs),
+    // 63.5 ms at 170 as 4 x 2 vectors (1 + 1 lines: 4 cycles), 66 ms as 8 x 1 vector (1 + 1, 9 loads a trip).
+    size_t trip = axes.size();  // the innermost reduce axis
+    for (size_t j = axes.size(); j-- > n_out;)
+      if (size0[j] > 1) {
+        trip = j;
+        break;
+      }
+    auto l2_excess = [&](const std::vector<int64_t>& am, int64_t total) {
+      if (!out_vec || vec_amt < w || trip == axes.size()) return 0.0;  // a tile of full vectors along an output axis
+      double lines = 0;
+      for (size_t li = 0; li < acc.loads.size(); li++) {
+        const UOp* l = acc.loads[li];
+        auto ct = index_coef(l, axes[trip]);
+        if (!ct || *ct == 0 || !in_reduce_loop(l)) continue;
+        const double isz = double(acc.load_bytes[li]);
+        double span = 1, copies = 1;  // elements within a line's distance of each other; copies further apart
+        for (size_t j = 0; j < n_out; j++) {
+          if (am[j] == 1 || !depends_on(l, axes[j])) continue;
+          auto c = index_coef(l, axes[j]);
+          if (c && double(std::llabs(*c)) * isz < double(kLineBytes)) span += double(am[j] - 1) * double(std::llabs(*c));
+          else copies *= double(am[j]);
+        }
+        const double step = double(std::llabs(*ct)) * isz;
+        lines += copies * (step >= double(kLineBytes) ? std::ceil(span * isz / double(kLineBytes)) : step / double(kLineBytes));
+      }
+      // in quarters: the lines are an estimate (prefetchers, lines shared between trips), so only a tile a quarter
+      // or more past its FMAs' time ranks lower (a 2-row x 4-vector AVX2 matmul's 2.125 lines a trip: 4.25 cycles
+      // for 4)
+      const double fma_cycles = double(total) / double(w) / cfg.fma_per_cycle;
+      return std::floor(std::max(0.0, lines * double(kLineBytes) / kL2FillBytes / fma_cycles - 1.0) * 4) / 4;
+    };
     // Accumulators in at most half the vector registers: 16 of AVX-512's 32 (256 floats at its width of 16), 8 of
     // AVX2's 16 (64 floats); vectors narrower than the registers (lanes of 4 along a short reduce axis) may take
     // three quarters. A 1024 matmul: a 32x8 tile runs at 1.2-1.5x the speed of a 16x8 one; a 5x5 conv weight
@@ -972,9 +1017,9 @@ struct Heuristic {
             }
       return s;
     };
-    using Key = std::tuple<double, double, double, double>;
+    using Key = std::tuple<double, double, double, double, double>;
     std::vector<std::pair<Key, std::vector<int64_t>>> tiles{
-        {Key{short_of_chains(upcast), loads_per_acc(amt), 0, -double(upcast)}, amt}};
+        {Key{short_of_chains(upcast), l2_excess(amt, upcast), loads_per_acc(amt), 0, -double(upcast)}, amt}};
     std::vector<int64_t> am = amt;
     // Rows of 3 and 6 outside the wide space: 3 alone where latency-bound. Output axes that every load and the store
     // read alike (one axis split in two: a weight's rows interleaved by R, viewed as (groups, R)) are one axis to
@@ -1001,7 +1046,7 @@ struct Heuristic {
           if (n_alike > 1 && rows_of_three(rows)) return;
         }
         if (am != amt && fits_registers(am, total))
-          tiles.emplace_back(Key{short_of_chains(total), loads_per_acc(am), strides_of(am), -double(total)}, am);
+          tiles.emplace_back(Key{short_of_chains(total), l2_excess(am, total), loads_per_acc(am), strides_of(am), -double(total)}, am);
         return;
       }
       size_t i = cand[k];
@@ -1018,8 +1063,8 @@ struct Heuristic {
     // A tile that saves under 1/16 of the loads per accumulation reuses nothing worth its registers: it only adds
     // streams (a batchnorm's backward sums, whose chunks of the batch share only per-channel values read outside
     // their 800-trip loop, took 8 chunks at once: 8 streams through a channels-last input)
-    const double base_loads = std::get<1>(tiles[0].first);
-    std::erase_if(tiles, [&](const auto& t) { return t.second != amt && std::get<1>(t.first) > base_loads * (1 - 1.0 / 16); });
+    const double base_loads = std::get<2>(tiles[0].first);
+    std::erase_if(tiles, [&](const auto& t) { return t.second != amt && std::get<2>(t.first) > base_loads * (1 - 1.0 / 16); });
     // ranked by the key (ties: the order of enumeration); BEAM seeds its search with the first few
     std::stable_sort(tiles.begin(), tiles.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     const size_t at = wide ? tile_rank - 1 : tile_rank;  // the wide space's best is the first seed after rank 0
