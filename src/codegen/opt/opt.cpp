@@ -926,6 +926,9 @@ struct Heuristic {
         for (size_t j = 0; j < n_out; j++) {
           if (am[j] == 1 || !depends_on(l, axes[j])) continue;
           auto c = index_coef(l, axes[j]);
+          // copies a trip's stride apart slide along with the loop (a convolution's kernel columns): each trip
+          // brings in one new copy, the others were the earlier trips'
+          if (c && *c == *ct) continue;
           if (c && double(std::llabs(*c)) * isz < double(kLineBytes)) span += double(am[j] - 1) * double(std::llabs(*c));
           else copies *= double(am[j]);
         }
