@@ -82,6 +82,20 @@ Tensor randn(Shape s, uint64_t seed) {
   return Tensor::from_vector(v, s);
 }
 
+// The schedule of the weight gradient of x.conv2d(w) summed against g (random values of these shapes, seeds from
+// `seed`), and the AVX2 machine model the tile tests use (8 floats x 16 registers).
+Schedule weight_grad_schedule(const Shape& xs, const Shape& ws, const Shape& gs, uint64_t seed) {
+  Tensor x = randn(xs, seed), w = randn(ws, seed + 1), g = randn(gs, seed + 2);
+  x.realize(), w.realize(), g.realize();
+  UOpRef root = (x.conv2d(w) * g).sum().gradient({w})[0].uop();
+  return create_schedule(std::span<const UOpRef>(&root, 1));
+}
+OptConfig avx2_config() {
+  OptConfig avx2{1, 8};
+  avx2.vector_registers = 16;
+  return avx2;
+}
+
 void check_close(const std::vector<float>& a, const std::vector<float>& b, float tol) {
   REQUIRE(a.size() == b.size());
   for (size_t i = 0; i < a.size(); i++) REQUIRE(std::abs(a[i] - b[i]) <= tol * (1 + std::abs(b[i])));
@@ -439,12 +453,8 @@ TEST_CASE("an AVX2 weight-gradient tile takes no more cache lines a trip than it
   // 2 output channels x 4 vectors reads 2 lines of the input and 1 of the gradient a trip (192 bytes: 6 cycles of a
   // 32-byte L2 fill against 4 cycles of 8 FMAs at 2 a cycle), 4 x 2 vectors 1 + 1 (4 cycles). With TG_CPU=haswell on
   // Zen 5: 74 -> 60-63.5 ms a step. AVX-512 (16 zmm FMAs a trip of the same 3 lines) keeps its 8 x 2 vectors.
-  Tensor x = randn({512, 32, 24, 24}, 81), w = randn({32, 32, 5, 5}, 82), g = randn({512, 32, 20, 20}, 83);
-  x.realize(), w.realize(), g.realize();
-  UOpRef root = (x.conv2d(w) * g).sum().gradient({w})[0].uop();
-  Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
-  OptConfig avx2{1, 8};
-  avx2.vector_registers = 16;
+  Schedule s = weight_grad_schedule({512, 32, 24, 24}, {32, 32, 5, 5}, {512, 32, 20, 20}, 81);
+  OptConfig avx2 = avx2_config();
   avx2.fma_chains = 12, avx2.fma_per_cycle = 2;  // Haswell's machine model (5 cycles x 2 a cycle)
   OptConfig avx512{1, 16};
   avx512.fma_chains = 5, avx512.fma_per_cycle = 1;  // Zen 5's (4 cycles x 1 a cycle)
@@ -470,12 +480,8 @@ TEST_CASE("a 5x5 weight gradient over one input channel unrolls the 5 columns an
   // axis is the kernel's 5 columns. Under AVX2 (w = 8) 5 is at least w/2, and the axis was taken whole as one partial
   // vector (4 + 1): 5 columns x 8 output channels of scalars, 3.6x the AVX-512 kernel's time. Now, as on AVX-512 (5
   // < w/2), the columns are copies and the reduce axis the loads are contiguous in (the output row) gets the lanes.
-  Tensor x = randn({512, 1, 28, 28}, 71), w = randn({32, 1, 5, 5}, 72), g = randn({512, 32, 24, 24}, 73);
-  x.realize(), w.realize(), g.realize();
-  UOpRef root = (x.conv2d(w) * g).sum().gradient({w})[0].uop();
-  Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
-  OptConfig avx2{1, 8};
-  avx2.vector_registers = 16;
+  Schedule s = weight_grad_schedule({512, 1, 28, 28}, {32, 1, 5, 5}, {512, 32, 24, 24}, 71);
+  const OptConfig avx2 = avx2_config();
   int found = 0;
   for (auto& it : s.items) {
     auto axes = kernel_axes(it.ast);
