@@ -914,26 +914,46 @@ struct Heuristic {
         trip = j;
         break;
       }
-    auto l2_excess = [&](const std::vector<int64_t>& am, int64_t total) {
-      if (!out_vec || vec_amt < w || trip == axes.size()) return 0.0;  // a tile of full vectors along an output axis
-      double lines = 0;
+    // per load read in the reduce loop and moved by its trips: its stride along the trip axis in bytes, and per
+    // output axis it depends on, the bytes between copies (none: not affine there) and whether the copies slide with
+    // the trips (index and depends_on walk the load's graph: once per kernel, not once per tile)
+    struct AxisRead {
+      size_t j;                     // the output axis
+      std::optional<double> coef;   // |coefficient| in elements
+      bool slides;                  // equal to the trip's
+    };
+    struct TripLoad {
+      double step, isz;  // bytes a trip moves it; its element's bytes
+      std::vector<AxisRead> axes;
+    };
+    std::vector<TripLoad> trip_loads;
+    if (out_vec && vec_amt >= w && trip < axes.size())
       for (size_t li = 0; li < acc.loads.size(); li++) {
         const UOp* l = acc.loads[li];
         auto ct = index_coef(l, axes[trip]);
         if (!ct || *ct == 0 || !in_reduce_loop(l)) continue;
         const double isz = double(acc.load_bytes[li]);
-        double span = 1, copies = 1;  // elements within a line's distance of each other; copies further apart
+        TripLoad t{double(std::llabs(*ct)) * isz, isz, {}};
         for (size_t j = 0; j < n_out; j++) {
-          if (am[j] == 1 || !depends_on(l, axes[j])) continue;
+          if (!depends_on(l, axes[j])) continue;
           auto c = index_coef(l, axes[j]);
+          t.axes.push_back({j, c ? std::optional(double(std::llabs(*c))) : std::nullopt, c && *c == *ct});
+        }
+        trip_loads.push_back(std::move(t));
+      }
+    auto l2_excess = [&](const std::vector<int64_t>& am, int64_t total) {
+      if (trip_loads.empty()) return 0.0;  // a tile of full vectors along an output axis, loads moved by the trips
+      double lines = 0;
+      for (const TripLoad& t : trip_loads) {
+        double span = 1, copies = 1;  // elements within a line's distance of each other; copies further apart
+        for (const auto& [j, c, slides] : t.axes) {
           // copies a trip's stride apart slide along with the loop (a convolution's kernel columns): each trip
           // brings in one new copy, the others were the earlier trips'
-          if (c && *c == *ct) continue;
-          if (c && double(std::llabs(*c)) * isz < double(kLineBytes)) span += double(am[j] - 1) * double(std::llabs(*c));
+          if (am[j] == 1 || slides) continue;
+          if (c && *c * t.isz < double(kLineBytes)) span += double(am[j] - 1) * *c;
           else copies *= double(am[j]);
         }
-        const double step = double(std::llabs(*ct)) * isz;
-        lines += copies * (step >= double(kLineBytes) ? std::ceil(span * isz / double(kLineBytes)) : step / double(kLineBytes));
+        lines += copies * (t.step >= double(kLineBytes) ? std::ceil(span * t.isz / double(kLineBytes)) : t.step / double(kLineBytes));
       }
       // in quarters: the lines are an estimate (prefetchers, lines shared between trips), so only a tile a quarter
       // or more past its FMAs' time ranks lower (a 2-row x 4-vector AVX2 matmul's 2.125 lines a trip: 4.25 cycles
