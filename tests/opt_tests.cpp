@@ -1005,6 +1005,39 @@ TEST_CASE("on the CPU a padded 24-channel row is a Lane loop in vectors of 8, no
       }
 }
 
+TEST_CASE("heuristic: a max pool keeps two accumulators an output, and a tile of rows does not share loads hoisted out of every loop") {
+  // mnist's batchnorm, relu and max pool in one kernel over channels-last (512, 20, 20, 32): the 32 channels' scale
+  // and shift are read once per kernel (hoisted out of every loop), and a float MAX is two accumulators (the maximum
+  // and its NaN carrier). The tile was 8 batch rows x 32 channels, ranked as sharing the channel values between the
+  // rows, and its 2 x 8 x 2 accumulator registers with the 10 hoisted vectors spilled: 13 GB/s, 3 ms a pass on Zen 5.
+  Tensor xl = randn({16, 20, 20, 32}, 91).realize();
+  Tensor sc = randn({1, 32, 1, 1}, 92).realize(), sh = randn({1, 32, 1, 1}, 93).realize();
+  // stored channels-last, as mnist's pool follows its convolution's layout
+  Tensor y = (xl.permute({0, 3, 1, 2}) * sc + sh).relu().max_pool2d(2).permute({0, 2, 3, 1});
+  Kern k = last_kernel(y);
+  int maxes = 0;
+  for (const UOp* u : toposort(k.ast.get())) maxes += u->op == Ops::REDUCE && Ops(std::get<int64_t>(u->arg)) == Ops::MAX;
+  REQUIRE(maxes == 1);
+  OptConfig avx512{1, 16}, avx2 = avx2_config();
+  const std::vector<float> plain = run_with(k, {}, 1);
+  for (const OptConfig& cfg : {avx512, avx2}) {
+    INFO("vector width " << cfg.vector_width);
+    LowerOptions lo;
+    lo.config = cfg;
+    CompiledKernel ck = lower_kernel(k.ast, "pool_acc" + std::to_string(cfg.vector_width), get_device("CPU").renderer(), lo);
+    const std::vector<Opt>& opts = ck.opts;
+    int64_t floats = 1;  // the tile's floats an accumulator
+    for (const Opt& o : opts)
+      if (o.op == OptOp::UPCAST || o.op == OptOp::UNROLL) floats *= o.amt;
+    std::string os;
+    for (const Opt& o : opts) os += to_string(o) + " ";
+    INFO(os << floats << " floats");
+    CHECK(floats == 32);  // the channels' vectors, no rows
+    CHECK(2 * floats / cfg.vector_width <= cfg.vector_registers / 2);
+    CHECK(run_compiled(k, ck) == plain);
+  }
+}
+
 TEST_CASE("heuristic: a row reduction reading a per-row value is not upcast along the rows (no gathers)") {
   // sum((x - mean)^2) over rows: the output axis strides x by the row length; only the mean is contiguous in it.
   Tensor x = randn({64, 256}, 4);

@@ -88,6 +88,10 @@ UOpRef decompose_transcendentals(const UOpRef& sink);
 /** TRANSCENDENTAL=0 never decomposes, 1 (default) when the renderer has no native ones, 2 always. */
 bool want_transcendental_decomposition(const Renderer& r);
 
+/** The accumulator arrays a REDUCE of op over dtype d takes in the lowered kernel: 2 for a float MAX (a plain
+ *  maximum and a NaN carrier, see src/codegen/lower.cpp), 1 otherwise. The heuristic's register tile counts them. */
+int reduce_accumulators(Ops op, DType d);
+
 /** Only linearise an already lowered SINK (exposed for renderer tests). */
 std::vector<const UOp*> linearize(const UOpRef& sink);
 

@@ -836,6 +836,8 @@ using RangeSet = std::bitset<512>;
 
 }  // namespace
 
+int reduce_accumulators(Ops op, DType d) { return splits_nan(op, d) ? 2 : 1; }
+
 std::vector<const UOp*> linearize(const UOpRef& sink) {
   std::vector<const UOp*> topo = toposort(sink.get());
   std::unordered_map<const UOp*, int> rid;

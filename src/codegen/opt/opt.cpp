@@ -6,6 +6,7 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "tg/codegen.hpp"
 #include "tg/env.hpp"
 #include "tg/opt.hpp"
 #include "tg/symbolic.hpp"
@@ -413,6 +414,7 @@ struct Heuristic {
   bool short_vec = false;  // vec is a short output axis unrolled whole, no vector
   bool rows = false;       // a row kernel (step "row lanes")
   bool ranked = false;     // the register tile was chosen by rank (step 2)
+  int64_t accs = 1;        // accumulator arrays per output element: one per REDUCE, two for a float MAX's
 
   Heuristic(const UOpRef& ast_in, const OptConfig& c, size_t rank) : cfg(c), tile_rank(rank) {
     // Index expressions are read for strides: simplified first (a no-op on lower_kernel's already simplified AST).
@@ -426,6 +428,10 @@ struct Heuristic {
     acc = accesses(ast);
     reduce = n_out < axes.size();
     w = std::max(4, cfg.vector_width);
+    int64_t n = 0;
+    for (const UOp* u : toposort(ast.get()))
+      if (u->op == Ops::REDUCE) n += reduce_accumulators(Ops(std::get<int64_t>(u->arg)), u->dtype.scalar_type());
+    accs = std::max<int64_t>(n, 1);
   }
 
   // The kernel's innermost iterations: the loops each accumulation (REDUCE) and the store run in, summed over the
@@ -871,8 +877,14 @@ struct Heuristic {
       for (int64_t x : am) total *= double(x);
       for (const UOp* l : acc.loads) {
         // a load outside the reduce loop (a channel's mean or scale) is read once per output, not once per
-        // accumulation: its share is amortised over the loop's trips (a 2x2 max pool's 4, a batchnorm sum's 800)
-        const double weight = in_reduce_loop(l) ? 1.0 : 1.0 / reduce_trips;
+        // accumulation: its share is amortised over the loop's trips (a 2x2 max pool's 4, a batchnorm sum's 800).
+        // One that depends only on axes the tile holds whole is read once per kernel: the loop-invariant loads are
+        // hoisted out of every loop (a batchnorm's scale and shift beside a max pool over its 32 channels; a tile of
+        // 8 batch rows was ranked as sharing them, and its 2 x 8 x 2 accumulators spilled: 13 GB/s)
+        bool invariant = !in_reduce_loop(l);
+        for (size_t j = 0; j < n_out && invariant; j++)
+          invariant = !depends_on(l, axes[j]) || (size0[j] > 0 && am[j] >= size0[j]);
+        const double weight = invariant ? 0.0 : in_reduce_loop(l) ? 1.0 : 1.0 / reduce_trips;
         double copies = 1;
         // Streams: successive iterations of a reduce loop read adjacent memory: contiguous along it, or (the tile
         // reading a whole block per iteration) strided by exactly the block the tile reads along the vectorised
@@ -964,10 +976,12 @@ struct Heuristic {
     // Accumulators in at most half the vector registers: 16 of AVX-512's 32 (256 floats at its width of 16), 8 of
     // AVX2's 16 (64 floats); vectors narrower than the registers (lanes of 4 along a short reduce axis) may take
     // three quarters. A 1024 matmul: a 32x8 tile runs at 1.2-1.5x the speed of a 16x8 one; a 5x5 conv weight
-    // gradient: 5x4 copies of 4 lanes at 1.7x 5x8x2 scalar copies.
+    // gradient: 5x4 copies of 4 lanes at 1.7x 5x8x2 scalar copies. A kernel of several accumulators per output
+    // (a float max's two, two sums over one input) shares them out.
     const int64_t regs = cfg.vector_registers;
-    const int64_t vec_regs = (vec_amt + w - 1) / w;  // registers one copy of the vector takes
-    const int64_t half_acc = vec < 0 ? 16 : vec_amt < w ? regs * 3 / 4 * vec_amt : regs / 2 / vec_regs * vec_amt;
+    const int64_t vec_regs = (vec_amt + w - 1) / w * accs;  // registers one copy of the vector takes, all accumulators
+    const int64_t half_acc =
+        vec < 0 ? 16 / accs : vec_amt < w ? regs * 3 / 4 * vec_amt / accs : regs / 2 / vec_regs * vec_amt;
     // BEAM's seeds (ranks from 1) come from a wider space: row amounts of 3 and 6 too, and accumulators of full
     // vectors in up to three quarters of the registers (at most 256 copies): the search times what the load model
     // cannot tell apart (a 1536 matmul's 6 rows x 2 vectors ran at 0.44x OpenBLAS, 3 x 4 at 1.00x). Rank 0 stays the
