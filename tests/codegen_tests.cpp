@@ -1261,3 +1261,55 @@ TEST_CASE("vectorize takes the renderer's widths; devectorize splits what a rend
   for (const UOp* u : toposort(s.get())) CHECK(u->dtype.count == 1);
   CHECK(has(c.render("dv", linearize(s)), "data0+11"));
 }
+
+TEST_CASE("a padded convolution's tap rows in the padding are not summed: the tap loop runs over the rows its bounds test lets through") {
+  // On the CPU a convolution's padding along the rows stays a bounds test above its channels-last input copy
+  // (layout's channels_last_padded), and lowering's narrow_gated_reduces runs the tap-row loop from max(0, ...) to
+  // min(5, ...) of the output row: a loop whose end is an expression. The input gradient of a 5x5 convolution (the
+  // output's gradient, 8 rows, padded by 4): 40 of its 12 x 5 (row, tap row) pairs read data, 2/3 of the products. A
+  // forward with padding 2 over 12 rows: 54 of 60.
+  Tensor::manual_seed(5);
+  Tensor x = Tensor::randn({2, 16, 12, 12}, dtypes::float32, "CPU").realize();
+  Tensor w = Tensor::randn({16, 16, 5, 5}, dtypes::float32, "CPU").realize();
+  Tensor g = Tensor::randn({2, 16, 8, 8}, dtypes::float32, "CPU").realize();
+  auto input_grad = [&] { return (x.conv2d(w) * g).sum().gradient({x})[0]; };
+  auto padded = [&] { return x.conv2d(w, std::nullopt, 1, 2); };
+  // the schedule's kernel with the most float operations (the convolution), lowered
+  auto conv_kernel = [](const Tensor& t) {
+    UOpRef root = t.uop();
+    Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+    std::optional<CompiledKernel> best;
+    for (auto& it : s.items) {
+      if (it.ast->op != Ops::SINK) continue;
+      CompiledKernel ck = lower_kernel(it.ast, "conv", get_device("CPU").renderer(), LowerOptions{});
+      if (!best || ck.flops > best->flops) best = std::move(ck);
+    }
+    REQUIRE(best);
+    return *best;
+  };
+  auto narrowed = [](const CompiledKernel& ck) {
+    return std::any_of(ck.program.begin(), ck.program.end(), [](const UOp* u) { return u->op == Ops::RANGE && !u->src(0)->is_const(); });
+  };
+  for (auto [name, make, share] : {std::tuple{std::string("input gradient"), std::function<Tensor()>(input_grad), 40.0 / 60},
+                                   std::tuple{std::string("padded forward"), std::function<Tensor()>(padded), 54.0 / 60}}) {
+    CAPTURE(name);
+    CompiledKernel on = conv_kernel(make());
+    std::vector<float> von = make().to_vector<float>(), voff;
+    CompiledKernel off;
+    {
+      ScopedEnv no("NARROW_GATES", "0");
+      off = conv_kernel(make());
+      voff = make().to_vector<float>();
+    }
+    CHECK(narrowed(on));
+    CHECK_FALSE(narrowed(off));
+    std::string opts;
+    for (const Opt& o : on.opts) opts += to_string(o) + " ";
+    MESSAGE(name << ": float ops " << off.flops << " -> " << on.flops << ", opts " << opts);
+    // each output (2 x 16 x 12 x 12) sums 16 channels x 5 x 5 taps, a multiply and an add each
+    const double all_taps = 2.0 * (2 * 16 * 12 * 12) * (16 * 5 * 5);
+    CHECK(off.flops >= all_taps);
+    CHECK(on.flops == doctest::Approx(share * all_taps).epsilon(0.001));
+    CHECK(von == voff);  // the skipped terms were products with zero
+  }
+}

@@ -145,7 +145,7 @@ std::string program_key_material(const ScheduleItem& it, Device& dev, const Lowe
                   std::to_string(c.threads) + "," + std::to_string(c.vector_width) + "," + std::to_string(c.local_threads) +
                   "," + std::to_string(c.tensor_cores) + "," + std::to_string(c.vector_registers) + "," +
                   std::to_string(c.l2_bytes) + "," + std::to_string(c.fma_chains) + "," + std::to_string(c.llc_bytes) + "," + std::to_string(c.int8_dot) + "," + std::to_string(c.row_prefetch) + "," + std::to_string(lo.index64);
-  for (const char* k : {"NOOPT", "BEAM", "BEAM_BUDGET", "TRANSCENDENTAL", "ROW_REUSE", "FACTOR_REDUCE", "VECTORIZE", "PREFETCH", "NONTEMPORAL", "CUDA_PTX", "TG_CPU", "THREADS"})
+  for (const char* k : {"NOOPT", "BEAM", "BEAM_BUDGET", "TRANSCENDENTAL", "ROW_REUSE", "FACTOR_REDUCE", "NARROW_GATES", "VECTORIZE", "PREFETCH", "NONTEMPORAL", "CUDA_PTX", "TG_CPU", "THREADS"})
     m += std::string("|") + k + "=" + getenv_str(k);
   return m;
 }

@@ -564,6 +564,33 @@ std::optional<ConvShape> conv_shape(const UOp* red, LayoutCtx& c, bool weight_gr
   return ConvShape{nd, f[0], f[1], f[2], f[3 + nd], f};
 }
 
+// x (N, C, *sp) stored channels-last for a convolution's window view. Where x pads its input along the outer spatial
+// axes (a convolution's input gradient: the output's gradient padded by k - 1 on every side; a padded forward), that
+// padding stays a bounds test above the copy, and only the last spatial axis's is stored: the window view then reads
+// a row of kernel taps that lies wholly in the padding under a test that depends on the output row and the tap row
+// alone, and lowering's narrow_gated_reduces runs the tap loop over the valid rows only (mnist's second convolution's
+// input gradient summed 30% zeros, 1/6 of them along the rows). The last axis's padding is stored: its output axis
+// is the register tile's rows, copies that one loop cannot skip. Not for a depthwise convolution: its few taps are
+// its whole sum, unrolled into copies that a test at every load would slow.
+UOpRef channels_last_padded(const UOp* x, size_t nd) {
+  if (x->op != Ops::PAD || x->nsrc() != 1 || nd < 2) return channels_last(UOpRef(x), nd);
+  const auto& p = std::get<std::vector<int64_t>>(x->arg);
+  std::vector<int64_t> inner(p.size(), 0), outer(p.size(), 0);
+  bool gated = false;
+  for (size_t i = 0; i < nd + 2; i++) {
+    const bool out_axis = i >= 2 && i < nd + 1;
+    for (size_t e = 0; e < 2; e++) {
+      if (p[2 * i + e] < 0) return channels_last(UOpRef(x), nd);
+      (out_axis ? outer : inner)[2 * i + e] = p[2 * i + e];
+      gated |= out_axis && p[2 * i + e] > 0;
+    }
+  }
+  if (!gated) return channels_last(UOpRef(x), nd);
+  const bool stored = std::any_of(inner.begin(), inner.end(), [](int64_t v) { return v != 0; });
+  UOpRef in = stored ? mov(Ops::PAD, x->src()[0], inner) : x->src()[0];
+  return mov(Ops::PAD, channels_last(in, nd), outer);
+}
+
 // Whether a reduce lies in x's expression within its kernel (above buffers and copies).
 bool has_reduce(const UOp* x) {
   std::vector<const UOp*> st{x};
@@ -589,7 +616,8 @@ UOpRef input_copy(const UOp* xo, const ConvShape& cs, bool cl, LayoutCtx& c) {
   const UOp* x = view_base(xo, cs.nd + 2, lead, c, path);
   if (!x) return {};
   // one input channel: channels-last is NCHW's order, copied only where the NCHW rule below would copy it
-  if (cl && cs.groups * cs.ci > 1) return rebuild(path, channels_last(UOpRef(x), cs.nd));
+  if (cl && cs.groups * cs.ci > 1)
+    return rebuild(path, cs.groups == 1 ? channels_last_padded(x, cs.nd) : channels_last(UOpRef(x), cs.nd));
   bool padded = false;
   if (x->op == Ops::PAD) {
     const auto& p = std::get<std::vector<int64_t>>(x->arg);

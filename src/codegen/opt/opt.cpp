@@ -499,6 +499,28 @@ struct Heuristic {
       if (!depends_on(l, axes[i])) return true;
     return false;
   }
+  // Whether output axis i is bounded together with a reduce axis in a load's bounds test (a padded convolution's
+  // output row and tap row: 0 <= h + kh - 4 < 20). As a loop it lets lowering's narrow_gated_reduces run the tap loop
+  // over the rows in the data, and the test leaves the loads; upcast, each copy would keep the test at every load.
+  // Only loads' tests (a causal mask's comparison is a value, not a load's bounds).
+  bool gated_with_reduce(size_t i) const {
+    for (const UOp* u : toposort(ast.get())) {
+      if (u->op != Ops::LOAD || u->nsrc() != 3 || !depends_on(u->src(2), axes[i])) continue;
+      std::vector<const UOp*> todo{u->src(2)};
+      while (!todo.empty()) {
+        const UOp* t = todo.back();
+        todo.pop_back();
+        if (t->op == Ops::AND) {
+          todo.push_back(t->src(0)), todo.push_back(t->src(1));
+          continue;
+        }
+        if (t->op != Ops::CMPLT || !depends_on(t, axes[i])) continue;
+        for (size_t j = n_out; j < axes.size(); j++)
+          if (depends_on(t, axes[j])) return true;
+      }
+    }
+    return false;
+  }
   // Copies of an upcast output axis that no vector width divides (the SLP vectoriser packs them into vectors): the
   // largest divisor between w/2 and 2w (6625 classes -> 25 copies: a vector of 16, one of 8 and a scalar; 162 -> 18).
   int64_t odd_amount(int64_t n) const {
@@ -1042,7 +1064,7 @@ struct Heuristic {
     // alternated, load 2.5-4); BEAM found the same tile (452 us against 518 for 8 rows).
     std::vector<size_t> cand;
     for (size_t i = 0; i < n_out; i++)
-      if (shares(i) && size[i] > 1) cand.push_back(i);
+      if (shares(i) && size[i] > 1 && !gated_with_reduce(i)) cand.push_back(i);
     auto strides_of = [&](const std::vector<int64_t>& am) {
       double s = 0;
       for (size_t i : cand)
