@@ -1290,8 +1290,15 @@ TEST_CASE("a padded convolution's tap rows in the padding are not summed: the ta
   auto narrowed = [](const CompiledKernel& ck) {
     return std::any_of(ck.program.begin(), ck.program.end(), [](const UOp* u) { return u->op == Ops::RANGE && !u->src(0)->is_const(); });
   };
-  for (auto [name, make, share] : {std::tuple{std::string("input gradient"), std::function<Tensor()>(input_grad), 40.0 / 60},
-                                   std::tuple{std::string("padded forward"), std::function<Tensor()>(padded), 54.0 / 60}}) {
+  struct Case {
+    std::string name;
+    std::function<Tensor()> make;
+    double share;  // of the products, those that read data
+  };
+  for (const Case& c : {Case{"input gradient", input_grad, 40.0 / 60}, Case{"padded forward", padded, 54.0 / 60}}) {
+    const std::string& name = c.name;  // not a structured binding: clang before 16 cannot capture one
+    const auto& make = c.make;
+    const double share = c.share;
     CAPTURE(name);
     CompiledKernel on = conv_kernel(make());
     std::vector<float> von = make().to_vector<float>(), voff;
