@@ -1136,16 +1136,21 @@ UOpRef do_vectorize(const UOpRef& k, LowerCtx& c) {
 }
 
 // A loop's mean trip count for the work estimates: its end, or where the end depends on outer loops (a narrowed tap
-// loop: narrow_gated_reduces) its mean over their values (at most 4096 points); 1 where it depends on a variable.
+// loop: narrow_gated_reduces) and the thread's index (a THREAD split of the output row) its mean over their values (at
+// most 4096 points); 1 where it depends on another variable.
 double mean_trips(const UOp* end) {
   if (end->op == Ops::CONST) return double(end->const_int());
   const std::vector<const UOp*> order = toposort(end);
-  std::vector<const UOp*> loops;
+  std::vector<const UOp*> loops;  // RANGEs (0 .. end - 1) and the core_id variable (min .. max)
+  auto first = [](const UOp* u) { return u->op == Ops::RANGE ? 0 : std::get<VarArg>(u->arg).min; };
+  auto count = [&](const UOp* u) {
+    return std::max<int64_t>(u->op == Ops::RANGE ? u->src(0)->const_int() : std::get<VarArg>(u->arg).max - first(u) + 1, 1);
+  };
   double points = 1;
   for (const UOp* u : order) {
-    if (u->op == Ops::RANGE) {
-      if (u->src(0)->op != Ops::CONST) return 1;
-      loops.push_back(u), points *= double(std::max<int64_t>(u->src(0)->const_int(), 1));
+    if ((u->op == Ops::RANGE && u->src(0)->op == Ops::CONST) ||
+        (u->op == Ops::DEFINE_VAR && std::get<VarArg>(u->arg).name == "core_id")) {
+      loops.push_back(u), points *= double(count(u));
     } else if (u->op != Ops::CONST && !is_alu(u->op)) {
       return 1;
     }
@@ -1156,8 +1161,8 @@ double mean_trips(const UOp* end) {
   double sum = 0;
   for (int64_t p = 0; p < int64_t(points); p++) {
     for (size_t i = 0, q = size_t(p); i < loops.size(); i++) {  // p's digits in the loops' sizes
-      const auto n = size_t(std::max<int64_t>(loops[i]->src(0)->const_int(), 1));
-      at[i] = int64_t(q % n), q /= n;
+      const auto n = size_t(count(loops[i]));
+      at[i] = first(loops[i]) + int64_t(q % n), q /= n;
     }
     for (const UOp* u : order) {
       Value& v = val[u];
@@ -1165,7 +1170,7 @@ double mean_trips(const UOp* end) {
         v = Value{};
         if (auto* f = std::get_if<double>(&u->arg)) v.f = *f;
         else v.i = std::get<int64_t>(u->arg);
-      } else if (u->op == Ops::RANGE) {
+      } else if (u->op == Ops::RANGE || u->op == Ops::DEFINE_VAR) {
         v = Value{}, v.i = at[size_t(std::find(loops.begin(), loops.end(), u) - loops.begin())];
       } else {
         std::array<Value, 3> a;
