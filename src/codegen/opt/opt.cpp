@@ -794,6 +794,15 @@ struct Heuristic {
     if (!a) return;
     split(OptOp::UPCAST, size_t(pick_axis), a);
     upcast *= a;
+    // An output written past the caches (step 6) gets whole lines from each tile column: a vector shorter than a
+    // line (AVX2's 8 floats) is widened to one, else the two halves of each line go out at different times and
+    // the stores stay cached (mark_nontemporal_stores).
+    const int64_t item = store_item(), block = vec_amt * item;
+    if (past_caches() && item > 0 && block < kLineBytes && kLineBytes % block == 0) {
+      const int64_t widen = kLineBytes / block;
+      if (size[size_t(vec)] % widen == 0 && a * vec_amt * widen <= kMaxTileCopies)
+        split(OptOp::UPCAST, size_t(vec), widen), upcast *= widen, vec_amt *= widen;
+    }
     store_loop_first(size_t(pick_axis), a);
   }
 
@@ -1282,8 +1291,6 @@ struct Heuristic {
   //    buffer the kernel does not read). Unknown cache size: left alone. NONTEMPORAL=0: never; NONTEMPORAL=2: every
   //    such output, whatever its size (a machine whose cache size reads wrong: a VM reporting the socket's L3).
   void nontemporal() {
-    const int64_t mode = getenv_int("NONTEMPORAL", 1);
-    if (cfg.local_threads > 0 || mode == 0 || (cfg.llc_bytes <= 0 && mode != 2)) return;
     if (vec < 0 || size_t(vec) >= n_out || short_vec || vec_amt < 4 || !st->bounds().known) return;
     if (auto c = index_coef(st, axes[size_t(vec)]); !c || *c != 1) return;
     // A row kernel whose sum reads a transcendental (softmax's exp) keeps those values for its output loop
@@ -1296,8 +1303,13 @@ struct Heuristic {
     // stores with no work beside it: a software pipeline (row r-1's output stored from a second row array inside
     // row r's loop of exps) is the next step. The others' output copies are packed into vector stores for this
     // opt (the expander), which only pays where they go past the caches.
-    if (mode == 2 || store_bytes() > double(cfg.llc_bytes))
-      opts.push_back({OptOp::NONTEMPORAL, 0, 1});
+    if (past_caches()) opts.push_back({OptOp::NONTEMPORAL, 0, 1});
+  }
+  // the output goes past the caches (step 6's test of its size; NONTEMPORAL=0: never, 2: always)
+  bool past_caches() const {
+    const int64_t mode = getenv_int("NONTEMPORAL", 1);
+    if (cfg.local_threads > 0 || mode == 0 || (cfg.llc_bytes <= 0 && mode != 2)) return false;
+    return mode == 2 || store_bytes() > double(cfg.llc_bytes);
   }
 
   void prefetch() {
