@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <tuple>
 
@@ -2169,6 +2170,37 @@ TEST_CASE("NONTEMPORAL: an add larger than the last-level cache writes aligned v
   CHECK_THROWS_AS(apply_opt(simple, {OptOp::NONTEMPORAL, 1, 1}), OptError);
   CHECK_THROWS_AS(apply_opt(simple, {OptOp::NONTEMPORAL, 0, 2}), OptError);
   CHECK(apply_opt(simple, {OptOp::NONTEMPORAL, 0, 1}) == simple);
+}
+
+TEST_CASE("NONTEMPORAL: an output smaller than the last-level cache goes past it where the kernel's reads beside it do not fit") {
+  // a cast of 2^14 floats to float16 on a machine model with a 64 KiB last-level cache: 32 KiB written beside 64 KiB
+  // read, so the output's first lines leave the cache before the kernel ends (bench/bandwidth's cast of 2^24 floats:
+  // 32 MiB beside 64 MiB read, on a 32 MiB L3); 2^12 floats (8 KiB beside 16) fit and stay cached
+  Device& dev = get_device("CPU");
+  LowerOptions lo;
+  lo.config = opt_config(dev);
+  lo.config.threads = 2;
+  lo.config.llc_bytes = 64 << 10;
+  auto has_nt = [](const std::vector<Opt>& opts) {
+    return std::any_of(opts.begin(), opts.end(), [](const Opt& o) { return o.op == OptOp::NONTEMPORAL; });
+  };
+  Tensor big = randn({1 << 14}, 45).realize(), small = randn({1 << 12}, 46).realize();
+  Kern k = last_kernel(big.cast(dtypes::float16));
+  CompiledKernel ck = lower_kernel(k.ast, "nt_cast", dev.renderer(), lo);
+  CHECK(has_nt(ck.opts));
+  CHECK(occurrences(ck.src, "!nontemporal") >= 1);
+  CHECK(occurrences(ck.src, "fence seq_cst") == 1);
+  std::vector<Opt> off;
+  for (const Opt& o : ck.opts)
+    if (o.op != OptOp::NONTEMPORAL) off.push_back(o);
+  std::vector<float> got = run_with(k, ck.opts), want = run_with(k, off);  // pairs of float16s: compare the bits
+  REQUIRE(got.size() == want.size());
+  CHECK(std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) == 0);
+  CHECK_FALSE(has_nt(lower_kernel(last_kernel(small.cast(dtypes::float16)).ast, "nt_cast_small", dev.renderer(), lo).opts));
+  {  // NONTEMPORAL=0: never
+    ScopedEnv no("NONTEMPORAL", "0");
+    CHECK_FALSE(has_nt(lower_kernel(k.ast, "nt_cast_env", dev.renderer(), lo).opts));
+  }
 }
 
 TEST_CASE("NONTEMPORAL: a transpose past the last-level cache writes whole cache lines from each tile column, past the caches") {

@@ -1284,8 +1284,9 @@ struct Heuristic {
   //    backward took 28-40 ms a launch with them, 15-23 ms without; Zen 5, load 5-10).
   static constexpr int64_t kInFlightBytes = 8192;
   static constexpr double kStreamReuse = 4;
-  // 6. (CPU) Non-temporal stores: an output whose stores are vectors along a unit-stride axis and that spans more
-  //    than the last-level cache is written past the caches (Opt NONTEMPORAL): by the time a later kernel reads it,
+  // 6. (CPU) Non-temporal stores: an output whose stores are vectors along a unit-stride axis and that, with what
+  //    the kernel reads, spans more than the last-level cache is written past the caches (Opt NONTEMPORAL; the
+  //    test is past_caches(), below): by the time a later kernel reads it,
   //    its first lines have left the cache anyway, so an ordinary store pays a read of every line (the write
   //    allocate) and evicts data for nothing. Lowering marks only the stores that qualify (full aligned vectors, a
   //    buffer the kernel does not read). Unknown cache size: left alone. NONTEMPORAL=0: never; NONTEMPORAL=2: every
@@ -1305,11 +1306,21 @@ struct Heuristic {
     // opt (the expander), which only pays where they go past the caches.
     if (past_caches()) opts.push_back({OptOp::NONTEMPORAL, 0, 1});
   }
-  // the output goes past the caches (step 6's test of its size; NONTEMPORAL=0: never, 2: always)
+  // the output goes past the caches (step 6's test; NONTEMPORAL=0: never, 2: always): the output and what the
+  // kernel reads beside it are more than the last-level cache, so the output's first lines leave it before the
+  // kernel ends, whatever its own size (a cast of 2^24 floats to float16: 32 MiB written beside 64 MiB read, on a
+  // 32 MiB L3). What a later kernel still finds cached of it is at most the cache's share of the output. A load
+  // reads at most its span and one element an iteration (a gather's index spans its whole table).
   bool past_caches() const {
     const int64_t mode = getenv_int("NONTEMPORAL", 1);
     if (cfg.local_threads > 0 || mode == 0 || (cfg.llc_bytes <= 0 && mode != 2)) return false;
-    return mode == 2 || store_bytes() > double(cfg.llc_bytes);
+    if (mode == 2) return true;
+    const double out = store_bytes();
+    double moved = out;
+    std::unordered_set<const UOp*> seen;  // a load's index once (x * x reads x once)
+    for (size_t li = 0; li < acc.loads.size(); li++)
+      if (seen.insert(acc.loads[li]).second) moved += std::min(span_bytes(li), iteration_bytes(li));
+    return out > 0 && moved > double(cfg.llc_bytes);
   }
 
   void prefetch() {
