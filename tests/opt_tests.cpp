@@ -1933,6 +1933,25 @@ TEST_CASE("PREFETCH: a 2x2 max pool streaming more than L2 prefetches in none of
   }
 }
 
+namespace {
+
+// whether the opts write the output past the caches
+bool has_nt(const std::vector<Opt>& opts) {
+  return std::any_of(opts.begin(), opts.end(), [](const Opt& o) { return o.op == OptOp::NONTEMPORAL; });
+}
+
+// The host's lowering options for a machine model with a 64 KiB last-level cache and 2 threads (the NONTEMPORAL
+// tests' sizes stay small on any machine)
+LowerOptions small_llc_lowering() {
+  LowerOptions lo;
+  lo.config = opt_config(get_device("CPU"));
+  lo.config.threads = 2;
+  lo.config.llc_bytes = 64 << 10;
+  return lo;
+}
+
+}  // namespace
+
 TEST_CASE("NONTEMPORAL: a layernorm's output rows are packed vector stores past the caches") {
   // rows of 1024 floats, a 1 MiB output, lowered for a machine model with a 64 KiB last-level cache and AVX-512
   Device& dev = get_device("CPU");
@@ -1941,9 +1960,6 @@ TEST_CASE("NONTEMPORAL: a layernorm's output rows are packed vector stores past 
   lo.config.threads = 2, lo.config.vector_width = 16, lo.config.vector_registers = 32;
   lo.config.llc_bytes = 64 << 10;
   Tensor x = randn({256, 1024}, 61).realize();
-  auto has_nt = [](const std::vector<Opt>& opts) {
-    return std::any_of(opts.begin(), opts.end(), [](const Opt& o) { return o.op == OptOp::NONTEMPORAL; });
-  };
   Kern ln = last_kernel(x.layer_norm({1024}));
   CompiledKernel ck = lower_kernel(ln.ast, "nt_ln", dev.renderer(), lo);
   REQUIRE(has_nt(ck.opts));
@@ -1974,9 +1990,6 @@ TEST_CASE("NONTEMPORAL: a softmax past the last-level cache keeps its exps in a 
   const int64_t rows = 256, n = 1024;
   Tensor x = Tensor(randn({rows, n}, 62) * 4).realize();
   Kern sm = last_kernel(x.softmax(-1));
-  auto has_nt = [](const std::vector<Opt>& opts) {
-    return std::any_of(opts.begin(), opts.end(), [](const Opt& o) { return o.op == OptOp::NONTEMPORAL; });
-  };
   const std::string row_array = "alloca [" + std::to_string(n) + " x float]";
   {
     OptConfig big = lo.config;
@@ -2111,13 +2124,7 @@ TEST_CASE("threads: a copy with few vector operations but buffers past the cores
 TEST_CASE("NONTEMPORAL: an add larger than the last-level cache writes aligned vectors past the caches, a small one does not") {
   // lowered for a machine model with a 64 KiB last-level cache (the test's sizes stay small on any machine)
   Device& dev = get_device("CPU");
-  LowerOptions lo;
-  lo.config = opt_config(dev);
-  lo.config.threads = 2;
-  lo.config.llc_bytes = 64 << 10;
-  auto has_nt = [](const std::vector<Opt>& opts) {
-    return std::any_of(opts.begin(), opts.end(), [](const Opt& o) { return o.op == OptOp::NONTEMPORAL; });
-  };
+  LowerOptions lo = small_llc_lowering();
   const int64_t big = 1 << 15, small = 1 << 12;  // 128 KiB and 16 KiB of output
   Tensor a = randn({big}, 41).realize(), b = randn({big}, 42).realize();
   Kern k = last_kernel(a + b);
@@ -2177,13 +2184,7 @@ TEST_CASE("NONTEMPORAL: an output smaller than the last-level cache goes past it
   // read, so the output's first lines leave the cache before the kernel ends (bench/bandwidth's cast of 2^24 floats:
   // 32 MiB beside 64 MiB read, on a 32 MiB L3); 2^12 floats (8 KiB beside 16) fit and stay cached
   Device& dev = get_device("CPU");
-  LowerOptions lo;
-  lo.config = opt_config(dev);
-  lo.config.threads = 2;
-  lo.config.llc_bytes = 64 << 10;
-  auto has_nt = [](const std::vector<Opt>& opts) {
-    return std::any_of(opts.begin(), opts.end(), [](const Opt& o) { return o.op == OptOp::NONTEMPORAL; });
-  };
+  LowerOptions lo = small_llc_lowering();
   Tensor big = randn({1 << 14}, 45).realize(), small = randn({1 << 12}, 46).realize();
   Kern k = last_kernel(big.cast(dtypes::float16));
   CompiledKernel ck = lower_kernel(k.ast, "nt_cast", dev.renderer(), lo);
@@ -2210,9 +2211,6 @@ TEST_CASE("NONTEMPORAL: a transpose past the last-level cache writes whole cache
   // 5-6.5 ms against 2.7-3.1 on Zen 5). Vectors shorter than a line (AVX2's 8 floats) are widened to one.
   Tensor a = randn({1024, 1024}, 97).realize();
   Kern k = last_kernel(a.T().contiguous());
-  auto has_nt = [](const std::vector<Opt>& opts) {
-    return std::any_of(opts.begin(), opts.end(), [](const Opt& o) { return o.op == OptOp::NONTEMPORAL; });
-  };
   auto store_block = [](const std::vector<Opt>& opts) {  // the floats a tile column stores per output row
     int64_t n = 1;
     for (const Opt& o : opts) n *= o.op == OptOp::UPCAST && o.axis == 1 ? o.amt : 1;
@@ -2247,10 +2245,7 @@ TEST_CASE("NONTEMPORAL: a transpose past the last-level cache writes whole cache
 
 TEST_CASE("NONTEMPORAL: a cast to float16 or bfloat16 larger than the last-level cache stores aligned 16-bit vectors past the caches") {
   Device& dev = get_device("CPU");
-  LowerOptions lo;
-  lo.config = opt_config(dev);
-  lo.config.threads = 2;
-  lo.config.llc_bytes = 64 << 10;
+  LowerOptions lo = small_llc_lowering();
   const int64_t n = 1 << 16;  // 128 KiB of output
   Tensor a = randn({n}, 46).realize();
   std::vector<float> as = a.to_vector<float>();
@@ -2259,7 +2254,7 @@ TEST_CASE("NONTEMPORAL: a cast to float16 or bfloat16 larger than the last-level
     Kern k = last_kernel(a.cast(d));
     CompiledKernel ck = lower_kernel(k.ast, "nt_16", dev.renderer(), lo);
     CAPTURE(ck.src);
-    CHECK(std::any_of(ck.opts.begin(), ck.opts.end(), [](const Opt& o) { return o.op == OptOp::NONTEMPORAL; }));
+    CHECK(has_nt(ck.opts));
     // every marked store is a vector of the 16-bit type aligned to its bytes
     const std::string t = d == dtypes::float16 ? " x half> " : " x bfloat> ";
     size_t marked = 0;
