@@ -2208,7 +2208,7 @@ TEST_CASE("NONTEMPORAL: a transpose past the last-level cache writes whole cache
   // out[i][j] = in[j][i], 4 MiB, for a machine model with a 64 KiB last-level cache. Each tile column stores one
   // line of each of its output rows (rows 4 KiB apart): not one contiguous block, but no line is left partly
   // written, so the stores go past the caches (before: cached, each line read from memory first: a 4096^2 .T at
-  // 5-6.5 ms against 2.7-3.1 on Zen 5). Vectors shorter than a line (AVX2's 8 floats) are widened to one.
+  // 5-6.5 ms against 2.7-4.0 on Zen 5). Vectors shorter than a line (AVX2's 8 floats) are widened to one.
   Tensor a = randn({1024, 1024}, 97).realize();
   Kern k = last_kernel(a.T().contiguous());
   auto store_block = [](const std::vector<Opt>& opts) {  // the floats a tile column stores per output row

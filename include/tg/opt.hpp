@@ -69,6 +69,9 @@ struct OptError : Error {
   using Error::Error;
 };
 
+/** A cache line's bytes: the heuristic's tiles and lowering's non-temporal stores (whole lines) count in it. */
+inline constexpr int64_t kCacheLineBytes = 64;
+
 /** What the optimiser may use on the target device (opt_config(): from its machine model). */
 struct OptConfig {
   int threads = 1;        ///< CPU threads a kernel may be split across

@@ -480,7 +480,7 @@ struct Heuristic {
 
   // padding an elementwise axis to whole vectors (at most w - 1 lanes of w x kPadVectors computed for nothing)
   static constexpr int64_t kPadVectors = 64;
-  static constexpr int64_t kLineBytes = 64;  // a cache line
+  static constexpr int64_t kLineBytes = kCacheLineBytes;
   // the lines a core's L1 takes from its L2 in a cycle, sustained: half the 64-byte port of Zen 3..5, Haswell and
   // later Intel cores
   static constexpr double kL2FillBytes = 32;
