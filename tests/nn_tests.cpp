@@ -227,6 +227,40 @@ TEST_CASE("a lazy tensor defined before a TinyJit replay keeps its value") {
   CHECK(view.to_vector<float>() == std::vector<float>{6, 7, 8});
 }
 
+TEST_CASE("TinyJit: the intermediates of the schedules a step realises share storage once captured") {
+  // Each realize is a schedule of its own, whose result the schedule's planner must keep; once the next one has read
+  // it, only the capture holds it, and the capture's planner gives its storage to a later one: two buffers for six.
+  constexpr size_t n = 4096;
+  std::vector<float> wv(n);
+  for (size_t i = 0; i < n; i++) wv[i] = 1.f + float(i % 7) / 8.f;
+  Tensor w = Tensor::from_vector(wv);
+  w.realize();
+  auto step = [&](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+    Tensor h = in[0];
+    for (int i = 0; i < 6; i++) {
+      h = Tensor(h * w + float(i)).contiguous();
+      h.realize();
+    }
+    return {Tensor(h * 0.5f)};
+  };
+  TinyJit jit(step);
+  Allocator& mem = get_device(default_device()).allocator();  // the suite also runs on OpenCL
+  const size_t base = mem.live_bytes();
+  for (int call = 0; call < 6; call++) {
+    std::vector<float> xv(n);
+    for (size_t i = 0; i < n; i++) xv[i] = float(call) - float(i % 5);
+    Tensor x = Tensor::from_vector(xv);
+    x.realize();
+    std::vector<float> got = jit({x})[0].to_vector<float>();
+    // from the capture that replays on: this call's input, the captured call's (a replay substitutes it; the same
+    // on the capturing call), the output, and two buffers for the six intermediates (six without the planner)
+    if (call >= 2) CHECK(mem.live_bytes() - base == size_t(call == 2 ? 4 : 5) * n * sizeof(float));
+    CHECK(got == step({x})[0].to_vector<float>());  // the same kernels, eagerly
+  }
+  CHECK(jit.replaying());
+  CHECK(jit.captured_kernels() == 7);
+}
+
 TEST_CASE("TinyJit refuses changed inputs") {
   TinyJit jit([](const std::vector<Tensor>& in) -> std::vector<Tensor> { return {Tensor(in[0] * 2)}; });
   jit({Tensor::from_vector(std::vector<float>{1, 2})});

@@ -464,6 +464,24 @@ TEST_CASE("the memory planner gives a kernel's output the smallest dead buffer t
   for (size_t i = 0; i < 512; i++) CHECK(rv[i] == doctest::Approx((((xv[i] + 1) * 2) * 3 * 5) * 7 + 1));
 }
 
+TEST_CASE("plan_reuse: storage is free after its buffer's last step, for the same device and dtype, exact for a copy") {
+  // 0: an input; 1..3 intermediates of 64 floats, 4 of 32; 5 of 64 on another device; 6 of 16 int32; 7 a copy's
+  // 32-float buffer
+  auto f32 = [](int64_t size, const char* dev = "CPU") { return ReuseBuffer{dev, dtypes::float32, size, false, true, true}; };
+  std::vector<ReuseBuffer> bufs{{"CPU", dtypes::float32, 64}, f32(64), f32(64), f32(64), f32(32), f32(64, "CPU:1"),
+                                {"CPU", dtypes::int32, 16, false, true, true}, {"CPU", dtypes::float32, 32, true, true, true}};
+  std::vector<std::vector<int>> steps{{1, 0}, {2, 1}, {3, 2}, {4, 3}, {5, 4}, {6, 4}, {7, 6}};
+  std::vector<size_t> n_out(steps.size(), 1);
+  std::vector<int> got = plan_reuse(bufs, steps, n_out);
+  // 2 cannot take 1's storage in the step that reads 1 last; 3 takes it; 4 (32) takes 2's (64, dead after step 2);
+  // 5 is on another device, 6 another dtype; 7 (a copy's) only storage of exactly its size: 1's holds 64
+  CHECK(got == std::vector<int>{0, 1, 2, 1, 2, 5, 6, 7});
+  bufs[3].release = false;  // 3 keeps its storage (a checked kernel's input): 1's stays taken
+  bufs[4].take = false;     // 4 takes none: its own 32 floats, free after step 5, are exactly the size 7 needs
+  got = plan_reuse(bufs, steps, n_out);
+  CHECK(got == std::vector<int>{0, 1, 2, 1, 4, 5, 6, 4});
+}
+
 TEST_CASE("the memory planner reuses a dead intermediate buffer") {
   ScopedEnv one("MULTI_OUTPUT", "0");  // one kernel per materialised node (else the chain is one kernel, below)
   auto x = Tensor::rand({256});

@@ -174,8 +174,19 @@ class CpuAllocator : public Allocator {
   }
   void free_raw(void* p, size_t bytes) override {
     if (queue) queue->wait(false);  // a queued launch may still use it
-    if (bytes >= kMapped) munmap(p, bytes);
-    else std::free(p);
+    if (bytes >= kMapped) {
+      munmap(p, bytes);
+      return;
+    }
+    // A smaller block goes back to the C heap, which keeps its pages resident until malloc_trim (a block freed
+    // between two that live stays a hole): its whole pages go back to the system first. Their contents are
+    // dropped (zero pages on the next touch); the block's first page, where free() writes its links, and anything
+    // past its end are left alone.
+    static const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+    const uintptr_t from = (reinterpret_cast<uintptr_t>(p) + 64 + page - 1) / page * page;
+    const uintptr_t to = (reinterpret_cast<uintptr_t>(p) + bytes) / page * page;
+    if (to > from) madvise(reinterpret_cast<void*>(from), to - from, MADV_DONTNEED);
+    std::free(p);
   }
 
  public:

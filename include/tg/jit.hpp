@@ -112,6 +112,7 @@ class TinyJit {
   std::vector<const Buffer*> constants_;  // set_constant_buffers
   std::vector<std::vector<std::shared_ptr<Buffer>>> held_;  // the buffers of the items drop_constant_items dropped
   void drop_constant_items();
+  void plan_memory();  // intermediates share storage (jit.cpp)
 };
 
 }  // namespace tg

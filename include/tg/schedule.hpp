@@ -101,6 +101,25 @@ Schedule create_schedule(std::span<const UOpRef> roots);
 /** Compile every kernel (in parallel when several are new), then run them in order. */
 void run_schedule(Schedule& s);
 
+// ---- memory reuse: the schedule's "plan memory" stage and TinyJit's capture
+
+/** A buffer of a sequence of steps, for plan_reuse. */
+struct ReuseBuffer {
+  std::string device;    ///< the device that holds it
+  DType dtype;           ///< its elements' dtype
+  int64_t size = 0;      ///< elements
+  bool exact = false;    ///< takes and gives storage only of exactly its size (a copy's buffers)
+  bool take = false;     ///< may hold its values in storage a buffer before it no longer needs (an intermediate)
+  bool release = false;  ///< its storage is free for a later buffer once its last step has run
+};
+/** tinygrad's memory planner over a sequence of steps: steps[i] lists the buffers step i touches (ids into bufs),
+ *  the n_out[i] it writes first. A `take` buffer whose first touch is a write takes the smallest free storage of its
+ *  device and dtype that holds it (of exactly its size where either is `exact`); storage is free once the last step
+ *  touching a `release` buffer that holds it has run (not for that step's own writes). Returns, for each buffer, the
+ *  buffer whose storage holds it (itself where none was free). */
+std::vector<int> plan_reuse(const std::vector<ReuseBuffer>& bufs, const std::vector<std::vector<int>>& steps,
+                            const std::vector<size_t>& n_out);
+
 // ---- buffers in the tensor graph
 
 /** A new BUFFER node (arg = (id, size), src = DEVICE) with its Buffer. */

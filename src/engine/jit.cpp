@@ -128,6 +128,46 @@ void TinyJit::drop_constant_items() {
   items_ = std::move(kept);
 }
 
+// The capture's intermediates (tinygrad's JIT memory planner): a buffer only the captured items hold (no tensor,
+// not an input, not an output) lives from the item that first writes it to the last that touches it, and later
+// intermediates take its storage after that (plan_reuse, as the schedule's "plan memory" stage does within one
+// schedule: this plans across the schedules a step realises, a model's layers one after another). A checked
+// kernel's inputs and record keep theirs (a replay reads the records after its last kernel); a copy's buffers are
+// reused only at exactly their size.
+void TinyJit::plan_memory() {
+  std::unordered_map<const Buffer*, int> id;
+  std::vector<std::shared_ptr<Buffer>> buf;
+  std::vector<long> uses;  // the items' references to each buffer
+  std::vector<std::vector<int>> steps;
+  std::vector<size_t> n_out;
+  for (const JitItem& it : items_) {
+    std::vector<int>& step = steps.emplace_back();
+    for (const auto& b : it.bufs) {
+      auto [p, fresh] = id.try_emplace(b.get(), int(buf.size()));
+      if (fresh) buf.push_back(b), uses.push_back(0);
+      uses[size_t(p->second)]++;
+      step.push_back(p->second);
+    }
+    n_out.push_back(std::min(it.outputs, it.bufs.size()));
+  }
+  std::vector<ReuseBuffer> rb(buf.size());
+  for (size_t b = 0; b < buf.size(); b++) {
+    // held elsewhere too (a tensor, the registry of live BUFFER nodes, set_constant_buffers' results): kept
+    const bool only_items = buf[b].use_count() == uses[b] + 1 &&  // + 1: buf's own reference
+                            std::find(input_bufs_.begin(), input_bufs_.end(), buf[b].get()) == input_bufs_.end();
+    rb[b] = {buf[b]->device(), buf[b]->dtype(), int64_t(buf[b]->size()), false, only_items, only_items};
+  }
+  for (size_t i = 0; i < items_.size(); i++) {
+    if (!items_[i].runner)
+      for (int b : steps[i]) rb[size_t(b)].exact = true;
+    if (items_[i].index_check)
+      for (size_t k = n_out[i]; k < steps[i].size(); k++) rb[size_t(steps[i][k])].release = false;
+  }
+  const std::vector<int> remap = plan_reuse(rb, steps, n_out);
+  for (size_t i = 0; i < items_.size(); i++)
+    for (size_t k = 0; k < steps[i].size(); k++) items_[i].bufs[k] = buf[size_t(remap[size_t(steps[i][k])])];
+}
+
 std::vector<Tensor> TinyJit::operator()(const std::vector<Tensor>& in, const std::vector<sint>& vars) {
   std::vector<Tensor> inputs = in;
   // Inputs are realised buffers; their shapes and dtypes are fixed by the first call.
@@ -181,7 +221,7 @@ std::vector<Tensor> TinyJit::operator()(const std::vector<Tensor>& in, const std
     devices_.assign(devices.begin(), devices.end());
     input_bufs_.clear();
     for (auto& t : inputs) input_bufs_.push_back(buffer_of(contiguous_buffer(t.uop().get())).get());
-    if (calls_ == 2) drop_constant_items();
+    if (calls_ == 2) drop_constant_items(), plan_memory();
     outputs_ = out;
     calls_++;
     return out;

@@ -156,12 +156,58 @@ Slot buffer_slot(const UOp* b) {
   return {-1, std::get<std::string>(b->src(0)->arg), b->dtype, std::get<std::vector<int64_t>>(b->arg).at(1)};
 }
 
+}  // namespace tg::sched
+
+namespace tg {
+
+std::vector<int> plan_reuse(const std::vector<ReuseBuffer>& bufs, const std::vector<std::vector<int>>& steps,
+                            const std::vector<size_t>& n_out) {
+  const size_t n = bufs.size();
+  std::vector<int> remap(n), last(n, -1);  // buffer -> the buffer whose storage holds it; its last step
+  for (size_t b = 0; b < n; b++) remap[b] = int(b);
+  for (size_t i = 0; i < steps.size(); i++)
+    for (int b : steps[i]) last[size_t(b)] = int(i);
+  std::vector<bool> seen(n, false);
+  std::vector<int> free_storage;  // storage no live buffer holds
+  for (size_t i = 0; i < steps.size(); i++) {
+    for (size_t k = 0; k < steps[i].size(); k++) {
+      const size_t b = size_t(steps[i][k]);
+      if (seen[b]) continue;
+      seen[b] = true;
+      if (k >= n_out[i] || !bufs[b].take) continue;
+      const ReuseBuffer& want = bufs[b];
+      auto best = free_storage.end();
+      for (auto it = free_storage.begin(); it != free_storage.end(); ++it) {
+        const ReuseBuffer& f = bufs[size_t(*it)];
+        bool fits = f.size == want.size || (!want.exact && !f.exact && f.size > want.size);
+        if (f.device == want.device && f.dtype == want.dtype && fits &&
+            (best == free_storage.end() || f.size < bufs[size_t(*best)].size))
+          best = it;
+      }
+      if (best != free_storage.end()) {
+        remap[b] = *best;
+        free_storage.erase(best);
+      }
+    }
+    for (int b : steps[i])  // a buffer touched for the last time frees the storage that holds it
+      if (bufs[size_t(b)].release && last[size_t(b)] == int(i) &&
+          std::find(free_storage.begin(), free_storage.end(), remap[size_t(b)]) == free_storage.end())
+        free_storage.push_back(remap[size_t(b)]);
+  }
+  return remap;
+}
+
+}  // namespace tg
+
+namespace tg::sched {
+
 // Stage "plan memory": an intermediate buffer (not a root's, not an input) whose last reader has run can be reused by
-// a later intermediate of the same device, dtype and size. An index check's record, and what a checked kernel reads,
-// stay for the whole run: the records are read after it (one sync), and a hit's diagnostic kernel reads the checked
-// kernel's inputs again; reusing one would make the run read its records before the overwrite. The plan is read off
-// the LINEAR (its BUFFER nodes: device, dtype, size) and the kernel graph's roots (the buffers the schedule's results
-// are); a rewrite of the LINEAR (pm_plan_memory) puts it in place.
+// a later intermediate of the same device, dtype and size (plan_reuse). An index check's record, and what a checked
+// kernel reads, stay for the whole run: the records are read after it (one sync), and a hit's diagnostic kernel reads
+// the checked kernel's inputs again; reusing one would make the run read its records before the overwrite. A copy's
+// buffers are reused only at exactly their size. The plan is read off the LINEAR (its BUFFER nodes: device, dtype,
+// size) and the kernel graph's roots (the buffers the schedule's results are); a rewrite of the LINEAR
+// (pm_plan_memory) puts it in place.
 void plan_memory(ScheduleCtx& ctx) {
   const int n_inputs = ctx.n_inputs;
   const auto& calls = ctx.linear->src();
@@ -173,56 +219,27 @@ void plan_memory(ScheduleCtx& ctx) {
       plan.buffer[sl] = b.get();
     }
   const size_t n = plan.buffer.size();
-  std::vector<bool> exposed(n, false);  // a result's buffer: the kernel graph's roots
-  for (auto& r : ctx.kernels->src())
-    if (const UOp* b = r->op == Ops::AFTER ? r->src(0) : r.get(); b->op == Ops::BUFFER)
-      if (size_t sl = size_t(slot_number(b)); sl < n) exposed[sl] = true;
-  std::vector<bool> pinned(n, false);  // never freed: a checked kernel's inputs and record
-  for (auto& call : calls)
-    if (std::get<std::vector<int64_t>>(call->arg).at(2))  // an index check
-      for (size_t k = size_t(std::get<std::vector<int64_t>>(call->arg)[0]); k < call_buffers(call.get()).size(); k++)
-        pinned[size_t(slot_number(call_buffers(call.get())[k].get()))] = true;
-  std::vector<size_t> last_use(n, 0);
-  for (size_t i = 0; i < calls.size(); i++)
-    for (auto& b : call_buffers(calls[i].get())) last_use[size_t(slot_number(b.get()))] = i;
-  std::vector<bool> copied(n, false);  // read or written by a copy: a buffer of exactly its size
-  for (auto& call : calls)
-    if (call->src(0)->op == Ops::COPY)
-      for (auto& b : call_buffers(call.get())) copied[size_t(slot_number(b.get()))] = true;
-  std::vector<int>& remap = plan.remap;  // slot -> the slot whose buffer holds it
-  remap.resize(n);
-  for (size_t i = 0; i < remap.size(); i++) remap[i] = int(i);
-  std::vector<int> free_slots;  // buffers no live slot holds
-  for (size_t i = 0; i < calls.size(); i++) {
-    const auto& call = calls[i];
-    const auto& a = std::get<std::vector<int64_t>>(call->arg);
-    for (int k = 0; k < int(a[0]); k++) {
-      int out = slot_number(call_buffers(call.get())[size_t(k)].get());
-      if (out < n_inputs || exposed[size_t(out)] || remap[size_t(out)] != out) continue;
-      const Slot so = buffer_slot(plan.buffer[size_t(out)]);
-      // the smallest free buffer of its device and dtype that holds it (a kernel reads and writes only the elements
-      // its shape covers); a copy's buffers only of exactly their size
-      auto best = free_slots.end();
-      int64_t best_size = 0;
-      for (auto it = free_slots.begin(); it != free_slots.end(); ++it) {
-        const Slot sf = buffer_slot(plan.buffer[size_t(*it)]);
-        bool fits = sf.size == so.size || (!copied[size_t(out)] && !copied[size_t(*it)] && sf.size > so.size);
-        if (sf.device == so.device && sf.dtype == so.dtype && fits && (best == free_slots.end() || sf.size < best_size))
-          best = it, best_size = sf.size;
-      }
-      if (best != free_slots.end()) {
-        remap[size_t(out)] = *best;
-        free_slots.erase(best);
-      }
-    }
-    for (auto& b : call_buffers(call.get())) {  // a slot read for the last time frees the buffer that holds it
-      int sl = slot_number(b.get());
-      int held = remap[size_t(sl)];
-      if (sl >= n_inputs && !exposed[size_t(sl)] && !pinned[size_t(sl)] && last_use[size_t(sl)] == i &&
-          std::find(free_slots.begin(), free_slots.end(), held) == free_slots.end())
-        free_slots.push_back(held);
-    }
+  std::vector<ReuseBuffer> bufs(n);
+  for (size_t sl = 0; sl < n; sl++) {
+    if (!plan.buffer[sl]) continue;  // a number no CALL names: never touched
+    const Slot s = buffer_slot(plan.buffer[sl]);
+    bufs[sl] = {s.device, s.dtype, s.size, false, int(sl) >= n_inputs, int(sl) >= n_inputs};
   }
+  for (auto& r : ctx.kernels->src())  // a result's buffer (the kernel graph's roots) is neither
+    if (const UOp* b = r->op == Ops::AFTER ? r->src(0) : r.get(); b->op == Ops::BUFFER)
+      if (size_t sl = size_t(slot_number(b)); sl < n) bufs[sl].take = bufs[sl].release = false;
+  std::vector<std::vector<int>> steps;
+  std::vector<size_t> n_out;
+  for (auto& call : calls) {
+    const auto& a = std::get<std::vector<int64_t>>(call->arg);
+    std::vector<int>& step = steps.emplace_back();
+    for (auto& b : call_buffers(call.get())) step.push_back(slot_number(b.get()));
+    n_out.push_back(size_t(a.at(0)));
+    for (size_t k = size_t(a[0]); a.at(2) && k < step.size(); k++) bufs[size_t(step[k])].release = false;  // checked
+    if (call->src(0)->op == Ops::COPY)
+      for (int sl : step) bufs[size_t(sl)].exact = true;
+  }
+  plan.remap = plan_reuse(bufs, steps, n_out);
   std::vector<UOpRef> planned;  // each CALL rewritten once (a walk of the whole LINEAR would visit the programs too)
   for (auto& call : calls) {
     UOpRef p = pm_plan_memory().rewrite(call.get(), &plan);
