@@ -2,10 +2,12 @@
 #include "tg/jit.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <set>
 #include <unordered_set>
 
 #include "tg/device.hpp"
+#include "tg/env.hpp"
 #include "tg/schedule.hpp"
 
 namespace tg {
@@ -166,6 +168,17 @@ void TinyJit::plan_memory() {
   const std::vector<int> remap = plan_reuse(rb, steps, n_out);
   for (size_t i = 0; i < items_.size(); i++)
     for (size_t k = 0; k < steps[i].size(); k++) items_[i].bufs[k] = buf[size_t(remap[size_t(steps[i][k])])];
+  if (debug_level() >= 1) {  // as tinygrad's "JIT memory reduced from ..."
+    size_t n = 0, kept = 0;
+    double bytes = 0, kept_bytes = 0;
+    for (size_t b = 0; b < buf.size(); b++)
+      if (rb[b].take) {
+        n++, bytes += double(buf[b]->nbytes());
+        if (remap[b] == int(b)) kept++, kept_bytes += double(buf[b]->nbytes());
+      }
+    std::fprintf(stderr, "tg: TinyJit: the capture's %zu intermediate buffers (%.2f MB) share %zu (%.2f MB)\n", n, bytes / 1e6,
+                 kept, kept_bytes / 1e6);
+  }
 }
 
 std::vector<Tensor> TinyJit::operator()(const std::vector<Tensor>& in, const std::vector<sint>& vars) {
