@@ -5,7 +5,10 @@
 // each decode step reads (both: the file's tensors but the embedding; tg keeps the weights as the file stores them
 // and dequantises inside its kernels, LLM_DEQUANTISE=1: float32 at load), tg's resident memory for the model against
 // the file's size (at load, and after the run: the KV caches are float16 like llama.cpp's and take pages only as
-// positions are written), and the bytes of tg's KV-cache write (each token's K and V rows, written in place).
+// positions are written), and the bytes of tg's KV-cache write (each token's K and V rows, written in place). A
+// decode step reads every weight once, so it is bound by memory bandwidth: the program measures the machine's triad
+// first (bench/triad.hpp, on the same threads) and prints, for each library, its decode step's weight bytes over
+// that bandwidth (the fastest a token could be) against its time a token.
 // Environment: LLM_DIM (512), LLM_LAYERS (8), LLM_HEADS (8), LLM_KV_HEADS (4), LLM_FFN (1536), LLM_CTX (512),
 // LLM_PROMPT (64), LLM_DECODE (32), LLM_TYPES (f32,q8_0,q4_0), LLM_REPS (3), THREADS (both libraries; default: every CPU),
 // LLM_MEMDIAG=1 (after the run: the allocator's cached bytes, and the resident set once they and glibc's free heap
@@ -26,6 +29,7 @@
 
 #include "../examples/llm_model_util.hpp"
 #include "bench_util.hpp"
+#include "triad.hpp"
 #include "tg/device.hpp"
 #include "tg/env.hpp"
 
@@ -78,6 +82,14 @@ int main() {
   if (!std::filesystem::exists(modules + "/node-llama-cpp/package.json")) {
     std::fprintf(stderr, "llm: node-llama-cpp is not installed in %s (scripts/datasets installs it)\n", modules.c_str());
     return 1;
+  }
+  double triad_gbs = 0;
+  {  // freed before any model is loaded: its 192 MiB are not part of the resident sets below
+    bench::Triad tri;
+    const double ms = tri.best_ms(10);
+    tri.check();
+    triad_gbs = tri.gbs(ms);
+    std::printf("machine: triad (%s) %.1f GB/s: a decode step is bound by its weight bytes over it\n", tri.describe().c_str(), triad_gbs);
   }
   std::vector<int32_t> prompt;
   for (int64_t i = 0; i < n_prompt; i++) prompt.push_back(int32_t(3 + (i * 7919 + 13) % 339));  // any tokens but BOS/EOS/unk
@@ -168,14 +180,16 @@ int main() {
     double tg_bytes = read_bytes, peer_bytes = stored_bytes, cache_bytes = 2.0 * llm->config().cache_dtype.itemsize() * double(c.n_kv_heads * c.head_dim() * c.n_layers);
     std::printf("%s: prefill tg %.1f ms (%.0f tokens/s), llama.cpp %.1f ms (%.0f tokens/s): %.2fx; decode tg %.2f ms (%.0f tokens/s, "
                 "%.1f GB/s of %s weights + %.1f KiB of KV-cache rows a token), llama.cpp %.2f ms (%.0f tokens/s, %.1f GB/s): %.2fx; "
+                "at the triad's bandwidth a token takes %.2f ms (tg %.2f of that limit, llama.cpp %.2f); "
                 "greedy tokens agree for %zu of %zu; tg memory: weights %.1f MB, KV caches %.1f MB (%s), resident growth at load %.1f MB, "
                 "file %.1f MB (%.2fx), after the run %.1f MB (%.2fx)\n",
                 type.c_str(), tg_prefill, 1e3 * double(n_prompt) / tg_prefill, peer_prefill, 1e3 * double(n_prompt) / peer_prefill,
                 peer_prefill / tg_prefill, tg_decode, 1e3 / tg_decode, tg_bytes / tg_decode / 1e6, dequantise ? "float32" : "stored",
-                cache_bytes / 1024, peer_decode, 1e3 / peer_decode, peer_bytes / peer_decode / 1e6, peer_decode / tg_decode, same,
+                cache_bytes / 1024, peer_decode, 1e3 / peer_decode, peer_bytes / peer_decode / 1e6, peer_decode / tg_decode,
+                peer_bytes / triad_gbs / 1e6, tg_bytes / triad_gbs / 1e6 / tg_decode, peer_bytes / triad_gbs / 1e6 / peer_decode, same,
                 tg_tokens.size(), weight_bytes / 1e6, double(llm->cache_bytes()) / 1e6, llm->config().cache_dtype.name().c_str(), rss_load / 1e6,
                 file_bytes / 1e6, rss_load / file_bytes, rss_run / 1e6, rss_run / file_bytes);
-    std::string extra = ", \"threads\": " + std::to_string(threads);
+    std::string extra = ", \"threads\": " + std::to_string(threads) + ", \"triad_gbs\": " + std::to_string(triad_gbs);
     bench::json("llm_prefill_" + std::to_string(n_prompt) + "_" + type, bench::variant(), tg_prefill, "llama.cpp", peer_prefill, extra);
     bench::json("llm_decode_" + type, bench::variant(), tg_decode, "llama.cpp", peer_decode, extra);
   }
