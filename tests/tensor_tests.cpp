@@ -480,6 +480,13 @@ TEST_CASE("plan_reuse: storage is free after its buffer's last step, for the sam
   bufs[4].take = false;     // 4 takes none: its own 32 floats, free after step 5, are exactly the size 7 needs
   got = plan_reuse(bufs, steps, n_out);
   CHECK(got == std::vector<int>{0, 1, 2, 1, 4, 5, 6, 4});
+  // 8, read by step 0 before step 1 writes it, holds a value from before the steps (a replay's state from the one
+  // before): its storage is not given to 9 after its last step
+  bufs.push_back(f32(64));
+  bufs.push_back(f32(64));
+  steps = {{1, 8}, {8, 1}, {9, 0}};
+  n_out = {1, 1, 1};
+  CHECK(plan_reuse(bufs, steps, n_out) == std::vector<int>{0, 1, 2, 3, 4, 5, 6, 7, 8, 1});
 }
 
 TEST_CASE("the memory planner reuses a dead intermediate buffer") {

@@ -115,8 +115,10 @@ struct ReuseBuffer {
 /** tinygrad's memory planner over a sequence of steps: steps[i] lists the buffers step i touches (ids into bufs),
  *  the n_out[i] it writes first. A `take` buffer whose first touch is a write takes the smallest free storage of its
  *  device and dtype that holds it (of exactly its size where either is `exact`); storage is free once the last step
- *  touching a `release` buffer that holds it has run (not for that step's own writes). Returns, for each buffer, the
- *  buffer whose storage holds it (itself where none was free). */
+ *  touching a `release` buffer that holds it has run (not for that step's own writes). A buffer read before any
+ *  step writes it holds a value from before the steps (a replay's state from the previous one): it neither takes
+ *  storage nor gives its own. Returns, for each buffer, the buffer whose storage holds it (itself where none was
+ *  free). */
 std::vector<int> plan_reuse(const std::vector<ReuseBuffer>& bufs, const std::vector<std::vector<int>>& steps,
                             const std::vector<size_t>& n_out);
 

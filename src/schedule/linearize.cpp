@@ -167,14 +167,15 @@ std::vector<int> plan_reuse(const std::vector<ReuseBuffer>& bufs, const std::vec
   for (size_t b = 0; b < n; b++) remap[b] = int(b);
   for (size_t i = 0; i < steps.size(); i++)
     for (int b : steps[i]) last[size_t(b)] = int(i);
-  std::vector<bool> seen(n, false);
+  std::vector<bool> seen(n, false), read_first(n, false);  // read_first: holds a value from before the steps
   std::vector<int> free_storage;  // storage no live buffer holds
   for (size_t i = 0; i < steps.size(); i++) {
     for (size_t k = 0; k < steps[i].size(); k++) {
       const size_t b = size_t(steps[i][k]);
       if (seen[b]) continue;
       seen[b] = true;
-      if (k >= n_out[i] || !bufs[b].take) continue;
+      read_first[b] = k >= n_out[i];
+      if (read_first[b] || !bufs[b].take) continue;
       const ReuseBuffer& want = bufs[b];
       auto best = free_storage.end();
       for (auto it = free_storage.begin(); it != free_storage.end(); ++it) {
@@ -190,7 +191,7 @@ std::vector<int> plan_reuse(const std::vector<ReuseBuffer>& bufs, const std::vec
       }
     }
     for (int b : steps[i])  // a buffer touched for the last time frees the storage that holds it
-      if (bufs[size_t(b)].release && last[size_t(b)] == int(i) &&
+      if (bufs[size_t(b)].release && !read_first[size_t(b)] && last[size_t(b)] == int(i) &&
           std::find(free_storage.begin(), free_storage.end(), remap[size_t(b)]) == free_storage.end())
         free_storage.push_back(remap[size_t(b)]);
   }
