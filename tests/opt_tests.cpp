@@ -2286,3 +2286,34 @@ TEST_CASE("NONTEMPORAL: a cast to float16 or bfloat16 larger than the last-level
     }
   }
 }
+
+TEST_CASE("heuristic: a reduce kernel storing scalar copies along a short row past L2 takes the row whole (line fill)") {
+  // Winograd F(4x4, 5x5)'s output-transform adjoint: out[r, a, c, n, ty, tx] = sum_x A[x][a] dy[n, c, 4 ty + r,
+  // 4 tx + x]. The store is contiguous along tx (6 tile columns), whose loads gather (4 floats apart): scalar
+  // copies. A tile holding part of the row writes part of each line (planes C * N * 36 floats apart) and the next
+  // tiles complete them; past L2 they were evicted by then (9.5 -> 2.0 ms at N = 128, C = 32, Zen 5).
+  const int64_t n = 16, c = 8;
+  Tensor dy = randn({n, c, 24, 24}, 131).realize();
+  std::vector<float> av(32);
+  for (size_t i = 0; i < av.size(); i++) av[i] = float(int(i % 7) - 3) * 0.5f;
+  Tensor a = Tensor::from_vector(av, {4, 8}).realize();
+  Tensor g = dy.reshape({n, c, 6, 4, 6, 4}).permute({3, 1, 0, 2, 4, 5});       // (r, c, n, ty, tx, x)
+  Tensor y = (g.unsqueeze(1) * a.reshape({1, 8, 1, 1, 1, 1, 4})).sum(6);        // (r, a, c, n, ty, tx)
+  Kern k = last_kernel(y);
+  auto takes_row = [&](const std::vector<Opt>& opts) {
+    return std::any_of(opts.begin(), opts.end(), [](const Opt& o) { return o.op == OptOp::UPCAST && o.axis == 5 && o.amt == 6; });
+  };
+  OptConfig past{2, 16};
+  past.l2_bytes = 128 << 10;  // the output's 590 KB past two L2s of 128 KiB
+  OptConfig avx2 = avx2_config();
+  avx2.threads = 2, avx2.l2_bytes = 128 << 10;
+  for (const OptConfig& cfg : {past, avx2}) {
+    INFO("vector width " << cfg.vector_width);
+    auto opts = hand_coded_optimizations(k.ast, cfg);
+    CHECK(takes_row(opts));
+    check_close(run_with(k, opts), run_with(k, {}), 1e-6f);  // FMAs against the plain loops' multiply and add
+  }
+  OptConfig fits = past;
+  fits.l2_bytes = 64 << 20;  // in L2 the lines stay: the loads per accumulation decide
+  CHECK_FALSE(takes_row(hand_coded_optimizations(k.ast, fits)));
+}

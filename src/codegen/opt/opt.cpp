@@ -1085,9 +1085,40 @@ struct Heuristic {
             }
       return s;
     };
-    using Key = std::tuple<double, double, double, double, double>;
+    // The store's line fill, where the store is scalar copies along a short row past L2: the output axis the store
+    // is contiguous in (srow) is short (at most 8) and not the vectorised one (its loads gather along it), and the
+    // output is larger than the threads' L2s. Such a tile writes part of each line it touches, and the next tiles
+    // complete those lines; by then evicted where the tile's copies fill the sets (output planes a multiple of 4 KiB
+    // apart all fall in one). The bytes a tile writes per line it touches (in 8-byte steps) rank before the loads
+    // per accumulation. Winograd's output-transform adjoint (dy read 4 floats a tile column, stored as (4, 8, C, N,
+    // 6, 6), planes 576 KiB apart; Zen 5, 2 threads): 4 rows x 8 points x 2 x 2 tiles, 32 lines a tile 16 bytes
+    // each, 9.5 ms (4 GB/s); 8 points x 6 columns x 4 rows (24 bytes) 6.1 ms; 8 x 6 x 2 rows x 2 tile rows (16
+    // lines of 48 bytes, BEAM's pick) 2.0 ms.
+    size_t srow = axes.size();
+    const double sitem = double(store_item());
+    if (sitem > 0 && cfg.l2_bytes > 0 && store_bytes() > double(cfg.l2_bytes * cfg.threads))
+      for (size_t i = 0; i < n_out; i++)
+        if (int(i) != vec && size[i] > 1 && size[i] <= 8)
+          if (auto c = index_coef(st, axes[i]); c && *c == 1) srow = i;
+    std::vector<std::optional<double>> st_coef(n_out);  // the store's |coefficient| along each output axis
+    for (size_t j = 0; j < n_out && srow < axes.size(); j++)
+      if (depends_on(st, axes[j]))
+        if (auto c = index_coef(st, axes[j])) st_coef[j] = double(std::llabs(*c));
+    auto store_fill = [&](const std::vector<int64_t>& am) {
+      if (srow == axes.size()) return 0.0;
+      double span = 1, copies = 1, elems = 1;  // elements within a line's distance; copies further apart; written
+      for (size_t j = 0; j < n_out; j++) {
+        if (am[j] == 1 || !depends_on(st, axes[j])) continue;
+        elems *= double(am[j]);
+        if (st_coef[j] && *st_coef[j] * sitem < double(kLineBytes)) span += double(am[j] - 1) * *st_coef[j];
+        else copies *= double(am[j]);
+      }
+      const double lines = copies * std::ceil(span * sitem / double(kLineBytes));
+      return -std::floor(elems * sitem / lines / 8);
+    };
+    using Key = std::tuple<double, double, double, double, double, double>;
     std::vector<std::pair<Key, std::vector<int64_t>>> tiles{
-        {Key{short_of_chains(upcast), l2_excess(amt, upcast), loads_per_acc(amt), 0, -double(upcast)}, amt}};
+        {Key{short_of_chains(upcast), l2_excess(amt, upcast), store_fill(amt), loads_per_acc(amt), 0, -double(upcast)}, amt}};
     std::vector<int64_t> am = amt;
     // Rows of 3 and 6 outside the wide space: 3 alone where latency-bound. Output axes that every load and the store
     // read alike (one axis split in two: a weight's rows interleaved by R, viewed as (groups, R)) are one axis to
@@ -1106,21 +1137,26 @@ struct Heuristic {
       }
     std::function<void(size_t, int64_t)> visit = [&](size_t k, int64_t total) {
       if (k == cand.size()) {
+        // (the store's row taken whole counts as 1: its 3 or 6 is the row's, not a row count)
+        auto rows_at = [&](size_t x) { return cand[x] == srow && am[srow] / amt[srow] == size[srow] ? 1 : am[cand[x]] / amt[cand[x]]; };
         for (size_t x = 0; x < cand.size(); x++) {
-          int64_t rows = am[cand[x]] / amt[cand[x]];
+          int64_t rows = rows_at(x);
           size_t n_alike = 1;
           for (size_t y = x + 1; y < cand.size(); y++)
-            if (alike[x][y]) rows *= am[cand[y]] / amt[cand[y]], n_alike++;
+            if (alike[x][y]) rows *= rows_at(y), n_alike++;
           if (n_alike > 1 && rows_of_three(rows)) return;
         }
         if (am != amt && fits_registers(am, total))
-          tiles.emplace_back(Key{short_of_chains(total), l2_excess(am, total), loads_per_acc(am), strides_of(am), -double(total)}, am);
+          tiles.emplace_back(Key{short_of_chains(total), l2_excess(am, total), store_fill(am), loads_per_acc(am), strides_of(am), -double(total)}, am);
         return;
       }
       size_t i = cand[k];
       bool v = int(i) == vec;
-      for (int64_t a : {1, 2, 3, 4, 6, 8, 16}) {
-        if ((v && a > 4) || (a % 3 == 0 && (v || rows_of_three(a))) || !fits(i, a) || total * a > max_acc)
+      std::vector<int64_t> amounts{1, 2, 3, 4, 6, 8, 16};
+      if (i == srow && size[i] % 3 && size[i] % 4 && size[i] != 2) amounts.push_back(size[i]);  // 5, 7: the row whole
+      for (int64_t a : amounts) {
+        const bool whole_row = i == srow && a == size[i];  // of 3 or 6 too, outside the wide space
+        if ((v && a > 4) || (a % 3 == 0 && !whole_row && (v || rows_of_three(a))) || !fits(i, a) || total * a > max_acc)
           continue;
         am[i] = amt[i] * a;
         visit(k + 1, total * a);
@@ -1131,8 +1167,8 @@ struct Heuristic {
     // A tile that saves under 1/16 of the loads per accumulation reuses nothing worth its registers: it only adds
     // streams (a batchnorm's backward sums, whose chunks of the batch share only per-channel values read outside
     // their 800-trip loop, took 8 chunks at once: 8 streams through a channels-last input)
-    const double base_loads = std::get<2>(tiles[0].first);
-    std::erase_if(tiles, [&](const auto& t) { return t.second != amt && std::get<2>(t.first) > base_loads * (1 - 1.0 / 16); });
+    const double base_loads = std::get<3>(tiles[0].first);
+    std::erase_if(tiles, [&](const auto& t) { return t.second != amt && std::get<3>(t.first) > base_loads * (1 - 1.0 / 16); });
     // ranked by the key (ties: the order of enumeration); BEAM seeds its search with the first few
     std::stable_sort(tiles.begin(), tiles.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
     const size_t at = wide ? tile_rank - 1 : tile_rank;  // the wide space's best is the first seed after rank 0
