@@ -969,6 +969,18 @@ struct Heuristic {
       double step, isz;  // bytes a trip moves it; its element's bytes
       std::vector<AxisRead> axes;
     };
+    // An access's footprint in a tile of amounts am: its elements within a line's distance of each other along the
+    // tiled axes (span) and the copies further apart; copies that slide with the reduce loop's trips are not counted
+    // (a convolution's kernel columns: each trip brings in one new copy, the others were the earlier trips')
+    auto footprint = [&](const std::vector<AxisRead>& reads, const std::vector<int64_t>& am, double isz) {
+      double span = 1, copies = 1;
+      for (const auto& [j, c, slides] : reads) {
+        if (am[j] == 1 || slides) continue;
+        if (c && *c * isz < double(kLineBytes)) span += double(am[j] - 1) * *c;
+        else copies *= double(am[j]);
+      }
+      return std::pair{span, copies};
+    };
     std::vector<TripLoad> trip_loads;
     if (out_vec && vec_amt >= w && trip < axes.size())
       for (size_t li = 0; li < acc.loads.size(); li++) {
@@ -988,14 +1000,7 @@ struct Heuristic {
       if (trip_loads.empty()) return 0.0;  // a tile of full vectors along an output axis, loads moved by the trips
       double lines = 0;
       for (const TripLoad& t : trip_loads) {
-        double span = 1, copies = 1;  // elements within a line's distance of each other; copies further apart
-        for (const auto& [j, c, slides] : t.axes) {
-          // copies a trip's stride apart slide along with the loop (a convolution's kernel columns): each trip
-          // brings in one new copy, the others were the earlier trips'
-          if (am[j] == 1 || slides) continue;
-          if (c && *c * t.isz < double(kLineBytes)) span += double(am[j] - 1) * *c;
-          else copies *= double(am[j]);
-        }
+        const auto [span, copies] = footprint(t.axes, am, t.isz);
         lines += copies * (t.step >= double(kLineBytes) ? std::ceil(span * t.isz / double(kLineBytes)) : t.step / double(kLineBytes));
       }
       // in quarters: the lines are an estimate (prefetchers, lines shared between trips), so only a tile a quarter
@@ -1100,19 +1105,17 @@ struct Heuristic {
       for (size_t i = 0; i < n_out; i++)
         if (int(i) != vec && size[i] > 1 && size[i] <= 8)
           if (auto c = index_coef(st, axes[i]); c && *c == 1) srow = i;
-    std::vector<std::optional<double>> st_coef(n_out);  // the store's |coefficient| along each output axis
+    std::vector<AxisRead> st_reads;  // the output axes the store depends on, its |coefficient| along each
     for (size_t j = 0; j < n_out && srow < axes.size(); j++)
-      if (depends_on(st, axes[j]))
-        if (auto c = index_coef(st, axes[j])) st_coef[j] = double(std::llabs(*c));
+      if (depends_on(st, axes[j])) {
+        auto c = index_coef(st, axes[j]);
+        st_reads.push_back({j, c ? std::optional(double(std::llabs(*c))) : std::nullopt, false});
+      }
     auto store_fill = [&](const std::vector<int64_t>& am) {
       if (srow == axes.size()) return 0.0;
-      double span = 1, copies = 1, elems = 1;  // elements within a line's distance; copies further apart; written
-      for (size_t j = 0; j < n_out; j++) {
-        if (am[j] == 1 || !depends_on(st, axes[j])) continue;
-        elems *= double(am[j]);
-        if (st_coef[j] && *st_coef[j] * sitem < double(kLineBytes)) span += double(am[j] - 1) * *st_coef[j];
-        else copies *= double(am[j]);
-      }
+      double elems = 1;  // the elements a tile writes
+      for (const AxisRead& r : st_reads) elems *= double(am[r.j]);
+      const auto [span, copies] = footprint(st_reads, am, sitem);
       const double lines = copies * std::ceil(span * sitem / double(kLineBytes));
       return -std::floor(elems * sitem / lines / 8);
     };
