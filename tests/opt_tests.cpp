@@ -1371,9 +1371,23 @@ TEST_CASE("heuristic: a stride-2 input gradient's rows of w/2..2w take the whole
   CHECK(opts[0] == Opt{OptOp::UPCAST, 4, 28});
   CHECK(opts[1] == Opt{OptOp::UPCAST, 5, 2});
   check_close(run_with(k, opts), run_with(k, {}), 1e-6f);
-  auto opts8 = hand_coded_optimizations(split, OptConfig{1, 8});  // AVX2: 28 is past 2w, vectors of 4
-  REQUIRE(!opts8.empty());
-  CHECK(opts8[0] == Opt{OptOp::UPCAST, 4, 4});
+  // AVX2: 28 is past 2w, but no vector of 8 divides it: whole too, 3 vectors and a half (vectors of 4 before: xmm
+  // lanes, TG_CPU=haswell conv_dx 38 -> 25 ms at N=64, 64 -> 128 channels)
+  auto opts8 = hand_coded_optimizations(split, OptConfig{1, 8});
+  REQUIRE(opts8.size() >= 2);
+  CHECK(opts8[0] == Opt{OptOp::UPCAST, 4, 28});
+  CHECK(opts8[1] == Opt{OptOp::UPCAST, 5, 2});
+  check_close(run_with(k, opts8), run_with(k, {}), 1e-6f);
+  // rows of 40 (80x80 input): AVX2's vectors of 8 divide them; past 4w for neither width, AVX-512's 16 does not
+  // divide them: whole (2 vectors and a half, not 5 of 8)
+  Tensor x2 = randn({2, C, 80, 80}, 47).requires_grad_(), g2 = randn({2, O, 40, 40}, 48);
+  x2.realize(), g2.realize();
+  UOpRef split2 = split_ranges(simplify(last_kernel(x2.conv2d(w, std::nullopt, 2).gradient({x2}, &g2)[0]).ast));
+  auto w8 = hand_coded_optimizations(split2, OptConfig{1, 8}), w16 = hand_coded_optimizations(split2, OptConfig{1, 16});
+  REQUIRE(!w8.empty());
+  REQUIRE(!w16.empty());
+  CHECK(w8[0] == Opt{OptOp::UPCAST, 4, 8});
+  CHECK(w16[0] == Opt{OptOp::UPCAST, 4, 40});
 }
 
 // The kernel of a rand's schedule that makes its floats (the others advance the generator's counter).
