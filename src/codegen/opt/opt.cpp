@@ -800,7 +800,7 @@ struct Heuristic {
     // the stores stay cached (mark_nontemporal_stores). The widening comes before the tile's rows, so the expander
     // puts a line's vectors next to each other, row by row: after them, the 64 rows' first halves went out before
     // their second halves, more lines partly written than the core's write-combining buffers hold (a 4096^2 .T
-    // under TG_CPU=haswell, Zen 5: 11.0 -> 5.5 ms; native vectors of 16, 3.1-3.5 ms in the same minutes).
+    // under TG_CPU=haswell, bench/bandwidth on Zen 5, alternated: 8.2 -> 3.6 ms; native vectors of 16: 2.9 ms).
     const int64_t item = store_item(), block = vec_amt * item;
     if (past_caches() && item > 0 && block < kLineBytes && kLineBytes % block == 0) {
       const int64_t widen = kLineBytes / block;
