@@ -1372,7 +1372,8 @@ TEST_CASE("heuristic: a stride-2 input gradient's rows of w/2..2w take the whole
   CHECK(opts[1] == Opt{OptOp::UPCAST, 5, 2});
   check_close(run_with(k, opts), run_with(k, {}), 1e-6f);
   // AVX2: 28 is past 2w, but no vector of 8 divides it: whole too, 3 vectors and a half (vectors of 4 before: xmm
-  // lanes, TG_CPU=haswell conv_dx 38 -> 25 ms at N=64, 64 -> 128 channels)
+  // lanes; TG_CPU=haswell bench/torch_compare conv_dx at N=64, 64 -> 128 channels, alternated: 35.1 / 37.4 -> 24.8 /
+  // 28.6 ms on Zen 5)
   auto opts8 = hand_coded_optimizations(split, OptConfig{1, 8});
   REQUIRE(opts8.size() >= 2);
   CHECK(opts8[0] == Opt{OptOp::UPCAST, 4, 28});
@@ -2246,8 +2247,8 @@ TEST_CASE("NONTEMPORAL: a transpose past the last-level cache writes whole cache
   }
   {  // AVX2's widened line: its two vectors go out one after the other, row by row (the expander's copy order).
     // With the tile's rows outside the line's halves, all 64 first halves went out, then all second halves: more
-    // partly written lines than the core's write-combining buffers, a 4096^2 .T under TG_CPU=haswell at 11 ms
-    // against 5.5 (Zen 5, the native 16-float vectors 3.1-3.5 ms in the same minutes).
+    // partly written lines than the core's write-combining buffers (a 4096^2 .T under TG_CPU=haswell,
+    // bench/bandwidth on Zen 5, alternated: 8.2 -> 3.6 ms; native vectors of 16: 2.9 ms).
     HostLowering h;
     h.lo.config = OptConfig{2, 8};
     h.lo.config.vector_registers = 16;
@@ -2261,7 +2262,7 @@ TEST_CASE("NONTEMPORAL: a transpose past the last-level cache writes whole cache
     std::istringstream lines(ck.src);
     const std::regex gep(R"(\s*(%\w+) = getelementptr inbounds float, ptr %data0, i(?:32|64) (%\w+))"),
         add(R"(\s*(%\w+) = add i(?:32|64) (%\w+), (\d+))"), store(R"(\s*store <8 x float> %\w+, ptr (%\w+), align 32, !nontemporal.*)");
-    std::map<std::string, std::pair<std::string, int64_t>> sum;  // %t = add i64 %base, c
+    std::map<std::string, std::pair<std::string, int64_t>> sum;  // %t = add iN %base, c
     for (std::string l; std::getline(lines, l);) {
       std::smatch m;
       if (std::regex_match(l, m, add)) sum[m[1]] = {m[2], std::stoll(m[3])};

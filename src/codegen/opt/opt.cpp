@@ -693,8 +693,9 @@ struct Heuristic {
         for (size_t j = n_out; j < axes.size() && !inner; j++) inner = depends_on(l, axes[i]) && depends_on(l, axes[j]);
       const int64_t n = size[i];  // whole from w/2 to 2w elements, as the store's axis in step 1
       int64_t a = !inner ? 0 : n >= w / 2 && n <= 2 * w ? n : pick(n, {int64_t(w), int64_t(w / 2), 4});
-      // up to 4w whole where no full vector divides it: AVX2's 28 columns had vectors of 4 (xmm, the 2x2 stride-2
-      // convolution's input gradient below: 86 GFLOPS), whole as 3 ymm and a half, 128 (TG_CPU=haswell, Zen 5)
+      // up to 4w whole where no full vector divides it: AVX2's 28 columns had vectors of 4 (xmm; the 2x2 stride-2
+      // convolution's input gradient at 86 GFLOPS), whole they are 3 ymm and a half, 128 GFLOPS (TG_CPU=haswell,
+      // Zen 5; bench/torch_compare conv_dx, alternated: 35.1 / 37.4 -> 24.8 / 28.6 ms)
       if (inner && n > 2 * w && n <= 4 * w && a < w) a = n;
       if (!a) continue;
       split(OptOp::UPCAST, i, a);
