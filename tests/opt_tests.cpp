@@ -884,6 +884,97 @@ TEST_CASE("a value computed from a channels-last convolution is stored channels-
   CHECK(yl == yn);
 }
 
+// The strides along the axes of the given sizes of the stores of y's schedule's kernels, one list a kernel (in
+// schedule order; an axis the kernel does not have, or a store not linear in it: -1).
+std::vector<std::vector<int64_t>> store_strides(const Tensor& y, const std::vector<int64_t>& sizes) {
+  UOpRef root = y.uop();
+  Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+  std::vector<std::vector<int64_t>> out;
+  for (auto& it : s.items) {
+    const UOp* st = nullptr;
+    for (const UOp* u : toposort(it.ast.get()))
+      if (u->op == Ops::STORE && u->src(0)->op == Ops::INDEX) st = u->src(0)->src(1);
+    if (!st) continue;
+    std::vector<int64_t> k;
+    for (int64_t n : sizes) {
+      int64_t c = -1;
+      for (const UOp* r : kernel_axes(it.ast))
+        if (r->src(0)->const_int() == n && c < 0) c = index_coef(st, r).value_or(-1);
+      k.push_back(c);
+    }
+    out.push_back(k);
+  }
+  return out;
+}
+
+TEST_CASE("a value read across planes 64 KiB apart is stored a cache line further apart a plane; read along, row-major") {
+  // u's 8 planes are 128 x 128 floats, 64 KiB: row-major, all of them fall in the same cache sets, and a sum over
+  // the 8 (its innermost loop walks across the planes) evicts its own lines (the Winograd input gradient read its
+  // 64 planes 576 KiB apart at 19 GFLOPS). Stored 16 floats further apart a plane (PAD_PLANES=0: not) it gives the
+  // same values; a sum over the rows reads each plane along itself and keeps u row-major.
+  Tensor x = randn({8, 128, 128}, 41);
+  x.realize();
+  auto u = [&] { return (x * 2.0f + 1.0f).contiguous(); };
+  const bool serial = get_device(default_device()).renderer().grid_limits().threads == 0;
+  auto across = [&] {
+    Tensor v = u();
+    return v.sum(0) * v.max(0);
+  };
+  std::vector<float> padded = across().to_vector<float>(), plain;
+  // u's kernel stores its 8 planes 16384 + 16 floats apart (the reader sums over them: its store has no stride
+  // along the 8)
+  auto ks = store_strides(across(), {8, 128});
+  REQUIRE(ks.size() == 2);
+  CHECK(ks[0] == std::vector<int64_t>{serial ? 16384 + 16 : 16384, 128});
+  CHECK(ks[1] == std::vector<int64_t>{0, 128});
+  {
+    ScopedEnv off("PAD_PLANES", "0");  // a knob of the scheduler: part of its cache key
+    plain = across().to_vector<float>();
+    CHECK(store_strides(across(), {8, 128})[0] == std::vector<int64_t>{16384, 128});
+  }
+  CHECK(padded == plain);
+  std::vector<float> xv = x.to_vector<float>();
+  for (size_t i = 0; i < 128 * 128; i++) {
+    float s = 0, m = -INFINITY;
+    for (size_t p = 0; p < 8; p++) s += xv[p * 128 * 128 + i] * 2.0f + 1.0f, m = std::max(m, xv[p * 128 * 128 + i] * 2.0f + 1.0f);
+    REQUIRE(padded[i] == doctest::Approx(s * m).epsilon(1e-5));
+  }
+  // read along its planes (a sum over each plane's rows, and its columns): row-major
+  auto along = [&] {
+    Tensor v = u();
+    return v.sum(1) + v.sum(2);
+  };
+  CHECK(store_strides(along(), {8, 128})[0] == std::vector<int64_t>{16384, 128});
+}
+
+TEST_CASE("WINO=1: the input gradient's Winograd domain is stored with padded planes, to the direct conv's values") {
+  // 64 images of 8 channels, 28 x 28, 5 x 5: the domain is (8, 8, 8 channels, 64 x 36 tiles), planes of 8 x 2304
+  // floats (72 KiB) that the input gradient's transform reads across (B d B^T's adjoint, 64 planes an output tile)
+  Tensor x = randn({64, 8, 28, 28}, 43), w = randn({8, 8, 5, 5}, 44), seed = randn({64, 8, 24, 24}, 45);
+  Tensor::realize_all({&x, &w, &seed});
+  auto dx = [&] { return x.conv2d(w).gradient({x}, &seed)[0]; };
+  std::vector<float> direct, wino;
+  {
+    ScopedEnv e("WINO", "0");
+    direct = dx().to_vector<float>();
+  }
+  ScopedEnv e("WINO", "1");
+  wino = dx().to_vector<float>();
+  // some kernel stores the domain's (8, 8) planes 8 x 2304 + 16 floats apart
+  UOpRef root = dx().uop();
+  Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+  bool padded = false;
+  for (auto& it : s.items)
+    for (const UOp* u : toposort(it.ast.get()))
+      if (u->op == Ops::STORE && u->src(0)->op == Ops::INDEX)
+        for (const UOp* r : kernel_axes(it.ast)) padded |= index_coef(u->src(0)->src(1), r).value_or(0) == 8 * 2304 + 16;
+  if (get_device(default_device()).renderer().grid_limits().threads == 0) CHECK(padded);
+  float scale = 0;
+  for (float v : direct) scale = std::max(scale, std::fabs(v));
+  REQUIRE(direct.size() == wino.size());
+  for (size_t i = 0; i < direct.size(); i++) REQUIRE(std::fabs(direct[i] - wino[i]) <= 1e-5f * scale);
+}
+
 TEST_CASE("a depthwise convolution is channels-last on the CPU: vectors along the channels, NCHW's values") {
   // groups = input channels (one per group), 2 output channels per group: pm_layout sums it in (N, *o, *k, G, Co/G)
   // order from channels-last copies, so the kernel's innermost output axis is the 16 channels, which its store is

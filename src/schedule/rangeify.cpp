@@ -131,9 +131,19 @@ struct KernelBuilder {
   }
 
   // The index into the buffer behind `n` for access `a` of n: an assign into a view of a buffer (its target a
-  // movement op) addresses the buffer through the view; any other materialised node is contiguous.
+  // movement op) addresses the buffer through the view; a BUFFERIZE stored with strides through them; any other
+  // materialised node is contiguous.
   UOpRef address(const UOp* n, const Access& a) {
     const UOp* val = n->op == Ops::BUFFERIZE ? n->src(0) : n;
+    if (n->op == Ops::BUFFERIZE) {
+      if (BufferizeOpts o = BufferizeOpts::of(n); !o.strides.empty()) {
+        UOpRef lin = ci(0);
+        const Shape& s = shapes.at(n);
+        for (size_t i = s.size(); i-- > 0;)
+          if (s[i] != 1) lin = add(mul(a.idx[i], o.strides[i]), lin);
+        return lin;
+      }
+    }
     if (val->op != Ops::ASSIGN || contiguous_buffer(val->src(0))) return linear(shapes.at(n), a);
     Access v = a;
     const UOp* t = val->src(0);

@@ -8,6 +8,8 @@
 // what rangeify needs (the device, whether it is a result, its layout): the stage's output is that graph
 // (ctx.graph), as tinygrad's rangeify marks what materialises with BUFFERIZE nodes.
 #include <cstdio>
+#include <functional>
+#include <optional>
 
 #include "stages.hpp"
 #include "tg/env.hpp"
@@ -247,6 +249,7 @@ struct BufferizeCtx {
   NodeSet outputs;                                 // the roots
   std::unordered_map<const UOp*, UOpRef> rebuilt;  // tensor graph node -> its node in the bufferized graph
   NodeSet followed;                                // materialised values stored in a followed layout
+  std::unordered_map<const UOp*, std::vector<const UOp*>> readers;  // tensor graph node -> the nodes reading it
 };
 
 // The layout the layout stage chose for a materialised value: a CONTIGUOUS of a view of a computed value stores
@@ -319,6 +322,146 @@ std::vector<int64_t> followed_layout(const RealizeCtx& c, const NodeSet& followe
   return {};
 }
 
+// ---- padded planes: a materialised intermediate whose outer planes lie a multiple of 4 KiB apart, from 64 KiB,
+// where a kernel reads across them (a few elements of each plane in its inner loops), is stored with each such
+// plane a cache line further from the next (BufferizeOpts::strides), as BLAS libraries pad a leading dimension.
+// Row-major, all those planes map to the same sets of L1 (a set spans 4 KiB of addresses) and of L2 (64 KiB), so
+// the reader's lines evict each other however its loops are tiled: the Winograd input gradient read its (8, 8,
+// C, N x 36) domain's 64 planes, 576 KiB apart, for every tile of its output (README, conv2d).
+
+// A view of the materialised value u from a node above it: for each of the node's axes its size and its stride
+// in u's row-major elements (0: broadcast). Movement ops transform it; nullopt where a reshape merges axes that
+// are not contiguous in u (the walk then stops there).
+using StrideView = std::vector<std::pair<int64_t, int64_t>>;
+
+std::optional<StrideView> reshape_view(const StrideView& v, const Shape& to) {
+  StrideView in;  // the size > 1 axes, split and merged into the new shape's
+  for (auto a : v)
+    if (a.first != 1) in.push_back(a);
+  StrideView out;
+  size_t i = 0;
+  for (int64_t n : to) {
+    if (n <= 0) return std::nullopt;
+    if (n == 1) {
+      out.push_back({1, 0});
+      continue;
+    }
+    while (i < in.size() && in[i].first < n) {  // merge: the next axis must continue this one contiguously
+      if (i + 1 >= in.size() || in[i].second != in[i + 1].second * in[i + 1].first || n % in[i].first != 0) return std::nullopt;
+      in[i + 1] = {in[i].first * in[i + 1].first, in[i + 1].second};
+      i++;
+    }
+    if (i >= in.size() || in[i].first % n != 0) return std::nullopt;
+    out.push_back({n, in[i].second * (in[i].first / n)});  // split: the outer part of the axis
+    if (in[i].first == n) i++;
+    else in[i].first /= n;
+  }
+  if (i != in.size()) return std::nullopt;
+  return out;
+}
+
+// Whether some kernel reads u across planes: along the loops of a kernel that reads it through views and
+// elementwise ops (its output axes in order, a reduce's summed axes innermost), an axis whose stride is a plane's
+// (plane(stride)) lies inside an axis of a smaller stride, and what the loops inside it span of u apart from
+// other planes is 1 KiB or less: a few lines of each plane (16 at most, a quarter of L1's sets) before the next.
+// (A direct convolution's weight gradient reads 2.3 KiB of each 72 KiB image plane, mnist's (512, 32, 24, 24): it
+// stays row-major, its time the same either way within the VM's noise.)
+bool read_across_planes(const BufferizeCtx& b, const UOp* u, const std::function<bool(int64_t)>& plane) {
+  const Shape& us = b.r.s.shapes.at(u);
+  StrideView v0(us.size());
+  int64_t st = 1;
+  for (size_t i = us.size(); i-- > 0;) v0[i] = {us[i], st}, st *= us[i];
+  const int64_t item = int64_t(u->dtype.itemsize());
+  auto across = [&](const StrideView& loops) {
+    for (size_t j = 0; j < loops.size(); j++) {
+      if (loops[j].first < 2 || !plane(loops[j].second)) continue;
+      int64_t span = 0;
+      for (size_t k = j + 1; k < loops.size(); k++)
+        if (!plane(loops[k].second)) span += (loops[k].first - 1) * loops[k].second;
+      bool outer_smaller = false;
+      for (size_t i = 0; i < j; i++) outer_smaller |= loops[i].first > 1 && loops[i].second > 0 && loops[i].second < loops[j].second;
+      if (outer_smaller && (span + 1) * item <= 1024) return true;
+    }
+    return false;
+  };
+  std::vector<std::pair<const UOp*, StrideView>> todo{{u, v0}};
+  NodeSet seen{u};
+  while (!todo.empty()) {
+    auto [n, v] = todo.back();
+    todo.pop_back();
+    auto it = b.readers.find(n);
+    if (it == b.readers.end()) continue;
+    for (const UOp* c : it->second) {
+      if (!seen.insert(c).second) continue;
+      std::optional<StrideView> w;
+      const Shape& cs = b.r.s.shapes.at(c);
+      switch (c->op) {
+        case Ops::RESHAPE: w = reshape_view(v, cs); break;
+        case Ops::PERMUTE: {
+          const auto& p = std::get<std::vector<int64_t>>(c->arg);
+          w.emplace();
+          for (int64_t a : p) w->push_back(v[size_t(a)]);
+          break;
+        }
+        case Ops::EXPAND:
+          w.emplace();
+          for (size_t i = 0; i < cs.size(); i++) w->push_back(v[i].first == cs[i] ? v[i] : std::make_pair(cs[i], int64_t(0)));
+          break;
+        case Ops::PAD: case Ops::SHRINK: case Ops::FLIP:
+          w.emplace();
+          for (size_t i = 0; i < cs.size(); i++) w->push_back({cs[i], v[i].second});
+          break;
+        case Ops::REDUCE_AXIS: {
+          const auto& axes = std::get<ReduceArg>(c->arg).axes;
+          StrideView loops;
+          for (size_t i = 0; i < v.size(); i++)
+            if (std::find(axes.begin(), axes.end(), int64_t(i)) == axes.end()) loops.push_back(v[i]);
+          for (int64_t a : axes) loops.push_back(v[size_t(a)]);
+          if (across(loops)) return true;
+          continue;
+        }
+        default:
+          if ((is_alu(c->op) || c->op == Ops::CAST || c->op == Ops::CONTIGUOUS) && cs == b.r.s.shapes.at(n)) w = v;
+      }
+      if (!w) continue;
+      if (b.r.is_realized(c)) {  // its kernel's loops: its own axes
+        if (across(*w)) return true;
+        continue;
+      }
+      todo.push_back({c, std::move(*w)});
+    }
+  }
+  return false;
+}
+
+// The strides of a materialised intermediate float value u read across its planes (PAD_PLANES=0: none): row-major,
+// each plane of 64 KiB or more whose size is a multiple of 4 KiB followed by one cache line. On a serial device
+// (the CPU) only, for a value no copy or custom kernel reads as stored.
+std::vector<int64_t> padded_strides(const BufferizeCtx& b, const UOp* u, const UOp* val, bool output) {
+  const RealizeCtx& c = b.r;
+  if (output || !c.s.knobs.pad_planes || !dtypes::is_float(u->dtype) || c.read_as_stored.count(u)) return {};
+  if (!(is_alu(val->op) || val->op == Ops::CAST || val->op == Ops::REDUCE_AXIS ||
+        (val->op == Ops::CONTIGUOUS && !contiguous_buffer(val->src(0)))))
+    return {};
+  if (get_device(device_of(u)).renderer().grid_limits().threads != 0) return {};
+  const Shape& s = c.s.shapes.at(u);
+  if (s.size() < 2 || std::any_of(s.begin(), s.end(), [](int64_t d) { return d <= 0; })) return {};
+  const int64_t item = int64_t(u->dtype.itemsize());
+  auto plane = [&](int64_t stride) { return stride * item >= 65536 && stride * item % 4096 == 0; };
+  bool any = false;
+  std::vector<int64_t> st(s.size(), 1);
+  for (size_t i = s.size() - 1; i-- > 0;) {
+    st[i] = st[i + 1] * s[i + 1];
+    any |= s[i] > 1 && plane(st[i]);
+  }
+  if (!any || !read_across_planes(b, u, plane)) return {};
+  for (size_t i = s.size() - 1; i-- > 0;) {
+    st[i] = st[i + 1] * s[i + 1];
+    if (s[i] > 1 && plane(st[i])) st[i] += 64 / item;
+  }
+  return st;
+}
+
 const PatternMatcher& pm_add_bufferize() {
   using namespace pat;
   static const PatternMatcher pm(table(
@@ -342,7 +485,10 @@ const PatternMatcher& pm_add_bufferize() {
             UOpRef stored = bufferize(UOp::make(Ops::PERMUTE, v->dtype, {val}, perm), device_of(u), {out, false, perm});
             v = UOp::make(Ops::PERMUTE, v->dtype, {stored}, inverse_permutation(perm));
           } else if (u->op != Ops::BUFFERIZE) {
-            v = bufferize(v, device_of(u), {out, false, stored_layout(u)});
+            v = bufferize(v, device_of(u), {out, false, stored_layout(u), padded_strides(c, u, u, out)});
+          } else if (BufferizeOpts o = BufferizeOpts::of(u); !o.row && o.perm.empty() && o.strides.empty()) {
+            if (o.strides = padded_strides(c, u, u->src(0), o.output); !o.strides.empty())
+              v = bufferize(v->src()[0], device_of(u), o);
           }
         }
         c.rebuilt.emplace(u, v);
@@ -372,8 +518,10 @@ void realize_map(ScheduleCtx& s) {
     }
   }
   graph_visit(s.topo, pm_realize_map(), &c, "realize map");
-  BufferizeCtx b{c, {}, {}, {}};
+  BufferizeCtx b{c, {}, {}, {}, {}};
   for (auto& r : s.roots) b.outputs.insert(r.get());
+  for (const UOp* u : s.topo)
+    for (auto& x : u->src()) b.readers[x.get()].push_back(u);
   graph_visit(s.topo, pm_add_bufferize(), &b, "add bufferize");
   if (!s.graph.empty()) s.old_graphs.push_back(std::move(s.graph));  // a pass before: its nodes stay keys of shapes
   s.graph.clear();

@@ -43,6 +43,7 @@ Knobs Knobs::from_env() {
   k.share_layouts = getenv_int("SHARE_LAYOUTS", 1) != 0;
   k.int_gemm = getenv_int("INT_GEMM", 1) != 0;
   k.follow_layouts = getenv_int("FOLLOW_LAYOUTS", 1) != 0;
+  k.pad_planes = getenv_int("PAD_PLANES", 1) != 0;
   return k;
 }
 
@@ -50,19 +51,42 @@ std::string Knobs::key() const {
   return std::string(packed_matmul ? "p" : "-") + (channels_last ? "c" : "-") + (conv_input_grad ? "g" : "-") +
          (split_reduceop ? "s" : "-") +
          (fuse_rows ? "r" : "-") + (simplify_valid ? "v" : "-") + (multi_output ? "m" : "-") + (int_dot ? "i" : "-") +
-         (share_layouts ? "l" : "-") + (int_gemm ? "q" : "-") + (follow_layouts ? "f" : "-") + std::to_string(split_threshold);
+         (share_layouts ? "l" : "-") + (int_gemm ? "q" : "-") + (follow_layouts ? "f" : "-") + (pad_planes ? "w" : "-") + std::to_string(split_threshold);
 }
 
 Arg BufferizeOpts::arg() const {
-  std::vector<int64_t> a{int64_t(output) | int64_t(row) << 1};
+  std::vector<int64_t> a{int64_t(output) | int64_t(row) << 1 | int64_t(!strides.empty()) << 2};
+  if (!strides.empty()) a.push_back(int64_t(perm.size()));
   a.insert(a.end(), perm.begin(), perm.end());
+  a.insert(a.end(), strides.begin(), strides.end());
   return a;
 }
 
 BufferizeOpts BufferizeOpts::of(const UOp* b) {
   if (b->op != Ops::BUFFERIZE) throw Error(std::string("[schedule] internal: BufferizeOpts of ") + op_name(b->op));
   const auto& a = std::get<std::vector<int64_t>>(b->arg);
-  return {(a.at(0) & 1) != 0, (a.at(0) & 2) != 0, std::vector<int64_t>(a.begin() + 1, a.end())};
+  BufferizeOpts o{(a.at(0) & 1) != 0, (a.at(0) & 2) != 0, {}, {}};
+  if (!(a.at(0) & 4)) {
+    o.perm.assign(a.begin() + 1, a.end());
+    return o;
+  }
+  auto np = std::ptrdiff_t(a.at(1));
+  o.perm.assign(a.begin() + 2, a.begin() + 2 + np);
+  o.strides.assign(a.begin() + 2 + np, a.end());
+  return o;
+}
+
+int64_t stored_numel(const Shape& s, const BufferizeOpts& o) {
+  int64_t n = 1;
+  if (o.strides.empty()) {
+    for (int64_t d : s) n *= d;
+    return n;
+  }
+  for (size_t i = 0; i < s.size(); i++) {
+    if (s[i] == 0) return 0;
+    n += (s[i] - 1) * o.strides[i];
+  }
+  return n;
 }
 
 bool is_row_bufferize(const UOp* u) {
@@ -72,10 +96,13 @@ bool is_row_bufferize(const UOp* u) {
 std::string BufferizeOpts::str() const {
   if (row) return "row: once per row, in its reader's kernel";
   std::string s = output ? "output" : "intermediate";
-  if (perm.empty()) return s + ", as computed";
-  s += ", layout (";
-  for (size_t i = 0; i < perm.size(); i++) s += (i ? ", " : "") + std::to_string(perm[i]);
-  return s + ")";
+  auto list = [](const std::vector<int64_t>& v) {
+    std::string l = "(";
+    for (size_t i = 0; i < v.size(); i++) l += (i ? ", " : "") + std::to_string(v[i]);
+    return l + ")";
+  };
+  s += perm.empty() ? ", as computed" : ", layout " + list(perm);
+  return strides.empty() ? s : s + ", strides " + list(strides);
 }
 
 UOpRef bufferize(const UOpRef& value, const std::string& device, const BufferizeOpts& opts) {
@@ -185,6 +212,7 @@ struct StoreCtx {
   std::unordered_map<const UOp*, std::vector<int>> call_slots;  // a custom kernel's CALL -> its sources' output slots
 
   int64_t numel(const UOp* b) const {
+    if (b->op == Ops::BUFFERIZE) return stored_numel(c.shapes.at(b), BufferizeOpts::of(b));
     int64_t n = 1;
     for (int64_t d : c.shapes.at(b)) n *= d;
     return n;

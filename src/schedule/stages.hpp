@@ -94,6 +94,7 @@ struct Knobs {
   bool int_dot = true;              // INT_DOT=0: quantised weights dequantised to float in the matvec (else integer block sums, x quantised)
   bool int_gemm = true;             // INT_GEMM=0: from 32 rows the quantised product is the packed float GEMM (else the int8 GEMM, with VNNI)
   bool follow_layouts = true;       // FOLLOW_LAYOUTS=0: an intermediate computed from channels-last values is stored NCHW
+  bool pad_planes = true;           // PAD_PLANES=0: an intermediate read across planes 4 KiB-multiples apart stays row-major
   static Knobs from_env();
   std::string key() const;
 };
@@ -101,7 +102,9 @@ struct Knobs {
 /** A BUFFERIZE node: BUFFERIZE(value, DEVICE), a value the realize map materialises into a buffer of its own on that
  *  device, with the value's dtype and shape (row-major). Its arg: whether it is a result of the schedule (a root),
  *  then the layout the layout stage chose for it (the permutation of the stored view of the value it copies: a
- *  channels-last input (0, 2, 3, 1), a matmul operand's panels (0, 2, 1); none: the value as computed).
+ *  channels-last input (0, 2, 3, 1), a matmul operand's panels (0, 2, 1); none: the value as computed), and the
+ *  strides it is stored with (none: row-major over its shape; else one per axis, in elements, an outer axis's
+ *  planes a cache line further apart than their size: padded_strides in the realize map).
  *  A row BUFFERIZE is no kernel boundary: the source of a row-fused EXPAND, a reduce's value computed once per row
  *  inside its reader's kernel (as tinygrad's BUFFERIZE into a kernel-local address space); the kernels that read
  *  it look through it. */
@@ -109,10 +112,13 @@ struct BufferizeOpts {
   bool output = false;
   bool row = false;
   std::vector<int64_t> perm;
-  Arg arg() const;  // {output | row << 1, perm...}
+  std::vector<int64_t> strides;
+  Arg arg() const;  // {output | row << 1, perm...}; with strides {output | row << 1 | 4, |perm|, perm..., strides...}
   static BufferizeOpts of(const UOp* b);
-  std::string str() const;  // "output, layout (0, 2, 1)"
+  std::string str() const;  // "output, layout (0, 2, 1)", "intermediate, as computed, strides (4616, 1)"
 };
+/** The elements a stored BUFFERIZE's buffer holds: its shape's product, or the span of its strides. */
+int64_t stored_numel(const Shape& s, const BufferizeOpts& o);
 /** BUFFERIZE(value) on `device`. */
 UOpRef bufferize(const UOpRef& value, const std::string& device, const BufferizeOpts& opts);
 /** The sources of `u`, each replaced by its entry in `done` (the node a walk rebuilt it as; every source has one);
