@@ -120,11 +120,12 @@ struct KernelBuilder {
     return std::find(outputs.begin(), outputs.end(), n) == outputs.end();
   }
 
-  UOpRef linear(const Shape& s, const Access& a) {
+  // The index of access `a` into a buffer of shape s: row-major, or through `strides` (one per axis) where given.
+  UOpRef linear(const Shape& s, const Access& a, const std::vector<int64_t>& strides = {}) {
     UOpRef lin = ci(0);
     int64_t stride = 1;
     for (size_t i = s.size(); i-- > 0;) {
-      if (s[i] != 1) lin = add(mul(a.idx[i], stride), lin);
+      if (s[i] != 1) lin = add(mul(a.idx[i], strides.empty() ? stride : strides[i]), lin);
       stride *= s[i];
     }
     return lin;
@@ -135,15 +136,8 @@ struct KernelBuilder {
   // materialised node is contiguous.
   UOpRef address(const UOp* n, const Access& a) {
     const UOp* val = n->op == Ops::BUFFERIZE ? n->src(0) : n;
-    if (n->op == Ops::BUFFERIZE) {
-      if (BufferizeOpts o = BufferizeOpts::of(n); !o.strides.empty()) {
-        UOpRef lin = ci(0);
-        const Shape& s = shapes.at(n);
-        for (size_t i = s.size(); i-- > 0;)
-          if (s[i] != 1) lin = add(mul(a.idx[i], o.strides[i]), lin);
-        return lin;
-      }
-    }
+    if (n->op == Ops::BUFFERIZE)
+      if (BufferizeOpts o = BufferizeOpts::of(n); !o.strides.empty()) return linear(shapes.at(n), a, o.strides);
     if (val->op != Ops::ASSIGN || contiguous_buffer(val->src(0))) return linear(shapes.at(n), a);
     Access v = a;
     const UOp* t = val->src(0);

@@ -250,6 +250,7 @@ struct BufferizeCtx {
   std::unordered_map<const UOp*, UOpRef> rebuilt;  // tensor graph node -> its node in the bufferized graph
   NodeSet followed;                                // materialised values stored in a followed layout
   std::unordered_map<const UOp*, std::vector<const UOp*>> readers;  // tensor graph node -> the nodes reading it
+  bool have_readers = false;  // readers is filled on first use (padded_strides' candidates only)
 };
 
 // The layout the layout stage chose for a materialised value: a CONTIGUOUS of a view of a computed value stores
@@ -366,7 +367,12 @@ std::optional<StrideView> reshape_view(const StrideView& v, const Shape& to) {
 // other planes is 1 KiB or less: a few lines of each plane (16 at most, a quarter of L1's sets) before the next.
 // (A direct convolution's weight gradient reads 2.3 KiB of each 72 KiB image plane, mnist's (512, 32, 24, 24): it
 // stays row-major, its time the same either way within the VM's noise.)
-bool read_across_planes(const BufferizeCtx& b, const UOp* u, const std::function<bool(int64_t)>& plane) {
+bool read_across_planes(BufferizeCtx& b, const UOp* u, const std::function<bool(int64_t)>& plane) {
+  if (!b.have_readers) {
+    for (const UOp* n : b.r.s.topo)
+      for (auto& x : n->src()) b.readers[x.get()].push_back(n);
+    b.have_readers = true;
+  }
   const Shape& us = b.r.s.shapes.at(u);
   StrideView v0(us.size());
   int64_t st = 1;
@@ -437,7 +443,7 @@ bool read_across_planes(const BufferizeCtx& b, const UOp* u, const std::function
 // The strides of a materialised intermediate float value u read across its planes (PAD_PLANES=0: none): row-major,
 // each plane of 64 KiB or more whose size is a multiple of 4 KiB followed by one cache line. On a serial device
 // (the CPU) only, for a value no copy or custom kernel reads as stored.
-std::vector<int64_t> padded_strides(const BufferizeCtx& b, const UOp* u, const UOp* val, bool output) {
+std::vector<int64_t> padded_strides(BufferizeCtx& b, const UOp* u, const UOp* val, bool output) {
   const RealizeCtx& c = b.r;
   if (output || !c.s.knobs.pad_planes || !dtypes::is_float(u->dtype) || c.read_as_stored.count(u)) return {};
   if (!(is_alu(val->op) || val->op == Ops::CAST || val->op == Ops::REDUCE_AXIS ||
@@ -518,10 +524,8 @@ void realize_map(ScheduleCtx& s) {
     }
   }
   graph_visit(s.topo, pm_realize_map(), &c, "realize map");
-  BufferizeCtx b{c, {}, {}, {}, {}};
+  BufferizeCtx b{c, {}, {}, {}, {}, false};
   for (auto& r : s.roots) b.outputs.insert(r.get());
-  for (const UOp* u : s.topo)
-    for (auto& x : u->src()) b.readers[x.get()].push_back(u);
   graph_visit(s.topo, pm_add_bufferize(), &b, "add bufferize");
   if (!s.graph.empty()) s.old_graphs.push_back(std::move(s.graph));  // a pass before: its nodes stay keys of shapes
   s.graph.clear();

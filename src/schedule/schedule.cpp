@@ -212,10 +212,7 @@ struct StoreCtx {
   std::unordered_map<const UOp*, std::vector<int>> call_slots;  // a custom kernel's CALL -> its sources' output slots
 
   int64_t numel(const UOp* b) const {
-    if (b->op == Ops::BUFFERIZE) return stored_numel(c.shapes.at(b), BufferizeOpts::of(b));
-    int64_t n = 1;
-    for (int64_t d : c.shapes.at(b)) n *= d;
-    return n;
+    return stored_numel(c.shapes.at(b), b->op == Ops::BUFFERIZE ? BufferizeOpts::of(b) : BufferizeOpts{});
   }
   StoreCtx& visit(const UOp* b) {  // the state of b (the first of its rules resets it)
     if (at != b) at = b, slot = -1, aliased = false;
