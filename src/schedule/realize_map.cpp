@@ -330,35 +330,53 @@ std::vector<int64_t> followed_layout(const RealizeCtx& c, const NodeSet& followe
 // the reader's lines evict each other however its loops are tiled: the Winograd input gradient read its (8, 8,
 // C, N x 36) domain's 64 planes, 576 KiB apart, for every tile of its output (README, conv2d).
 
-// A view of the materialised value u from a node above it: for each of the node's axes its size and its stride
-// in u's row-major elements (0: broadcast). Movement ops transform it; nullopt where a reshape merges axes that
-// are not contiguous in u (the walk then stops there).
-using StrideView = std::vector<std::pair<int64_t, int64_t>>;
+// A view of the materialised value u from a node above it: for each of the node's axes the loops it runs over u,
+// outer to inner, each a size and a stride in u's row-major elements (0: broadcast). An axis is one loop, or
+// several where a reshape merged axes that are not contiguous in u: a merged axis iterates its parts in order (the
+// Winograd output's (N, Cout, ty, m, tx, m) read as (N, Cout, H, W) reads its m x m planes in the inner loops).
+using Loop = std::pair<int64_t, int64_t>;
+using StrideView = std::vector<std::vector<Loop>>;
 
+// v reshaped to `to`: its loops of size > 1, contiguous neighbours joined, taken in order, an axis of `to` taking
+// whole loops and the outer part of a loop it divides; nullopt where a size does not divide so
 std::optional<StrideView> reshape_view(const StrideView& v, const Shape& to) {
-  StrideView in;  // the size > 1 axes, split and merged into the new shape's
-  for (auto a : v)
-    if (a.first != 1) in.push_back(a);
+  std::vector<Loop> in;
+  for (const auto& axis : v)
+    for (Loop l : axis)
+      if (l.first == 1) continue;
+      else if (!in.empty() && in.back().second == l.first * l.second) in.back() = {in.back().first * l.first, l.second};
+      else in.push_back(l);
   StrideView out;
   size_t i = 0;
   for (int64_t n : to) {
     if (n <= 0) return std::nullopt;
-    if (n == 1) {
-      out.push_back({1, 0});
-      continue;
+    std::vector<Loop> axis;
+    while (n > 1) {
+      if (i >= in.size()) return std::nullopt;
+      if (n % in[i].first == 0) {  // the whole loop
+        n /= in[i].first;
+        axis.push_back(in[i++]);
+      } else if (in[i].first % n == 0) {  // the outer part of it
+        axis.push_back({n, in[i].second * (in[i].first / n)});
+        in[i].first /= n;
+        n = 1;
+      } else {
+        return std::nullopt;
+      }
     }
-    while (i < in.size() && in[i].first < n) {  // merge: the next axis must continue this one contiguously
-      if (i + 1 >= in.size() || in[i].second != in[i + 1].second * in[i + 1].first || n % in[i].first != 0) return std::nullopt;
-      in[i + 1] = {in[i].first * in[i + 1].first, in[i + 1].second};
-      i++;
-    }
-    if (i >= in.size() || in[i].first % n != 0) return std::nullopt;
-    out.push_back({n, in[i].second * (in[i].first / n)});  // split: the outer part of the axis
-    if (in[i].first == n) i++;
-    else in[i].first /= n;
+    if (axis.empty()) axis.push_back({1, 0});
+    out.push_back(std::move(axis));
   }
   if (i != in.size()) return std::nullopt;
   return out;
+}
+
+// v's axis resized to n (a pad or a shrink): its outer loop, to cover n with the inner loops as they are
+std::vector<Loop> resized(std::vector<Loop> axis, int64_t n) {
+  int64_t inner = 1;
+  for (size_t k = 1; k < axis.size(); k++) inner *= axis[k].first;
+  axis[0].first = (n + inner - 1) / inner;
+  return axis;
 }
 
 // Whether some kernel reads u across planes: along the loops of a kernel that reads it through views and
@@ -376,9 +394,11 @@ bool read_across_planes(BufferizeCtx& b, const UOp* u, const std::function<bool(
   const Shape& us = b.r.s.shapes.at(u);
   StrideView v0(us.size());
   int64_t st = 1;
-  for (size_t i = us.size(); i-- > 0;) v0[i] = {us[i], st}, st *= us[i];
+  for (size_t i = us.size(); i-- > 0;) v0[i] = {{us[i], st}}, st *= us[i];
   const int64_t item = int64_t(u->dtype.itemsize());
-  auto across = [&](const StrideView& loops) {
+  auto across = [&](const StrideView& axes) {
+    std::vector<Loop> loops;
+    for (const auto& axis : axes) loops.insert(loops.end(), axis.begin(), axis.end());
     for (size_t j = 0; j < loops.size(); j++) {
       if (loops[j].first < 2 || !plane(loops[j].second)) continue;
       int64_t span = 0;
@@ -411,11 +431,12 @@ bool read_across_planes(BufferizeCtx& b, const UOp* u, const std::function<bool(
         }
         case Ops::EXPAND:
           w.emplace();
-          for (size_t i = 0; i < cs.size(); i++) w->push_back(v[i].first == cs[i] ? v[i] : std::make_pair(cs[i], int64_t(0)));
+          for (size_t i = 0; i < cs.size(); i++)
+            w->push_back(b.r.s.shapes.at(n)[i] == cs[i] ? v[i] : std::vector<Loop>{{cs[i], 0}});
           break;
         case Ops::PAD: case Ops::SHRINK: case Ops::FLIP:
           w.emplace();
-          for (size_t i = 0; i < cs.size(); i++) w->push_back({cs[i], v[i].second});
+          for (size_t i = 0; i < cs.size(); i++) w->push_back(resized(v[i], cs[i]));
           break;
         case Ops::REDUCE_AXIS: {
           const auto& axes = std::get<ReduceArg>(c->arg).axes;
