@@ -170,6 +170,32 @@ TEST_CASE("a kernel of thousands of shifted views is not copied by UPCAST (its b
   CHECK(std::count_if(few.begin(), few.end(), [](const Opt& o) { return o.op == OptOp::UPCAST; }) >= 1);
 }
 
+TEST_CASE("a small matrix applied along the stored axis: vectors along its rows, not lanes summed across") {
+  // y[n, j] = sum_k t[n, k] M[j, k], M 8 x 8 (256 bytes, Winograd's transform along the tiles' rows): the store is
+  // contiguous along j, M's lanes along j gather (8 apart) but are the same for every row n, and t streams 128 KiB
+  // past them: vectors of the 8 rows of M. Beside a t of 4 rows (128 bytes, nothing streamed) M is no such table:
+  // the reduce takes lanes along k, as for any gathered load.
+  Tensor t = randn({4096, 8}, 47), m = randn({8, 8}, 48);
+  Tensor::realize_all({&t, &m});
+  Tensor y = (t.unsqueeze(1) * m.reshape({1, 8, 8})).sum(2);
+  auto opts = hand_coded_optimizations(last_kernel(y).ast, OptConfig{2, 16});
+  REQUIRE(!opts.empty());
+  CHECK(opts[0] == Opt{OptOp::UPCAST, 1, 8});
+  CHECK(std::none_of(opts.begin(), opts.end(), [](const Opt& o) { return o.op == OptOp::UNROLL; }));
+  std::vector<float> yv = y.to_vector<float>(), tv = t.to_vector<float>(), mv = m.to_vector<float>();
+  for (size_t n : {0, 1, 2047, 4095})
+    for (size_t j = 0; j < 8; j++) {
+      double s = 0;
+      for (size_t k = 0; k < 8; k++) s += double(tv[n * 8 + k]) * mv[j * 8 + k];
+      CHECK(yv[n * 8 + j] == doctest::Approx(s).epsilon(1e-5));
+    }
+  Tensor t2 = randn({4, 8}, 49);
+  t2.realize();
+  auto few = hand_coded_optimizations(last_kernel((t2.unsqueeze(1) * m.reshape({1, 8, 8})).sum(2)).ast, OptConfig{2, 16});
+  REQUIRE(!few.empty());
+  CHECK(few[0] == Opt{OptOp::UNROLL, 2, 8});
+}
+
 TEST_CASE("the heuristic gives a matmul a register tile, vectorised along the contiguous axis, and threads") {
   Tensor a = randn({64, 48}, 3), b = randn({48, 96}, 4);
   a.realize(), b.realize();
@@ -947,6 +973,43 @@ TEST_CASE("a value read across planes 64 KiB apart is stored a cache line furthe
   CHECK(store_strides(along(), {8, 128})[0] == std::vector<int64_t>{16384, 128});
 }
 
+// Whether some kernel of y's schedule stores with stride `coef` along one of its axes
+bool stores_with_stride(const Tensor& y, int64_t coef) {
+  UOpRef root = y.uop();
+  Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+  for (auto& it : s.items)
+    for (const UOp* u : toposort(it.ast.get()))
+      if (u->op == Ops::STORE && u->src(0)->op == Ops::INDEX)
+        for (const UOp* r : kernel_axes(it.ast))
+          if (index_coef(u->src(0)->src(1), r).value_or(0) == coef) return true;
+  return false;
+}
+
+TEST_CASE("a value read through a reshape that interleaves its planes is stored with padded planes") {
+  // u's 16 planes are 128 x 128 floats (64 KiB). Its reader interleaves them into 512 x 512, element (4r + i, 4c + j)
+  // from plane (i, j), as Winograd's output (m, m, Cout, N, ty, tx) becomes the image: the reshape merges axes that
+  // are not contiguous in u, and along each output row the reader walks 4 planes inside every column. u is stored
+  // 16 floats further apart a plane (PAD_PLANES=0: row-major), to the same values.
+  Tensor x = randn({4, 4, 128, 128}, 46);
+  x.realize();
+  auto inter = [&] { return (x * 2.0f + 1.0f).contiguous().permute({2, 0, 3, 1}).reshape({512, 512}) + 1.0f; };
+  const bool serial = get_device(default_device()).renderer().grid_limits().threads == 0;
+  std::vector<float> padded = inter().to_vector<float>(), plain;
+  CHECK(stores_with_stride(inter(), 16384 + 16) == serial);
+  {
+    ScopedEnv off("PAD_PLANES", "0");
+    plain = inter().to_vector<float>();
+    CHECK_FALSE(stores_with_stride(inter(), 16384 + 16));
+  }
+  CHECK(padded == plain);
+  std::vector<float> xv = x.to_vector<float>();
+  for (size_t r : {0, 37, 127})
+    for (size_t c : {0, 5, 127})
+      for (size_t i = 0; i < 4; i++)
+        for (size_t j = 0; j < 4; j++)
+          REQUIRE(padded[(4 * r + i) * 512 + 4 * c + j] == xv[((i * 4 + j) * 128 + r) * 128 + c] * 2.0f + 1.0f + 1.0f);
+}
+
 TEST_CASE("WINO=1: the input gradient's Winograd domain is stored with padded planes, to the direct conv's values") {
   // 64 images of 8 channels, 28 x 28, 5 x 5: the domain is (8, 8, 8 channels, 64 x 36 tiles), planes of 8 x 2304
   // floats (72 KiB) that the input gradient's transform reads across (B d B^T's adjoint, 64 planes an output tile)
@@ -961,14 +1024,7 @@ TEST_CASE("WINO=1: the input gradient's Winograd domain is stored with padded pl
   ScopedEnv e("WINO", "1");
   wino = dx().to_vector<float>();
   // some kernel stores the domain's (8, 8) planes 8 x 2304 + 16 floats apart
-  UOpRef root = dx().uop();
-  Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
-  bool padded = false;
-  for (auto& it : s.items)
-    for (const UOp* u : toposort(it.ast.get()))
-      if (u->op == Ops::STORE && u->src(0)->op == Ops::INDEX)
-        for (const UOp* r : kernel_axes(it.ast)) padded |= index_coef(u->src(0)->src(1), r).value_or(0) == 8 * 2304 + 16;
-  if (get_device(default_device()).renderer().grid_limits().threads == 0) CHECK(padded);
+  if (get_device(default_device()).renderer().grid_limits().threads == 0) CHECK(stores_with_stride(dx(), 8 * 2304 + 16));
   float scale = 0;
   for (float v : direct) scale = std::max(scale, std::fabs(v));
   REQUIRE(direct.size() == wino.size());

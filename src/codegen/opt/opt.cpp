@@ -485,6 +485,7 @@ struct Heuristic {
   // later Intel cores
   static constexpr double kL2FillBytes = 32;
   static constexpr int64_t kPageBytes = 4096;  // a small page: L1's sets span one (64 sets x 64-byte lines)
+  static constexpr double kSmallTable = 4 * kCacheLineBytes;  // a table of a few lines (small_table)
   int64_t load_isz = 4, load_row_stride = 0;  // transpose_tile: its heaviest transposed load's element size and
                                               // the bytes between the rows of its tile
 
@@ -600,6 +601,20 @@ struct Heuristic {
     size[i] /= a;
   }
 
+  // Whether load li reads a small table (a few lines, kSmallTable) along output axis i and the reduce axes only, in
+  // a kernel that streams a larger input through its reduce loop: its gathered lanes along i are the same for every
+  // other output, in L1, and loaded once where the reduce over them is unrolled (Winograd's transforms, an 8 x 8
+  // matrix applied along the tiles' rows: the store's vectors along the matrix's rows were refused for it, and the
+  // reduce took lanes of 8 each summed across, 3.6 -> 2.0 ms for the 5x5 benchmark's first input-transform pass)
+  bool small_table(size_t li, size_t i) const {
+    if (span_bytes(li) > kSmallTable) return false;
+    for (size_t o = 0; o < n_out; o++)
+      if (o != i && depends_on(acc.loads[li], axes[o])) return false;
+    for (size_t lj = 0; lj < acc.loads.size(); lj++)
+      if (in_reduce_loop(acc.loads[lj]) && span_bytes(lj) > kSmallTable) return true;
+    return false;
+  }
+
   // 1. The output axis the store is contiguous in: vectorised stores (and loads, where they are contiguous too).
   void store_vectors() {
     for (size_t i = 0; i < n_out; i++) {
@@ -618,6 +633,7 @@ struct Heuristic {
         const UOp* l = acc.loads[li];
         if (!in_reduce_loop(l) || !depends_on(l, axes[i])) continue;
         auto c = index_coef(l, axes[i]);
+        if (!(c && *c == 1) && small_table(li, i)) continue;
         (c && *c == 1 ? contiguous : gathered) += span_bytes(li);
       }
       return gathered == 0 || contiguous > gathered;
