@@ -1027,6 +1027,71 @@ TEST_CASE("16-bit lanes on OpenCL and CUDA: float32 lanes beside them are float4
   }
 }
 
+TEST_CASE("lanes under one gate are one vector LOAD under it: LLVM, OpenCL and CUDA render it, the CPU and PoCL run it") {
+  // A row padding's gate depends on the row only: an upcast of the columns loads each row's lanes as one vector
+  // LOAD under the row's gate (one branch per vector on the CPU, a scalar select of the vector in C), not a
+  // branch per lane; lanes whose gates differ (a column padding's) stay scalar loads.
+  std::mt19937 g{21};
+  std::normal_distribution<float> nd;
+  std::vector<float> av(32 * 32);
+  for (float& x : av) x = nd(g);
+  auto padded = [&](const std::string& dev) {
+    Tensor a = Tensor::from_vector(av, {32, 32}, dev).realize();
+    return Tensor(a.pad({{2, 2}, {0, 0}}) * 2.0f);
+  };
+  auto check = [&](const std::vector<float>& out) {
+    REQUIRE(out.size() == size_t(36 * 32));
+    for (int64_t i = 0; i < 36; i++)
+      for (int64_t j = 0; j < 32; j++)
+        CHECK(out[size_t(i * 32 + j)] == (i >= 2 && i < 34 ? av[size_t((i - 2) * 32 + j)] * 2.0f : 0.0f));
+  };
+  std::vector<Opt> cpu_opts{{OptOp::UPCAST, 1, 8}}, gpu_opts{{OptOp::UPCAST, 1, 4}, {OptOp::LOCAL, 1, 8}};
+  {
+    VKern k = test::last_kernel(padded("CPU"));
+    std::string src;
+    check(run_lowered(k, cpu_opts, get_device("CPU"), src));
+    CAPTURE(src);
+    CHECK(has(src, "load <8 x float>"));
+    size_t branches = 0;
+    for (size_t at = src.find(".load,"); at != std::string::npos; at = src.find(".load,", at + 1)) branches++;
+    CHECK(branches == 1);  // one gated vector LOAD in the loop body, not 8 gated scalar ones
+  }
+  VKern k = test::last_kernel(padded("CPU"));
+  LowerOptions lo;
+  lo.opts = &gpu_opts;
+  auto cl = make_opencl_renderer(false, true, 256);
+  std::string c = lower_kernel(k.ast, "v", *cl, lo).src;
+  CAPTURE(c);
+  CHECK(has(c, "?vload4(0, "));
+  auto cu = make_cuda_renderer(90);
+  std::string u = lower_kernel(k.ast, "v", *cu, lo).src;
+  CAPTURE(u);
+  CHECK(has(u, "?*((float4*)"));
+  // a column padding: each lane's own gate, scalar loads
+  VKern kc = test::last_kernel(Tensor(Tensor::from_vector(av, {32, 32}, "CPU").pad({{0, 0}, {2, 2}}) * 2.0f));
+  std::vector<Opt> col{{OptOp::UPCAST, 1, 4}, {OptOp::LOCAL, 1, 9}};
+  lo.opts = &col;
+  CHECK(!has(lower_kernel(kc.ast, "v", *cl, lo).src, "vload4("));
+  bool nvrtc = true;
+  try {
+    cuda::nvrtc_version();
+  } catch (const Error&) {
+    nvrtc = false;  // no NVRTC here
+  }
+  if (nvrtc) CHECK(cuda::make_nvrtc_compiler(90)->compile(u, "v").size() > 100);
+  Device* cl_dev = nullptr;
+  try {
+    cl_dev = &get_device("CL");
+  } catch (const Error&) {
+    return;  // no OpenCL platform here
+  }
+  VKern kg = test::last_kernel(padded("CL"));
+  std::string src;
+  check(run_lowered(kg, gpu_opts, *cl_dev, src));
+  CAPTURE(src);
+  CHECK(has(src, "?vload4(0, "));
+}
+
 TEST_CASE("vector kernels on the default device (LLVM <8 x float>, OpenCL float4) give the scalar kernels' values") {
   Tensor a = vrand({1024}, 3), b = vrand({1024}, 4);
   Tensor x = vrand({32, 64}, 5), w = vrand({64, 32}, 6);

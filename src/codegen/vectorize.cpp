@@ -235,6 +235,15 @@ UOpRef pack(VecCtx& c, const std::vector<const UOp*>& v, int depth = 0) {
     if (c.consecutive(idx)) res = UOp::make(Ops::LOAD, d.vec(n), {UOpRef(a->src(0))});
     else if (UOpRef t = transposed(c, idx, n, d)) res = t;
     else res = gather();
+  } else if (a->op == Ops::LOAD && a->nsrc() == 3 && mem_kind(d) && a->src(2)->dtype.count == 1 &&
+             std::all_of(v.begin(), v.end(), [&](const UOp* x) { return x->src(2) == a->src(2); })) {
+    // lanes under one gate (a padded input's tile row: the gate depends on the row, the lanes on the column): one
+    // vector LOAD under the scalar gate, its lanes' values else packed (a branch per vector, not one per lane)
+    std::vector<const UOp*> idx, alt;
+    for (const UOp* x : v) idx.push_back(x->src(0)), alt.push_back(x->src(1));
+    if (c.consecutive(idx) && value_kind(a->src(1)->dtype))
+      res = UOp::make(Ops::LOAD, d.vec(n), {UOpRef(a->src(0)), pack(c, alt, depth + 1), UOpRef(a->src(2))});
+    else res = gather();
   } else if (packable(a->op)) {
     std::vector<UOpRef> s;
     bool kinds = true;
@@ -392,7 +401,9 @@ UOpRef do_split_alu(const UOp* u, const Renderer& r) {
 }
 
 UOpRef do_split_load(const UOp* u, const Renderer& r) {
-  if (u->dtype.count == 1 || (u->nsrc() == 1 && fits_memory(r, u->dtype, u->src(0)))) return {};
+  // a gated vector LOAD stays whole under a scalar gate (the renderer branches around it)
+  bool scalar_gate = u->nsrc() == 1 || (u->nsrc() == 3 && u->src(2)->dtype.count == 1 && u->src(1)->dtype == u->dtype);
+  if (u->dtype.count == 1 || (scalar_gate && fits_memory(r, u->dtype, u->src(0)))) return {};
   const UOp* idx = u->src(0);
   std::vector<UOpRef> lanes;
   for (int64_t i = 0; i < u->dtype.count; i++) {

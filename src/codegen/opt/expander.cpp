@@ -158,8 +158,10 @@ UOpRef lanes_from_unrolls(const UOpRef& ast, bool packs, bool pack_rows, bool* k
   // per gated load). Index arithmetic that is not linear in it (a pool's gradient, with divisions and gates) stays
   // with copies, where each copy's index folds to constants (as a Lane loop it is computed per lane at run time).
   // Where the lowering packs copies into vector ops (`packs`: the vectorize stage, a renderer with vectors), an
-  // elementwise kernel whose values are all 16-, 32- or 64-bit (or bool) and whose loads and stores are ungated keeps its
-  // copies: vector loads, ops and stores of the machine's width in tg's IR, not a loop left to LLVM's vectoriser.
+  // elementwise kernel whose values are all 16-, 32- or 64-bit (or bool) and whose stores are ungated keeps its
+  // copies: vector loads, ops and stores of the machine's width in tg's IR, not a loop left to LLVM's vectoriser. A
+  // load's gate does not depend on the picked axis (above): the copies' loads are one vector LOAD under that gate,
+  // one branch per vector (as a Lane loop LLVM masks each lane, its masks recomputed per vector on AVX-512).
   {
     std::vector<const UOp*> reduces, upcasts, indexes, gates;
     for (const UOp* n : toposort(ast.get())) {
@@ -167,10 +169,10 @@ UOpRef lanes_from_unrolls(const UOpRef& ast, bool packs, bool pack_rows, bool* k
       if (n->op == Ops::RANGE && range_type(n) == AxisType::Upcast) upcasts.push_back(n);
       if (n->op == Ops::INDEX && n->src(0)->op == Ops::PARAM) indexes.push_back(n->src(1));
       if (n->op == Ops::LOAD && n->nsrc() == 3) gates.push_back(n->src(2));
-      if ((n->op == Ops::LOAD && (n->nsrc() != 1 || !wide_elements(n->dtype))) ||
+      if ((n->op == Ops::LOAD && !wide_elements(n->dtype)) ||
           (n->op == Ops::STORE && (n->nsrc() != 2 || !wide_elements(n->src(1)->dtype))) ||
           (n->op == Ops::INDEX && n->nsrc() != 2))
-        packs = false;  // only plain loads and stores are packed into vector ones (a gated load: a branch per lane)
+        packs = false;  // only ungated stores are packed into vector ones (a load's gate: not the picked axis')
       DType d = n->dtype;
       if (!d.ptr && d.scalar != Scalar::Void && d.scalar != Scalar::Index && !dtypes::is_bool(d) && !wide_elements(d))
         packs = false;  // nor values of 8 bits

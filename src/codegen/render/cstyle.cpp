@@ -279,9 +279,11 @@ std::string CStyleRenderer::render(const std::string& name, const std::vector<co
       case Ops::INDEX: r[u] = "(" + s(0) + "+" + s(1) + ")"; break;
       case Ops::LOAD:
         if (u->dtype.count > 1) {  // n consecutive elements
-          if (u->nsrc() != 1) throw Error("[render] kernel " + name + ": a gated vector LOAD is not supported: " + describe(u));
+          if (u->nsrc() != 1 && u->src(2)->dtype.count != 1)
+            throw Error("[render] kernel " + name + ": a LOAD with a vector gate is not supported: " + describe(u));
           std::string n = std::to_string(u->dtype.count);
-          def(u, "val", lang_.vector_aligned ? "*((" + vtype(u->dtype) + "*)" + s(0) + ")" : "vload" + n + "(0, " + s(0) + ")");
+          std::string x = lang_.vector_aligned ? "*((" + vtype(u->dtype) + "*)" + s(0) + ")" : "vload" + n + "(0, " + s(0) + ")";
+          def(u, "val", u->nsrc() == 3 ? "(" + s(2) + "?" + x + ":" + s(1) + ")" : x);  // a scalar gate: the whole vector
           break;
         }
         def(u, "val", u->nsrc() == 3 ? "(" + s(2) + "?*" + s(0) + ":" + s(1) + ")" : "*" + s(0));

@@ -552,7 +552,8 @@ class LLVMEmitter {
           r_[u] = load();
           return;
         }
-        if (d.count > 1) throw Error("[render] kernel " + name_ + ": LLVM IR: a gated vector LOAD is not supported");
+        if (u->src(2)->dtype.count != 1)
+          throw Error("[render] kernel " + name_ + ": LLVM IR: a LOAD with a vector gate is not supported");
         std::string pre = block_, lb = "G" + id + ".load", jb = "G" + id + ".join";
         ins("br i1 " + s(2) + ", label %" + lb + ", label %" + jb);
         label(lb);
