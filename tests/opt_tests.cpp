@@ -1124,6 +1124,34 @@ TEST_CASE("on the CPU a lone UNROLL stays a Lane loop that LLVM is told to vecto
   }
 }
 
+TEST_CASE("an elementwise kernel of short gated rows takes copies of its outermost ungated axis up to the machine's width") {
+  // Rows of 4 floats padded along the axis above them (Winograd's sum of shifted tile gradients stores vectors of 4
+  // under 4 gated loads): one short vector a loop trip is mostly branches and loop work, so the batch axis, which
+  // no gate depends on, gives copies: 4 on a machine of 16 lanes, 2 on one of 8; the padded axis gives none.
+  Tensor x = randn({64, 8, 4}, 31);
+  x.realize();
+  Kern k = last_kernel(Tensor(x.pad({{0, 0}, {1, 1}, {0, 0}}) * 2.0f));
+  auto o16 = hand_coded_optimizations(k.ast, OptConfig{1, 16}), o8 = hand_coded_optimizations(k.ast, OptConfig{1, 8});
+  REQUIRE(o16.size() >= 2);
+  REQUIRE(o8.size() >= 2);
+  CHECK(o16[0] == Opt{OptOp::UPCAST, 2, 4});
+  CHECK(o16[1] == Opt{OptOp::UPCAST, 0, 4});
+  CHECK(o8[0] == Opt{OptOp::UPCAST, 2, 4});
+  CHECK(o8[1] == Opt{OptOp::UPCAST, 0, 2});
+  // padded along both outer axes: every axis but the row's is gated, so no copies
+  Kern both = last_kernel(Tensor(x.pad({{1, 1}, {1, 1}, {0, 0}}) * 2.0f));
+  auto ob = hand_coded_optimizations(both.ast, OptConfig{1, 16});
+  REQUIRE(!ob.empty());
+  CHECK(ob[0] == Opt{OptOp::UPCAST, 2, 4});
+  for (const Opt& o : ob) CHECK(!(o.op == OptOp::UPCAST && o.axis != 2));
+  std::vector<float> xv = x.to_vector<float>(), got = run_with(k, o16, 1);
+  REQUIRE(got.size() == size_t(64 * 10 * 4));
+  for (int64_t n = 0; n < 64; n++)
+    for (int64_t r = 0; r < 10; r++)
+      for (int64_t b = 0; b < 4; b++)
+        CHECK(got[size_t((n * 10 + r) * 4 + b)] == (r >= 1 && r < 9 ? xv[size_t((n * 8 + r - 1) * 4 + b)] * 2.0f : 0.0f));
+}
+
 TEST_CASE("on the CPU a padded 24-channel row is vector loads under the pixel's gate, not 24 copies with a branch per load") {
   // A channels-last batch norm + ReLU written into the next depthwise convolution's padding (PaddleOCR cls's
   // E_14_98_24): the per-channel loads are gated by the padding's bounds, which depend on the pixel only. As 24
