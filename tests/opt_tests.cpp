@@ -2515,6 +2515,36 @@ TEST_CASE("NONTEMPORAL: a cast to float16 or bfloat16 larger than the last-level
   }
 }
 
+TEST_CASE("heuristic: an elementwise kernel vectorised along its loads, its store gathering along a short row past L2, writes 48 bytes a line") {
+  // Winograd's tile gradient moved into its (8, 8, C, N, 6, 6) planes: read contiguously along the 8 points (the
+  // vector), stored one float per lane into 8 planes, contiguously along the 6 tile columns (the row). The row whole
+  // writes 24 bytes a line; 2 of its rows 48 (one line: the most bytes a line, of the fewest lines); 3 rows 72 (two
+  // lines). 2.11 -> 1.58 ms at C = 32, N = 128 (Zen 5). AVX2 takes the row whole as its store's vector (step 1)
+  // and the points as a transpose tile's rows: 2 rows of it too (2.31 -> 1.97 ms under TG_CPU=haswell).
+  const int64_t n = 16, c = 8;
+  Tensor src = randn({n, c, 6, 6, 8, 8}, 141).realize();     // (n, c, tx, ty, i, j): tx and ty do not merge
+  Tensor y = src.permute({4, 5, 1, 0, 3, 2}).contiguous();  // (i, j, c, n, ty, tx): 1.2 MB
+  Kern k = last_kernel(y);
+  auto has = [](const std::vector<Opt>& opts, int axis, int64_t amt) {
+    return std::any_of(opts.begin(), opts.end(), [&](const Opt& o) { return o.op == OptOp::UPCAST && o.axis == axis && o.amt == amt; });
+  };
+  OptConfig past{2, 16};
+  past.l2_bytes = 128 << 10;  // past two L2s of 128 KiB
+  OptConfig avx2 = avx2_config();
+  avx2.threads = 2, avx2.l2_bytes = 128 << 10;
+  for (const OptConfig& cfg : {past, avx2}) {
+    INFO("vector width " << cfg.vector_width);
+    auto opts = hand_coded_optimizations(k.ast, cfg);
+    CHECK(has(opts, 1, 8));  // the vector along the loads
+    CHECK(has(opts, 5, 6));  // the row whole
+    CHECK(has(opts, 4, 2));  // 2 of its rows: 48 bytes a line
+    CHECK(run_with(k, opts) == run_with(k, {}));
+  }
+  OptConfig fits = past;
+  fits.l2_bytes = 64 << 20;  // in L2 the lines stay
+  CHECK_FALSE(has(hand_coded_optimizations(k.ast, fits), 5, 6));
+}
+
 TEST_CASE("heuristic: a reduce kernel storing scalar copies along a short row past L2 takes the row whole (line fill)") {
   // Winograd F(4x4, 5x5)'s output-transform adjoint: out[r, a, c, n, ty, tx] = sum_x A[x][a] dy[n, c, 4 ty + r,
   // 4 tx + x]. The store is contiguous along tx (6 tile columns), whose loads gather (4 floats apart): scalar

@@ -71,6 +71,9 @@ struct OptError : Error {
 
 /** A cache line's bytes: the heuristic's tiles and lowering's non-temporal stores (whole lines) count in it. */
 inline constexpr int64_t kCacheLineBytes = 64;
+/** The most copies of one node the UPCAST/UNROLL opts of a kernel make (tinygrad: 256): BEAM keeps to it, and so do
+ *  the heuristic's tiles of stores. */
+inline constexpr int64_t kMaxUpcast = 256;
 
 /** What the optimiser may use on the target device (opt_config(): from its machine model). */
 struct OptConfig {

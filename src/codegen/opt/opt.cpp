@@ -412,6 +412,7 @@ struct Heuristic {
   int vec = -1;            // the vectorised axis (UPCAST of an output axis or UNROLL of a reduce axis)
   int64_t vec_amt = 1;     // its amount (the vector width used)
   bool short_vec = false;  // vec is a short output axis unrolled whole, no vector
+  bool transposed = false;  // step 1d took a transpose tile
   bool rows = false;       // a row kernel (step "row lanes")
   bool ranked = false;     // the register tile was chosen by rank (step 2)
   int64_t accs = 1;        // accumulator arrays per output element: one per REDUCE, two for a float MAX's
@@ -801,6 +802,75 @@ struct Heuristic {
     }
   }
 
+  // 1f. An elementwise kernel that writes less than a line of each output row a tile touches: its vector runs along its
+  //     loads while its store gathers (a scalar per lane, planes apart), or its store's vector is a short row in a
+  //     transpose tile (AVX2 takes a row of 6 whole: 24 bytes), and the output is past the threads' L2s. It takes the
+  //     copies of the store's nearby axes (each within a line's distance along the store; the short row, srow, whole)
+  //     that write the most bytes per line a tile touches (in 8-byte steps), and of those the fewest lines, at most 256
+  //     copies in all: the tiles that complete a line come after every other plane's (the reduce kernels' store fill in
+  //     step 2 for the same stores). Winograd's tile gradient moved into its (8, 8, C, N, 6, 6) planes
+  //     (E_8_8_32_128_6_6, 8 points a vector), timed alone after a 64 MiB sweep (Zen 5, 2 threads): 2.11 ms as vectors
+  //     alone, 1.97 with the row of 6 (24 bytes a line), 1.58 with 2 of its rows (48 bytes, 1 line), 1.69 with BEAM's
+  //     pick (2 rows x 2 images); TG_CPU=haswell (the row as the store's vector, the points a transpose tile's rows)
+  //     2.31 -> 1.97 ms with 2 rows. Not copies of an axis a load's gate depends on (a padding's rows: step 1e's
+  //     measure): Winograd's padded tile rows (E_128_32_6_8_6_8, vectors of 4 along the store) took 2 of them in place
+  //     of 2 copies of the batch, 1.07-1.27 -> 1.27-1.65 ms.
+  void store_rows() {
+    if (reduce || rows || vec < 0 || upcast >= kMaxUpcast || cfg.l2_bytes <= 0) return;
+    const int64_t item = store_item();
+    if (item <= 0 || store_bytes() <= double(cfg.l2_bytes * cfg.threads)) return;
+    // a store along the vector: only a transpose tile's (its loads read whole lines along the tile's rows, its
+    // stores less than a line of each where the vector is short); elsewhere the loads along the store's axes decide
+    // (Winograd's output transform E_128_32_24_24, vectors of 4 along its rows, read 64 planes a tile column: 3
+    // columns at once, 0.89-1.09 -> 1.20-1.29 ms)
+    const auto cv = index_coef(st, axes[size_t(vec)]);
+    if (cv && std::llabs(*cv) <= 1 && (!transposed || vec_amt * item >= kLineBytes)) return;
+    // the nearby axes, each with its store coefficient and the copies an earlier step took (AVX2's row of 6 in
+    // step 1, whole where it is from half to twice the vector)
+    struct Near {
+      size_t i;
+      int64_t coef, before;
+    };
+    std::vector<const UOp*> gates;
+    for (const UOp* l : toposort(ast.get()))
+      if (l->op == Ops::LOAD && l->nsrc() == 3) gates.push_back(l->src(2));
+    std::vector<Near> near;
+    size_t srow = n_out;
+    for (size_t i = 0; i < n_out; i++) {
+      auto c = index_coef(st, axes[i]);
+      if (!c || *c <= 0 || *c * item >= kLineBytes || size0[i] % size[i] != 0) continue;
+      if (std::any_of(gates.begin(), gates.end(), [&](const UOp* g) { return depends_on(g, axes[i]); })) continue;
+      if (*c == 1 && size0[i] <= 8) srow = near.size();
+      if (size0[i] > 1) near.push_back({i, *c, size0[i] / size[i]});
+    }
+    if (srow == n_out) return;
+    std::vector<int64_t> am(near.size(), 1), best_am;
+    double best_fill = 0, best_lines = 0;
+    std::function<void(size_t, int64_t)> visit = [&](size_t k, int64_t copies) {
+      if (k == near.size()) {
+        double span = 1, elems = 1;
+        for (size_t x = 0; x < near.size(); x++) {
+          const double n = double(near[x].before * am[x]);
+          span += (n - 1) * double(near[x].coef), elems *= n;
+        }
+        const double lines = std::ceil(span * double(item) / double(kLineBytes));
+        const double fill = std::floor(elems * double(item) / lines / 8);
+        if (fill > best_fill || (fill == best_fill && lines < best_lines)) best_fill = fill, best_lines = lines, best_am = am;
+        return;
+      }
+      const int64_t n = size[near[k].i];
+      for (int64_t a : {int64_t(1), int64_t(2), int64_t(3), int64_t(4), int64_t(6), int64_t(8)}) {
+        if (k == srow) a = n;  // the row whole
+        if (n % a == 0 && copies * a <= kMaxUpcast) am[k] = a, visit(k + 1, copies * a);
+        if (k == srow) break;
+      }
+      am[k] = 1;
+    };
+    visit(0, upcast);
+    for (size_t x = 0; x < best_am.size(); x++)
+      if (best_am[x] > 1) split(OptOp::UPCAST, near[x].i, best_am[x]), upcast *= best_am[x];
+  }
+
   static constexpr int64_t kTileRowLines = 4, kMaxTileCopies = 1024;
   void transpose_tile() {
     if (reduce || vec < 0 || short_vec || !getenv_int("TRANSPOSE_TILE", 1)) return;
@@ -850,6 +920,7 @@ struct Heuristic {
     }
     split(OptOp::UPCAST, size_t(pick_axis), a);
     upcast *= a;
+    transposed = true;
     store_loop_first(size_t(pick_axis), a);
   }
 
@@ -1502,6 +1573,7 @@ std::optional<std::vector<Opt>> heuristic_opts(const UOpRef& ast_in, const OptCo
     p.store_vectors();
     p.load_vectors();
     p.transpose_tile();
+    p.store_rows();
     p.gated_copies();
     p.row_lanes();
     p.reduce_lanes();

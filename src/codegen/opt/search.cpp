@@ -31,7 +31,6 @@ namespace {
 
 using clk = std::chrono::steady_clock;
 constexpr double kInf = std::numeric_limits<double>::infinity();
-constexpr int64_t kMaxUpcast = 256;   // most copies of one node the expander makes (tinygrad: 256)
 constexpr int64_t kMaxExpanded = 8192;  // most nodes after expansion (an LLVM compile of 3,500 takes ~2 s here)
 constexpr double kMinProgress = 0.01;  // a round must beat the best by 1%
 constexpr double kEarlyStop = 3;       // a first run this many times slower than the best is not repeated
