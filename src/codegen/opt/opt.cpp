@@ -760,6 +760,17 @@ struct Heuristic {
     }
   }
 
+  // the gates of the kernel's gated loads, and whether one of them depends on output axis i (a padding's rows)
+  std::vector<const UOp*> load_gates() const {
+    std::vector<const UOp*> gates;
+    for (const UOp* l : toposort(ast.get()))
+      if (l->op == Ops::LOAD && l->nsrc() == 3) gates.push_back(l->src(2));
+    return gates;
+  }
+  bool gated(const std::vector<const UOp*>& gates, size_t i) const {
+    return std::any_of(gates.begin(), gates.end(), [&](const UOp* g) { return depends_on(g, axes[i]); });
+  }
+
   // 1d. An elementwise kernel whose store is vectorised along one axis and whose loads, by bytes, run contiguously
   //     along another output axis while they stride along the store's: a transpose (a matrix's .T made contiguous,
   //     NCHW <-> NHWC). Upcasting that axis too makes a tile: each of its rows loads whole cache lines and each column
@@ -787,15 +798,13 @@ struct Heuristic {
   //     the tile's rows, 2.36-2.46 ms.
   void gated_copies() {
     if (reduce || rows || vec < 0 || upcast >= w) return;  // (a transpose tile has its copies already)
-    std::vector<const UOp*> gates;
-    for (const UOp* l : toposort(ast.get()))
-      if (l->op == Ops::LOAD && l->nsrc() == 3) gates.push_back(l->src(2));
+    const std::vector<const UOp*> gates = load_gates();
     if (gates.empty()) return;
     const int64_t want = std::min<int64_t>(w / upcast, 4);
     if (want < 2) return;
     for (size_t i = 0; i < n_out; i++) {
       if (int(i) == vec || size[i] < want || size[i] % want != 0) continue;
-      if (std::any_of(gates.begin(), gates.end(), [&](const UOp* g) { return depends_on(g, axes[i]); })) continue;
+      if (gated(gates, i)) continue;
       split(OptOp::UPCAST, i, want);
       upcast *= want;
       return;
@@ -831,15 +840,13 @@ struct Heuristic {
       size_t i;
       int64_t coef, before;
     };
-    std::vector<const UOp*> gates;
-    for (const UOp* l : toposort(ast.get()))
-      if (l->op == Ops::LOAD && l->nsrc() == 3) gates.push_back(l->src(2));
+    const std::vector<const UOp*> gates = load_gates();
     std::vector<Near> near;
     size_t srow = n_out;
     for (size_t i = 0; i < n_out; i++) {
       auto c = index_coef(st, axes[i]);
       if (!c || *c <= 0 || *c * item >= kLineBytes || size0[i] % size[i] != 0) continue;
-      if (std::any_of(gates.begin(), gates.end(), [&](const UOp* g) { return depends_on(g, axes[i]); })) continue;
+      if (gated(gates, i)) continue;
       if (*c == 1 && size0[i] <= 8) srow = near.size();
       if (size0[i] > 1) near.push_back({i, *c, size0[i] / size[i]});
     }
