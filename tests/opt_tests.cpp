@@ -104,6 +104,11 @@ void check_close(const std::vector<float>& a, const std::vector<float>& b, float
   for (size_t i = 0; i < a.size(); i++) REQUIRE(std::abs(a[i] - b[i]) <= tol * (1 + std::abs(b[i])));
 }
 
+// whether the opts upcast output axis `axis` by `amt`
+bool has_upcast(const std::vector<Opt>& opts, int axis, int64_t amt) {
+  return std::any_of(opts.begin(), opts.end(), [&](const Opt& o) { return o.op == OptOp::UPCAST && o.axis == axis && o.amt == amt; });
+}
+
 // The first reduce kernel of y's schedule: (its innermost output axis's size, the store's stride along it).
 std::pair<int64_t, int64_t> reduce_kernel_axis(const Tensor& y) {
   UOpRef root = y.uop();
@@ -2269,7 +2274,7 @@ TEST_CASE("heuristic: a reduce kernel whose store gathers takes vectors along th
   Kern k = last_kernel(y);
   auto opts = hand_coded_optimizations(k.ast, h.lo.config);
   CAPTURE(opts.size());
-  CHECK(std::any_of(opts.begin(), opts.end(), [&](const Opt& o) { return o.op == OptOp::UPCAST && o.axis == 1 && o.amt == h.w; }));
+  CHECK(has_upcast(opts, 1, h.w));
   CompiledKernel ck = lower_kernel(k.ast, "pool_vectors", h.dev.renderer(), h.lo);
   const std::string vec = "load <" + std::to_string(h.w) + " x float>";
   CHECK(ck.src.find(vec) != std::string::npos);
@@ -2525,9 +2530,6 @@ TEST_CASE("heuristic: an elementwise kernel vectorised along its loads, its stor
   Tensor src = randn({n, c, 6, 6, 8, 8}, 141).realize();     // (n, c, tx, ty, i, j): tx and ty do not merge
   Tensor y = src.permute({4, 5, 1, 0, 3, 2}).contiguous();  // (i, j, c, n, ty, tx): 1.2 MB
   Kern k = last_kernel(y);
-  auto has = [](const std::vector<Opt>& opts, int axis, int64_t amt) {
-    return std::any_of(opts.begin(), opts.end(), [&](const Opt& o) { return o.op == OptOp::UPCAST && o.axis == axis && o.amt == amt; });
-  };
   OptConfig past{2, 16};
   past.l2_bytes = 128 << 10;  // past two L2s of 128 KiB
   OptConfig avx2 = avx2_config();
@@ -2535,14 +2537,14 @@ TEST_CASE("heuristic: an elementwise kernel vectorised along its loads, its stor
   for (const OptConfig& cfg : {past, avx2}) {
     INFO("vector width " << cfg.vector_width);
     auto opts = hand_coded_optimizations(k.ast, cfg);
-    CHECK(has(opts, 1, 8));  // the vector along the loads
-    CHECK(has(opts, 5, 6));  // the row whole
-    CHECK(has(opts, 4, 2));  // 2 of its rows: 48 bytes a line
+    CHECK(has_upcast(opts, 1, 8));  // the vector along the loads
+    CHECK(has_upcast(opts, 5, 6));  // the row whole
+    CHECK(has_upcast(opts, 4, 2));  // 2 of its rows: 48 bytes a line
     CHECK(run_with(k, opts) == run_with(k, {}));
   }
   OptConfig fits = past;
   fits.l2_bytes = 64 << 20;  // in L2 the lines stay
-  CHECK_FALSE(has(hand_coded_optimizations(k.ast, fits), 5, 6));
+  CHECK_FALSE(has_upcast(hand_coded_optimizations(k.ast, fits), 5, 6));
 }
 
 TEST_CASE("heuristic: a reduce kernel storing scalar copies along a short row past L2 takes the row whole (line fill)") {
@@ -2557,9 +2559,7 @@ TEST_CASE("heuristic: a reduce kernel storing scalar copies along a short row pa
   for (size_t i = 0; i < av.size(); i++) av[i] = float(int(i % 7) - 3) * 0.5f;
   Tensor a = Tensor::from_vector(av, {4, 8}).realize();
   Tensor g = dy.reshape({n, c, 6, 4, 6, 4}).permute({3, 1, 0, 2, 4, 5});  // (r, c, n, ty, tx, x)
-  auto takes_row = [&](const std::vector<Opt>& opts) {
-    return std::any_of(opts.begin(), opts.end(), [](const Opt& o) { return o.op == OptOp::UPCAST && o.axis == 5 && o.amt == 6; });
-  };
+  auto takes_row = [](const std::vector<Opt>& opts) { return has_upcast(opts, 5, 6); };
   // the output planes a tile writes: its copies along r and a
   auto planes = [](const std::vector<Opt>& opts) {
     int64_t p = 1;

@@ -760,6 +760,13 @@ struct Heuristic {
     }
   }
 
+  // A tile's store: `copies` runs far apart, each `span` elements of `item` bytes within a line's distance, `elems`
+  // elements in all. The lines it touches, and the bytes it writes per line touched in 8-byte steps (its fill).
+  static std::pair<double, double> line_fill(double elems, double span, double copies, double item) {
+    const double lines = copies * std::ceil(span * item / double(kLineBytes));
+    return {std::floor(elems * item / lines / 8), lines};
+  }
+
   // the gates of the kernel's gated loads, and whether one of them depends on output axis i (a padding's rows)
   std::vector<const UOp*> load_gates() const {
     std::vector<const UOp*> gates;
@@ -860,8 +867,7 @@ struct Heuristic {
           const double n = double(near[x].before * am[x]);
           span += (n - 1) * double(near[x].coef), elems *= n;
         }
-        const double lines = std::ceil(span * double(item) / double(kLineBytes));
-        const double fill = std::floor(elems * double(item) / lines / 8);
+        const auto [fill, lines] = line_fill(elems, span, 1, double(item));
         if (fill > best_fill || (fill == best_fill && lines < best_lines)) best_fill = fill, best_lines = lines, best_am = am;
         return;
       }
@@ -1242,16 +1248,13 @@ struct Heuristic {
     // planes x 48 bytes a tile (2 rows x 8 points x 2 tile rows x 6 columns, 192 accumulators: the fewest loads per
     // accumulation) against 8 planes x 48 bytes (96; BEAM's pick), timed alone after a 64 MiB sweep of other memory
     // (as it runs in the step; Zen 5, 2 threads): 1.30-1.89 ms against 0.48-0.66 ms.
-    auto store_lines = [&](const std::vector<int64_t>& am) {
-      const auto [span, copies] = footprint(st_reads, am, sitem);
-      return copies * std::ceil(span * sitem / double(kLineBytes));
-    };
     auto store_fill = [&](const std::vector<int64_t>& am) {
       if (srow == axes.size()) return std::pair{0.0, 0.0};
       double elems = 1;  // the elements a tile writes
       for (const AxisRead& r : st_reads) elems *= double(am[r.j]);
-      const double lines = store_lines(am);
-      return std::pair{-std::floor(elems * sitem / lines / 8), lines};
+      const auto [span, copies] = footprint(st_reads, am, sitem);
+      const auto [fill, lines] = line_fill(elems, span, copies, sitem);
+      return std::pair{-fill, lines};
     };
     using Key = std::tuple<double, double, double, double, double, double, double>;
     auto key = [&](const std::vector<int64_t>& am, int64_t total, double strides) {
