@@ -218,15 +218,23 @@ TEST_CASE("the heuristic gives a matmul a register tile, vectorised along the co
   REQUIRE(o4.size() == 4);
   CHECK(std::vector<Opt>(o4.begin(), o4.begin() + 3) == opts);
   CHECK(o4[3] == Opt{OptOp::THREAD, 0, 2});
-  // AVX2 (8 floats x 16 registers): 8 accumulator registers of the 16, 2 rows x 4 vectors (each of A's broadcasts is
-  // an instruction of its own: 2 + 4 loads per 8 FMAs, against 8 + 1 for 8 rows x 1 vector)
+  // AVX2 (8 floats x 16 registers) with an FMA that 8 chains keep busy: 8 accumulator registers of the 16, 2 rows x 4
+  // vectors (each of A's broadcasts is an instruction of its own: 2 + 4 loads per 8 FMAs, against 8 + 1 for 8 rows x
+  // 1 vector)
   OptConfig avx2{2, 8};
   avx2.vector_registers = 16;
+  avx2.fma_chains = 8;
   auto o2 = hand_coded_optimizations(k.ast, avx2);
   REQUIRE(o2.size() == 3);
   CHECK(o2[0] == Opt{OptOp::UPCAST, 1, 8});
   CHECK(o2[1] == Opt{OptOp::UPCAST, 0, 2});
   CHECK(o2[2] == Opt{OptOp::UPCAST, 1, 4});
+  // the default 4-cycle, 2-pipe FMA needs 10 chains: 3 rows x 4 vectors, the 64 rows padded to 66 (1/32 of them
+  // recomputed, within the sixteenth allowed where the 8 accumulators of 2 x 4 leave the pipes idle)
+  OptConfig zen_avx2 = avx2;
+  zen_avx2.fma_chains = 10;
+  CHECK(hand_coded_optimizations(k.ast, zen_avx2) ==
+        std::vector<Opt>{{OptOp::UPCAST, 1, 8}, {OptOp::PADTO, 0, 3}, {OptOp::UPCAST, 0, 3}, {OptOp::UPCAST, 1, 4}});
   // the next-best tiles, for BEAM's seeds: distinct, the first being the heuristic's
   auto alts = hand_coded_alternatives(k.ast, avx2, 4);
   REQUIRE(alts.size() == 4);
@@ -251,7 +259,7 @@ TEST_CASE("the heuristic gives a matmul a register tile, vectorised along the co
   Schedule ps = create_schedule(std::span<const UOpRef>(&root, 1));
   REQUIRE(ps.items.size() == 3);  // pack B, the product in panels, back to row-major
   Kern packed{ps.items[1].ast, ps.items[1].bufs};
-  auto po = hand_coded_optimizations(packed.ast, avx2);
+  auto po = hand_coded_optimizations(packed.ast, zen_avx2);
   std::map<int, int64_t> tile;
   for (const Opt& o : po)
     if (o.op == OptOp::UPCAST) tile[o.axis] = tile.count(o.axis) ? tile[o.axis] * o.amt : o.amt;
@@ -480,13 +488,15 @@ TEST_CASE("an AVX2 conv tile fits the registers: 3 rows x 4 vectors, not 3 x 2 c
   CHECK(found);
 }
 
-TEST_CASE("an AVX2 weight-gradient tile takes no more cache lines a trip than its FMAs hide: 4 channels x 2 vectors, not 2 x 4") {
+TEST_CASE("an AVX2 weight-gradient tile takes no more cache lines a trip than its FMAs hide and enough FMA chains: 3 channels x 4 vectors") {
   // beautiful_mnist's second convolution (32 -> 32 channels, 24x24, 5x5) at batch 512: its weight gradient (output
   // axes: batch part, co, kh, kw, ci; vectors along ci; the innermost reduce loop walks the output column, the input
   // and the gradient channels-last, 128 bytes a position apart). Both tiles below take 0.75 loads an accumulation;
   // 2 output channels x 4 vectors reads 2 lines of the input and 1 of the gradient a trip (192 bytes: 6 cycles of a
   // 32-byte L2 fill against 4 cycles of 8 FMAs at 2 a cycle), 4 x 2 vectors 1 + 1 (4 cycles). With TG_CPU=haswell on
-  // Zen 5: 74 -> 60-63.5 ms a step. AVX-512 (16 zmm FMAs a trip of the same 3 lines) keeps its 8 x 2 vectors.
+  // Zen 5: 74 -> 60-63.5 ms a step. Both have 8 accumulators, short of the 12 chains Haswell's FMA needs: 3 output
+  // channels (32 padded to 33) x 4 vectors holds 12 and reads 2 + 1 lines a trip (6 cycles of L2 for 6 of FMAs):
+  // 62.8-67.6 -> 58.1-60.3 ms alone. AVX-512 (16 zmm FMAs a trip of the same 3 lines) keeps its 8 x 2 vectors.
   Schedule s = weight_grad_schedule({512, 32, 24, 24}, {32, 32, 5, 5}, {512, 32, 20, 20}, 81);
   OptConfig avx2 = avx2_config();
   avx2.fma_chains = 12, avx2.fma_per_cycle = 2;  // Haswell's machine model (5 cycles x 2 a cycle)
@@ -502,7 +512,9 @@ TEST_CASE("an AVX2 weight-gradient tile takes no more cache lines a trip than it
         if (o.op == OptOp::UPCAST) t[o.axis] = t.count(o.axis) ? t[o.axis] * o.amt : o.amt;
       return t;
     };
-    CHECK(tile(avx2) == std::map<int, int64_t>{{1, 4}, {4, 16}});
+    CHECK(tile(avx2) == std::map<int, int64_t>{{1, 3}, {4, 32}});
+    const auto o = hand_coded_optimizations(it.ast, avx2);
+    CHECK(std::count(o.begin(), o.end(), Opt{OptOp::PADTO, 1, 3}) == 1);
     CHECK(tile(avx512) == std::map<int, int64_t>{{1, 8}, {4, 32}});
     found++;
   }
@@ -557,11 +569,20 @@ TEST_CASE("rows of 3 that do not divide a long axis are padded (PADTO): 1024 row
   p.realize(), q.realize();
   auto plain_tile = hand_coded_optimizations(last_kernel(p.matmul(q)).ast, avx2);
   CHECK(tile_of(plain_tile) == std::vector<int64_t>{3, 32});
-  // a short axis is not padded (64 rows: 2 of 66 recomputed, past 1/64): the 64 x 48 x 96 product keeps a divisor
+  // a short axis is padded only where the tile without it is short of FMA chains: 64 rows (2 of 66 recomputed, past
+  // 1/64, within 1/16) with the default 10 chains, not where 8 accumulators keep the FMA busy
   Tensor a = randn({64, 48}, 3), b = randn({48, 96}, 4);
   a.realize(), b.realize();
-  auto small = hand_coded_optimizations(last_kernel(a.matmul(b)).ast, avx2);
-  CHECK(std::none_of(small.begin(), small.end(), [](const Opt& x) { return x.op == OptOp::PADTO; }));
+  Kern sk = last_kernel(a.matmul(b));
+  auto padded = [](const std::vector<Opt>& o) { return std::any_of(o.begin(), o.end(), [](const Opt& x) { return x.op == OptOp::PADTO; }); };
+  CHECK(padded(hand_coded_optimizations(sk.ast, avx2)));
+  OptConfig avx2_8 = avx2;
+  avx2_8.fma_chains = 8;
+  CHECK(!padded(hand_coded_optimizations(sk.ast, avx2_8)));
+  // rows of 3 would recompute past 1/16 of a 16-row axis (2 of 18): never padded
+  Tensor a16 = randn({16, 48}, 3);
+  a16.realize();
+  CHECK(!padded(hand_coded_optimizations(last_kernel(a16.matmul(b)).ast, avx2)));
   // the padded kernel computes the plain loops' values exactly (each element's sum in the same order), with threads
   // over the padded axis too
   Tensor x = randn({130, 64}, 11), y = randn({64, 64}, 12);
@@ -1854,6 +1875,7 @@ TEST_CASE("DEBUG=2's work estimate counts a matmul's multiply-adds as two flops 
   for (int w : {16, 8}) {  // register tiles of AVX-512 and AVX2 (every term one MULACC), and no tile at all
     OptConfig cfg{1, w};
     cfg.vector_registers = w == 16 ? 32 : 16;
+    cfg.fma_chains = 8;  // an unpadded AVX2 tile (a padded one's estimate counts its recomputed rows)
     for (bool noopt : {false, true}) {
       std::vector<Opt> opts = noopt ? std::vector<Opt>{} : hand_coded_optimizations(k.ast, cfg);
       LowerOptions lo;

@@ -1166,9 +1166,6 @@ struct Heuristic {
     const int64_t max_acc = (wide || latency_bound) && full_vec
                                 ? std::max(half_acc, std::min<int64_t>(regs * 3 / 4 / vec_regs * vec_amt, 256))
                                 : half_acc;
-    auto short_of_chains = [&](int64_t total) {
-      return latency_bound && total / vec_amt * vec_regs < cfg.fma_chains ? 1.0 : 0.0;
-    };
     // Registers a tile of full vectors holds in the reduce loop: its accumulators, the vector operand in flight and,
     // where the FMAs reuse operands across several vectors, every copy of the operands along the other tiled axes:
     // the expander puts the vectorised axis's copies innermost, and LLVM loads the copies of the outer axes (each
@@ -1196,9 +1193,10 @@ struct Heuristic {
       return total / vec_amt * vec_regs + 1 + held <= regs;
     };
     // rows of 3 that do not divide a long axis: PADTO rounds it up (at most 1/64 of the axis recomputed: 1024 rows in
-    // 342 tiles of 3, 256 in 86)
+    // 342 tiles of 3, 256 in 86; where latency-bound up to 1/16, the idle share weighs it: 32 rows in 11 tiles of 3)
     auto fits = [&](size_t i, int64_t a) {
-      return size[i] % a == 0 || (a % 3 == 0 && int(i) != vec && (size[i] + a - 1) / a * a - size[i] <= size[i] / 64);
+      const int64_t waste = (size[i] + a - 1) / a * a - size[i];
+      return size[i] % a == 0 || (a % 3 == 0 && int(i) != vec && waste * (latency_bound ? 16 : 64) <= size[i]);
     };
     // Every tile within max_acc (amounts 1, 2, 4, 8 and 16 on each output axis whose loads are shared; the vectorised
     // axis may widen by 2 or 4: several vectors of it share the other operand's broadcast); the fewest loads per
@@ -1256,10 +1254,25 @@ struct Heuristic {
       const auto [fill, lines] = line_fill(elems, span, copies, sitem);
       return std::pair{-fill, lines};
     };
+    // Where latency-bound, a tile short of FMA chains ranks after every tile with enough (1); among those, the
+    // fewer rows a PADTO recomputes (a 3 that does not divide its axis) the better, in 64ths of the work (at most
+    // 1/64, as PADTO took before, counts as none). With TG_CPU=haswell mnist's weight gradient r_128_32_5_5_32 (32
+    // output channels) as 4 channels x 2 vectors (8 chains) took 62.8-67.6 ms, as 3 channels (33 rows) x 4 vectors
+    // (12) 58.1-60.3 ms; 6 (36 rows) x 2 vectors 61.8 ms (Zen 5, alone, 2 threads, alternated). Short tiles stay
+    // ranked by their loads: conv_dx's r_64_128_28_28 as 3 x 3 channels x 1 vector (9 chains) took 12.8-13.2 ms,
+    // 4 x 2 vectors (8) 10.2-10.4 ms.
+    auto idle = [&](const std::vector<int64_t>& am, int64_t total) {
+      if (!latency_bound) return 0.0;
+      if (total / vec_amt * vec_regs < cfg.fma_chains) return 1.0;
+      double busy = 1;
+      for (size_t i : cand)
+        if (const int64_t a = am[i] / amt[i]; a > 1 && size[i] % a) busy *= double(size[i]) / double((size[i] + a - 1) / a * a);
+      return std::floor((1 - busy) * 64) / 64;
+    };
     using Key = std::tuple<double, double, double, double, double, double, double>;
     auto key = [&](const std::vector<int64_t>& am, int64_t total, double strides) {
       const auto [fill, lines] = store_fill(am);
-      return Key{short_of_chains(total), l2_excess(am, total), fill, lines, loads_per_acc(am), strides, -double(total)};
+      return Key{idle(am, total), l2_excess(am, total), fill, lines, loads_per_acc(am), strides, -double(total)};
     };
     std::vector<std::pair<Key, std::vector<int64_t>>> tiles{{key(amt, upcast, 0), amt}};
     std::vector<int64_t> am = amt;
