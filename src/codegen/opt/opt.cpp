@@ -1194,9 +1194,9 @@ struct Heuristic {
     };
     // rows of 3 that do not divide a long axis: PADTO rounds it up (at most 1/64 of the axis recomputed: 1024 rows in
     // 342 tiles of 3, 256 in 86; where latency-bound up to 1/16, the idle share weighs it: 32 rows in 11 tiles of 3)
+    auto padded = [&](size_t i, int64_t a) { return (size[i] + a - 1) / a * a; };  // axis i rounded up to a
     auto fits = [&](size_t i, int64_t a) {
-      const int64_t waste = (size[i] + a - 1) / a * a - size[i];
-      return size[i] % a == 0 || (a % 3 == 0 && int(i) != vec && waste * (latency_bound ? 16 : 64) <= size[i]);
+      return size[i] % a == 0 || (a % 3 == 0 && int(i) != vec && (padded(i, a) - size[i]) * (latency_bound ? 16 : 64) <= size[i]);
     };
     // Every tile within max_acc (amounts 1, 2, 4, 8 and 16 on each output axis whose loads are shared; the vectorised
     // axis may widen by 2 or 4: several vectors of it share the other operand's broadcast); the fewest loads per
@@ -1266,7 +1266,7 @@ struct Heuristic {
       if (total / vec_amt * vec_regs < cfg.fma_chains) return 1.0;
       double busy = 1;
       for (size_t i : cand)
-        if (const int64_t a = am[i] / amt[i]; a > 1 && size[i] % a) busy *= double(size[i]) / double((size[i] + a - 1) / a * a);
+        if (const int64_t a = am[i] / amt[i]; a > 1 && size[i] % a) busy *= double(size[i]) / double(padded(i, a));
       return std::floor((1 - busy) * 64) / 64;
     };
     using Key = std::tuple<double, double, double, double, double, double, double>;
@@ -1341,7 +1341,7 @@ struct Heuristic {
       int64_t a = best_am[i] / amt[i];
       // (an axis reserved for the threads holds size / threads per thread: its padded length must divide by both)
       const int64_t pad = reserved && *reserved == i ? a * cfg.threads : a;
-      if (size[i] % a) opts.push_back({OptOp::PADTO, int(i), pad}), size[i] = (size[i] + a - 1) / a * a;
+      if (size[i] % a) opts.push_back({OptOp::PADTO, int(i), pad}), size[i] = padded(i, a);
       split(OptOp::UPCAST, i, a);
       upcast *= a;
       amt[i] = best_am[i];
