@@ -1193,7 +1193,7 @@ struct Heuristic {
       return total / vec_amt * vec_regs + 1 + held <= regs;
     };
     // rows of 3 that do not divide a long axis: PADTO rounds it up (at most 1/64 of the axis recomputed: 1024 rows in
-    // 342 tiles of 3, 256 in 86; where latency-bound up to 1/16, the idle share weighs it: 32 rows in 11 tiles of 3)
+    // 342 tiles of 3, 256 in 86; where latency-bound up to 1/16, weighing its loads (`busy`): 32 rows in 11 tiles of 3)
     auto padded = [&](size_t i, int64_t a) { return (size[i] + a - 1) / a * a; };  // axis i rounded up to a
     auto fits = [&](size_t i, int64_t a) {
       return size[i] % a == 0 || (a % 3 == 0 && int(i) != vec && (padded(i, a) - size[i]) * (latency_bound ? 16 : 64) <= size[i]);
@@ -1254,25 +1254,29 @@ struct Heuristic {
       const auto [fill, lines] = line_fill(elems, span, copies, sitem);
       return std::pair{-fill, lines};
     };
-    // Where latency-bound, a tile short of FMA chains ranks after every tile with enough (1); among those, the
-    // fewer rows a PADTO recomputes (a 3 that does not divide its axis) the better, in 64ths of the work (at most
-    // 1/64, as PADTO took before, counts as none). With TG_CPU=haswell mnist's weight gradient r_128_32_5_5_32 (32
-    // output channels) as 4 channels x 2 vectors (8 chains) took 62.8-67.6 ms, as 3 channels (33 rows) x 4 vectors
-    // (12) 58.1-60.3 ms; 6 (36 rows) x 2 vectors 61.8 ms (Zen 5, alone, 2 threads, alternated). Short tiles stay
-    // ranked by their loads: conv_dx's r_64_128_28_28 as 3 x 3 channels x 1 vector (9 chains) took 12.8-13.2 ms,
-    // 4 x 2 vectors (8) 10.2-10.4 ms.
-    auto idle = [&](const std::vector<int64_t>& am, int64_t total) {
-      if (!latency_bound) return 0.0;
-      if (total / vec_amt * vec_regs < cfg.fma_chains) return 1.0;
-      double busy = 1;
+    // Where latency-bound, a tile short of FMA chains ranks after every tile with enough (1). Short tiles stay ranked
+    // by their loads: conv_dx's r_64_128_28_28 as 3 x 3 channels x 1 vector (9 chains) took 12.8-13.2 ms, 4 x 2
+    // vectors (8) 10.2-10.4 ms (TG_CPU=haswell, Zen 5, alone, 2 threads). The rows a PADTO recomputes (a 3 that does
+    // not divide its axis) weigh the loads per accumulation: each output computed costs its loads, and the padding's
+    // outputs are computed for nothing (`busy`: the share of the tile's work that is kept). With TG_CPU=haswell
+    // mnist's weight gradient r_128_32_5_5_32 (32 output channels) as 4 channels x 2 vectors (8 chains) took
+    // 62.8-67.6 ms, as 3 channels (33 rows) x 4 vectors (12) 58.1-60.3 ms; its 3x3 siblings r_64_64_3_3_64 and
+    // r_128_64_3_3_32 as 3 kernel columns x 4 vectors (a column's vectors are loads of their own: 13 loads per 12
+    // FMAs) 9.8-10.3 and 8.2-8.4 ms, as 3 output channels (66 of 64, 3% padding) x 4 vectors (7 loads) 8.0-8.4 and
+    // 7.0-7.2 ms (alone, alternated).
+    auto idle = [&](int64_t total) {
+      return latency_bound && total / vec_amt * vec_regs < cfg.fma_chains ? 1.0 : 0.0;
+    };
+    auto busy = [&](const std::vector<int64_t>& am) {
+      double b = 1;
       for (size_t i : cand)
-        if (const int64_t a = am[i] / amt[i]; a > 1 && size[i] % a) busy *= double(size[i]) / double(padded(i, a));
-      return std::floor((1 - busy) * 64) / 64;
+        if (const int64_t a = am[i] / amt[i]; a > 1 && size[i] % a) b *= double(size[i]) / double(padded(i, a));
+      return b;
     };
     using Key = std::tuple<double, double, double, double, double, double, double>;
     auto key = [&](const std::vector<int64_t>& am, int64_t total, double strides) {
       const auto [fill, lines] = store_fill(am);
-      return Key{idle(am, total), l2_excess(am, total), fill, lines, loads_per_acc(am), strides, -double(total)};
+      return Key{idle(total), l2_excess(am, total), fill, lines, loads_per_acc(am) / busy(am), strides, -double(total)};
     };
     std::vector<std::pair<Key, std::vector<int64_t>>> tiles{{key(amt, upcast, 0), amt}};
     std::vector<int64_t> am = amt;
@@ -1346,6 +1350,23 @@ struct Heuristic {
       upcast *= a;
       amt[i] = best_am[i];
     }
+    // 2b. Where latency-bound, a tile of one vector along the store (nothing shared along another axis, or too
+    //     little to pay) takes up to 4 vectors of that axis: more accumulation chains over the same contiguous
+    //     loads, not more streams. With TG_CPU=haswell a batch norm's sums over a channels-last (512, 24, 24, 32)
+    //     input (r_256_32: 256 chunks of 1152 positions x 32 channels) waited on one add chain per 8 channels:
+    //     511-1363 us alone against 288-673 us as the 32 channels' 4 vectors (Zen 5, 2 threads, alternated); the
+    //     sums of (x * y) 1640 -> 852 us, of 64 channels 172 -> 89 us. AVX-512 reads a whole line a trip in one
+    //     vector: 4 vectors of 64 channels ran as fast as one there (83 against 84 us).
+    if (latency_bound && out_vec && upcast == vec_amt && vec_regs == 1)
+      for (int64_t a : {4, 2}) {
+        std::vector<int64_t> wider = amt;
+        wider[size_t(vec)] *= a;
+        if (size[size_t(vec)] % a || upcast * a > max_acc || !fits_registers(wider, upcast * a)) continue;
+        split(OptOp::UPCAST, size_t(vec), a);
+        upcast *= a;
+        amt[size_t(vec)] = wider[size_t(vec)];
+        break;
+      }
     // 3. No output tile: independent accumulators over the reduce axis that a load is contiguous in.
     if (upcast == 1) {
       for (size_t i = n_out; i < axes.size(); i++) {
