@@ -1355,8 +1355,9 @@ struct Heuristic {
     //     loads, not more streams. With TG_CPU=haswell a batch norm's sums over a channels-last (512, 24, 24, 32)
     //     input (r_256_32: 256 chunks of 1152 positions x 32 channels) waited on one add chain per 8 channels:
     //     511-1363 us alone against 288-673 us as the 32 channels' 4 vectors (Zen 5, 2 threads, alternated); the
-    //     sums of (x * y) 1640 -> 852 us, of 64 channels 172 -> 89 us. AVX-512 reads a whole line a trip in one
-    //     vector: 4 vectors of 64 channels ran as fast as one there (83 against 84 us).
+    //     sums of (x * y) 1640 -> 852 us, of 64 channels 172-179 -> 91-106 us (4 of their 8 vectors; all 8 87-91).
+    //     AVX-512 reads a whole line a trip in one vector: 4 vectors of 64 channels ran as fast as one there (83
+    //     against 84 us).
     if (latency_bound && out_vec && upcast == vec_amt && vec_regs == 1)
       for (int64_t a : {4, 2}) {
         std::vector<int64_t> wider = amt;
