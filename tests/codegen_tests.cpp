@@ -1327,6 +1327,45 @@ TEST_CASE("vectorize takes the renderer's widths; devectorize splits what a rend
   CHECK(has(c.render("dv", linearize(s)), "data0+11"));
 }
 
+TEST_CASE("a padded convolution over a batch of 8+ images skips the columns' padding too: both tap loops narrowed") {
+  // A batch of 8 or more gives the register tile its rows, so the last spatial axis's padding is a bounds test too
+  // (layout's channels_last_padded), not stored zeros: lowering narrows the tap-column loop as the tap-row one. The
+  // input gradient of a 5x5 convolution over 8 x 8 outputs (12 x 12 inputs): 40 of 60 (row, tap row) pairs and 40 of
+  // 60 (column, tap column) pairs read data, 4/9 of the products. A batch of 2 keeps the columns stored (1 loop).
+  auto grad_kernel = [](int64_t n) {
+    Tensor::manual_seed(6);
+    Tensor x = Tensor::randn({n, 16, 12, 12}, dtypes::float32, "CPU").realize();
+    Tensor w = Tensor::randn({16, 16, 5, 5}, dtypes::float32, "CPU").realize();
+    Tensor g = Tensor::randn({n, 16, 8, 8}, dtypes::float32, "CPU").realize();
+    Tensor dx = (x.conv2d(w) * g).sum().gradient({x})[0];
+    UOpRef root = dx.uop();
+    Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+    std::optional<CompiledKernel> best;
+    for (auto& it : s.items) {
+      if (it.ast->op != Ops::SINK) continue;
+      CompiledKernel ck = lower_kernel(it.ast, "dx", get_device("CPU").renderer(), LowerOptions{});
+      if (!best || ck.flops > best->flops) best = std::move(ck);
+    }
+    REQUIRE(best);
+    int narrowed = 0;
+    for (const UOp* u : best->program) narrowed += u->op == Ops::RANGE && !u->src(0)->is_const();
+    return std::tuple{*best, narrowed, dx};
+  };
+  auto [k8, n8, dx8] = grad_kernel(8);
+  CHECK(n8 == 2);
+  const double all_taps = 2.0 * (8 * 16 * 12 * 12) * (16 * 5 * 5);
+  CHECK(k8.flops == doctest::Approx(all_taps * 4 / 9).epsilon(0.001));
+  const std::vector<float> on = dx8.to_vector<float>();
+  {
+    ScopedEnv no("NARROW_GATES", "0");
+    auto [k8off, n8off, dx8off] = grad_kernel(8);
+    CHECK(n8off == 0);
+    CHECK(dx8off.to_vector<float>() == on);  // the skipped terms were products with zero
+  }
+  auto [k2, n2, dx2] = grad_kernel(2);
+  CHECK(n2 == 1);
+}
+
 TEST_CASE("a padded convolution's tap rows in the padding are not summed: the tap loop runs over the rows its bounds test lets through") {
   // On the CPU a convolution's padding along the rows stays a bounds test above its channels-last input copy
   // (layout's channels_last_padded), and lowering's narrow_gated_reduces runs the tap-row loop from max(0, ...) to

@@ -569,16 +569,22 @@ std::optional<ConvShape> conv_shape(const UOp* red, LayoutCtx& c, bool weight_gr
 // padding stays a bounds test above the copy, and only the last spatial axis's is stored: the window view then reads
 // a row of kernel taps that lies wholly in the padding under a test that depends on the output row and the tap row
 // alone, and lowering's narrow_gated_reduces runs the tap loop over the valid rows only (mnist's second convolution's
-// input gradient summed 30% zeros, 1/6 of them along the rows). The last axis's padding is stored: its output axis
-// is the register tile's rows, copies that one loop cannot skip. Not for a depthwise convolution: its few taps are
-// its whole sum, unrolled into copies that a test at every load would slow.
-UOpRef channels_last_padded(const UOp* x, size_t nd) {
+// input gradient summed 30% zeros, 1/6 of them along the rows). The last axis's padding is stored where its output
+// axis must give the register tile its rows (copies that one loop cannot skip): a batch of fewer than kTileRows
+// images. A larger batch gives the rows (the heuristic tiles no axis a bounds test ties to a reduce loop), and that
+// padding is a test too, its tap loop narrowed as the rows': mnist's input gradient r_512_24_24_32 (20 of its 24
+// columns see all 5 taps) took 59.1-59.3 ms as 3 columns x 4 vectors over the stored padding, 49.9-50.2 ms as 3 images
+// x 4 vectors under TG_CPU=haswell; natively 8 columns 30.1-31.0 ms, 8 images 24.8-25.1 ms (Zen 5, alone, 2 threads,
+// alternated). Not for a depthwise convolution: its few taps are its whole sum, unrolled into copies that a test at
+// every load would slow.
+constexpr int64_t kTileRows = 8;  // the most rows a register tile takes of an axis (AVX-512's; AVX2's 3 or 4)
+UOpRef channels_last_padded(const UOp* x, size_t nd, int64_t batch) {
   if (x->op != Ops::PAD || x->nsrc() != 1 || nd < 2) return channels_last(UOpRef(x), nd);
   const auto& p = std::get<std::vector<int64_t>>(x->arg);
   std::vector<int64_t> inner(p.size(), 0), outer(p.size(), 0);
   bool gated = false;
   for (size_t i = 0; i < nd + 2; i++) {
-    const bool out_axis = i >= 2 && i < nd + 1;
+    const bool out_axis = i >= 2 && i < (batch >= kTileRows ? nd + 2 : nd + 1);
     for (size_t e = 0; e < 2; e++) {
       if (p[2 * i + e] < 0) return channels_last(UOpRef(x), nd);
       (out_axis ? outer : inner)[2 * i + e] = p[2 * i + e];
@@ -617,7 +623,7 @@ UOpRef input_copy(const UOp* xo, const ConvShape& cs, bool cl, LayoutCtx& c) {
   if (!x) return {};
   // one input channel: channels-last is NCHW's order, copied only where the NCHW rule below would copy it
   if (cl && cs.groups * cs.ci > 1)
-    return rebuild(path, cs.groups == 1 ? channels_last_padded(x, cs.nd) : channels_last(UOpRef(x), cs.nd));
+    return rebuild(path, cs.groups == 1 ? channels_last_padded(x, cs.nd, cs.n) : channels_last(UOpRef(x), cs.nd));
   bool padded = false;
   if (x->op == Ops::PAD) {
     const auto& p = std::get<std::vector<int64_t>>(x->arg);
