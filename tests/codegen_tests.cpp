@@ -1327,6 +1327,22 @@ TEST_CASE("vectorize takes the renderer's widths; devectorize splits what a rend
   CHECK(has(c.render("dv", linearize(s)), "data0+11"));
 }
 
+namespace {
+// The schedule of t's kernel with the most float operations (a convolution), lowered for the CPU.
+CompiledKernel heaviest_kernel(const Tensor& t) {
+  UOpRef root = t.uop();
+  Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
+  std::optional<CompiledKernel> best;
+  for (auto& it : s.items) {
+    if (it.ast->op != Ops::SINK) continue;
+    CompiledKernel ck = lower_kernel(it.ast, "conv", get_device("CPU").renderer(), LowerOptions{});
+    if (!best || ck.flops > best->flops) best = std::move(ck);
+  }
+  REQUIRE(best);
+  return *best;
+}
+}  // namespace
+
 TEST_CASE("a padded convolution over a batch of 8+ images skips the columns' padding too: both tap loops narrowed") {
   // A batch of 8 or more gives the register tile its rows, so the last spatial axis's padding is a bounds test too
   // (layout's channels_last_padded), not stored zeros: lowering narrows the tap-column loop as the tap-row one. The
@@ -1338,18 +1354,10 @@ TEST_CASE("a padded convolution over a batch of 8+ images skips the columns' pad
     Tensor w = Tensor::randn({16, 16, 5, 5}, dtypes::float32, "CPU").realize();
     Tensor g = Tensor::randn({n, 16, 8, 8}, dtypes::float32, "CPU").realize();
     Tensor dx = (x.conv2d(w) * g).sum().gradient({x})[0];
-    UOpRef root = dx.uop();
-    Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
-    std::optional<CompiledKernel> best;
-    for (auto& it : s.items) {
-      if (it.ast->op != Ops::SINK) continue;
-      CompiledKernel ck = lower_kernel(it.ast, "dx", get_device("CPU").renderer(), LowerOptions{});
-      if (!best || ck.flops > best->flops) best = std::move(ck);
-    }
-    REQUIRE(best);
+    CompiledKernel best = heaviest_kernel(dx);
     int narrowed = 0;
-    for (const UOp* u : best->program) narrowed += u->op == Ops::RANGE && !u->src(0)->is_const();
-    return std::tuple{*best, narrowed, dx};
+    for (const UOp* u : best.program) narrowed += u->op == Ops::RANGE && !u->src(0)->is_const();
+    return std::tuple{best, narrowed, dx};
   };
   auto [k8, n8, dx8] = grad_kernel(8);
   CHECK(n8 == 2);
@@ -1378,19 +1386,6 @@ TEST_CASE("a padded convolution's tap rows in the padding are not summed: the ta
   Tensor g = Tensor::randn({2, 16, 8, 8}, dtypes::float32, "CPU").realize();
   auto input_grad = [&] { return (x.conv2d(w) * g).sum().gradient({x})[0]; };
   auto padded = [&] { return x.conv2d(w, std::nullopt, 1, 2); };
-  // the schedule's kernel with the most float operations (the convolution), lowered
-  auto conv_kernel = [](const Tensor& t) {
-    UOpRef root = t.uop();
-    Schedule s = create_schedule(std::span<const UOpRef>(&root, 1));
-    std::optional<CompiledKernel> best;
-    for (auto& it : s.items) {
-      if (it.ast->op != Ops::SINK) continue;
-      CompiledKernel ck = lower_kernel(it.ast, "conv", get_device("CPU").renderer(), LowerOptions{});
-      if (!best || ck.flops > best->flops) best = std::move(ck);
-    }
-    REQUIRE(best);
-    return *best;
-  };
   auto narrowed = [](const CompiledKernel& ck) {
     return std::any_of(ck.program.begin(), ck.program.end(), [](const UOp* u) { return u->op == Ops::RANGE && !u->src(0)->is_const(); });
   };
@@ -1404,12 +1399,12 @@ TEST_CASE("a padded convolution's tap rows in the padding are not summed: the ta
     const auto& make = c.make;
     const double share = c.share;
     CAPTURE(name);
-    CompiledKernel on = conv_kernel(make());
+    CompiledKernel on = heaviest_kernel(make());
     std::vector<float> von = make().to_vector<float>(), voff;
     CompiledKernel off;
     {
       ScopedEnv no("NARROW_GATES", "0");
-      off = conv_kernel(make());
+      off = heaviest_kernel(make());
       voff = make().to_vector<float>();
     }
     CHECK(narrowed(on));
