@@ -1309,23 +1309,19 @@ TEST_CASE("heuristic: where latency-bound, a sum over a channels-last batch take
   Tensor x = randn({8, 12, 12, 32}, 74).realize();
   Kern k = last_kernel(x.reshape({4, 288, 32}).sum(1));
   OptConfig avx2 = avx2_config();
-  auto tile = [&](const OptConfig& cfg) {
+  auto tile = [](const Kern& kern, const OptConfig& cfg) {  // the channels' floats a tile holds
     int64_t floats = 1;
-    for (const Opt& o : hand_coded_optimizations(k.ast, cfg))
+    for (const Opt& o : hand_coded_optimizations(kern.ast, cfg))
       if (o.op == OptOp::UPCAST && o.axis == 1) floats *= o.amt;
     return floats;
   };
-  CHECK(tile(avx2) == 32);
-  CHECK(tile(OptConfig{1, 16}) == 32);
-  CHECK(tile(OptConfig{1, 8}) == 8);  // 32 registers: not latency-bound
+  CHECK(tile(k, avx2) == 32);
+  CHECK(tile(k, OptConfig{1, 16}) == 32);
+  CHECK(tile(k, OptConfig{1, 8}) == 8);  // 32 registers: not latency-bound
   CHECK(run_with(k, hand_coded_optimizations(k.ast, avx2)) == run_with(k, {}));
   // 64 channels: 4 of their 8 vectors (the machine model's 16 registers hold them with room for the loads)
   Tensor x64 = randn({4, 8, 8, 64}, 75).realize();
-  Kern k64 = last_kernel(x64.reshape({4, 64, 64}).sum(1));
-  int64_t floats = 1;
-  for (const Opt& o : hand_coded_optimizations(k64.ast, avx2))
-    if (o.op == OptOp::UPCAST && o.axis == 1) floats *= o.amt;
-  CHECK(floats == 32);
+  CHECK(tile(last_kernel(x64.reshape({4, 64, 64}).sum(1)), avx2) == 32);
 }
 
 TEST_CASE("heuristic: a matmul whose output axis no vector width divides gets copies of an odd divisor") {

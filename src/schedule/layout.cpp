@@ -577,7 +577,7 @@ std::optional<ConvShape> conv_shape(const UOp* red, LayoutCtx& c, bool weight_gr
 // x 4 vectors under TG_CPU=haswell; natively 8 columns 30.1-31.0 ms, 8 images 24.8-25.1 ms (Zen 5, alone, 2 threads,
 // alternated). Not for a depthwise convolution: its few taps are its whole sum, unrolled into copies that a test at
 // every load would slow.
-constexpr int64_t kTileRows = 8;  // the most rows a register tile takes of an axis (AVX-512's; AVX2's 3 or 4)
+constexpr int64_t kTileRows = 8;  // the batch rows a convolution's register tile takes (AVX-512's 8; AVX2's 3)
 UOpRef channels_last_padded(const UOp* x, size_t nd, int64_t batch) {
   if (x->op != Ops::PAD || x->nsrc() != 1 || nd < 2) return channels_last(UOpRef(x), nd);
   const auto& p = std::get<std::vector<int64_t>>(x->arg);
