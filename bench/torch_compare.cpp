@@ -157,6 +157,7 @@ void bench_conv() {
               wdiff, hgr[1].abs().max().item<double>());
 
   double tg_f = median_ms([&] {
+    tg::NoGrad ng;  // as libtorch's NoGradGuard below: an inference's forward (conv's cost model picks for it alone)
     tg::Tensor y = tx.conv2d(tw, tb);
     y.realize();
   }, 5);

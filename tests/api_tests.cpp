@@ -6,6 +6,8 @@
 #include <cmath>
 #include <numeric>
 
+#include "../src/tensor/conv.hpp"
+#include "tg/device.hpp"
 #include "tg/schedule.hpp"
 #include "tg/tensor.hpp"
 
@@ -102,6 +104,64 @@ TEST_CASE("WINO=1 computes a 5x5 stride-1 conv2d by Winograd, to the direct conv
   float scale = 0;
   for (float v : direct) scale = std::max(scale, std::fabs(v));
   for (size_t i = 0; i < direct.size(); i++) CHECK(std::fabs(direct[i] - wino[i]) <= 1e-5f * scale);
+}
+
+TEST_CASE("Winograd's cost model: the convolutions it was measured faster on, on both vector widths, and not the rest") {
+  // winograd_pays against what conv2d forward+backward measured on Zen 5 (direct against Winograd, alternated, one
+  // process): 32 -> 32 5x5 (mnist's second conv) 1.04x / 1.53x (AVX-512 / TG_CPU=haswell), 64 -> 64 3x3 at 8x8
+  // outputs 1.06x / 1.52x, 32 -> 64 3x3 at 10x10 0.65x / 0.90x, 1 -> 32 5x5 0.38x / 0.31x
+  auto pays = [](int64_t batch, int64_t cin, int64_t cout, int64_t groups, int64_t r, int64_t o, int bits,
+                 bool backward = true) {
+    MachineModel mm;
+    mm.vector_bits = bits, mm.cores = 2;
+    const int64_t out[2] = {o, o};
+    return detail::winograd_pays(batch, cin, cout, groups, r, out, backward, mm);
+  };
+  for (int bits : {512, 256}) {
+    CAPTURE(bits);
+    CHECK(pays(512, 32, 32, 1, 5, 20, bits));
+    CHECK(pays(512, 64, 64, 1, 3, 8, bits));
+    CHECK_FALSE(pays(512, 32, 64, 1, 3, 10, bits));
+    CHECK_FALSE(pays(512, 1, 32, 1, 5, 24, bits));
+    CHECK_FALSE(pays(1, 64, 64, 1, 3, 8, bits));         // one image: the 16 more kernels cost more than it saves
+    CHECK_FALSE(pays(512, 32, 32, 32, 3, 56, bits));     // depthwise: no sum over channels to save products in
+    CHECK_FALSE(pays(512, 32, 32, 1, 7, 20, bits));      // no Winograd tile for 7x7
+  }
+  // the narrower vector makes the products dearer against the passes: 32 -> 64 3x3 at 12x12 outputs (9 tiles of 4,
+  // none cut) pays on AVX2 only
+  CHECK_FALSE(pays(512, 32, 64, 1, 3, 12, 512));
+  CHECK(pays(512, 32, 64, 1, 3, 12, 256));
+  // the forward alone (torch_compare conv's 128 images, 24x24 outputs): 0.90x natively, 1.15x under TG_CPU=haswell
+  CHECK(pays(128, 32, 32, 1, 5, 24, 512));
+  CHECK_FALSE(pays(128, 32, 32, 1, 5, 24, 512, false));
+  CHECK(pays(128, 32, 32, 1, 5, 24, 256, false));
+}
+
+TEST_CASE("conv2d takes Winograd by default where the cost model expects it faster, with the direct conv's values") {
+  // 32 -> 32 channels, 5x5, 24x24 inputs, 64 images, the weight requiring its gradient: by Winograd on a CPU of
+  // either vector width (the cost model above); one input channel: direct. Unset WINO gives WINO=1's kernels for the first and
+  // WINO=0's for the second.
+  auto run = [](const Tensor& x, const Tensor& w, const char* wino) {
+    ScopedEnv e("WINO", wino);
+    size_t k0 = kernels_run();
+    std::vector<float> y = x.conv2d(w).to_vector<float>();
+    return std::pair{kernels_run() - k0, y};
+  };
+  for (int64_t cin : {int64_t(32), int64_t(1)}) {
+    CAPTURE(cin);
+    Tensor x = Tensor::rand({64, cin, 24, 24}).realize(), w = (Tensor::rand({32, cin, 5, 5}) - 0.5f).realize();
+    w.requires_grad_();
+    auto [k_default, y_default] = run(x, w, nullptr);
+    auto [k_direct, y_direct] = run(x, w, "0");
+    auto [k_wino, y_wino] = run(x, w, "1");
+    CHECK(k_wino > k_direct);
+    const bool cpu = get_device(default_device()).renderer().grid_limits().threads == 0;  // a GPU: direct unless WINO=1
+    CHECK(k_default == (cin == 32 && cpu ? k_wino : k_direct));
+    float scale = 0;
+    for (float v : y_direct) scale = std::max(scale, std::fabs(v));
+    REQUIRE(y_default.size() == y_direct.size());
+    for (size_t i = 0; i < y_direct.size(); i++) REQUIRE(std::fabs(y_default[i] - y_direct[i]) <= 1e-5f * scale);
+  }
 }
 
 TEST_CASE("conv and pool errors name the op and the shapes") {

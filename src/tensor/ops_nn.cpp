@@ -5,6 +5,7 @@
 
 #include "conv.hpp"
 #include "tg/env.hpp"
+#include "tg/multi.hpp"
 
 namespace tg {
 using namespace detail;
@@ -48,15 +49,25 @@ Pads pads_of(const std::vector<int64_t>& v, size_t nd, const std::string& op) {
   return p;  // a negative pad crops the input (as tinygrad; conv_impl pads with pad_last, which shrinks for it)
 }
 
-// Whether conv computes a (checked) convolution by Winograd's minimal filtering (conv2d_winograd): WINO=1 wherever
-// it applies (2-d, stride and dilation 1, a square kernel with a Winograd tile, float32 or float64); never by default
-// or with WINO=0: its transform kernels still cost more than the multiplications it saves (README, conv2d).
-bool use_winograd(const Tensor& x, const Tensor& w, const std::vector<int64_t>& st, const std::vector<int64_t>& dl) {
+// Whether conv computes a (checked) convolution by Winograd's minimal filtering (conv2d_winograd), where it applies
+// (2-d, stride and dilation 1, a square kernel with a Winograd tile, float32 or float64): by default on a CPU where
+// its cost model (winograd_pays: the multiplications it saves against the elements its passes move, in the machine
+// model's vector lanes; the forward alone where nothing requires a gradient) expects it to be faster; WINO=1
+// wherever it applies, WINO=0 never. A GPU keeps the direct convolution unless WINO=1 (not measured there).
+bool use_winograd(const Tensor& x, const Tensor& w, const std::vector<int64_t>& st, const std::vector<int64_t>& dl,
+                  const Pads& pads, int64_t groups) {
   if (w.ndim() != 4 || st[0] != 1 || st[1] != 1 || dl[0] != 1 || dl[1] != 1) return false;
   if (w.shape()[2] != w.shape()[3] || winograd_tile(w.shape()[2]) == 0) return false;
   if (x.dtype() != w.dtype() || (x.dtype() != dtypes::float32 && x.dtype() != dtypes::float64)) return false;
   if (x.is_symbolic() || w.is_symbolic()) return false;
-  return getenv_int("WINO", 0, 0, 1) == 1;
+  int64_t wino = getenv_int("WINO", -1, 0, 1);
+  if (wino >= 0) return wino == 1;
+  Device& dev = get_device(split_devices(x.device())[0]);  // a sharded tensor: as on one of its devices
+  if (!dev.runs_kernels() || dev.renderer().grid_limits().threads != 0) return false;
+  int64_t out[2];
+  for (size_t i = 0; i < 2; i++) out[i] = x.shape()[2 + i] + pads[i].first + pads[i].second - w.shape()[2] + 1;
+  bool backward = !NoGrad::active() && (x.requires_grad() || w.requires_grad());
+  return winograd_pays(x.shape()[0], x.shape()[1], w.shape()[0], groups, w.shape()[2], out, backward, dev.machine());
 }
 
 // Checks the (batched or unbatched) input rank: returns x batched, and whether a batch dim was added.
@@ -146,7 +157,7 @@ Tensor Tensor::conv(const Tensor& weight, const std::optional<Tensor>& bias, Int
     if (x.shape()[2 + i] + pads[i].first + pads[i].second < dl[i] * (weight.shape()[2 + i] - 1) + 1)
       fail(op, "kernel " + shape_str(Shape(weight.shape().begin() + 2, weight.shape().end())) + " with dilation " +
                    ints_str(dl) + " is larger than the padded (or cropped) input " + shape_str(shape()));
-  Tensor r = use_winograd(x, weight, st, dl) ? conv2d_winograd(x, weight, bias, pads, groups)
+  Tensor r = use_winograd(x, weight, st, dl, pads, groups) ? conv2d_winograd(x, weight, bias, pads, groups)
                                              : conv_impl(x, weight, bias, st, pads, dl, groups, op);
   return unb ? r.squeeze(0) : r;
 }

@@ -68,11 +68,12 @@ WinoMats wino_mats(int64_t m, int64_t r) {
   return w;
 }
 
-// t with the rows x cols matrix applied along `axis` (size cols -> rows), materialised: a reduce over the cols
-// values of t times the matrix, a small buffer (one pass per axis: rows x cols multiply-adds per output). The
-// matrix as folded constants (each row a sum of slices, the rows concatenated, as tinygrad) made one kernel with a
-// gated sum per row: every output evaluated all rows of both axes, 2.3 s for the 5x5 benchmark's input transform.
-Tensor apply_matrix(const Tensor& t, const Mat& mat, int64_t axis) {
+// t with the rows x cols matrix applied along `axis` (size cols -> rows), materialised in the order `perm` gives
+// (none: t's own): a reduce over the cols values of t times the matrix, a small buffer (one pass per axis: rows x
+// cols multiply-adds per output). The matrix as folded constants (each row a sum of slices, the rows concatenated,
+// as tinygrad) made one kernel with a gated sum per row: every output evaluated all rows of both axes, 2.3 s for the
+// 5x5 benchmark's input transform.
+Tensor apply_matrix(const Tensor& t, const Mat& mat, int64_t axis, const std::vector<int64_t>& perm = {}) {
   int64_t rows = int64_t(mat.size()), cols = int64_t(mat[0].size());
   // float32's matrix stored as float32: a float64 one cast in the kernel loaded and converted a double a product
   std::vector<double> v;
@@ -83,12 +84,46 @@ Tensor apply_matrix(const Tensor& t, const Mat& mat, int64_t axis) {
                  ? Tensor::from_vector(std::vector<float>(v.begin(), v.end()), {rows, cols}, t.device())
                  : Tensor::from_vector(v, {rows, cols}, t.device()).cast(t.dtype());
   m = m.reshape(ms);
-  return (t.unsqueeze(axis) * m).sum(axis + 1).contiguous();
+  Tensor r = (t.unsqueeze(axis) * m).sum(axis + 1);
+  return (perm.empty() ? r : r.permute(perm)).contiguous();
 }
 
 }  // namespace
 
 int64_t winograd_tile(int64_t r) { return r == 3 || r == 5 ? 4 : 0; }
+
+// The cost model, in multiplications of the direct convolution's time (per output of a vector FMA lane):
+//  - direct: o0 o1 r^2 (C/G) Cout an image;
+//  - Winograd: its batched matmuls' T a^2 (C/G) Cout (T tiles of m x m), plus every element its passes move: the
+//    domain's T a^2 (C + Cout) and the channels-last copies of the padded input and of the output, each worth
+//    lambda multiplications. lambda = kCyclesPerElement x the vector's float lanes (memory passes take cycles a
+//    core could have spent on that many FMA lanes) + 2a (each element's two transform passes of a multiply-adds);
+//  - a forward alone (nothing requires a gradient) moves its elements at kForwardOnly x lambda: the backward's
+//    matmuls are twice the forward's, its passes fewer than twice;
+//  - kFixedKernels more kernels than the direct convolution, each ~kLaunchCycles to start and join its threads.
+// The two fitted constants come from Zen 5, direct against Winograd alternated in one process, NCHW inputs, on both
+// ISAs (AVX-512 16 lanes / TG_CPU=haswell 8), which the model gives within 8%: forward+backward at 512 images 32 ->
+// 32 5x5 24x24 1.04x / 1.53x, 64 -> 64 3x3 10x10 1.06x / 1.52x, 32 -> 64 3x3 12x12 0.65x / 0.90x, 1 -> 32 5x5
+// 28x28 0.38x / 0.31x; the forward alone of 128 images 32 -> 32 5x5 28x28 (torch_compare conv) 0.90x / 1.15x. The
+// vector width stands for the FMA rate: LLVM's Zen 5 model counts one 512-bit FMA a cycle, where the machine runs
+// two.
+bool winograd_pays(int64_t batch, int64_t cin, int64_t cout, int64_t groups, int64_t r, const int64_t out[2],
+                   bool backward, const MachineModel& mm) {
+  constexpr double kCyclesPerElement = 2.5, kForwardOnly = 1.4, kLaunchCycles = 30000;
+  constexpr int64_t kFixedKernels = 16;
+  int64_t m = winograd_tile(r), a = m + r - 1, kt = (a + m - 1) / m;
+  if (m == 0 || out[0] < 1 || out[1] < 1 || groups < 1) return false;
+  int64_t t0 = (out[0] + m - 1) / m, t1 = (out[1] + m - 1) / m;
+  double lanes = std::max(1, mm.vector_bits / 32), lambda = kCyclesPerElement * lanes + 2.0 * double(a);
+  if (!backward) lambda *= kForwardOnly;
+  double cpg = double(cin / groups), co = double(cout), tiles = double(t0 * t1);
+  double direct = double(out[0] * out[1]) * double(r * r) * cpg * co;
+  double moved = tiles * double(a * a) * double(cin + cout) +
+                 double((t0 + kt - 1) * m * (t1 + kt - 1) * m) * double(cin) + double(out[0] * out[1]) * co;
+  double wino = tiles * double(a * a) * cpg * co + lambda * moved;
+  double fixed = double(kFixedKernels) * kLaunchCycles * lanes * double(std::max(1, mm.cores));
+  return double(batch) * (direct - wino) > fixed;
+}
 
 Tensor conv2d_winograd(const Tensor& x, const Tensor& w, const std::optional<Tensor>& bias,
                        const std::vector<std::pair<int64_t, int64_t>>& pads, int64_t groups) {
@@ -106,40 +141,55 @@ Tensor conv2d_winograd(const Tensor& x, const Tensor& w, const std::optional<Ten
     tiles[i] = (o[i] + m - 1) / m;
     p[i].second += (tiles[i] + kt - 1) * m - in;
   }
-  // input tiles (N, C, ty, a, tx, a): the K x K views of whole tiles shifted by 0..K-1 tiles, concatenated and cut
-  // to a, not a pool view of overlapping windows, whose gradient was a gated sum over every window (641 ms for the
-  // 5x5 benchmark's input gradient); then (a, a, C, N, ty, tx) and B^T d B: (a, a, C, N * ty * tx)
-  Tensor xt = pad_last(x, p).reshape({bs, cin, tiles[0] + kt - 1, m, tiles[1] + kt - 1, m});
+  // The Winograd domain is channels-last: every pass (the transforms, their adjoints, the batched matmuls) moves
+  // vectors along the channels, contiguous on both sides, and the output is stored as a direct convolution's
+  // (N, H, W, Cout), which a batch norm's sums read along the channels. In the (a, a, C, N * ty * tx) domain the
+  // transforms read the tiles' rows and an input gradient's adjoint gathered across 64 planes, and the output was
+  // NCHW: mnist's 5x5 convolution by Winograd took longer than the direct one there (README, conv2d).
+  // The input copied channels-last (contiguous_backward: its gradient is summed channels-last, then copied back),
+  // cut into tiles (N, ty, a, tx, a, C): the K x K views of whole tiles shifted by 0..K-1 tiles, concatenated and
+  // cut to a, not a pool view of overlapping windows, whose gradient was a gated sum over every window (641 ms for
+  // the 5x5 benchmark's input gradient); then B^T d B, along the tile's rows first, the columns' pass stored as
+  // (a, a, N * ty * tx, C): it reads a tile row's a x C floats contiguous, where the rows' pass so stored read a
+  // column's (1.43 against 2.98 ms for the 5x5 benchmark's)
+  Tensor xt = pad_last(x, p)
+                  .permute({0, 2, 3, 1})
+                  .contiguous()
+                  .contiguous_backward()
+                  .reshape({bs, tiles[0] + kt - 1, m, tiles[1] + kt - 1, m, cin});
   std::vector<Tensor> rows;
   for (int64_t qa = 0; qa < kt; qa++) {
     std::vector<Tensor> cols;
     for (int64_t qb = 0; qb < kt; qb++)
-      cols.push_back(xt.shrink({{0, bs}, {0, cin}, {qa, qa + tiles[0]}, {0, m}, {qb, qb + tiles[1]}, {0, m}}));
-    rows.push_back(cat(cols, 5));
+      cols.push_back(xt.shrink({{0, bs}, {qa, qa + tiles[0]}, {0, m}, {qb, qb + tiles[1]}, {0, m}, {0, cin}}));
+    rows.push_back(cat(cols, 4));
   }
-  Tensor d = cat(rows, 3).shrink({{0, bs}, {0, cin}, {0, tiles[0]}, {0, a}, {0, tiles[1]}, {0, a}});
+  Tensor d = cat(rows, 2).shrink({{0, bs}, {0, tiles[0]}, {0, a}, {0, tiles[1]}, {0, a}, {0, cin}});
   int64_t np = bs * tiles[0] * tiles[1];
-  // B^T d B in the tiles' own layout, the innermost axis first (each pass reads and writes along it), then moved to
-  // (a, a, C, N * ty * tx) for the matmuls: transforming in that layout read the tiles 64 floats apart (19 ms for
-  // the 5x5 benchmark's first pass against 2 ms for the others)
-  Tensor v = apply_matrix(apply_matrix(d, mats.bt, 5), mats.bt, 3)
-                 .permute({3, 5, 1, 0, 2, 4})
-                 .contiguous()
-                 .reshape({a, a, groups, 1, cin / groups, np});
-  // weights (Cout, C/G, r, r) -> (r, r, Cout, C/G), then G g G^T: (a, a, G, Cout/G, C/G, 1)
-  Tensor u = apply_matrix(apply_matrix(w.permute({2, 3, 0, 1}), mats.g, 0), mats.g, 1)
-                 .reshape({a, a, groups, cout / groups, cin / groups, 1});
-  // the a x a products summed over the input channels: a batched matmul (a^2 of them) in the Winograd domain
-  Tensor mm = (u * v).sum(4).reshape({a, a, cout, bs, tiles[0], tiles[1]});
-  // A^T M A: (m, m, Cout, N, ty, tx) -> (N, Cout, ty, m, tx, m) -> the output, the tiles' padding cut
-  Tensor y = apply_matrix(apply_matrix(mm, mats.at, 0), mats.at, 1)
-                 .permute({3, 2, 4, 0, 5, 1})
-                 .reshape({bs, cout, tiles[0] * m, tiles[1] * m})
-                 .shrink({{0, bs}, {0, cout}, {0, o[0]}, {0, o[1]}});
+  Tensor v = apply_matrix(apply_matrix(d, mats.bt, 2), mats.bt, 4, {2, 4, 0, 1, 3, 5})
+                 .reshape({a, a, np, groups, cin / groups})
+                 .permute({0, 1, 3, 2, 4})
+                 .reshape({a, a, groups, np, cin / groups, 1});
+  // weights (Cout, C/G, r, r) -> (r, r, C/G, Cout), then G g G^T: (a, a, G, C/G, 1, Cout/G)
+  Tensor u = apply_matrix(apply_matrix(w.permute({2, 3, 1, 0}), mats.g, 0), mats.g, 1)
+                 .reshape({a, a, cin / groups, groups, cout / groups})
+                 .permute({0, 1, 3, 2, 4})
+                 .reshape({a, a, groups, 1, cin / groups, cout / groups});
+  // the a x a products summed over the input channels: a batched matmul (a^2 G of them) in the Winograd domain, the
+  // output channels innermost: (a, a, N * ty * tx, Cout), each tile's input channels broadcast against the weights'
+  // vectors of output channels
+  Tensor mm = (v * u).sum(4).reshape({a, a, groups, np, cout / groups}).permute({0, 1, 3, 2, 4})
+                  .reshape({a, a, bs, tiles[0], tiles[1], cout});
+  // A^T M A: (m, m, N, ty, tx, Cout), the second pass stored channels-last as (N, ty, m, tx, m, Cout); the tiles'
+  // padding cut, the output's gradient copied channels-last before the adjoints read it (contiguous_backward: an
+  // NCHW gradient read through the view gathered along the channels, 1.38 against 0.48 ms for the 5x5 benchmark's)
+  Tensor y = apply_matrix(apply_matrix(mm, mats.at, 0), mats.at, 1, {2, 3, 0, 4, 1, 5})
+                 .reshape({bs, tiles[0] * m, tiles[1] * m, cout})
+                 .shrink({{0, bs}, {0, o[0]}, {0, o[1]}, {0, cout}})
+                 .contiguous_backward()
+                 .permute({0, 3, 1, 2});
   if (bias) y = y + bias->reshape({1, cout, 1, 1});
-  // stored in the output's own layout: read through the view, every row of a consumer's reduce (mnist's batch norm
-  // over its convolution) gathered from 16 planes (20 ms a kernel against 1 ms for the direct convolution's output)
-  return y.contiguous();
+  return y;
 }
 
 }  // namespace tg::detail
