@@ -180,6 +180,7 @@ int main(int argc, char** argv) {
     TinyJit train_step(step_fn);
     // correct predictions in a chunk of test images (eval mode); whole chunks replay, a smaller rest runs eagerly
     auto count_correct = [&](const std::vector<Tensor>& in) -> std::vector<Tensor> {
+      NoGrad no_grad;  // an inference: conv2d's cost model picks for the forward alone (no gradient follows)
       model->train(false);
       return {((*model)(spread(in[0])).argmax(1) == spread(in[1]).cast(dtypes::int64)).cast(dtypes::float32).sum()};  // exact below 2^24
     };
