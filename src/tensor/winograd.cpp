@@ -102,11 +102,12 @@ int64_t winograd_tile(int64_t r) { return r == 3 || r == 5 ? 4 : 0; }
 //    matmuls are twice the forward's, its passes fewer than twice;
 //  - kFixedKernels more kernels than the direct convolution, each ~kLaunchCycles to start and join its threads.
 // The two fitted constants come from Zen 5, direct against Winograd alternated in one process, NCHW inputs, on both
-// ISAs (AVX-512 16 lanes / TG_CPU=haswell 8), which the model gives within 8%: forward+backward at 512 images 32 ->
-// 32 5x5 24x24 1.04x / 1.53x, 64 -> 64 3x3 10x10 1.06x / 1.52x, 32 -> 64 3x3 12x12 0.65x / 0.90x, 1 -> 32 5x5
-// 28x28 0.38x / 0.31x; the forward alone of 128 images 32 -> 32 5x5 28x28 (torch_compare conv) 0.90x / 1.15x. The
-// vector width stands for the FMA rate: LLVM's Zen 5 model counts one 512-bit FMA a cycle, where the machine runs
-// two.
+// ISAs (AVX-512 16 lanes / TG_CPU=haswell 8): forward+backward at 512 images 32 -> 32 5x5 24x24 1.04x / 1.53x
+// (the model: 1.12x / 1.59x), 64 -> 64 3x3 10x10 1.06x / 1.52x (1.05x / 1.47x), 32 -> 64 3x3 12x12 0.65x / 0.90x
+// (0.61x / 0.87x), 1 -> 32 5x5 28x28 0.38x / 0.31x (0.09x / 0.13x: one input channel shares no transform); the
+// forward alone of 128 images 32 -> 32 5x5 28x28 (torch_compare conv) 0.90x / 1.15x (0.85x / 1.23x). It picks
+// Winograd for exactly the faster ones. The vector width stands for the FMA rate: LLVM's Zen 5 model counts one
+// 512-bit FMA a cycle, where the machine runs two.
 bool winograd_pays(int64_t batch, int64_t cin, int64_t cout, int64_t groups, int64_t r, const int64_t out[2],
                    bool backward, const MachineModel& mm) {
   constexpr double kCyclesPerElement = 2.5, kForwardOnly = 1.4, kLaunchCycles = 30000;
