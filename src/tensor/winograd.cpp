@@ -112,9 +112,9 @@ bool winograd_pays(int64_t batch, int64_t cin, int64_t cout, int64_t groups, int
                    bool backward, const MachineModel& mm) {
   constexpr double kCyclesPerElement = 2.5, kForwardOnly = 1.4, kLaunchCycles = 30000;
   constexpr int64_t kFixedKernels = 16;
-  int64_t m = winograd_tile(r), a = m + r - 1, kt = (a + m - 1) / m;
-  if (m == 0 || out[0] < 1 || out[1] < 1 || groups < 1) return false;
-  int64_t t0 = (out[0] + m - 1) / m, t1 = (out[1] + m - 1) / m;
+  const int64_t m = winograd_tile(r);
+  if (m == 0 || out[0] < 1 || out[1] < 1 || groups < 1) return false;  // no tile for r: nothing to divide by
+  int64_t a = m + r - 1, kt = (a + m - 1) / m, t0 = (out[0] + m - 1) / m, t1 = (out[1] + m - 1) / m;
   double lanes = std::max(1, mm.vector_bits / 32), lambda = kCyclesPerElement * lanes + 2.0 * double(a);
   if (!backward) lambda *= kForwardOnly;
   double cpg = double(cin / groups), co = double(cout), tiles = double(t0 * t1);
