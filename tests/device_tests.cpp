@@ -727,6 +727,43 @@ TEST_CASE("the machine model's row prefetch: measured once on the host and kept,
   CHECK(opt_config(get_device("CPU")).row_prefetch == get_device("CPU").machine().row_prefetch);
 }
 
+TEST_CASE("the machine model's FMA issue rate: LLVM's or twice it, measured once on the host, or set by FMA_RATE") {
+  const cpu::CpuTarget& t = cpu::cpu_target();
+  MachineModel llvm_only;
+  {
+    ScopedEnv e("FMA_RATE", "2");
+    MachineModel m = cpu::machine_model_of(t, 2);
+    llvm_only = m;
+    if (m.fma_source == "LLVM sched model" && m.vector_bits >= 256) {
+      CHECK(m.fma_measured_source == "FMA_RATE");
+      CHECK(m.fma_measured_per_cycle == 2 * m.fma_per_cycle);
+      char want[64];
+      std::snprintf(want, sizeof want, ", FMA issue %g/cycle (FMA_RATE)", 2 * m.fma_per_cycle);
+      CHECK(to_string(m).find(want) != std::string::npos);
+    }
+  }
+  {
+    ScopedEnv e("FMA_RATE", "3");
+    CHECK_THROWS_WITH_AS(cpu::machine_model_of(t, 2), doctest::Contains("FMA_RATE"), EnvError);
+  }
+  // unset: measured where the host runs the model's vectors (x86 with FMA), then answered from memory
+  ScopedEnv e("FMA_RATE", "");
+  MachineModel a = cpu::machine_model_of(t, 2);
+#if defined(__x86_64__)
+  if (a.fma_source == "LLVM sched model" && a.vector_bits >= 256) {
+    CHECK(a.fma_measured_source == "measured");
+    CHECK((a.fma_measured_per_cycle == a.fma_per_cycle || a.fma_measured_per_cycle == 2 * a.fma_per_cycle));
+    // the probe itself: an issue rate near LLVM's or twice it (Zen 4's 512-bit FMA measured 1.00/cycle, its 256-bit
+    // one 2.0 by Zen 4's latency of 4, 1.6 by Haswell's 5), not a figure off by the clock
+    const double rate = cpu::fma_rate_measured(a.vector_bits >= 512 ? 16 : 8, a.fma_latency);
+    CHECK(rate > 0.6 * a.fma_per_cycle);
+    CHECK(rate < 2.6 * a.fma_per_cycle);
+  }
+#endif
+  for (int i = 0; i < 3; i++) CHECK(cpu::machine_model_of(t, 2).fma_measured_per_cycle == a.fma_measured_per_cycle);
+  CHECK(llvm_only.fma_per_cycle == a.fma_per_cycle);  // LLVM's own figure (the register tile's) stays as it was
+}
+
 TEST_CASE("TG_PROCESS_REPLAY records each compiled kernel's key, opts and source as a JSON line") {
   TempDir dir;
   Tensor a = Tensor::arange(0, 331, 1).cast(dtypes::float32);

@@ -52,6 +52,11 @@ CpuTarget resolve_cpu_target(const std::string& tg_cpu, const std::map<std::stri
 /** The machine model of a target: LLVM's vector width and register count, cache sizes (sysfs, else cpuid). */
 MachineModel machine_model_of(const CpuTarget& t, int cores);
 
+/** The issue rate of vector FMAs of w floats (16: AVX-512, 8: AVX2) on the calling core, per cycle: a chain of
+ *  dependent FMAs, one per `latency` cycles, clocks the core; 12 independent chains then issue at the rate (best of 7
+ *  alternated passes of about 1 ms each). x86 hosts that run that width only. */
+double fma_rate_measured(int w, int latency);
+
 /** Data cache sizes as the x86 cpuid instruction reports them, with how many logical CPUs share one L3 (the
  *  deterministic cache leaf: AMD 0x8000001D, Intel 4; where a hypervisor zeroes it, AMD's legacy leaves
  *  0x80000005/6 and the package's logical CPU count of leaf 1). All zero when cpuid says nothing. */

@@ -367,6 +367,77 @@ void read_row_prefetch(MachineModel& m) {
   m.row_prefetch_source = "measured";
 }
 
+// --- The vector FMA's issue rate, measured ------------------------------------------------------------------------
+// LLVM 19's scheduling models give one 512-bit FMA a cycle for znver4, znver5 and sapphirerapids alike; Zen 4 issues
+// one (its 256-bit pipes pair up), Zen 5 two (bench/peak: 234 GFLOPS with AVX-512 and with AVX2 on a Zen 4 VM, 429
+// against 224 on a Zen 5 one). Measured in cycles without a cycle counter: a chain of dependent FMAs runs at one per
+// latency (LLVM's figure, right on all of these: 4 cycles), which clocks the core; kFmaChains independent chains
+// then run at the issue rate. Rate = chains x (chain's time per FMA) / (latency x the chains' time per FMA).
+constexpr int kFmaChains = 12;  // >= latency x rate for every x86 core (5 x 2), and 12 + 2 operands fit in 16 registers
+#define TG_FMA_PROBE(W, TARGET, VEC, SET1, FMA, FIRST)                                                                \
+  __attribute__((target(TARGET))) float fma_chain##W(int64_t n) {                                                     \
+    VEC a = SET1(0.5f), b = SET1(0.999999f), c = SET1(1e-6f);                                                         \
+    for (int64_t i = 0; i < n; i++) a = FMA(a, b, c);                                                                 \
+    return FIRST(a);                                                                                                  \
+  }                                                                                                                   \
+  __attribute__((target(TARGET))) float fma_chains##W(int64_t n) {                                                    \
+    VEC a[kFmaChains], b = SET1(0.999999f), c = SET1(1e-6f);                                                          \
+    for (int k = 0; k < kFmaChains; k++) a[k] = SET1(0.5f + 0.01f * float(k));                                        \
+    for (int64_t i = 0; i < n; i++) {                                                                                 \
+      _Pragma("GCC unroll 12") for (int k = 0; k < kFmaChains; k++) a[k] = FMA(a[k], b, c);                           \
+    }                                                                                                                 \
+    float s = 0;                                                                                                      \
+    for (int k = 0; k < kFmaChains; k++) s += FIRST(a[k]);                                                            \
+    return s;                                                                                                         \
+  }
+TG_FMA_PROBE(16, "avx512f", __m512, _mm512_set1_ps, _mm512_fmadd_ps, _mm512_cvtss_f32)
+TG_FMA_PROBE(8, "avx2,fma", __m256, _mm256_set1_ps, _mm256_fmadd_ps, _mm256_cvtss_f32)
+#undef TG_FMA_PROBE
+
+}  // namespace
+
+double fma_rate_measured(int w, int latency) {
+  auto time = [](auto fn, int64_t n) {
+    auto t0 = std::chrono::steady_clock::now();
+    volatile float sink = fn(n);
+    (void)sink;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  const int64_t n_chain = int64_t(1) << 20, n_chains = int64_t(1) << 18;
+  double chain = 1e30, chains = 1e30;
+  for (int r = 0; r < 7; r++) {
+    chain = std::min(chain, time(w == 16 ? fma_chain16 : fma_chain8, n_chain));
+    chains = std::min(chains, time(w == 16 ? fma_chains16 : fma_chains8, n_chains));
+  }
+  const double cycles_per_s = double(n_chain) * latency / chain, fmas_per_s = double(n_chains * kFmaChains) / chains;
+  return fmas_per_s / cycles_per_s;
+}
+
+namespace {
+
+// Sets m.fma_measured_per_cycle: LLVM's rate or twice it, measured once per model line (kept in the disk cache), or
+// FMA_RATE=1|2 x LLVM's. Only for an x86 model with FMA whose vectors the host runs. Under TG_CPU the latency is the
+// named CPU's, not always the host's (haswell's 5 on a Zen 4 measured its 256-bit FMAs at 1.6/cycle, not 2): inside
+// the factor of 2 the answer is taken at.
+void read_fma_measured(MachineModel& m) {
+  if (m.fma_source != "LLVM sched model" || m.vector_bits < 256) return;
+  if (int64_t env = getenv_int("FMA_RATE", 0, 0, 2); env > 0) {
+    m.fma_measured_per_cycle = double(env) * m.fma_per_cycle, m.fma_measured_source = "FMA_RATE";
+    return;
+  }
+  const int w = m.vector_bits >= 512 ? 16 : 8;
+  if (w == 16 ? !__builtin_cpu_supports("avx512f") : !(__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")))
+    return;
+  const bool twice = measured_once("fma_rate_v1_", to_string(m), [&] {
+    const double rate = fma_rate_measured(w, m.fma_latency);
+    if (debug_level() >= 1)
+      std::fprintf(stderr, "tg: %d-float FMA issue rate measured %.2f/cycle (latency %d from LLVM), LLVM's %g\n", w,
+                   rate, m.fma_latency, m.fma_per_cycle);
+    return rate >= 1.5 * m.fma_per_cycle;
+  });
+  m.fma_measured_per_cycle = (twice ? 2 : 1) * m.fma_per_cycle, m.fma_measured_source = "measured";
+}
+
 }  // namespace
 
 CpuidCaches caches_from_cpuid(const CpuidFn& cpuid) {
@@ -500,6 +571,7 @@ MachineModel machine_model_of(const CpuTarget& c, int cores) {
   if (target) read_fma(m, *target, c);
   read_caches(m);
   read_row_prefetch(m);
+  read_fma_measured(m);
   return m;
 }
 

@@ -177,6 +177,12 @@ struct MachineModel {
   double fma_per_cycle = 2;
   ///@}
   std::string fma_source = "default";  ///< "LLVM sched model" (of the CPU above) or "default" (nothing read)
+  /// the same FMA's issue rate measured on the host (0: not measured: not x86, no FMA, or the host does not run the
+  /// model's vectors). LLVM 19 models one 512-bit FMA a cycle on znver4, znver5 and sapphirerapids alike, where Zen 4
+  /// issues one and Zen 5 two: the measurement takes LLVM's rate or twice it (FMA_RATE=1|2 sets the multiple). The
+  /// register tile keeps LLVM's rate; Winograd's cost model (winograd_pays) takes this one.
+  double fma_measured_per_cycle = 0;
+  std::string fma_measured_source;  ///< "measured", "FMA_RATE", or "" (not measured)
   /// a vector instruction summing 4 byte products into each int32 lane (x86 vpdpbusd: AVX512-VNNI or AVX-VNNI;
   /// AArch64 sdot): what the int8 GEMM of quantised weights needs to run at 4x the float FMA rate
   bool int8_dot = false;

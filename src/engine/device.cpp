@@ -238,6 +238,10 @@ std::string to_string(const MachineModel& m) {
   }
   s += ", " + std::to_string(m.cores) + (m.cores == 1 ? " core" : " cores");
   if (!m.row_prefetch_source.empty()) s += std::string(", row prefetch ") + (m.row_prefetch ? "yes" : "no") + " (" + m.row_prefetch_source + ")";
+  if (!m.fma_measured_source.empty()) {
+    std::snprintf(fma, sizeof fma, ", FMA issue %g/cycle (%s)", m.fma_measured_per_cycle, m.fma_measured_source.c_str());
+    s += fma;
+  }
   return s;
 }
 

@@ -92,30 +92,34 @@ Tensor apply_matrix(const Tensor& t, const Mat& mat, int64_t axis, const std::ve
 
 int64_t winograd_tile(int64_t r) { return r == 3 || r == 5 ? 4 : 0; }
 
-// The cost model, in multiplications of the direct convolution's time (per output of a vector FMA lane):
+// The cost model, in multiplications of the direct convolution's time (FMA lanes):
 //  - direct: o0 o1 r^2 (C/G) Cout an image;
 //  - Winograd: its batched matmuls' T a^2 (C/G) Cout (T tiles of m x m), plus every element its passes move: the
 //    domain's T a^2 (C + Cout) and the channels-last copies of the padded input and of the output, each worth
-//    lambda multiplications. lambda = kCyclesPerElement x the vector's float lanes (memory passes take cycles a
-//    core could have spent on that many FMA lanes) + 2a (each element's two transform passes of a multiply-adds);
+//    lambda multiplications. lambda = kCyclesPerElement x the FMA lanes a cycle issues (the vector's float lanes x
+//    the FMAs issued a cycle, as measured on the host: memory passes take cycles a core could have spent on that
+//    many multiplications) + 2a (each element's two transform passes of a multiply-adds);
 //  - a forward alone (nothing requires a gradient) moves its elements at kForwardOnly x lambda: the backward's
 //    matmuls are twice the forward's, its passes fewer than twice;
 //  - kFixedKernels more kernels than the direct convolution, each ~kLaunchCycles to start and join its threads.
-// The two fitted constants come from Zen 5, direct against Winograd alternated in one process, NCHW inputs, on both
-// ISAs (AVX-512 16 lanes / TG_CPU=haswell 8): forward+backward at 512 images 32 -> 32 5x5 24x24 1.04x / 1.53x
-// (the model: 1.12x / 1.59x), 64 -> 64 3x3 10x10 1.06x / 1.52x (1.05x / 1.47x), 32 -> 64 3x3 12x12 0.65x / 0.90x
-// (0.61x / 0.87x), 1 -> 32 5x5 28x28 0.38x / 0.31x (0.09x / 0.13x: one input channel shares no transform); the
-// forward alone of 128 images 32 -> 32 5x5 28x28 (torch_compare conv) 0.90x / 1.15x (0.85x / 1.23x). It picks
-// Winograd for exactly the faster ones. The vector width stands for the FMA rate: LLVM's Zen 5 model counts one
-// 512-bit FMA a cycle, where the machine runs two.
+// The two fitted constants come from Zen 5 (two 512-bit FMAs a cycle, 32 lanes; TG_CPU=haswell two 256-bit, 16),
+// direct against Winograd alternated in one process, NCHW inputs: forward+backward at 512 images 32 -> 32 5x5
+// 24x24 1.04x / 1.53x (the model: 1.12x / 1.59x), 64 -> 64 3x3 10x10 1.06x / 1.52x (1.05x / 1.47x), 32 -> 64 3x3
+// 12x12 0.65x / 0.90x (0.61x / 0.87x), 1 -> 32 5x5 28x28 0.38x / 0.31x (0.09x / 0.13x: one input channel shares no
+// transform); the forward alone of 128 images 32 -> 32 5x5 28x28 (torch_compare conv) 0.90x / 1.15x (0.85x / 1.23x).
+// Zen 4 issues one 512-bit FMA a cycle (16 lanes, as its AVX2 does): natively there the same cases measured 1.96x,
+// 1.48x, 1.04x, 0.29x and 1.51x (the model: as Zen 5's haswell column), TG_CPU=haswell 1.31x, 1.42x, 0.97x, 0.26x and
+// 1.12x. It picks Winograd for the faster ones, all but Zen 4's native 32 -> 64 3x3 (1.04x: the model 0.87x).
 bool winograd_pays(int64_t batch, int64_t cin, int64_t cout, int64_t groups, int64_t r, const int64_t out[2],
                    bool backward, const MachineModel& mm) {
-  constexpr double kCyclesPerElement = 2.5, kForwardOnly = 1.4, kLaunchCycles = 30000;
+  constexpr double kCyclesPerElement = 1.25, kForwardOnly = 1.4, kLaunchCycles = 15000;
   constexpr int64_t kFixedKernels = 16;
   const int64_t m = winograd_tile(r);
   if (m == 0 || out[0] < 1 || out[1] < 1 || groups < 1) return false;  // no tile for r: nothing to divide by
   int64_t a = m + r - 1, kt = (a + m - 1) / m, t0 = (out[0] + m - 1) / m, t1 = (out[1] + m - 1) / m;
-  double lanes = std::max(1, mm.vector_bits / 32), lambda = kCyclesPerElement * lanes + 2.0 * double(a);
+  const double issue = mm.fma_measured_per_cycle > 0 ? mm.fma_measured_per_cycle : mm.fma_per_cycle;
+  const double lanes = double(std::max(1, mm.vector_bits / 32)) * std::max(0.5, issue);
+  double lambda = kCyclesPerElement * lanes + 2.0 * double(a);
   if (!backward) lambda *= kForwardOnly;
   double cpg = double(cin / groups), co = double(cout), tiles = double(t0 * t1);
   double direct = double(out[0] * out[1]) * double(r * r) * cpg * co;
