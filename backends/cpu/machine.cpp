@@ -371,8 +371,8 @@ void read_row_prefetch(MachineModel& m) {
 // LLVM 19's scheduling models give one 512-bit FMA a cycle for znver4, znver5 and sapphirerapids alike; Zen 4 issues
 // one (its 256-bit pipes pair up), Zen 5 two (bench/peak: 234 GFLOPS with AVX-512 and with AVX2 on a Zen 4 VM, 429
 // against 224 on a Zen 5 one). Measured in cycles without a cycle counter: a chain of dependent FMAs runs at one per
-// latency (LLVM's figure, right on all of these: 4 cycles), which clocks the core; kFmaChains independent chains
-// then run at the issue rate. Rate = chains x (chain's time per FMA) / (latency x the chains' time per FMA).
+// latency (LLVM's figure: 4 cycles on these), which clocks the core; kFmaChains independent chains then run at the
+// issue rate. Rate = (the chain's time per FMA) / (latency x the chains' time per FMA, all their FMAs counted).
 constexpr int kFmaChains = 12;  // >= latency x rate for every x86 core (5 x 2), and 12 + 2 operands fit in 16 registers
 #define TG_FMA_PROBE(W, TARGET, VEC, SET1, FMA, FIRST)                                                                \
   __attribute__((target(TARGET))) float fma_chain##W(int64_t n) {                                                     \
