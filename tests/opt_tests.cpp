@@ -2104,6 +2104,39 @@ TEST_CASE("PREFETCH: a q4_0 matvec streaming more than L2 prefetches each row's 
   CHECK_THROWS_AS(lower_kernel(k.ast, "pf_bad2", dev.renderer(), lo), OptError);
 }
 
+TEST_CASE("PREFETCH: a float32 matvec streaming more than L2 does not prefetch (3 vector ops a line); q8_0's does (15.6)") {
+  // x (1, 1024) times a float32 weight (1024, 1024) transposed: 4 MiB streamed past a 256 KiB L2, a load and a
+  // multiply-add a 16-float vector of it and x's load: under kPrefetchOpsPerLine (8) a line, the core's window keeps
+  // enough lines in flight; the same weight as q8_0 blocks dequantised in the matvec is well over it
+  Device& dev = get_device("CPU");
+  LowerOptions lo = one_thread_small_l2(dev);
+  lo.config.vector_width = 16;  // the counts above are of 16-float vectors, whatever this machine's width
+  Tensor x = randn({1, 1024}, 51).realize();
+  Tensor wf = randn({1024, 1024}, 52).realize();
+  Kern f = last_kernel(x.matmul(wf.T()));
+  CompiledKernel ckf = lower_kernel(f.ast, "pf_f32", dev.renderer(), lo);
+  CHECK(std::none_of(ckf.opts.begin(), ckf.opts.end(), [](const Opt& o) { return o.op == OptOp::PREFETCH; }));
+  CHECK(ckf.src.find("llvm.prefetch") == std::string::npos);
+  std::mt19937 gen{53};
+  std::vector<uint8_t> blocks(size_t(1024 * 32 * 34));
+  for (size_t i = 0; i < blocks.size(); i++) blocks[i] = uint8_t(gen());
+  for (size_t b = 0; b < blocks.size(); b += 34) blocks[b] = uint8_t(gen() % 256), blocks[b + 1] = 0x1c;
+  Tensor wq = Tensor::from_vector(blocks, {1024, 32, 34}).realize();
+  ScopedEnv float_products("INT_DOT", "0");
+  Kern q = last_kernel(x.matmul(nn::ggml_dequantize(wq, "q8_0").reshape({1024, 1024}).T()));
+  CompiledKernel ckq = lower_kernel(q.ast, "pf_q8", dev.renderer(), lo);
+  CHECK(std::count_if(ckq.opts.begin(), ckq.opts.end(), [](const Opt& o) { return o.op == OptOp::PREFETCH; }) == 1);
+  // the float kernel's values: a float64 dot product of each row
+  std::vector<float> got = run_with(f, ckf.opts, 1), xs = x.to_vector<float>(), ws = wf.to_vector<float>();
+  std::vector<float> want(1024);
+  for (size_t r = 0; r < 1024; r++) {
+    double acc = 0;
+    for (size_t c = 0; c < 1024; c++) acc += double(xs[c]) * double(ws[r * 1024 + c]);
+    want[r] = float(acc);
+  }
+  check_close(got, want, 1024 * 1.2e-7f);
+}
+
 TEST_CASE("PREFETCH runs ahead in loop order: past a short row's end it prefetches the next row tile, not the tile's next row") {
   // x (1, 1024) times a q4_0 weight (1024, 1024) transposed: rows of 32 blocks of 18 bytes, d bytes ahead =
   // ceil(d / 18) blocks, so at the last block of a tile the prefetch of the tile's row u reads row u of a later tile

@@ -1496,8 +1496,39 @@ struct Heuristic {
   //    bytes apart in NCHW, 2560 channels-last, and 2 elements of a row): prefetches ahead in it are one more
   //    instruction per stream and iteration for nothing (mnist's step: the max pool's r_512_32_10_10 in the
   //    backward took 28-40 ms a launch with them, 15-23 ms without; Zen 5, load 5-10).
+  //    Only a kernel of kPrefetchOpsPerLine vector operations or more a line it streams (light_stream, below)
+  //    prefetches: an out-of-order core keeps as many lines in flight as its window of 200-500 micro-ops holds
+  //    iterations, at 8 operations a line 25-60 lines, below the ~50-130 a core's share of DRAM bandwidth needs. The
+  //    dequantising matvecs do 15.6 (q8_0) and 47 (q4_0) a line; a float32 matvec 3 (a load, a multiply-add, x's
+  //    load), whose window holds 70-170 lines by itself: its prefetches only compete with its loads and the hardware
+  //    prefetcher. bench/llm's float32 decode step (its FFN's 1536 x 512 and 512 x 1536 matvecs prefetched; Zen 4,
+  //    THREADS=1, five alternated pairs): 5.97-6.88 -> 4.50-4.97 ms a token; q8_0 and q4_0 keep theirs (PREFETCH=0
+  //    took them from 1.42 / 1.17 to 2.19 / 2.43 ms).
   static constexpr int64_t kInFlightBytes = 8192;
-  static constexpr double kStreamReuse = 4;
+  static constexpr double kStreamReuse = 4, kPrefetchOpsPerLine = 8;
+  // Whether the kernel streams buffers past L2 with fewer than kPrefetchOpsPerLine vector operations a line (step 5)
+  bool light_stream() const {
+    const double lines = streamed_lines();
+    return lines > 0 && vector_ops() < kPrefetchOpsPerLine * lines;
+  }
+  // The cache lines of the buffers whose loads a reduce loop streams past L2 about once (the loads step 5 prefetches;
+  // a q8_0 block's scale and quants are loads of one buffer: its span counted once)
+  double streamed_lines() const {
+    std::vector<std::pair<const UOp*, double>> spans;  // buffer (PARAM), bytes
+    for (size_t i = n_out; i < axes.size(); i++)
+      for (const UOp* l : streamed_loads(ast.get(), axes[i], cfg.l2_bytes)) {
+        const UOp* idx = l->src(0)->src(1);
+        const double span = double(idx->vmax()) - double(idx->vmin()) + 1;
+        if (work > kStreamReuse * span) continue;
+        const UOp* buf = l->src(0)->src(0);
+        auto at = std::find_if(spans.begin(), spans.end(), [&](const auto& b) { return b.first == buf; });
+        if (at == spans.end()) at = spans.insert(spans.end(), {buf, 0.0});
+        at->second = std::max(at->second, span * double(l->dtype.scalar_type().itemsize()));
+      }
+    double lines = 0;
+    for (const auto& [buf, bytes] : spans) lines += bytes / double(kLineBytes);
+    return lines;
+  }
   // 6. (CPU) Non-temporal stores: an output whose stores are vectors along a unit-stride axis and that, with what
   //    the kernel reads, spans more than the last-level cache is written past the caches (Opt NONTEMPORAL; the
   //    test is past_caches(), below): by the time a later kernel reads it,
@@ -1573,6 +1604,7 @@ struct Heuristic {
             if (o.op == OptOp::UPCAST && size_t(o.axis) < n_out && depends_on(l, axes[size_t(o.axis)])) streams *= o.amt;
           int64_t bytes = env > 1 ? env : std::max<int64_t>(64, kInFlightBytes / streams / 64 * 64);
           if (!rows) {
+            if (light_stream()) return;  // a float matvec: the core keeps up
             opts.push_back({OptOp::PREFETCH, int(i), bytes});
             return;
           }
