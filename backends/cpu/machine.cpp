@@ -349,7 +349,7 @@ RowProbeTimes time_row_probe(const float* x, float* y, int64_t n, int64_t d, int
   return out;
 }
 
-// The probe of m's row prefetch (see above), in vectors of w floats: whether the prefetches save 5% or more.
+// The probe of m's row prefetch (see above), in vectors of w floats: whether the median pair saves 10% or more.
 bool row_prefetch_measured(const MachineModel& m, int w) {
   const int64_t d = 4096, llc = m.l3_share_bytes > 0 ? m.l3_share_bytes : m.l2_bytes * std::max(1, m.cores);
   const int64_t bytes = std::clamp<int64_t>(2 * llc, int64_t(32) << 20, int64_t(128) << 20);
