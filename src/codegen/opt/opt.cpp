@@ -1502,8 +1502,8 @@ struct Heuristic {
   //    dequantising matvecs do 15.6 (q8_0) and 47 (q4_0) a line; a float32 matvec 3 (a load, a multiply-add, x's
   //    load), whose window holds 70-170 lines by itself: its prefetches only compete with its loads and the hardware
   //    prefetcher. bench/llm's float32 decode step (its FFN's 1536 x 512 and 512 x 1536 matvecs prefetched; Zen 4,
-  //    THREADS=1, five alternated pairs): 5.97-6.88 -> 4.50-4.97 ms a token; q8_0 and q4_0 keep theirs (PREFETCH=0
-  //    took them from 1.42 / 1.17 to 2.19 / 2.43 ms).
+  //    THREADS=1, five alternated pairs): 5.97-6.88 -> 4.50-4.97 ms a token. q8_0 and q4_0 keep theirs (the Zen 5
+  //    figures above; on the Zen 4, alternated, PREFETCH=0 moved their decode within the noise).
   static constexpr int64_t kInFlightBytes = 8192;
   static constexpr double kStreamReuse = 4, kPrefetchOpsPerLine = 8;
   // Whether the kernel streams buffers past L2 with fewer than kPrefetchOpsPerLine vector operations a line (step 5)
