@@ -1506,6 +1506,12 @@ struct Heuristic {
   //    figures above; on the Zen 4, alternated, PREFETCH=0 moved their decode within the noise).
   static constexpr int64_t kInFlightBytes = 8192;
   static constexpr double kStreamReuse = 4, kPrefetchOpsPerLine = 8;
+  // Whether the kernel reads each element of load l about once: its work at most kStreamReuse times the elements
+  // the load spans (step 5's streams; a GEMM rereads its operands)
+  bool read_about_once(const UOp* l) const {
+    const UOp* idx = l->src(0)->src(1);
+    return work <= kStreamReuse * (double(idx->vmax()) - double(idx->vmin()) + 1);
+  }
   // Whether the kernel streams buffers past L2 with fewer than kPrefetchOpsPerLine vector operations a line (step 5)
   bool light_stream() const {
     const double lines = streamed_lines();
@@ -1517,9 +1523,9 @@ struct Heuristic {
     std::vector<std::pair<const UOp*, double>> spans;  // buffer (PARAM), bytes
     for (size_t i = n_out; i < axes.size(); i++)
       for (const UOp* l : streamed_loads(ast.get(), axes[i], cfg.l2_bytes)) {
+        if (!read_about_once(l)) continue;
         const UOp* idx = l->src(0)->src(1);
         const double span = double(idx->vmax()) - double(idx->vmin()) + 1;
-        if (work > kStreamReuse * span) continue;
         const UOp* buf = l->src(0)->src(0);
         auto at = std::find_if(spans.begin(), spans.end(), [&](const auto& b) { return b.first == buf; });
         if (at == spans.end()) at = spans.insert(spans.end(), {buf, 0.0});
@@ -1598,7 +1604,7 @@ struct Heuristic {
         const UOp* idx = l->src(0)->src(1);
         const int64_t step = std::abs(*index_coef(idx, axes[i])) * l->dtype.scalar_type().itemsize();
         const bool line_by_line = step <= kLineBytes && size0[i] * step >= kLineBytes;
-        if (line_by_line && work <= kStreamReuse * (double(idx->vmax()) - double(idx->vmin()) + 1)) {
+        if (line_by_line && read_about_once(l)) {
           int64_t streams = 1;  // the tile's rows this load moves with: one prefetch each
           for (const Opt& o : opts)
             if (o.op == OptOp::UPCAST && size_t(o.axis) < n_out && depends_on(l, axes[size_t(o.axis)])) streams *= o.amt;
